@@ -1,0 +1,78 @@
+"""The FedPower client: decode ``Z``, run the local power iterations, encode ``(Y, Z_prev)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flwr.client import NumPyClient
+from flwr.common import ConfigRecord, Context
+
+from fl_strategies.config import total_iterations
+from fl_strategies.fedpower import STREAM_NOISE, local_power_iterations
+from fl_strategies.privacy import noise_std
+
+__all__ = ["FedPowerClient"]
+
+
+class FedPowerClient(NumPyClient):
+    """Holds ``A_i = M_i^T M_i / s_i`` and answers FedPower's fit instructions.
+
+    Parameters
+    ----------
+    A : ndarray of shape (d, d)
+        The client's local matrix ``M_i^T M_i / s_i``.
+    num_rows : int
+        ``s_i``, the number of records behind ``A`` (the privacy calibration
+        and the server's weights use it).
+    partition_id : int
+        Its identity in the federation (partition 0 is the reference client).
+    cfg : dict
+        Effective run config.
+    context : flwr.common.Context
+        The node's context; ``context.state`` remembers how many noisy local
+        steps the client has performed, and the client refuses to exceed the
+        ``T`` its privacy budget was calibrated for.
+    """
+
+    def __init__(self, A: np.ndarray, num_rows: int, partition_id: int, cfg: dict[str, Any],
+                 context: Context) -> None:
+        self.A, self.s, self.d = A, num_rows, A.shape[0]
+        self.partition_id, self.cfg, self.context = partition_id, cfg, context
+        T = total_iterations(cfg)
+        if cfg["noise-std"] > 0:
+            self.noise_std = cfg["noise-std"]
+        elif cfg["epsilon"] > 0:
+            self.noise_std = noise_std(cfg["epsilon"], cfg["delta"], T, cfg["iteration-rank"], self.s)
+        else:
+            self.noise_std = 0.0
+        self.budget = T
+
+    def get_properties(self, config):
+        """Report what the server needs to plan the run (no data)."""
+        return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
+
+    def _steps_done(self) -> int:
+        rec = self.context.state.config_records.get("fedpower")
+        return int(rec["steps"]) if rec is not None else 0
+
+    def fit(self, parameters, config):
+        """Run ``config['local-steps']`` local iterations from the broadcast ``Z``."""
+        (Z,) = parameters
+        r = self.cfg["iteration-rank"]
+        if Z.shape != (self.d, r) or not np.all(np.isfinite(Z)):
+            raise ValueError(f"broadcast Z has shape {Z.shape} or non-finite values; expected ({self.d}, {r})")
+        steps = int(config["local-steps"])
+        done = self._steps_done()
+        if self.noise_std > 0 and done + steps > self.budget:
+            raise RuntimeError(f"privacy budget exhausted: {done} + {steps} local steps exceed T = {self.budget}")
+        rng = None
+        if self.noise_std > 0:
+            if self.cfg["noise-source"] == "os":
+                rng = np.random.default_rng()
+            else:
+                rng = np.random.default_rng([self.cfg["seed"], STREAM_NOISE, self.partition_id, int(config["round"])])
+        Y, Z_prev = local_power_iterations(self.A, Z, steps, self.noise_std, rng)
+        self.context.state.config_records["fedpower"] = ConfigRecord({"steps": done + steps})
+        arrays = [Y, Z_prev] if steps > 1 else [Y]
+        return arrays, self.s, {"partition-id": self.partition_id}

@@ -1,0 +1,125 @@
+"""Numerical kernels shared by the server and the clients.
+
+Every algorithm in :mod:`fl_strategies` builds on these few functions, so each
+piece of linear algebra lives in exactly one place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["orth", "procrustes", "subspace_distance", "top_eigenvectors", "gaussian_basis"]
+
+
+def orth(Y: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of the column space of ``Y`` with a unique sign convention.
+
+    The Q factor of the thin QR factorisation ``Y = Q R``, with the signs chosen
+    so that ``diag(R) >= 0`` (``sign(0)`` is taken as ``+1``). This makes the
+    basis a deterministic function of ``Y``, which plain averaging of local
+    bases implicitly relies on (FedPower spec, pitfall P3).
+
+    Parameters
+    ----------
+    Y : ndarray of shape (d, r)
+        Matrix with ``d >= r``.
+
+    Returns
+    -------
+    Q : ndarray of shape (d, r)
+        ``Q.T @ Q = I_r`` and ``span(Q) = span(Y)`` when ``Y`` has full column rank.
+    """
+    Q, R = np.linalg.qr(Y, mode="reduced")
+    signs = np.where(np.diag(R) < 0, -1.0, 1.0)
+    return Q * signs
+
+
+def procrustes(Z: np.ndarray, Z_ref: np.ndarray) -> np.ndarray:
+    """Orthogonal Procrustes rotation aligning ``Z`` to ``Z_ref``.
+
+    Solves ``D = argmin_{D in O(r)} ||Z D - Z_ref||_F``: with the SVD
+    ``Z.T @ Z_ref = W1 diag(s) W2^T``, the minimiser is ``D = W1 @ W2^T``
+    (FedPower, eq. 3.2; swapping the arguments gives the transpose, the wrong
+    rotation).
+
+    Parameters
+    ----------
+    Z, Z_ref : ndarray of shape (d, r)
+        Orthonormal bases.
+
+    Returns
+    -------
+    D : ndarray of shape (r, r)
+        Orthogonal matrix.
+    """
+    W1, _, W2t = np.linalg.svd(Z.T @ Z_ref)
+    return W1 @ W2t
+
+
+def subspace_distance(Z: np.ndarray, U_k: np.ndarray) -> float:
+    """Sine of the largest principal angle between ``U_k`` and ``span(Z)``.
+
+    Computes ``sin theta_k(Z, U_k) = ||(I - Q Q^T) U_k||_2`` with
+    ``Q = orth(Z)`` (FedPower, Theorem 1). With ``r > k`` this is the
+    distance of the true k-dimensional eigenspace from the estimated
+    r-dimensional one; ``||Q Q^T - U_k U_k^T||_2`` would be identically 1
+    there (pitfall P2). The residual is formed explicitly, so the result is
+    accurate down to about ``1e-16`` rather than ``1e-8`` (which is what
+    ``sqrt(1 - cos^2)`` would give).
+
+    Parameters
+    ----------
+    Z : ndarray of shape (d, r)
+        Estimate; need not be orthonormal.
+    U_k : ndarray of shape (d, k)
+        Orthonormal reference basis, ``k <= r``.
+
+    Returns
+    -------
+    float
+        In ``[0, 1]``.
+    """
+    Q = orth(Z)
+    residual = U_k - Q @ (Q.T @ U_k)
+    return float(min(1.0, np.linalg.norm(residual, 2)))
+
+
+def top_eigenvectors(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Leading eigenpairs of a symmetric matrix, largest first.
+
+    Parameters
+    ----------
+    A : ndarray of shape (d, d)
+        Symmetric matrix.
+    k : int
+        Number of eigenpairs, ``1 <= k <= d``.
+
+    Returns
+    -------
+    values : ndarray of shape (k,)
+        Eigenvalues in descending order.
+    vectors : ndarray of shape (d, k)
+        Corresponding orthonormal eigenvectors.
+    """
+    import scipy.linalg
+
+    d = A.shape[0]
+    values, vectors = scipy.linalg.eigh(A, subset_by_index=[d - k, d - 1])
+    return values[::-1], vectors[:, ::-1]
+
+
+def gaussian_basis(d: int, r: int, rng: np.random.Generator) -> np.ndarray:
+    """Random orthonormal ``d x r`` basis ``orth(N(0, 1)^{d x r})``.
+
+    Parameters
+    ----------
+    d, r : int
+        Shape, ``d >= r``.
+    rng : numpy.random.Generator
+        Source of the Gaussian draws.
+
+    Returns
+    -------
+    ndarray of shape (d, r)
+    """
+    return orth(rng.standard_normal((d, r)))

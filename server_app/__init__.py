@@ -1,0 +1,1 @@
+"""The fedspectral ServerApp."""

@@ -1,0 +1,1 @@
+"""Simulation scripts and reporting utilities for fedspectral experiments."""

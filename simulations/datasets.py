@@ -1,0 +1,454 @@
+"""Datasets for fedspectral simulations.
+
+Every dataset is a matrix ``X`` of shape ``(n, d)`` whose rows are samples,
+optionally with per-row class ``labels`` and per-row ``groups`` (the natural
+owner of a row, used by the ``"group"`` partitioner).
+
+Available datasets (config key ``"dataset"``):
+
+``"fedpower-model1"``
+    Model I of the FedPower paper: a spiked covariance model
+    ``Sigma = U U^T + 0.36 I`` with ``U = orth(G)``, ``G_ij ~ N(0.5, 1)``.
+``"fedpower-model2"``
+    Model II of the FedPower paper: a multi-layer stochastic block model,
+    one layer (a ``d x d`` adjacency matrix) per client, stacked vertically.
+``"digits"``
+    scikit-learn's bundled 8x8 handwritten digits (1797 x 64, labels 0..9).
+``"<path>.npy"`` / ``"<path>.csv"``
+    A user file whose rows are samples.
+
+After loading, rows are scaled to unit L2 norm when ``row_normalize``
+(config key ``"row-normalize"``) is true; all-zero rows stay zero.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DATASET_NAMES = ("fedpower-model1", "fedpower-model2", "digits")
+"""Built-in dataset names accepted by :func:`load_dataset`."""
+
+MODEL1_NOISE_STD = 0.6
+"""Noise standard deviation of Model I (so ``Sigma = U U^T + 0.36 I``)."""
+
+MODEL1_LOADING_MEAN = 0.5
+"""Mean of the iid Gaussian entries of ``G`` in Model I (variance 1)."""
+
+SBM_BASE = np.array([[0.25, 0.1], [0.1, 0.25]])
+"""Base connectivity matrix ``W`` of Model II."""
+
+SBM_SCALES = (0.8, 0.6)
+"""Model II scales: ``B = 0.8 W`` for the first ``ceil(L/2)`` layers, else ``0.6 W``."""
+
+DIGITS_SHAPE = (1797, 64)
+"""Shape of scikit-learn's bundled digits data."""
+
+FILE_SUFFIXES = (".npy", ".csv")
+"""File suffixes accepted as user dataset paths."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A data matrix with optional per-row annotations.
+
+    Attributes
+    ----------
+    X : np.ndarray, shape (n, d), float64
+        Data matrix; rows are samples.
+    labels : np.ndarray of shape (n,), int64, or None
+        Class label of each row, if the dataset has labels.
+    groups : np.ndarray of shape (n,), int64, or None
+        Natural owner of each row (Model II: the layer index), or None.
+    name : str
+        Dataset name as given in the config (key ``"dataset"``).
+    """
+
+    X: np.ndarray
+    labels: np.ndarray | None
+    groups: np.ndarray | None
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.X.ndim != 2:
+            raise ValueError(f"Dataset.X must be 2-D, got shape {self.X.shape}")
+        n = self.X.shape[0]
+        for field, values in (("labels", self.labels), ("groups", self.groups)):
+            if values is not None and values.shape != (n,):
+                raise ValueError(
+                    f"Dataset.{field} must have shape ({n},) to match X, "
+                    f"got {values.shape}"
+                )
+
+
+# ---------------------------------------------------------------------------
+# Public entry point
+# ---------------------------------------------------------------------------
+
+
+def load_dataset(
+    name: str,
+    *,
+    num_samples: int,
+    dimension: int,
+    rank: int,
+    num_clients: int,
+    seed: int,
+    row_normalize: bool,
+) -> Dataset:
+    """Load or generate a dataset by name.
+
+    Parameters
+    ----------
+    name : str
+        Config key ``"dataset"``: one of :data:`DATASET_NAMES` or a path
+        ending in ``.npy`` / ``.csv``.
+    num_samples : int
+        Config key ``"num-samples"``. Model I: the number of rows ``n >= 1``.
+        Digits and user files: ``0`` keeps all rows, otherwise the first
+        ``num_samples`` rows of a seeded permutation are kept (in permuted
+        order). Ignored by Model II, which always has ``num_clients * d`` rows.
+    dimension : int
+        Config key ``"dimension"``. Models I and II: the number of columns
+        ``d``. Digits and user files: ``0`` (use the data's own width) or
+        exactly the data's column count.
+    rank : int
+        Config key ``"rank"``. Model I: spike rank ``k``, ``1 <= k < d``.
+        Not used by the other datasets.
+    num_clients : int
+        Config key ``"num-clients"``. Model II: the number of layers ``L``.
+        Not used by the other datasets.
+    seed : int
+        Seed for ``np.random.default_rng``; all randomness comes from it.
+    row_normalize : bool
+        Config key ``"row-normalize"``: scale every row to unit L2 norm.
+
+    Returns
+    -------
+    Dataset
+        ``X`` has shape ``(n, d)`` and dtype float64.
+
+    Raises
+    ------
+    ValueError
+        On an unknown name, an invalid parameter or an unreadable file; the
+        message names the offending config key.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f'"dataset" must be a string, got {name!r}')
+    if name == "fedpower-model1":
+        X, labels, groups = _load_model1(num_samples, dimension, rank, seed)
+    elif name == "fedpower-model2":
+        X, labels, groups = _load_model2(dimension, num_clients, seed)
+    elif name == "digits":
+        X, labels, groups = _load_digits(num_samples, dimension, seed)
+    elif name.lower().endswith(FILE_SUFFIXES):
+        X, labels, groups = _load_file(name, num_samples, dimension, seed)
+    else:
+        raise ValueError(_unknown_dataset_message(name))
+    if row_normalize:
+        X = normalize_rows(X)
+    return Dataset(X=X, labels=labels, groups=groups, name=name)
+
+
+def normalize_rows(X: np.ndarray) -> np.ndarray:
+    """Scale each row to unit L2 norm, leaving all-zero rows at zero.
+
+    Parameters
+    ----------
+    X : np.ndarray, shape (n, d)
+        Input matrix (not modified).
+
+    Returns
+    -------
+    np.ndarray, shape (n, d), float64
+        New matrix whose nonzero rows have norm 1.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    out = np.zeros_like(X)
+    np.divide(X, norms, out=out, where=norms > 0)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Model I: spiked covariance
+# ---------------------------------------------------------------------------
+
+
+def model1_basis(dimension: int, rank: int, seed: int) -> np.ndarray:
+    """Return the Model I spike basis ``U = orth(G)`` used for ``seed``.
+
+    This is exactly the basis :func:`load_dataset` uses for
+    ``"fedpower-model1"`` with the same ``dimension``, ``rank`` and ``seed``.
+
+    Parameters
+    ----------
+    dimension : int
+        Ambient dimension ``d``.
+    rank : int
+        Spike rank ``k``, ``1 <= k < d``.
+    seed : int
+        Seed for ``np.random.default_rng``.
+
+    Returns
+    -------
+    np.ndarray, shape (d, k)
+        Orthonormal columns spanning the spike subspace.
+    """
+    _check_model1_shape(dimension, rank)
+    return _model1_basis(np.random.default_rng(seed), dimension, rank)
+
+
+def _model1_basis(rng: np.random.Generator, d: int, k: int) -> np.ndarray:
+    """Draw ``G`` (d, k) with iid N(0.5, 1) entries and orthonormalise it."""
+    G = rng.normal(MODEL1_LOADING_MEAN, 1.0, size=(d, k))
+    U, _ = np.linalg.qr(G)
+    return U
+
+
+def _check_model1_shape(dimension: int, rank: int) -> None:
+    dimension = _as_int("dimension", dimension)
+    rank = _as_int("rank", rank)
+    if dimension < 2:
+        raise ValueError(
+            f'"dimension" is {dimension} but fedpower-model1 needs dimension >= 2'
+        )
+    if not 1 <= rank < dimension:
+        raise ValueError(
+            f'"rank" is {rank} but fedpower-model1 needs 1 <= rank < dimension '
+            f"(dimension is {dimension})"
+        )
+
+
+def _load_model1(num_samples, dimension, rank, seed):
+    """Generate Model I rows ``x = U g + 0.6 z``; returns ``(X, None, None)``."""
+    _check_model1_shape(dimension, rank)
+    n = _as_int("num-samples", num_samples)
+    if n < 1:
+        raise ValueError(f'"num-samples" is {n} but fedpower-model1 needs >= 1 rows')
+    rng = np.random.default_rng(seed)
+    U = _model1_basis(rng, dimension, rank)
+    g = rng.standard_normal((n, rank))
+    z = rng.standard_normal((n, dimension))
+    X = g @ U.T + MODEL1_NOISE_STD * z
+    return X, None, None
+
+
+# ---------------------------------------------------------------------------
+# Model II: multi-layer stochastic block model
+# ---------------------------------------------------------------------------
+
+
+def sbm_layers(num_layers: int, dimension: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Draw the raw (un-normalised) Model II adjacency layers.
+
+    Parameters
+    ----------
+    num_layers : int
+        Number of layers ``L`` (config key ``"num-clients"``), ``L >= 1``.
+    dimension : int
+        Number of nodes ``d`` (config key ``"dimension"``), ``d >= 2``.
+    seed : int
+        Seed for ``np.random.default_rng``.
+
+    Returns
+    -------
+    layers : np.ndarray, shape (L, d, d), float64
+        Symmetric 0/1 adjacency matrices with zero diagonal. Layer ``l`` has
+        ``[M_l]_ij ~ Bernoulli(B_{g_i g_j})`` for ``i < j`` (mirrored), with
+        ``B = 0.8 W`` for ``l < ceil(L/2)`` and ``B = 0.6 W`` otherwise,
+        ``W = [[0.25, 0.1], [0.1, 0.25]]``.
+    communities : np.ndarray, shape (d,), int64
+        Community (0 or 1) of each node: a random balanced split shared by
+        all layers (``d // 2`` nodes in community 1).
+    """
+    L = _as_int("num-clients", num_layers)
+    d = _as_int("dimension", dimension)
+    if L < 1:
+        raise ValueError(f'"num-clients" is {L} but fedpower-model2 needs >= 1 layers')
+    if d < 2:
+        raise ValueError(f'"dimension" is {d} but fedpower-model2 needs >= 2 nodes')
+    rng = np.random.default_rng(seed)
+    communities = np.zeros(d, dtype=np.int64)
+    communities[rng.permutation(d)[: d // 2]] = 1
+    first_half = math.ceil(L / 2)
+    layers = np.empty((L, d, d), dtype=np.float64)
+    for layer in range(L):
+        scale = SBM_SCALES[0] if layer < first_half else SBM_SCALES[1]
+        layers[layer] = _sbm_layer(rng, scale * SBM_BASE, communities)
+    return layers, communities
+
+
+def _sbm_layer(rng: np.random.Generator, B: np.ndarray, communities: np.ndarray) -> np.ndarray:
+    """One symmetric 0/1 adjacency matrix (d, d) with zero diagonal."""
+    probs = B[np.ix_(communities, communities)]
+    upper = np.triu(rng.random(probs.shape) < probs, k=1)
+    return (upper | upper.T).astype(np.float64)
+
+
+def _load_model2(dimension, num_clients, seed):
+    """Stack the Model II layers; labels = node community, groups = layer."""
+    layers, communities = sbm_layers(num_clients, dimension, seed)
+    L, d, _ = layers.shape
+    X = layers.reshape(L * d, d)
+    labels = np.tile(communities, L)
+    groups = np.repeat(np.arange(L, dtype=np.int64), d)
+    return X, labels, groups
+
+
+# ---------------------------------------------------------------------------
+# Digits and user files
+# ---------------------------------------------------------------------------
+
+
+def _load_digits(num_samples, dimension, seed):
+    """scikit-learn digits as float64, optionally subsampled."""
+    from sklearn.datasets import load_digits
+
+    dimension = _as_int("dimension", dimension)
+    if dimension not in (0, DIGITS_SHAPE[1]):
+        raise ValueError(
+            f'"dimension" is {dimension} but digits has {DIGITS_SHAPE[1]} columns; '
+            f"use 0 or {DIGITS_SHAPE[1]}"
+        )
+    bunch = load_digits()
+    X = np.asarray(bunch.data, dtype=np.float64)
+    labels = np.asarray(bunch.target, dtype=np.int64)
+    rows = _subsample_rows(X.shape[0], num_samples, seed, "digits")
+    if rows is None:
+        return X, labels, None
+    return X[rows], labels[rows], None
+
+
+def _subsample_rows(n: int, num_samples, seed: int, what: str) -> np.ndarray | None:
+    """Indices of the first ``num_samples`` of a seeded permutation, or None for all."""
+    k = _as_int("num-samples", num_samples)
+    if k == 0:
+        return None
+    if not 1 <= k <= n:
+        raise ValueError(
+            f'"num-samples" is {k} but {what} has {n} rows; use 0 (all rows) '
+            f"or a value between 1 and {n}"
+        )
+    return np.random.default_rng(seed).permutation(n)[:k]
+
+
+def _load_file(name: str, num_samples, dimension, seed):
+    """Load a user ``.npy`` / ``.csv`` file, validate it, optionally subsample."""
+    path = Path(name)
+    if not path.is_file():
+        raise ValueError(
+            f'"dataset" is {name!r}: file not found (FileNotFoundError); give an '
+            f"existing .npy/.csv path or one of {', '.join(DATASET_NAMES)}"
+        )
+    if name.lower().endswith(".npy"):
+        X = _read_npy(path)
+    else:
+        X = _read_csv(path)
+    _validate_matrix(X, name)
+    X = X.astype(np.float64)
+    dimension = _as_int("dimension", dimension)
+    if dimension not in (0, X.shape[1]):
+        raise ValueError(
+            f'"dimension" is {dimension} but {name!r} has {X.shape[1]} columns; '
+            f"use 0 or {X.shape[1]}"
+        )
+    rows = _subsample_rows(X.shape[0], num_samples, seed, repr(name))
+    if rows is not None:
+        X = X[rows]
+    return X, None, None
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    try:
+        X = np.load(path, allow_pickle=False)
+    except Exception as exc:  # corrupt file, pickled object array, ...
+        raise ValueError(f'"dataset" file {str(path)!r} is not a readable .npy array: {exc}') from exc
+    if not isinstance(X, np.ndarray):
+        raise ValueError(f'"dataset" file {str(path)!r} does not hold a single array')
+    return X
+
+
+def _read_csv(path: Path) -> np.ndarray:
+    bad = _first_non_numeric_cell(path)
+    if bad is not None:
+        line_no, cell = bad
+        raise ValueError(
+            f'"dataset" file {str(path)!r}, line {line_no}: cell {cell!r} is not a '
+            "number; the csv must be numeric, comma-separated, without a header"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # empty-file warning; checked below
+            return np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2)
+    except ValueError as exc:  # e.g. ragged rows
+        raise ValueError(f'"dataset" file {str(path)!r} could not be parsed as csv: {exc}') from exc
+
+
+def _first_non_numeric_cell(path: Path) -> tuple[int, str] | None:
+    """Return ``(1-based line number, cell)`` of the first non-numeric cell, or None."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            for cell in line.rstrip("\r\n").split(","):
+                try:
+                    float(cell)
+                except ValueError:
+                    return line_no, cell.strip()
+    return None
+
+
+def _validate_matrix(X: np.ndarray, name: str) -> None:
+    """Check a loaded user matrix: numeric, 2-D, non-empty, finite."""
+    if X.dtype == np.bool_ or not np.issubdtype(X.dtype, np.number) or np.iscomplexobj(X):
+        raise ValueError(
+            f'"dataset" file {name!r} has dtype {X.dtype}; a real numeric array is required'
+        )
+    if X.ndim != 2:
+        raise ValueError(
+            f'"dataset" file {name!r} has shape {X.shape}; a 2-D array '
+            "(rows = samples) is required"
+        )
+    if X.shape[0] < 1 or X.shape[1] < 1:
+        raise ValueError(
+            f'"dataset" file {name!r} has shape {X.shape}; at least 1 row and '
+            "1 column are required"
+        )
+    nonfinite = ~np.isfinite(X)
+    count = int(nonfinite.sum())
+    if count:
+        first_row = int(np.argmax(nonfinite.any(axis=1)))
+        raise ValueError(
+            f'"dataset" file {name!r} has {count} non-finite entries (NaN/inf), '
+            f"first in row {first_row}; all entries must be finite"
+        )
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+
+
+def _as_int(key: str, value) -> int:
+    """Return ``value`` as an int, or raise a ValueError naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f'"{key}" must be an integer, got {value!r}')
+    return int(value)
+
+
+def _unknown_dataset_message(name: str) -> str:
+    message = (
+        f'"dataset" is {name!r}, which is not a known dataset; use one of '
+        f"{', '.join(DATASET_NAMES)} or a path ending in .npy or .csv"
+    )
+    close = difflib.get_close_matches(name, DATASET_NAMES, n=1)
+    if close:
+        message += f" (did you mean {close[0]!r}?)"
+    return message

@@ -1,0 +1,128 @@
+"""In-process engine: Flower's ``Grid`` implemented by calling the ClientApp directly.
+
+No Ray, no network, deterministic: every instruction is answered at once by
+the same ``ClientApp`` object the Ray engine and the SuperNodes run, with a
+separate ``Context`` (and so node state) per node. Used by the tests and for
+wide parameter sweeps.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from uuid import uuid4
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY, SUPERLINK_NODE_ID, ErrorCode
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+__all__ = ["LocalGrid", "run_local"]
+
+FaultFn = Callable[[Message, int], str]
+
+
+class LocalGrid(Grid):
+    """A ``Grid`` whose nodes are in-process calls of a ``ClientApp``.
+
+    Parameters
+    ----------
+    client_app : flwr.client.ClientApp
+    num_nodes : int
+        Node ``i`` gets ``partition-id = i``.
+    run_config : dict
+        The fused run config every node sees.
+    fault_fn : callable, optional
+        ``fault_fn(message, partition_id) -> "ok" | "drop" | "error"``, to
+        inject stragglers (a dropped message gets no reply) and failures.
+    node_ids : list of int, optional
+        The ids of the nodes (default ``1000 + i``); any order, to mimic
+        Flower's random ids.
+    """
+
+    def __init__(self, client_app, num_nodes: int, run_config: dict, fault_fn: FaultFn | None = None,
+                 run_id: int = 1, node_ids: list[int] | None = None) -> None:
+        self._run = Run.create_empty(run_id=run_id)
+        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run_id, SUPERLINK_NODE_ID
+        self.client_app, self.fault_fn = client_app, fault_fn
+        self.node_ids = list(node_ids) if node_ids is not None else [1000 + i for i in range(num_nodes)]
+        self.partition_of = {nid: i for i, nid in enumerate(self.node_ids)}
+        self.contexts = {
+            nid: Context(run_id=run_id, node_id=nid,
+                         node_config={PARTITION_ID_KEY: i, NUM_PARTITIONS_KEY: num_nodes},
+                         state=RecordDict(), run_config=dict(run_config))
+            for nid, i in self.partition_of.items()
+        }
+        self._replies: dict[str, Message] = {}
+
+    def set_run(self, run: Run) -> None:  # noqa: D102
+        self._run = run
+
+    @property
+    def run(self) -> Run:  # noqa: D102
+        return self._run
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):  # noqa: D102
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:  # noqa: D102
+        return list(self.node_ids)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Deliver each message and store the node's reply (or an error reply)."""
+        ids = []
+        for msg in messages:
+            mid = uuid4().hex
+            msg.metadata.__dict__["_message_id"] = mid
+            ids.append(mid)
+            nid = msg.metadata.dst_node_id
+            action = self.fault_fn(msg, self.partition_of[nid]) if self.fault_fn else "ok"
+            if action == "drop":
+                continue
+            if action == "error":
+                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason="injected"), reply_to=msg)
+            else:
+                try:
+                    reply = self.client_app(copy.deepcopy(msg), self.contexts[nid])
+                except Exception as ex:  # a failing client becomes an error reply, as in Flower
+                    reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=repr(ex)),
+                                    reply_to=msg)
+            reply.metadata.__dict__["_message_id"] = uuid4().hex
+            self._replies[mid] = reply
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:  # noqa: D102
+        return [self._replies.pop(i) for i in message_ids if i in self._replies]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        """Push and pull at once: replies are computed synchronously."""
+        return self.pull_messages(self.push_messages(messages))
+
+
+def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[int] | None = None):
+    """Run the ServerApp against the ClientApp in this process.
+
+    Parameters
+    ----------
+    run_config : dict
+        A fused run config (:func:`simulations.engines.fused_run_config`).
+    fault_fn, node_ids
+        See :class:`LocalGrid`.
+
+    Returns
+    -------
+    strategy : flwr.server.strategy.Strategy
+        The strategy after the run: ``records`` and ``iterates`` hold the results.
+    """
+    from flwr.server.compat.app import start_grid
+
+    from client_app.app import app as client_app
+    from server_app.app import server_fn
+
+    m = int(run_config["num-clients"])
+    grid = LocalGrid(client_app, m, run_config, fault_fn=fault_fn, node_ids=node_ids)
+    components = server_fn(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
+    start_grid(grid=grid, server=components.server, config=components.config, strategy=components.strategy,
+               client_manager=components.client_manager)
+    return components.strategy

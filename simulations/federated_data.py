@@ -1,0 +1,101 @@
+"""The data of a simulated federation: one data set split into partitions.
+
+Both sides of a simulation call :func:`federated_dataset` with the same run
+config: a client takes its own partition, the server's harness takes the
+pooled matrix to compute the exact reference (the top-k eigenvectors of
+``(1/n) M^T M``), which no client ever sends. The result is cached per
+process, so a Ray actor that plays many clients builds the data once.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Mapping
+
+import numpy as np
+
+from fl_strategies.linalg import top_eigenvectors
+
+from .datasets import Dataset, load_dataset
+from .partitioners import partition
+
+__all__ = ["federated_dataset", "local_covariance", "reference_eigenvectors", "pooled_reference"]
+
+DATA_KEYS = ("dataset", "num-samples", "dimension", "rank", "num-clients", "data-seed", "row-normalize",
+             "partitioner", "dirichlet-alpha")
+
+
+def federated_dataset(cfg: Mapping[str, Any]) -> tuple[Dataset, list[np.ndarray]]:
+    """Load the data set named by ``cfg`` and split it over ``num-clients`` partitions.
+
+    Parameters
+    ----------
+    cfg : mapping
+        Validated run config; only the keys in :data:`DATA_KEYS` are read.
+
+    Returns
+    -------
+    data : Dataset
+        ``data.X`` has shape (n, d).
+    parts : list of ndarray
+        ``parts[i]`` holds the row indices of partition ``i``.
+    """
+    return _cached(tuple(cfg[k] for k in DATA_KEYS))
+
+
+@lru_cache(maxsize=4)
+def _cached(values: tuple) -> tuple[Dataset, list[np.ndarray]]:
+    c = dict(zip(DATA_KEYS, values))
+    data = load_dataset(c["dataset"], num_samples=c["num-samples"], dimension=c["dimension"], rank=c["rank"],
+                        num_clients=c["num-clients"], seed=c["data-seed"], row_normalize=c["row-normalize"])
+    parts = partition(c["partitioner"], data.X.shape[0], c["num-clients"], labels=data.labels,
+                      groups=data.groups, alpha=c["dirichlet-alpha"], seed=c["data-seed"])
+    return data, parts
+
+
+def local_covariance(cfg: Mapping[str, Any], partition_id: int) -> tuple[np.ndarray, int]:
+    """``A_i = M_i^T M_i / s_i`` of one partition and its row count ``s_i`` (cached).
+
+    Returns
+    -------
+    A : ndarray of shape (d, d)
+    num_rows : int
+    """
+    return _cached_covariance(tuple(cfg[k] for k in DATA_KEYS), partition_id)
+
+
+@lru_cache(maxsize=1024)
+def _cached_covariance(values: tuple, partition_id: int) -> tuple[np.ndarray, int]:
+    data, parts = _cached(values)
+    rows = data.X[parts[partition_id]]
+    return rows.T @ rows / rows.shape[0], rows.shape[0]
+
+
+def reference_eigenvectors(cfg: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``rank`` eigenpairs of the pooled covariance of the configured data (cached).
+
+    See :func:`pooled_reference`.
+    """
+    return _cached_reference(tuple(cfg[k] for k in DATA_KEYS))
+
+
+@lru_cache(maxsize=4)
+def _cached_reference(values: tuple) -> tuple[np.ndarray, np.ndarray]:
+    data, _ = _cached(values)
+    return pooled_reference(data.X, dict(zip(DATA_KEYS, values))["rank"])
+
+
+def pooled_reference(X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k eigenpairs of the pooled covariance ``(1/n) X^T X`` (scipy ``eigh``).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    k : int
+
+    Returns
+    -------
+    values : ndarray of shape (k,)
+    vectors : ndarray of shape (d, k)
+    """
+    return top_eigenvectors(X.T @ X / X.shape[0], k)

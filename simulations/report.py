@@ -1,0 +1,479 @@
+"""Summaries, Markdown tables and plots for federated-PCA comparisons.
+
+The functions in this module consume a *tidy* results frame with one row per
+``(run, seed, round)`` and at least the columns
+
+``run`` (str)
+    Identifier of one configuration (strategy + hyper-parameters).
+``strategy`` (str)
+    Name of the federated algorithm used by the run.
+``seed`` (int)
+    Random seed of the repetition.
+``round`` (int)
+    Communication round; ``0`` is the initial estimate before any
+    communication.
+metric column (float, default ``subspace_distance``)
+    Error of the current estimate, ``>= 0``; may be NaN when not computable.
+``bytes_up``, ``bytes_down`` (int)
+    Bytes sent client -> server and server -> client during the round.
+``panel`` (str, optional)
+    Runs sharing a panel value are drawn in the same subplot.  A missing
+    column or empty / missing values mean a single panel named ``""``.
+
+Public functions
+----------------
+rounds_to_reach
+    First round at which one seed of one run reaches a threshold.
+summarize
+    One summary row per run (final error, rounds to thresholds, bytes).
+write_summary_markdown
+    Render the output of :func:`summarize` as a Markdown pipe table.
+plot_metric
+    Median-over-seeds convergence curves with min/max bands (PNG).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+__all__ = [
+    "rounds_to_reach",
+    "summarize",
+    "write_summary_markdown",
+    "plot_metric",
+]
+
+#: Smallest value drawn on the log axis; zeros and tinier values are clipped.
+LOG_FLOOR = 1e-16
+#: Maximum number of subplots per row in :func:`plot_metric`.
+MAX_PANELS_PER_ROW = 3
+#: Placeholder used in Markdown tables for missing / unreached values.
+MISSING = "—"
+#: Prefix of the "rounds to reach a threshold" columns of :func:`summarize`.
+ROUNDS_TO_PREFIX = "rounds_to_"
+
+
+# --------------------------------------------------------------------------- #
+# Summaries
+# --------------------------------------------------------------------------- #
+def rounds_to_reach(
+    df_run_seed: pd.DataFrame, threshold: float, metric: str = "subspace_distance"
+) -> float:
+    """First communication round at which the metric drops to a threshold.
+
+    Parameters
+    ----------
+    df_run_seed : pandas.DataFrame
+        Rows of a single ``(run, seed)`` pair, with columns ``round`` and
+        `metric`.  Row order does not matter.
+    threshold : float
+        Target value; a round qualifies when ``metric <= threshold``.
+    metric : str, default "subspace_distance"
+        Name of the metric column.
+
+    Returns
+    -------
+    float
+        The smallest ``round`` whose metric is ``<= threshold``, as a float,
+        or ``np.nan`` if the threshold is never reached.  NaN metric values
+        never qualify.
+    """
+    values = pd.to_numeric(df_run_seed[metric], errors="coerce")
+    reached = df_run_seed.loc[values.le(threshold), "round"]
+    if reached.empty:
+        return float("nan")
+    return float(reached.min())
+
+
+def _threshold_column(threshold: float) -> str:
+    """Name of the summary column holding rounds to reach `threshold`."""
+    return f"{ROUNDS_TO_PREFIX}{threshold:g}"
+
+
+def _final_values(df_run: pd.DataFrame, metric: str) -> pd.Series:
+    """Metric at each seed's last round, indexed by seed."""
+    last = df_run.sort_values("round").groupby("seed", sort=True).tail(1)
+    return last.set_index("seed")[metric].astype(float)
+
+
+def _median_rounds_to(
+    df_run: pd.DataFrame, threshold: float, metric: str
+) -> float:
+    """Median over seeds of :func:`rounds_to_reach`; NaN if any seed misses."""
+    per_seed = [
+        rounds_to_reach(group, threshold, metric)
+        for _, group in df_run.groupby("seed", sort=True)
+    ]
+    if not per_seed or any(math.isnan(r) for r in per_seed):
+        return float("nan")
+    return float(np.median(per_seed))
+
+
+def _median_total_bytes(df_run: pd.DataFrame) -> float:
+    """Median over seeds of the total ``bytes_up + bytes_down``."""
+    traffic = df_run["bytes_up"].astype(float) + df_run["bytes_down"].astype(float)
+    per_seed = traffic.groupby(df_run["seed"]).sum()
+    return float(per_seed.median())
+
+
+def _summarize_run(
+    run: str, df_run: pd.DataFrame, thresholds: Sequence[float], metric: str
+) -> dict:
+    """Summary row (as a dict) for the rows of one run."""
+    finals = _final_values(df_run, metric)
+    row = {
+        "run": run,
+        "strategy": df_run["strategy"].iloc[0],
+        "seeds": int(df_run["seed"].nunique()),
+        "rounds": int(df_run["round"].max()),
+        "final_median": float(finals.median()),
+        "final_min": float(finals.min()),
+        "final_max": float(finals.max()),
+    }
+    for t in thresholds:
+        row[_threshold_column(t)] = _median_rounds_to(df_run, t, metric)
+    row["total_bytes"] = _median_total_bytes(df_run)
+    return row
+
+
+def summarize(
+    df: pd.DataFrame,
+    thresholds: Iterable[float] = (1e-2, 1e-4, 1e-10),
+    metric: str = "subspace_distance",
+) -> pd.DataFrame:
+    """Summarize a tidy results frame with one row per run.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Tidy results (see the module docstring for the columns).
+    thresholds : iterable of float, default (1e-2, 1e-4, 1e-10)
+        Targets for the "rounds to reach" columns.
+    metric : str, default "subspace_distance"
+        Name of the metric column.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per run, in order of first appearance in `df`, with columns
+
+        ``run``, ``strategy``
+            Identifiers (``strategy`` is taken from the run's first row).
+        ``seeds``
+            Number of distinct seeds.
+        ``rounds``
+            Largest ``round`` observed for the run.
+        ``final_median``, ``final_min``, ``final_max``
+            Median / min / max over seeds of the metric at each seed's last
+            round (NaN values are skipped).
+        ``rounds_to_{t:g}`` for each threshold ``t``
+            Median over seeds of :func:`rounds_to_reach`.  The value is NaN
+            if **any** seed never reaches the threshold, so a finite number
+            always means "every seed got there".
+        ``total_bytes``
+            Median over seeds of the sum of ``bytes_up + bytes_down`` over all
+            rounds.
+    """
+    thresholds = tuple(thresholds)
+    df = df.reset_index(drop=True)  # duplicate indices (e.g. from concat) are fine
+    rows = [
+        _summarize_run(run, df_run, thresholds, metric)
+        for run, df_run in df.groupby("run", sort=False)
+    ]
+    columns = (
+        ["run", "strategy", "seeds", "rounds", "final_median", "final_min", "final_max"]
+        + [_threshold_column(t) for t in thresholds]
+        + ["total_bytes"]
+    )
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --------------------------------------------------------------------------- #
+# Markdown
+# --------------------------------------------------------------------------- #
+def _is_missing(value) -> bool:
+    """True for None and float NaN."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _fmt_float(value) -> str:
+    """Scientific notation with two digits after the point, e.g. ``3.70e-05``."""
+    return MISSING if _is_missing(value) else f"{float(value):.2e}"
+
+
+def _fmt_rounds(value) -> str:
+    """Rounds as an integer (one decimal if a median falls between rounds)."""
+    if _is_missing(value):
+        return MISSING
+    value = float(value)
+    return f"{value:.0f}" if value.is_integer() else f"{value:.1f}"
+
+
+def _fmt_bytes(value) -> str:
+    """Human-readable byte count with decimal units (B, kB, MB, GB, TB)."""
+    if _is_missing(value):
+        return MISSING
+    value = float(value)
+    if abs(value) < 1e3:
+        return f"{value:.0f} B"
+    for unit, scale in (("kB", 1e3), ("MB", 1e6), ("GB", 1e9)):
+        if abs(value) < scale * 1e3:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value / 1e12:.1f} TB"
+
+
+def _fmt_final(row: pd.Series) -> str:
+    """Final metric as ``median [min, max]``."""
+    if _is_missing(row["final_median"]):
+        return MISSING
+    return (
+        f"{_fmt_float(row['final_median'])} "
+        f"[{_fmt_float(row['final_min'])}, {_fmt_float(row['final_max'])}]"
+    )
+
+
+def _escape_cell(text) -> str:
+    """Make a value safe for a Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _threshold_columns(summary: pd.DataFrame) -> list[str]:
+    """The ``rounds_to_*`` columns of a summary, in their order."""
+    return [c for c in summary.columns if c.startswith(ROUNDS_TO_PREFIX)]
+
+
+def _markdown_header(summary: pd.DataFrame, metric: str) -> list[str]:
+    """Human-readable header cells of the summary table."""
+    label = metric.replace("_", " ")
+    thresholds = [
+        f"rounds to {c[len(ROUNDS_TO_PREFIX):]}" for c in _threshold_columns(summary)
+    ]
+    return (
+        ["run", "strategy", "seeds", "rounds", f"final {label}"]
+        + thresholds
+        + ["total bytes"]
+    )
+
+
+def _markdown_row(row: pd.Series, threshold_cols: Sequence[str]) -> list[str]:
+    """Formatted cells for one summary row."""
+    return (
+        [
+            _escape_cell(row["run"]),
+            _escape_cell(row["strategy"]),
+            _fmt_rounds(row["seeds"]),
+            _fmt_rounds(row["rounds"]),
+            _fmt_final(row),
+        ]
+        + [_fmt_rounds(row[c]) for c in threshold_cols]
+        + [_fmt_bytes(row["total_bytes"])]
+    )
+
+
+def _pipe_line(cells: Sequence[str]) -> str:
+    """One GitHub-style table line."""
+    return "| " + " | ".join(cells) + " |"
+
+
+def write_summary_markdown(
+    summary: pd.DataFrame, path, title: str, metric: str
+) -> None:
+    """Write the output of :func:`summarize` as a Markdown file.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        Frame returned by :func:`summarize`.
+    path : str or os.PathLike
+        Destination file; parent directories are created if needed.
+    title : str
+        Text of the level-1 heading.
+    metric : str
+        Name of the metric that was summarized (used in the prose and header).
+
+    Notes
+    -----
+    Floats are written in scientific notation (``3.70e-05``), rounds as
+    integers, byte counts with decimal units (kB, MB, ...), and ``—`` marks a
+    threshold that was not reached (or a value that is not available).
+    """
+    label = metric.replace("_", " ")
+    threshold_cols = _threshold_columns(summary)
+    lines = [
+        f"# {title}",
+        "",
+        f"Final {label}: median [min, max] over seeds at the last round; "
+        "rounds to t: median over seeds of the first round with "
+        f"{label} <= t (\u201c{MISSING}\u201d where some seed never reached it); "
+        "total bytes: median over seeds of uploaded + downloaded bytes.",
+        "",
+    ]
+    header = _markdown_header(summary, metric)
+    lines.append(_pipe_line(header))
+    lines.append(_pipe_line(["---"] * len(header)))
+    for _, row in summary.iterrows():
+        lines.append(_pipe_line(_markdown_row(row, threshold_cols)))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- #
+# Plots
+# --------------------------------------------------------------------------- #
+def _panel_labels(df: pd.DataFrame) -> pd.Series:
+    """Panel of every row as a string; missing column / values become ``""``."""
+    if "panel" not in df.columns:
+        return pd.Series("", index=df.index)
+    return df["panel"].fillna("").astype(str)
+
+
+def _seed_bands(df_run: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Median, min and max over seeds per round, clipped for a log axis.
+
+    Returns a frame indexed by round with columns ``median``, ``low``,
+    ``high``; rounds where every seed is NaN are dropped.
+    """
+    values = df_run[metric].astype(float).clip(lower=LOG_FLOOR)
+    table = values.groupby([df_run["round"], df_run["seed"]]).mean().unstack("seed")
+    bands = pd.DataFrame(
+        {
+            "median": table.median(axis=1, skipna=True),
+            "low": table.min(axis=1, skipna=True),
+            "high": table.max(axis=1, skipna=True),
+        }
+    )
+    return bands.dropna(subset=["median"]).sort_index()
+
+
+def _run_colors(df: pd.DataFrame, panels: pd.Series) -> dict:
+    """Colour per run, consistent across panels.
+
+    Runs are coloured by strategy when no panel holds two runs of the same
+    strategy (so a strategy keeps its colour everywhere), else by run.
+    """
+    cycle = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
+    runs = (
+        df[["run", "strategy"]].assign(panel=panels.to_numpy()).drop_duplicates("run")
+    )
+    by_strategy = not runs.duplicated(["panel", "strategy"]).any()
+    keys = runs["strategy"] if by_strategy else runs["run"]
+    order = {k: i for i, k in enumerate(pd.unique(keys))}
+    return {
+        run: cycle[order[key] % len(cycle)] for run, key in zip(runs["run"], keys)
+    }
+
+
+def _plot_run(ax, bands: pd.DataFrame, label: str, color) -> None:
+    """Median line with markers and a min-max band for one run."""
+    x = bands.index.to_numpy(dtype=float)
+    markevery = max(1, len(x) // 25)
+    ax.fill_between(
+        x, bands["low"], bands["high"], color=color, alpha=0.18, linewidth=0
+    )
+    ax.plot(
+        x,
+        bands["median"],
+        color=color,
+        marker="o",
+        markersize=3.5,
+        markevery=markevery,
+        linewidth=1.4,
+        label=label,
+    )
+
+
+def _plot_panel(ax, df_panel: pd.DataFrame, metric: str, colors: dict) -> None:
+    """All runs of one panel on one axis (log y, grid, legend)."""
+    for run, df_run in df_panel.groupby("run", sort=False):
+        bands = _seed_bands(df_run, metric)
+        if not bands.empty:
+            _plot_run(ax, bands, str(run), colors[run])
+    ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(True, which="major", alpha=0.3)
+    ax.grid(True, which="minor", axis="y", alpha=0.08)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc="best", framealpha=0.85)
+
+
+def _make_axes(n_panels: int):
+    """Figure and flat list of axes: a grid with at most 3 panels per row."""
+    ncols = min(max(n_panels, 1), MAX_PANELS_PER_ROW)
+    nrows = math.ceil(max(n_panels, 1) / ncols)
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(5.0 * ncols, 3.8 * nrows),
+        sharey=True,
+        squeeze=False,
+    )
+    return fig, axes
+
+
+def plot_metric(
+    df: pd.DataFrame,
+    path,
+    metric: str = "subspace_distance",
+    title: str = "",
+    ylabel: str | None = None,
+) -> None:
+    """Plot convergence curves (median over seeds with min-max bands) to a PNG.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Tidy results (see the module docstring).  If a ``panel`` column is
+        present, runs sharing a panel value share a subplot; otherwise all runs
+        are drawn in one subplot.
+    path : str or os.PathLike
+        Destination PNG file; parent directories are created if needed.
+    metric : str, default "subspace_distance"
+        Column drawn on the y axis (log scale).
+    title : str, default ""
+        Figure title (omitted when empty).  Non-empty panel names are used as
+        subplot titles.
+    ylabel : str, optional
+        y-axis label; defaults to `metric` with underscores replaced by spaces.
+
+    Notes
+    -----
+    Values below ``1e-16`` (including exact zeros) are clipped to ``1e-16`` so
+    that the log axis works; NaN values are skipped.  Subplots are laid out in
+    rows of at most three with a shared y axis; the figure is saved at 120 dpi
+    and closed.
+    """
+    df = df.reset_index(drop=True)  # duplicate indices (e.g. from concat) are fine
+    panels = _panel_labels(df)
+    panel_names = list(pd.unique(panels))
+    colors = _run_colors(df, panels)
+    fig, axes = _make_axes(len(panel_names))
+    flat = axes.ravel()
+    ncols = axes.shape[1]
+    for i, name in enumerate(panel_names):
+        ax = flat[i]
+        _plot_panel(ax, df[panels == name], metric, colors)
+        if name:
+            ax.set_title(name, fontsize="medium")
+        ax.set_xlabel("communication rounds")
+        if i % ncols == 0:
+            ax.set_ylabel(ylabel if ylabel is not None else metric.replace("_", " "))
+    for ax in flat[len(panel_names):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

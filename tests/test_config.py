@@ -1,0 +1,76 @@
+"""Bad configurations fail before round 1 with a message naming the key."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import run_app
+from fl_strategies.config import KEYS, ConfigError, validate_run_config
+from simulations.engines import APP_DIR, fused_run_config
+
+
+def test_pyproject_defaults_are_exactly_the_validated_keys():
+    table = tomllib.loads((APP_DIR / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    assert set(table) == set(KEYS)
+    validate_run_config(table)
+
+
+@pytest.mark.parametrize("overrides, key, fragment", [
+    ({"strategy": "fedpowr"}, "strategy", "Did you mean 'fedpower'"),
+    ({"rank": 5, "iteration-rank": 3}, "iteration-rank", ">= rank = 5"),
+    ({"clients-per-round": 30}, "clients-per-round", "at most num-clients = 10"),
+    ({"epsilon": -1.0}, "epsilon", ">= 0"),
+    ({"delta": 0.0}, "delta", "(0, 1)"),
+    ({"delta": 1.5}, "delta", "(0, 1)"),
+    ({"local-steps": 0}, "local-steps", ">= 1"),
+    ({"schedule": "decay"}, "schedule", "Did you mean 'decayed'"),
+    ({"alignment": "procrustes"}, "alignment", "opt, none"),
+    ({"num-clients": 0}, "num-clients", ">= 1"),
+    ({"rank": 2.5}, "rank", "integer"),
+    ({"row-normalize": 1}, "row-normalize", "true or false"),
+    ({"epsilon": 1.0, "row-normalize": False}, "row-normalize", "unit L2 norm"),
+])
+def test_bad_values_name_the_key(overrides, key, fragment):
+    cfg = fused_run_config(overrides)
+    with pytest.raises(ConfigError) as info:
+        validate_run_config(cfg)
+    assert key in str(info.value) and fragment in str(info.value)
+
+
+def test_unknown_key_gets_a_suggestion():
+    cfg = dict(fused_run_config({}), **{"local-step": 2})
+    with pytest.raises(ConfigError, match="unknown run-config key 'local-step'.*Did you mean 'local-steps'"):
+        validate_run_config(cfg)
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    ({"rank": 60, "iteration-rank": 60}, r'"rank" is 60 .*dimension is 50'),
+    ({"iteration-rank": 51}, "iteration-rank must be at most the data dimension d = 50, got 51"),
+    ({"dataset": "digits", "dimension": 0, "num-samples": 0, "rank": 70, "iteration-rank": 70},
+     "at most the data dimension d = 64"),
+    ({"dataset": "no/such/file.npy"}, "dataset"),
+    ({"strategy": "fedsvd"}, "strategy"),
+])
+def test_bad_configs_fail_before_round_one(overrides, fragment):
+    calls = []
+
+    def spy(msg, pid):
+        calls.append(msg.metadata.message_type)
+        return "ok"
+
+    with pytest.raises(ValueError, match=fragment):
+        run_app(fault_fn=spy, **overrides)
+    assert calls == []  # no client was contacted
+
+
+def test_power_baseline_fixes_its_settings():
+    cfg = validate_run_config(fused_run_config({"strategy": "power", "local-steps": 4, "epsilon": 2.0,
+                                                "clients-per-round": 3}))
+    assert (cfg["local-steps"], cfg["epsilon"], cfg["clients-per-round"], cfg["schedule"]) == (1, 0.0, 10, "fixed")
+
+
+def test_readme_documents_every_key():
+    readme = (APP_DIR / "README.md").read_text()
+    for key in KEYS:
+        assert f"| `{key}` |" in readme, key
