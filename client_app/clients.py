@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .faps_client import FapsClient
 from .fedpower_client import FedPowerClient
 
-CLIENTS = {"fedpower": FedPowerClient, "power": FedPowerClient}
+CLIENTS = {"fedpower": FedPowerClient, "power": FedPowerClient, "ssi": FedPowerClient,
+           "localpower": FedPowerClient, "faps": FapsClient}

@@ -75,4 +75,7 @@ class FedPowerClient(NumPyClient):
         Y, Z_prev = local_power_iterations(self.A, Z, steps, self.noise_std, rng)
         self.context.state.config_records["fedpower"] = ConfigRecord({"steps": done + steps})
         arrays = [Y, Z_prev] if steps > 1 else [Y]
-        return arrays, self.s, {"partition-id": self.partition_id}
+        metrics = {"partition-id": self.partition_id}
+        if self.cfg["stop-tol"] > 0:  # the stopping rule's objective tr(Z^T M_i Z) at the received Z
+            metrics["f"] = float(self.s * np.sum(Z * (self.A @ Z)))
+        return arrays, self.s, metrics

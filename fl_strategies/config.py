@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import difflib
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from .privacy import achieved_epsilon, noise_multiplier
 from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "validate_run_config", "check_against_data", "total_iterations"]
@@ -45,15 +47,15 @@ def _key(name, kind, doc, check=None, allowed="", choices=()):
     return Key(name, kind, doc, check, allowed, tuple(choices))
 
 
-STRATEGY_NAMES = ("fedpower", "power")
-PARTITIONERS = ("iid", "contiguous", "label", "dirichlet", "group")
+STRATEGY_NAMES = ("fedpower", "power", "faps", "ssi", "localpower")
+PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.partitioners
 
 KEYS: dict[str, Key] = {
     k.name: k
     for k in [
         _key("strategy", str, "algorithm to run", choices=STRATEGY_NAMES),
-        _key("dataset", str, "named generator or bundled set (fedpower-model1, fedpower-model2, digits) "
-             "or a path to a .npy/.csv file whose rows are samples"),
+        _key("dataset", str, "named generator or bundled set (fedpower-model1, fedpower-model2, digits, faps-geometric, "
+             "faps-arithmetic) or a path to a .npy/.csv file whose rows are samples", allowed="a non-empty string"),
         _key("partitioner", str, "how rows are split over clients", choices=PARTITIONERS),
         _key("dirichlet-alpha", float, "concentration of the Dirichlet label skew",
              lambda v: v > 0, "a number > 0"),
@@ -63,13 +65,14 @@ KEYS: dict[str, Key] = {
         _key("rank", int, "k, the target rank", lambda v: v >= 1, "an integer >= 1"),
         _key("iteration-rank", int, "r >= k, columns iterated (0 = rank)", lambda v: v >= 0,
              "0 or an integer >= rank"),
-        _key("num-server-rounds", int, "communication rounds (used when total-iterations is 0)",
-             lambda v: v >= 1, "an integer >= 1"),
+        _key("num-server-rounds", int, "communication rounds (the maximum, with stop-tol; used when "
+             "total-iterations is 0)", lambda v: v >= 1, "an integer in [1, 1000000]"),
         _key("total-iterations", int, "T, local iterations in total; > 0 fixes the schedule and the number of "
-             "rounds, 0 derives T from num-server-rounds", lambda v: v >= 0, "an integer >= 0"),
+             "rounds, 0 derives T from num-server-rounds", lambda v: v >= 0, "an integer in [0, 1000000] (and T <= 1000000)"),
         _key("local-steps", int, "p, local iterations between communications", lambda v: v >= 1,
              "an integer >= 1"),
-        _key("schedule", str, "fixed: p every round; decayed: p, p-1, ..., 1, 1, ...", choices=SCHEDULES),
+        _key("schedule", str, "fixed: p every round; decayed: p, p-1, ..., 1, 1, ...; halving: p, p//2, ..., 1, 1, ...",
+             choices=SCHEDULES),
         _key("alignment", str, "opt: Orthogonal Procrustes alignment before averaging; none: plain average",
              choices=("opt", "none")),
         _key("epsilon", float, "privacy target epsilon; 0 = no noise", lambda v: v >= 0 and math.isfinite(v),
@@ -79,47 +82,107 @@ KEYS: dict[str, Key] = {
              lambda v: v >= 0 and math.isfinite(v), "a finite number >= 0"),
         _key("noise-source", str, "seeded: reproducible from seed; os: operating-system entropy (private "
              "from the server)", choices=("seeded", "os")),
-        _key("seed", int, "run seed: initialisation, sampling and seeded noise derive from it"),
-        _key("data-seed", int, "seed of the synthetic data and of the partition"),
-        _key("num-samples", int, "rows of a generated data set (0 = the generator's default)",
+        _key("seed", int, "run seed: initialisation, sampling and seeded noise derive from it", allowed="an integer >= 0"),
+        _key("data-seed", int, "seed of the synthetic data and of the partition", allowed="an integer >= 0"),
+        _key("num-samples", int, "rows of a generated data set (m for the FAPS generators); for digits and files "
+             "0 = all rows, else a seeded subsample",
              lambda v: v >= 0, "an integer >= 0"),
         _key("dimension", int, "d of a generated data set; for files and bundled sets 0 or their width",
              lambda v: v >= 0, "an integer >= 0"),
         _key("row-normalize", bool, "scale every row to unit L2 norm (required by the privacy calibration)"),
-        _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy ('' = none)"),
+        _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy ('' = none)",
+             allowed="string (a writable directory)"),
         _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
              lambda v: v >= 0, "a number >= 0"),
+        _key("stop-tol", float, "stopping rule (27) of the FAPS paper: stop when the objective's relative "
+             "change is at most this (0 = run all rounds)", lambda v: 0 <= v < 1, "a number in [0, 1)"),
+        _key("inner-solver", str, "FAPS local subproblem: ssi (subspace iterations) or exact (eigh)",
+             choices=("ssi", "exact")),
+        _key("inner-tol", float, "FAPS inner rule (26): stop when the basis changes by at most inner-tol (relative Frobenius norm)",
+             lambda v: v >= 0, "a number >= 0"),
+        _key("inner-steps", int, "FAPS: a fixed number of inner iterations (0 = use inner-tol)",
+             lambda v: v >= 0, "an integer >= 0"),
+        _key("inner-max-steps", int, "FAPS: cap on inner iterations under the inner-tol rule",
+             lambda v: v >= 1, "an integer >= 1"),
+        _key("penalty-init", float, "FAPS: beta_0 = penalty-init times the squared spectral norm of the client's data", lambda v: v > 0, "a number > 0"),
+        _key("penalty-theta", float, "FAPS rule (25): beta grows by the factor 1 + theta", lambda v: v >= 0,
+             "a number >= 0"),
+        _key("penalty-mu", float, "FAPS rule (25): required relative decrease of d_i over 5 rounds",
+             lambda v: v >= 0, "a number >= 0"),
+        _key("xi", float, "faps-geometric data: singular values xi^(1-i)", lambda v: v > 1, "a number > 1"),
+        _key("kappa", float, "faps-arithmetic data: singular values from 1 down to 1/kappa", lambda v: v > 1,
+             "a number > 1"),
     ]
 }
 
-# Settings a baseline fixes whatever the configuration says.
+# Settings an algorithm fixes whatever the configuration says.
+_NO_NOISE_ALL_CLIENTS = lambda c: {"epsilon": 0.0, "noise-std": 0.0, "clients-per-round": c["num-clients"]}  # noqa
 FIXED_BY_STRATEGY: dict[str, Callable[[dict], dict]] = {
-    "power": lambda c: {"local-steps": 1, "schedule": "fixed", "epsilon": 0.0, "noise-std": 0.0,
-                        "clients-per-round": c["num-clients"], "alignment": "none", "total-iterations": 0},
+    "power": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "local-steps": 1, "schedule": "fixed", "alignment": "none",
+                        "total-iterations": 0},
+    "ssi": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "local-steps": 1, "schedule": "fixed", "alignment": "none",
+                      "total-iterations": 0, "iteration-rank": c["rank"]},
+    "localpower": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "schedule": "halving", "alignment": "opt",
+                             "total-iterations": 0, "iteration-rank": c["rank"]},
+    "faps": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "iteration-rank": c["rank"]},
 }
 
 
-def _suggest(name: str, options) -> str:
-    close = difflib.get_close_matches(name, list(options), n=1)
+MAX_ITERATIONS = 1_000_000
+"""Upper limit on ``num-server-rounds``, ``total-iterations`` and the total number of local iterations ``T``.
+
+Far beyond any useful run, and low enough that the schedule (one entry per
+round) is built in a moment instead of exhausting memory before round 1."""
+
+
+def keys_markdown(defaults: Mapping[str, Any]) -> str:
+    """The README's table of run-config keys: key, default, allowed values, meaning.
+
+    ``python -m fl_strategies.config`` prints it with the defaults of ``pyproject.toml``.
+    """
+    kinds = {int: "an integer", float: "a number", bool: "true / false", str: "a string"}
+    lines = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
+    for key in KEYS.values():
+        value = defaults[key.name]
+        shown = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value
+        allowed = ", ".join(key.choices) if key.choices else (key.allowed or kinds[key.kind])
+        lines.append(f"| `{key.name}` | {shown} | {allowed} | {key.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+def _suggest(name: Any, options) -> str:
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, [str(o) for o in options], n=1)
     return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def _coerce(key: Key, value: Any) -> Any:
+    """``value`` as ``key.kind``; floats must be finite (NaN and inf are refused for every float key)."""
+    is_bool = isinstance(value, bool) or type(value).__name__ == "bool_"  # also numpy's bool
     if key.kind is bool:
-        if isinstance(value, bool):
-            return value
+        if is_bool:
+            return bool(value)
         raise ConfigError(f"{key.name} must be true or false, got {value!r}")
-    if isinstance(value, bool):
+    if is_bool:
         raise ConfigError(f"{key.name} must be {key.allowed or 'a ' + key.kind.__name__}, got {value!r}")
     if key.kind is int:
-        if isinstance(value, int):
-            return value
+        if isinstance(value, numbers.Integral):
+            return int(value)
         if isinstance(value, float) and value.is_integer():
             return int(value)
         raise ConfigError(f"{key.name} must be {key.allowed or 'an integer'}, got {value!r}")
     if key.kind is float:
-        if isinstance(value, (int, float)):
-            return float(value)
+        if isinstance(value, numbers.Real):
+            try:
+                number = float(value)
+            except (OverflowError, ValueError):
+                number = math.inf
+            if math.isfinite(number):
+                return number
+            allowed = key.allowed or "a number"
+            raise ConfigError(f"{key.name} must be {allowed}{'' if 'finite' in allowed else ' and finite'}, "
+                              f"got {value!r}")
         raise ConfigError(f"{key.name} must be {key.allowed or 'a number'}, got {value!r}")
     if not isinstance(value, str):
         raise ConfigError(f"{key.name} must be a string, got {value!r}")
@@ -146,8 +209,23 @@ def validate_run_config(raw: Mapping[str, Any]) -> dict[str, Any]:
     ConfigError
         On an unknown or missing key, a value of the wrong type or out of
         range, or inconsistent keys. The message names the key, the value and
-        what is allowed.
+        what is allowed. This is the only exception it raises, whatever
+        ``raw`` holds.
+
+    Notes
+    -----
+    Beyond each key's own range (:data:`KEYS`): every float key must be finite
+    (NaN and inf are refused); ``seed`` and ``data-seed`` must be >= 0 (they
+    seed numpy); ``dataset`` must not be empty; ``num-server-rounds``,
+    ``total-iterations`` and the total number of local iterations ``T`` are at
+    most :data:`MAX_ITERATIONS`; with noise, the privacy accounting over ``T``
+    steps must be a finite number (an ``epsilon`` so small that Theorem 6's
+    noise overflows, or a ``noise-std`` so small that a client with a single
+    row would have no finite epsilon, is refused). Whether ``results-dir`` is
+    writable is checked by the server (the clients do not write there).
     """
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"a run config must be a table of key = value pairs, got {type(raw).__name__}")
     unknown = [k for k in raw if k not in KEYS]
     if unknown:
         k = unknown[0]
@@ -178,10 +256,41 @@ def validate_run_config(raw: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"iteration-rank must be >= rank = {cfg['rank']} (or 0 for rank), "
                           f"got {cfg['iteration-rank']}")
     noisy = cfg["epsilon"] > 0 or cfg["noise-std"] > 0
+    if noisy and cfg["stop-tol"] > 0:
+        raise ConfigError("stop-tol must be 0 when epsilon or noise-std is set: the stopping rule needs each "
+                          "client's exact objective, which the noise is there to hide")
     if noisy and not cfg["row-normalize"]:
         raise ConfigError("row-normalize must be true when epsilon or noise-std is set: the privacy "
                           "calibration (Theorem 6) assumes rows of unit L2 norm")
+    _check_more(cfg)
     return cfg
+
+
+def _check_more(cfg: dict[str, Any]) -> None:
+    """The checks :data:`KEYS` cannot express (see :func:`validate_run_config`, Notes)."""
+    for name in ("seed", "data-seed"):
+        if cfg[name] < 0:
+            raise ConfigError(f"{name} must be an integer >= 0 (it seeds numpy's generators), got {cfg[name]}")
+    if not cfg["dataset"].strip():
+        raise ConfigError(f"dataset must name a data set or a .npy/.csv file, got {cfg['dataset']!r}")
+    for name in ("num-server-rounds", "total-iterations"):
+        if cfg[name] > MAX_ITERATIONS:
+            raise ConfigError(f"{name} must be at most {MAX_ITERATIONS}, got {cfg[name]}")
+    T = total_iterations(cfg)  # the schedule has at most MAX_ITERATIONS entries now
+    if T > MAX_ITERATIONS:
+        raise ConfigError(f"local-steps = {cfg['local-steps']} with num-server-rounds = {cfg['num-server-rounds']} "
+                          f"and total-iterations = {cfg['total-iterations']} ({cfg['schedule']} schedule) means "
+                          f"T = {T} local iterations; at most {MAX_ITERATIONS} are allowed")
+    if cfg["noise-std"] > 0:  # worst case of the accounting: a client with a single row
+        sigma_g = cfg["noise-std"] / (2.0 * math.sqrt(cfg["iteration-rank"]))
+        if not math.isfinite(achieved_epsilon(sigma_g, T, cfg["delta"])):
+            raise ConfigError(f"noise-std = {cfg['noise-std']!r} is too small to account for: the epsilon spent "
+                              f"over T = {T} steps is not a finite number; use 0 for no noise or a larger value")
+    elif cfg["epsilon"] > 0:
+        sigma_g = noise_multiplier(cfg["epsilon"], cfg["delta"], T)
+        if not math.isfinite(2.0 * math.sqrt(cfg["iteration-rank"]) * sigma_g):
+            raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too small: "
+                              f"Theorem 6's noise standard deviation over T = {T} steps is not a finite number")
 
 
 def total_iterations(cfg: Mapping[str, Any]) -> int:
@@ -214,3 +323,11 @@ def check_against_data(cfg: Mapping[str, Any], dimension: int, num_rows: int) ->
     if cfg["num-clients"] > num_rows:
         raise ConfigError(f"num-clients must be at most the number of rows n = {num_rows}, "
                           f"got {cfg['num-clients']}")
+
+
+if __name__ == "__main__":
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    print(keys_markdown(tomllib.loads(pyproject.read_text())["tool"]["flwr"]["app"]["config"]), end="")

@@ -27,41 +27,29 @@ same as full participation; this implementation follows the issue's
 definition.
 
 With ``p = 1`` and no noise the method is the distributed power method
-(Algorithm 1), which is how the ``power`` baseline runs.
+(Algorithm 1), which is how the ``power`` baseline runs; the FAPS paper's
+baselines are the same strategy: ``ssi`` (``p = 1``) and ``localpower`` (the
+``halving`` schedule 8, 4, 2, 1, ... with OPT alignment), with its stopping rule.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-from flwr.common import (
-    FitIns,
-    FitRes,
-    GetPropertiesIns,
-    Parameters,
-    Scalar,
-    ndarrays_to_parameters,
-    parameters_to_ndarrays,
-)
+from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
-from flwr.server.strategy import Strategy
 
-from .config import ConfigError, total_iterations
-from .linalg import gaussian_basis, orth, procrustes, subspace_distance
-from .privacy import achieved_epsilon, noise_multiplier
+from .config import total_iterations
+from .eigenspace import STREAM_NOISE, STREAM_SAMPLING, EigenspaceStrategy, log
+from .linalg import orth, procrustes
+from .privacy import achieved_epsilon, noise_multiplier, noise_std
+from .replies import check_array, check_orthonormal, check_origin, decode_arrays, scalar_metric
 from .schedule import round_lengths
 
-__all__ = ["local_power_iterations", "FedPowerStrategy", "RoundRecord"]
-
-log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
-
-# Tags that separate the random streams derived from one run seed.
-STREAM_INIT, STREAM_SAMPLING, STREAM_NOISE = 0, 1, 2
+__all__ = ["local_power_iterations", "FedPowerStrategy", "STREAM_NOISE"]
 
 
 def local_power_iterations(
@@ -99,12 +87,8 @@ def local_power_iterations(
     return Y, Z_prev
 
 
-class RoundRecord(dict):
-    """One row of the results table (a dict with the column names as keys)."""
-
-
-class FedPowerStrategy(Strategy):
-    """Server side of FedPower / the distributed power method as a Flower Strategy.
+class FedPowerStrategy(EigenspaceStrategy):
+    """Server side of FedPower and of the power-method baselines (power, ssi, localpower).
 
     Parameters
     ----------
@@ -112,41 +96,32 @@ class FedPowerStrategy(Strategy):
         Effective run configuration (:func:`fl_strategies.config.validate_run_config`).
     dimension : int
         ``d``.
-    reference : ndarray of shape (d, k), optional
-        The top-k eigenvectors of the pooled matrix, computed by the harness
-        from data no client sends; when given every round records
-        ``subspace_distance``.
+    reference : fl_strategies.metrics.Reference, optional
+        Exact spectral information of the pooled data (see
+        :class:`~fl_strategies.eigenspace.EigenspaceStrategy`).
     wait_timeout : float
         Seconds to wait for ``num-clients`` nodes to register.
 
-    Attributes
-    ----------
-    records : list of dict
-        One row per round (round 0 is the initial estimate).
-    iterates : list of ndarray
-        ``Z`` after each round, ``iterates[0] = Z_0``.
+    Notes
+    -----
+    Bad input never stops a run. A node that fails discovery is left out (its
+    partition then counts in ``failures`` whenever it is sampled; the
+    smallest available partition id is the reference). A reply is rejected,
+    counted in ``rejected`` and logged at WARNING with its partition and node
+    id when it comes from a node the server does not know or a partition not
+    asked this round, repeats a partition, claims another partition id or row
+    count than the node registered with, or fails :meth:`_decode`.
     """
 
-    def __init__(self, cfg: dict[str, Any], dimension: int, reference: np.ndarray | None = None,
-                 wait_timeout: float = 600.0) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.d, self.r, self.k = dimension, cfg["iteration-rank"], cfg["rank"]
-        self.m, self.K = cfg["num-clients"], cfg["clients-per-round"]
+    partial_ok = True
+
+    def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
+        super().__init__(cfg, dimension, reference, wait_timeout)
+        self.K = cfg["clients-per-round"]
         self.lengths = round_lengths(cfg["local-steps"], cfg["schedule"],
                                      total_iterations=cfg["total-iterations"], num_rounds=cfg["num-server-rounds"])
         self.T = total_iterations(cfg)
-        self.reference = reference
-        self.wait_timeout = wait_timeout
-        self.timeout = cfg["round-timeout"] or None
-        self.records: list[RoundRecord] = []
-        self.iterates: list[np.ndarray] = []
-        self.proxies: dict[int, ClientProxy] = {}
-        self.sizes: dict[int, int] = {}
-        self._pending: dict[str, Any] = {}
-        self.on_round = None  # optional callable(record, Z) called after every round, e.g. a results writer
 
-    # -- set-up -------------------------------------------------------------------------------------
     @property
     def num_rounds(self) -> int:
         """Communication rounds of the run (``len`` of the schedule)."""
@@ -154,43 +129,8 @@ class FedPowerStrategy(Strategy):
 
     def __repr__(self) -> str:
         c = self.cfg
-        return (f"FedPowerStrategy(d={self.d}, k={self.k}, r={self.r}, m={self.m}, K={self.K}, "
+        return (f"FedPowerStrategy({c['strategy']}: d={self.d}, k={self.k}, r={self.r}, m={self.m}, K={self.K}, "
                 f"p={c['local-steps']}, schedule={c['schedule']}, T={self.T}, alignment={c['alignment']})")
-
-    def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
-        """Wait for all clients, learn their partition ids and sizes, and draw ``Z_0``."""
-        self._discover(client_manager)
-        Z0 = gaussian_basis(self.d, self.r, np.random.default_rng([self.cfg["seed"], STREAM_INIT]))
-        self.iterates = [Z0]
-        return ndarrays_to_parameters([Z0])
-
-    def _discover(self, client_manager: ClientManager) -> None:
-        deadline = time.monotonic() + self.wait_timeout
-        while client_manager.num_available() < self.m:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {client_manager.num_available()} of num-clients = {self.m} nodes "
-                                   f"connected within {self.wait_timeout:.0f} s")
-            time.sleep(0.2)
-        proxies = sorted(client_manager.all().values(), key=lambda p: p.cid)
-
-        def ask(proxy: ClientProxy):
-            return proxy, proxy.get_properties(GetPropertiesIns(config={}), timeout=self.timeout, group_id=0)
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            answers = list(pool.map(ask, proxies))
-        for proxy, res in answers:
-            props = res.properties
-            pid, dim = int(props["partition-id"]), int(props["dimension"])
-            if dim != self.d:
-                raise ConfigError(f"client with partition-id {pid} has data of dimension {dim}, expected {self.d}")
-            if pid in self.proxies:
-                raise ConfigError(f"two nodes report partition-id {pid}")
-            self.proxies[pid], self.sizes[pid] = proxy, int(props["num-examples"])
-        if sorted(self.proxies) != list(range(self.m)):
-            raise ConfigError(f"nodes report partition ids {sorted(self.proxies)}; expected 0..{self.m - 1} "
-                              f"(num-clients = {self.m})")
-        log.info("FedPower: %d clients, %d rows in all, %d rounds, T = %d local iterations",
-                 self.m, sum(self.sizes.values()), self.num_rounds, self.T)
 
     # -- one round ----------------------------------------------------------------------------------
     def _sample(self, server_round: int) -> dict[int, int]:
@@ -206,79 +146,129 @@ class FedPowerStrategy(Strategy):
         """Send ``Z`` to the sampled clients and to the reference client."""
         steps = self.lengths[server_round - 1]
         multiplicity = self._sample(server_round)
-        targets = sorted(set(multiplicity) | {0})
+        # partitions left out at discovery (their node failed) are not asked and count as failures
+        available = set(self.proxies)
+        targets = sorted((set(multiplicity) | {min(available)}) & available)
         config: dict[str, Scalar] = {"local-steps": steps, "round": server_round,
                                      "iteration-offset": sum(self.lengths[: server_round - 1])}
         fit_ins = FitIns(parameters, config)
         Z = parameters_to_ndarrays(parameters)[0]
         self._pending = {"start": time.perf_counter(), "multiplicity": multiplicity, "steps": steps, "Z": Z,
-                         "bytes_down": len(targets) * Z.nbytes}
+                         "bytes_down": len(targets) * Z.nbytes, "asked": set(targets),
+                         "unavailable": len(set(multiplicity) - available)}
         return [(self.proxies[pid], fit_ins) for pid in targets]
 
-    def _decode(self, res: FitRes, steps: int, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray] | str:
-        """``(Y, Z_prev)`` of a reply, or the reason it is rejected."""
-        arrays = parameters_to_ndarrays(res.parameters)
+    def reply_norm_bound(self, partition_id: int | None) -> float | None:
+        """Upper bound on ``||Y_i||_F`` of an honest reply of a partition; ``None`` if there is none.
+
+        With ``row-normalize`` every row of ``M_i`` has unit norm (or is zero),
+        so ``A_i = M_i^T M_i / s_i`` is positive semidefinite with
+        ``tr(A_i) <= 1``, hence ``||A_i||_2 <= 1`` and, for the orthonormal
+        ``Z_prev``, ``||A_i Z_prev||_F <= ||A_i||_2 ||Z_prev||_F = sqrt(r)``.
+        The noise ``N`` has ``d r`` iid ``N(0, nu_i^2)`` entries, so
+        ``||N||_F`` is about ``nu_i sqrt(d r)`` and exceeds ``8 nu_i sqrt(d r)``
+        with probability below ``exp(-24 d r)`` (chi concentration). The bound is
+        therefore ``sqrt(r) + 8 nu_i sqrt(d r)`` (plus ``1e-6`` for round-off),
+        with ``nu_i = noise-std`` when that is set and otherwise Theorem 6's
+        ``nu_i = 2 sqrt(r) sigma_g / s_i``, computed from the row count
+        ``s_i`` the client reported, exactly as the client computes its own.
+        Without ``row-normalize`` the data's scale is unknown to the server and
+        there is no bound (only finiteness is checked).
+        """
+        cfg = self.cfg
+        if not cfg["row-normalize"]:
+            return None
+        if cfg["noise-std"] > 0:
+            nu = cfg["noise-std"]
+        elif cfg["epsilon"] > 0 and partition_id in self.sizes:
+            nu = noise_std(cfg["epsilon"], cfg["delta"], self.T, self.r, self.sizes[partition_id])
+        else:
+            nu = 0.0
+        return float(np.sqrt(self.r) + 1e-6 + 8.0 * nu * np.sqrt(self.d * self.r))
+
+    def _decode(self, res: FitRes, steps: int, Z: np.ndarray,
+                partition_id: int | None = None) -> tuple[np.ndarray, np.ndarray] | str:
+        """``(Y, Z_prev)`` of a reply, or the reason it is rejected (checks of :mod:`fl_strategies.replies`).
+
+        A reply holds ``Y`` (and ``Z_prev`` when ``steps > 1``), each ``d x r``,
+        floating point and finite; ``||Y||_F`` is within
+        :meth:`reply_norm_bound` and ``Z_prev`` is orthonormal.
+        """
         expected = 2 if steps > 1 else 1
-        if len(arrays) != expected:
-            return f"{len(arrays)} arrays instead of {expected}"
-        for a in arrays:
-            if a.shape != (self.d, self.r):
-                return f"shape {a.shape} instead of {(self.d, self.r)}"
-            if not np.issubdtype(a.dtype, np.floating):
-                return f"dtype {a.dtype} is not floating point"
-            if not np.all(np.isfinite(a)):
-                return "non-finite values"
+        shape = (self.d, self.r)
+        # np.save of a d x r array: 8 bytes an entry plus a header; twice that allows float128
+        arrays = decode_arrays(res, expected, max_bytes=16 * self.d * self.r + 4096)
+        if isinstance(arrays, str):
+            return arrays
+        reason = check_array(arrays[0], shape, max_norm=self.reply_norm_bound(partition_id), name="Y")
+        if reason is None and steps > 1:
+            reason = check_array(arrays[1], shape, name="Z_prev") or check_orthonormal(arrays[1], name="Z_prev")
+        if reason is None and self.stop_tol > 0:
+            f = scalar_metric(res, "f")
+            reason = f if isinstance(f, str) else None
+        if reason is not None:
+            return reason
         Y = arrays[0].astype(np.float64)
         Z_prev = arrays[1].astype(np.float64) if steps > 1 else Z
-        if steps > 1 and not np.allclose(Z_prev.T @ Z_prev, np.eye(self.r), atol=1e-6):
-            return "Z_prev is not orthonormal"
         return Y, Z_prev
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                       failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
         """Align, average with weights ``c_i s_i`` and orthonormalise (lines 10-12)."""
         pend = self._pending
-        pid_of = {proxy.cid: pid for pid, proxy in self.proxies.items()}
         bytes_up = sum(sum(len(t) for t in res.parameters.tensors) for _, res in results)
         replies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        rejected = 0
-        for proxy, res in sorted(results, key=lambda pr: pid_of.get(pr[0].cid, -1)):
-            pid = pid_of.get(proxy.cid)
-            decoded = self._decode(res, pend["steps"], pend["Z"]) if pid is not None else "unknown node"
+        objective, rejected = 0.0, 0
+        for proxy, res in sorted(results, key=lambda pr: (self.partition_of(pr[0]) is None, self.partition_of(pr[0]) or 0)):
+            pid = self.partition_of(proxy)
+            decoded = (check_origin(pid, pend["asked"], res, node_id=proxy.cid, expected_examples=self.sizes.get(pid))
+                       or ("a second reply of this partition" if pid in replies else None)
+                       or self._decode(res, pend["steps"], pend["Z"], pid))
             if isinstance(decoded, str):
                 rejected += 1
-                log.warning("round %d: reply of partition %s rejected: %s", server_round, pid, decoded)
-            else:
-                replies[pid] = decoded
+                log.warning("round %d: reply of partition %s (node %s) rejected: %s", server_round, pid, proxy.cid,
+                            decoded)
+                continue
+            if self.observer is not None:
+                self.observer(server_round, pid, pend["Z"], parameters_to_ndarrays(res.parameters))
+            replies[pid] = decoded
+            objective += float(res.metrics["f"]) if self.stop_tol > 0 else 0.0  # checked by _decode
         sampled = {pid: c for pid, c in pend["multiplicity"].items() if pid in replies}
-        Z_new = pend["Z"]
-        misalignment = 0.0
-        if sampled:
-            ref = 0 if 0 in replies else min(replies)
-            if ref != 0:
-                log.warning("round %d: reference client 0 did not answer; partition %d is the reference",
-                            server_round, ref)
-            Z_ref = replies[ref][1]
-            total = np.zeros((self.d, self.r))
-            weight = 0.0
-            for pid, c in sampled.items():
-                Y, Z_prev = replies[pid]
-                if pend["steps"] > 1:  # with one step every Z_prev is the broadcast Z and D = I
-                    D = procrustes(Z_prev, Z_ref) if self.cfg["alignment"] == "opt" else np.eye(self.r)
-                    Y = Y @ D
-                    misalignment = max(misalignment, float(np.linalg.norm(Z_prev @ D - Z_ref, 2)))
-                w = c * self.sizes[pid]
-                total += w * Y
-                weight += w
-            Z_new = orth(total / weight)
-        else:
+        pend.update(bytes_up=bytes_up, rejected=rejected, failures=len(failures) + pend.get("unavailable", 0),
+                    participants=sum(sampled.values()), distinct=len(sampled), misalignment=0.0)
+        if self.stop_tol > 0 and len(sampled) == self.m and self.check_stop(server_round, objective):
+            return None, {}
+        if not sampled:
             log.warning("round %d: no usable reply from a sampled client; Z is kept", server_round)
+            self.iterates.append(pend["Z"])
+            return ndarrays_to_parameters([pend["Z"]]), {}
+        ref = 0 if 0 in replies else min(replies)
+        if ref != 0:
+            log.warning("round %d: reference client 0 did not answer; partition %d is the reference",
+                        server_round, ref)
+        Z_ref = replies[ref][1]
+        total, weight, misalignment = np.zeros((self.d, self.r)), 0.0, 0.0
+        for pid, c in sampled.items():
+            Y, Z_prev = replies[pid]
+            if pend["steps"] > 1:  # with one step every Z_prev is the broadcast Z and D = I
+                D = procrustes(Z_prev, Z_ref) if self.cfg["alignment"] == "opt" else np.eye(self.r)
+                Y = Y @ D
+                misalignment = max(misalignment, float(np.linalg.norm(Z_prev @ D - Z_ref, 2)))
+            w = c * self.sizes[pid]
+            total += w * Y
+            weight += w
+        with np.errstate(all="ignore"):
+            mean = total / weight
+        if not np.all(np.isfinite(mean)):  # only possible without row-normalize (no norm bound on Y)
+            log.warning("round %d: the weighted average of the replies overflows; Z is kept", server_round)
+            self.iterates.append(pend["Z"])
+            return ndarrays_to_parameters([pend["Z"]]), {}
+        Z_new = orth(mean)
+        pend["misalignment"] = misalignment
         self.iterates.append(Z_new)
-        self._pending.update(bytes_up=bytes_up, rejected=rejected, failures=len(failures),
-                             participants=sum(sampled.values()), distinct=len(sampled), misalignment=misalignment)
         return ndarrays_to_parameters([Z_new]), {}
 
-    # -- evaluation ---------------------------------------------------------------------------------
+    # -- results ------------------------------------------------------------------------------------
     def _epsilon_spent(self, steps: int) -> float | None:
         """Worst-case epsilon over clients after ``steps`` local steps; ``None`` when no noise is added."""
         cfg = self.cfg
@@ -290,38 +280,10 @@ class FedPowerStrategy(Strategy):
             return None
         return achieved_epsilon(sigma_g, steps, cfg["delta"])
 
-    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
-        """Record the round's row; the loss is the subspace distance (NaN without a reference)."""
-        Z = parameters_to_ndarrays(parameters)[0]
-        pend = self._pending if server_round else {}
+    def round_columns(self, server_round: int) -> dict[str, Any]:
+        """Local iterations so far, the misalignment rho of the aggregation, privacy spent."""
         steps = sum(self.lengths[:server_round])
-        dist = dist_k = float("nan")
-        if self.reference is not None:
-            dist = subspace_distance(Z, self.reference)
-            dist_k = subspace_distance(Z[:, : self.k], self.reference)
-        row = RoundRecord(
-            round=server_round, local_iterations=steps, subspace_distance=dist, subspace_distance_first_k=dist_k,
-            bytes_up=pend.get("bytes_up", 0), bytes_down=pend.get("bytes_down", 0),
-            participants=pend.get("participants", 0), distinct_participants=pend.get("distinct", 0),
-            rejected=pend.get("rejected", 0), failures=pend.get("failures", 0),
-            misalignment=pend.get("misalignment", 0.0), epsilon_spent=self._epsilon_spent(steps),
-            delta=self.cfg["delta"] if (self.cfg["epsilon"] > 0 or self.cfg["noise-std"] > 0) else None,
-            wall_time=time.perf_counter() - pend["start"] if pend else 0.0,
-        )
-        self.records.append(row)
-        if self.on_round is not None:
-            self.on_round(row, Z)
-        if server_round:
-            eps = row["epsilon_spent"]
-            log.info("round %d/%d: %d local steps, subspace distance %.3e, %s", server_round, self.num_rounds,
-                     pend["steps"], dist, "no noise" if eps is None else f"epsilon spent {eps:.3g}")
-        return dist, {"subspace_distance": dist}
-
-    # -- no federated evaluation ----------------------------------------------------------------------
-    def configure_evaluate(self, server_round, parameters, client_manager):
-        """FedPower has no client-side evaluation."""
-        return []
-
-    def aggregate_evaluate(self, server_round, results, failures):
-        """FedPower has no client-side evaluation."""
-        return None, {}
+        eps = self._epsilon_spent(steps)
+        return {"local_iterations": steps,
+                "misalignment": self._pending.get("misalignment", 0.0) if server_round else 0.0,
+                "epsilon_spent": eps, "delta": None if eps is None else self.cfg["delta"]}

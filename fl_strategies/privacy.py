@@ -97,10 +97,17 @@ def achieved_epsilon(sigma_g: float, steps: int, delta: float) -> float:
     Returns
     -------
     float
-        ``T / (2 sigma_g^2) + sqrt(2 T log(1/delta)) / sigma_g``.
+        ``T / (2 sigma_g^2) + sqrt(2 T log(1/delta)) / sigma_g``; ``inf`` when
+        ``sigma_g`` is so small that the value is not a finite float (never an
+        exception).
     """
     if steps == 0:
         return 0.0
-    if sigma_g <= 0:
+    sigma_g = float(sigma_g)  # a numpy scalar would overflow with a warning instead of an exception
+    if not sigma_g > 0:
         return math.inf
-    return steps / (2.0 * sigma_g**2) + math.sqrt(2.0 * steps * math.log(1.0 / delta)) / sigma_g
+    try:
+        first = steps / (2.0 * sigma_g**2)
+    except (OverflowError, ZeroDivisionError):  # sigma_g**2 overflows (term -> 0) or underflows to 0 (-> inf)
+        first = 0.0 if sigma_g > 1 else math.inf
+    return first + math.sqrt(2.0 * steps * math.log(1.0 / delta)) / sigma_g

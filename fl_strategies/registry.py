@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .faps import FapsStrategy
 from .fedpower import FedPowerStrategy
 
-STRATEGIES = {"fedpower": FedPowerStrategy, "power": FedPowerStrategy}
+STRATEGIES = {"fedpower": FedPowerStrategy, "power": FedPowerStrategy, "ssi": FedPowerStrategy,
+              "localpower": FedPowerStrategy, "faps": FapsStrategy}

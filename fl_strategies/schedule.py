@@ -6,7 +6,9 @@ communication round. With ``p`` local steps:
 * ``fixed``: every round performs ``p`` steps, ``I_T^p = {0, p, 2p, ...}``
   (eq. 3.1);
 * ``decayed``: round ``j`` (1-based) performs ``max(p - j + 1, 1)`` steps,
-  so the sync times are ``p, p + (p-1), ...`` and then every step (eq. 3.11).
+  so the sync times are ``p, p + (p-1), ...`` and then every step (eq. 3.11);
+* ``halving``: ``p, p // 2, p // 4, ..., 1, 1, ...``, the LocalPower schedule of
+  the FAPS paper's experiments (Sec. 5.3; ``lpm_orth`` in the LocalPower code).
 
 The total number of iterations ``T`` is always a synchronisation time: the
 last round is shortened when needed, so the output is the server's own
@@ -17,11 +19,15 @@ from __future__ import annotations
 
 __all__ = ["SCHEDULES", "round_lengths"]
 
-SCHEDULES = ("fixed", "decayed")
+SCHEDULES = ("fixed", "decayed", "halving")
 
 
 def _step(p: int, j: int, schedule: str) -> int:
-    return p if schedule == "fixed" else max(p - j, 1)
+    if schedule == "fixed":
+        return p
+    if schedule == "decayed":
+        return max(p - j, 1)
+    return max(p >> min(j, 62), 1)
 
 
 def round_lengths(p: int, schedule: str, *, total_iterations: int = 0, num_rounds: int = 0) -> list[int]:
@@ -31,7 +37,7 @@ def round_lengths(p: int, schedule: str, *, total_iterations: int = 0, num_round
     ----------
     p : int
         Local iterations between synchronisations (``>= 1``).
-    schedule : {"fixed", "decayed"}
+    schedule : {"fixed", "decayed", "halving"}
         Schedule family.
     total_iterations : int, optional
         ``T``. When positive, the rounds cover exactly ``T`` iterations (the
@@ -53,6 +59,8 @@ def round_lengths(p: int, schedule: str, *, total_iterations: int = 0, num_round
     [4, 4, 2]
     >>> round_lengths(2, "decayed", num_rounds=4)
     [2, 1, 1, 1]
+    >>> round_lengths(8, "halving", num_rounds=6)
+    [8, 4, 2, 1, 1, 1]
     """
     if p < 1:
         raise ValueError(f"local-steps must be >= 1, got {p}")

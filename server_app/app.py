@@ -8,17 +8,46 @@ are used only to *measure* the estimate; no client sends its data.
 from __future__ import annotations
 
 import logging
+import os
 
 from flwr.common import Context
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
-from fl_strategies.config import check_against_data, validate_run_config
+from fl_strategies.config import ConfigError, check_against_data, validate_run_config
 from fl_strategies.registry import STRATEGIES
-from simulations.federated_data import federated_dataset, reference_eigenvectors
+from fl_strategies.server_loop import StoppingServer
+from flwr.server.client_manager import SimpleClientManager
+from simulations.federated_data import federated_dataset, reference
 
 from .results import ResultsWriter
 
 log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
+
+
+def check_memory(cfg) -> None:
+    """Refuse a generated data set that cannot fit in this machine's memory, before anything is allocated.
+
+    The run holds the ``n x d`` data and ``d x d`` matrices (the pooled
+    covariance, each client's ``A_i``); a typo such as ``dimension = 1e9``
+    would otherwise get the process killed by the operating system. Files and
+    bundled sets (``dimension = 0``) are not estimated.
+
+    Raises
+    ------
+    ConfigError
+        If ``8 (n d + 3 d^2)`` bytes exceed the physical memory.
+    """
+    d = cfg["dimension"]
+    rows = cfg["num-clients"] * d if cfg["dataset"] == "fedpower-model2" else cfg["num-samples"]
+    need = 8 * (rows * d + 3 * d * d)
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not available on this platform
+        return
+    if need > have:
+        raise ConfigError(f"num-samples = {cfg['num-samples']}, dimension = {d} (dataset {cfg['dataset']!r}) need "
+                          f"about {need / 1e9:.3g} GB of memory for the data and the d x d matrices; this machine "
+                          f"has {have / 1e9:.3g} GB")
 
 
 def build_strategy(run_config) -> tuple:
@@ -30,11 +59,23 @@ def build_strategy(run_config) -> tuple:
     num_rounds : int
     """
     cfg = validate_run_config(run_config)
-    data, _ = federated_dataset(cfg)
+    check_memory(cfg)
+    try:  # the data set named by the config: its errors name the key at fault
+        data, _ = federated_dataset(cfg)
+    except ValueError as ex:
+        raise ConfigError(str(ex)) from ex
+    except MemoryError:
+        raise ConfigError(f"the data set {cfg['dataset']!r} (num-samples = {cfg['num-samples']}, dimension = "
+                          f"{cfg['dimension']}) does not fit in memory") from None
     n, d = data.X.shape
     check_against_data(cfg, d, n)
-    _, U_k = reference_eigenvectors(cfg)
-    strategy = STRATEGIES[cfg["strategy"]](cfg, d, reference=U_k)
+    try:
+        ref = reference(cfg)
+    except (ValueError, MemoryError) as ex:
+        raise ConfigError(f"the exact reference (eigenvectors of (1/n) X^T X) of the data set {cfg['dataset']!r} "
+                          f"cannot be computed ({type(ex).__name__}: {ex}); data too large in magnitude can be "
+                          "rescaled or used with row-normalize = true") from ex
+    strategy = STRATEGIES[cfg["strategy"]](cfg, d, reference=ref)
     if cfg["results-dir"]:
         strategy.on_round = ResultsWriter(cfg["results-dir"])
     log.info("fedspectral: %r", strategy)
@@ -45,7 +86,8 @@ def server_fn(context: Context) -> ServerAppComponents:
     """Flower's entry point: the strategy and the number of rounds."""
     strategy, num_rounds = build_strategy(context.run_config)
     timeout = strategy.cfg["round-timeout"] or None
-    return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout))
+    server = StoppingServer(client_manager=SimpleClientManager(), strategy=strategy)
+    return ServerAppComponents(server=server, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout))
 
 
 app = ServerApp(server_fn=server_fn)

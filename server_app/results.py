@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 import csv
+import logging
+import math
+import numbers
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ResultsWriter"]
+from fl_strategies.config import ConfigError
+
+__all__ = ["ResultsWriter", "csv_cell"]
+
+log = logging.getLogger("flwr.fedspectral")
+
+
+def csv_cell(value):
+    """``value`` as written to a results table: ``None`` and non-finite numbers become an empty cell."""
+    if value is None:
+        return ""
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and not math.isfinite(value):
+        return ""
+    return value
 
 
 class ResultsWriter:
@@ -17,13 +33,33 @@ class ResultsWriter:
     ----------
     directory : str or Path
         Created if needed; an existing ``rounds.csv`` is replaced.
+
+    Raises
+    ------
+    ConfigError
+        If the directory cannot be created or written to (checked here, so
+        before round 1).
+
+    Notes
+    -----
+    No cell of ``rounds.csv`` is ever a non-finite number: ``None`` (e.g.
+    ``epsilon_spent`` and ``delta`` without noise, the accuracy columns without
+    a reference) and any NaN or infinity are written as an empty cell, the
+    latter with a WARNING since the strategies never produce one.
     """
 
     def __init__(self, directory: str | Path) -> None:
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.dir / "rounds.csv"
-        self.csv_path.unlink(missing_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            probe = self.dir / ".write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+            self.csv_path.unlink(missing_ok=True)
+        except (OSError, ValueError) as ex:
+            raise ConfigError(f"results-dir = {str(directory)!r} is not a writable directory: "
+                              f"{type(ex).__name__}: {ex}") from None
 
     def __call__(self, record: dict, estimate: np.ndarray) -> None:
         """Write one round: ``record`` as a CSV row, ``estimate`` (d, r) as the current estimate."""
@@ -32,7 +68,13 @@ class ResultsWriter:
             writer = csv.DictWriter(fh, fieldnames=list(record))
             if new:
                 writer.writeheader()
-            writer.writerow(record)
+            row = {key: csv_cell(value) for key, value in record.items()}
+            blanked = [key for key, value in record.items() if value is not None and row[key] == ""
+                       and not isinstance(value, str)]
+            if blanked:
+                log.warning("round %s: non-finite %s written as empty cell(s)", record.get("round"),
+                            ", ".join(blanked))
+            writer.writerow(row)
         tmp = self.dir / "estimate.tmp.npy"
         np.save(tmp, estimate)
         tmp.replace(self.dir / "estimate.npy")

@@ -183,11 +183,11 @@ def _check_data(jobs: list[Job]) -> None:
     """Load every distinct data set once and check ranks and client counts against it."""
     for job in jobs:
         cfg = validate_run_config(fused_run_config(job.run_config))
-        data, _ = federated_dataset(cfg)
-        try:
+        try:  # a data set that cannot be loaded (missing file, rank above its dimension, ...) is a ValueError
+            data, _ = federated_dataset(cfg)
             check_against_data(cfg, data.X.shape[1], data.X.shape[0])
-        except ConfigError as ex:
-            raise ComparisonError(f"run {job.run!r}: {ex}") from None
+        except (ValueError, MemoryError) as ex:
+            raise ComparisonError(f"run {job.run!r} seed {job.seed}: {str(ex) or type(ex).__name__}") from None
 
 
 def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:

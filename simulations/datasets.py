@@ -14,6 +14,12 @@ Available datasets (config key ``"dataset"``):
     one layer (a ``d x d`` adjacency matrix) per client, stacked vertically.
 ``"digits"``
     scikit-learn's bundled 8x8 handwritten digits (1797 x 64, labels 0..9).
+``"faps-geometric"``, ``"faps-arithmetic"``
+    The FAPS paper's synthetic matrices (eqs. 23-24): ``A = U Sigma V^T`` with
+    ``U`` (d x d) and ``V`` (n x d) orthonormalised iid Uniform[-1, 1]
+    matrices; rows are the samples, ``X = A^T = V Sigma U^T``. Geometric:
+    ``Sigma_ii = xi^(1-i)``; arithmetic (Sec. 5.6):
+    ``Sigma_ii = 1 - (i-1)/(d-1) (1 - 1/kappa)``.
 ``"<path>.npy"`` / ``"<path>.csv"``
     A user file whose rows are samples.
 
@@ -31,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-DATASET_NAMES = ("fedpower-model1", "fedpower-model2", "digits")
+DATASET_NAMES = ("fedpower-model1", "fedpower-model2", "digits", "faps-geometric", "faps-arithmetic")
 """Built-in dataset names accepted by :func:`load_dataset`."""
 
 MODEL1_NOISE_STD = 0.6
@@ -100,6 +106,8 @@ def load_dataset(
     num_clients: int,
     seed: int,
     row_normalize: bool,
+    xi: float = 1.01,
+    kappa: float = 100.0,
 ) -> Dataset:
     """Load or generate a dataset by name.
 
@@ -126,7 +134,11 @@ def load_dataset(
     seed : int
         Seed for ``np.random.default_rng``; all randomness comes from it.
     row_normalize : bool
-        Config key ``"row-normalize"``: scale every row to unit L2 norm.
+        Config key ``"row-normalize"``: scale every row to unit L2 norm (the
+        FAPS generators define their spectrum before it: use false there).
+    xi, kappa : float
+        Config keys ``"xi"`` and ``"kappa"``: the spectra of the FAPS
+        generators (``num_samples`` is their ``m >= dimension``).
 
     Returns
     -------
@@ -147,6 +159,8 @@ def load_dataset(
         X, labels, groups = _load_model2(dimension, num_clients, seed)
     elif name == "digits":
         X, labels, groups = _load_digits(num_samples, dimension, seed)
+    elif name in ("faps-geometric", "faps-arithmetic"):
+        X, labels, groups = _load_faps(name, num_samples, dimension, seed, xi, kappa)
     elif name.lower().endswith(FILE_SUFFIXES):
         X, labels, groups = _load_file(name, num_samples, dimension, seed)
     else:
@@ -238,6 +252,31 @@ def _load_model1(num_samples, dimension, rank, seed):
     z = rng.standard_normal((n, dimension))
     X = g @ U.T + MODEL1_NOISE_STD * z
     return X, None, None
+
+
+def faps_singular_values(name: str, dimension: int, xi: float, kappa: float) -> np.ndarray:
+    """Singular values of the FAPS generators, descending, shape ``(dimension,)``."""
+    i = np.arange(dimension, dtype=np.float64)
+    if name == "faps-geometric":
+        if not xi > 1:
+            raise ValueError(f'"xi" is {xi} but faps-geometric needs xi > 1')
+        return xi ** (-i)
+    if not kappa > 1:
+        raise ValueError(f'"kappa" is {kappa} but faps-arithmetic needs kappa > 1')
+    return 1.0 - i / max(dimension - 1, 1) * (1.0 - 1.0 / kappa)
+
+
+def _load_faps(name, num_samples, dimension, seed, xi, kappa):
+    """``X = V Sigma U^T`` (eqs. 23-24 transposed: rows are samples); returns ``(X, None, None)``."""
+    d = _as_int("dimension", dimension)
+    m = _as_int("num-samples", num_samples)
+    if d < 2 or m < d:
+        raise ValueError(f'{name} needs "dimension" >= 2 and "num-samples" >= "dimension"; got {d} and {m}')
+    sigma = faps_singular_values(name, d, xi, kappa)
+    rng = np.random.default_rng(seed)
+    U, _ = np.linalg.qr(rng.uniform(-1.0, 1.0, (d, d)))
+    V, _ = np.linalg.qr(rng.uniform(-1.0, 1.0, (m, d)))
+    return (V * sigma) @ U.T, None, None
 
 
 # ---------------------------------------------------------------------------

@@ -15,14 +15,15 @@ from typing import Any, Mapping
 import numpy as np
 
 from fl_strategies.linalg import top_eigenvectors
+from fl_strategies.metrics import Reference
 
 from .datasets import Dataset, load_dataset
 from .partitioners import partition
 
-__all__ = ["federated_dataset", "local_covariance", "reference_eigenvectors", "pooled_reference"]
+__all__ = ["federated_dataset", "local_covariance", "reference", "pooled_reference"]
 
 DATA_KEYS = ("dataset", "num-samples", "dimension", "rank", "num-clients", "data-seed", "row-normalize",
-             "partitioner", "dirichlet-alpha")
+             "partitioner", "dirichlet-alpha", "xi", "kappa")
 
 
 def federated_dataset(cfg: Mapping[str, Any]) -> tuple[Dataset, list[np.ndarray]]:
@@ -47,7 +48,8 @@ def federated_dataset(cfg: Mapping[str, Any]) -> tuple[Dataset, list[np.ndarray]
 def _cached(values: tuple) -> tuple[Dataset, list[np.ndarray]]:
     c = dict(zip(DATA_KEYS, values))
     data = load_dataset(c["dataset"], num_samples=c["num-samples"], dimension=c["dimension"], rank=c["rank"],
-                        num_clients=c["num-clients"], seed=c["data-seed"], row_normalize=c["row-normalize"])
+                        num_clients=c["num-clients"], seed=c["data-seed"], row_normalize=c["row-normalize"],
+                        xi=c["xi"], kappa=c["kappa"])
     parts = partition(c["partitioner"], data.X.shape[0], c["num-clients"], labels=data.labels,
                       groups=data.groups, alpha=c["dirichlet-alpha"], seed=c["data-seed"])
     return data, parts
@@ -71,18 +73,20 @@ def _cached_covariance(values: tuple, partition_id: int) -> tuple[np.ndarray, in
     return rows.T @ rows / rows.shape[0], rows.shape[0]
 
 
-def reference_eigenvectors(cfg: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-``rank`` eigenpairs of the pooled covariance of the configured data (cached).
+def reference(cfg: Mapping[str, Any]) -> Reference:
+    """Exact spectral reference of the configured data: pooled covariance and top eigenpairs (cached).
 
-    See :func:`pooled_reference`.
+    The covariance is ``(1/n) X^T X`` over all rows; its top ``iteration-rank``
+    eigenpairs come from scipy ``eigh``.
     """
-    return _cached_reference(tuple(cfg[k] for k in DATA_KEYS))
+    return _cached_reference(tuple(cfg[k] for k in DATA_KEYS), cfg["rank"], cfg["iteration-rank"])
 
 
 @lru_cache(maxsize=4)
-def _cached_reference(values: tuple) -> tuple[np.ndarray, np.ndarray]:
+def _cached_reference(values: tuple, k: int, r: int) -> Reference:
     data, _ = _cached(values)
-    return pooled_reference(data.X, dict(zip(DATA_KEYS, values))["rank"])
+    X = data.X
+    return Reference.from_covariance(X.T @ X / X.shape[0], k, r)
 
 
 def pooled_reference(X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -26,7 +26,7 @@ import difflib
 
 import numpy as np
 
-PARTITIONERS = ("iid", "contiguous", "label", "dirichlet", "group")
+PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")
 """Partition schemes accepted by :func:`partition`."""
 
 
@@ -80,6 +80,12 @@ def partition(
         parts = np.array_split(rng.permutation(num_rows), num_clients)
     elif scheme == "contiguous":
         parts = np.array_split(np.arange(num_rows), num_clients)
+    elif scheme == "linear":  # uneven: client i holds a block of ~ (i + 1) units (FAPS paper, Sec. 5.7)
+        units = np.cumsum(np.arange(1, num_clients + 1)) / (num_clients * (num_clients + 1) / 2)
+        ends = np.round(units * num_rows).astype(np.int64)[:-1]
+        i = np.arange(num_clients - 1)
+        ends = np.clip(ends, i + 1, num_rows - (num_clients - 1 - i))  # at least one row each
+        parts = np.split(np.arange(num_rows), ends)
     elif scheme == "label":
         labels = _check_labels(scheme, labels, num_rows)
         parts = _label_parts(labels, num_clients)

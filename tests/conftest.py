@@ -12,13 +12,13 @@ import flwr.common  # noqa: F401  (sets Flower's logger up before we quiet it)
 logging.getLogger("flwr").setLevel(logging.WARNING)
 
 
-def run_app(fault_fn=None, node_ids=None, **overrides):
+def run_app(fault_fn=None, node_ids=None, observer=None, **overrides):
     """Run the ServerApp and ClientApp in-process with run-config overrides; return the strategy."""
     from simulations.engines import fused_run_config
     from simulations.engines.local import run_local
 
     cfg = fused_run_config({k.replace("_", "-"): v for k, v in overrides.items()})
-    return run_local(cfg, fault_fn=fault_fn, node_ids=node_ids)
+    return run_local(cfg, fault_fn=fault_fn, node_ids=node_ids, observer=observer)
 
 
 def distances(strategy) -> np.ndarray:

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import distances, run_app
 from fl_strategies.linalg import gaussian_basis, orth, subspace_distance, top_eigenvectors
-from fl_strategies.fedpower import STREAM_INIT
+from fl_strategies.eigenspace import STREAM_INIT
 from simulations.engines import fused_run_config
 from simulations.federated_data import federated_dataset
 

@@ -17,6 +17,7 @@ from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY, SUPERLINK
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
+from threadpoolctl import threadpool_limits
 
 __all__ = ["LocalGrid", "run_local"]
 
@@ -100,7 +101,8 @@ class LocalGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
-def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[int] | None = None):
+def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[int] | None = None,
+              observer=None):
     """Run the ServerApp against the ClientApp in this process.
 
     Parameters
@@ -109,6 +111,9 @@ def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[
         A fused run config (:func:`simulations.engines.fused_run_config`).
     fault_fn, node_ids
         See :class:`LocalGrid`.
+    observer : callable, optional
+        Installed as the strategy's ``observer``: sees every reply as the server
+        received it (see :class:`fl_strategies.eigenspace.EigenspaceStrategy`).
 
     Returns
     -------
@@ -120,9 +125,15 @@ def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[
     from client_app.app import app as client_app
     from server_app.app import server_fn
 
+    # the ServerApp validates the config (ConfigError) before any node exists, so num-clients is sane below
+    components = server_fn(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
     m = int(run_config["num-clients"])
     grid = LocalGrid(client_app, m, run_config, fault_fn=fault_fn, node_ids=node_ids)
-    components = server_fn(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
-    start_grid(grid=grid, server=components.server, config=components.config, strategy=components.strategy,
-               client_manager=components.client_manager)
-    return components.strategy
+    # Replies are computed synchronously, one client at a time. Flower's server still calls them from a
+    # worker thread, and OpenBLAS's own threads then contend with the main thread: on 2 cores a round of
+    # small products ran 3-4x slower than with one BLAS thread, so the rounds use one.
+    components.server.strategy.observer = observer
+    components.server.set_max_workers(1)
+    with threadpool_limits(limits=1, user_api="blas"):
+        start_grid(grid=grid, server=components.server, config=components.config)
+    return components.server.strategy

@@ -1,0 +1,67 @@
+"""The FAPS client: keeps its basis, multiplier and penalty in the node state; sends ``Q_i Z``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flwr.client import NumPyClient
+from flwr.common import Array, ArrayRecord, ConfigRecord, Context
+
+from fl_strategies.faps import FapsState, faps_client_round
+
+__all__ = ["FapsClient"]
+
+ARRAYS, SCALARS = "faps-arrays", "faps-scalars"  # one RecordDict namespace for all record types
+
+
+class FapsClient(NumPyClient):
+    """Holds ``M_i = A_i A_i^T`` and its private FAPS state between rounds.
+
+    Parameters
+    ----------
+    A : ndarray of shape (d, d)
+        The client's normalised covariance ``M_i^T M_i / s_i`` (the FAPS
+        matrix is ``s_i`` times it: the paper sums unnormalised Gram matrices).
+    num_rows : int
+        ``s_i``.
+    partition_id : int
+    cfg : dict
+        Effective run config.
+    context : flwr.common.Context
+        ``context.state`` keeps ``X_i``, ``W_i``, ``beta_i`` and the ``d_i``
+        history across rounds (Flower rebuilds the client object for every
+        message); nothing of it is ever sent.
+    """
+
+    def __init__(self, A: np.ndarray, num_rows: int, partition_id: int, cfg: dict[str, Any],
+                 context: Context) -> None:
+        self.M, self.s, self.d = A * num_rows, num_rows, A.shape[0]
+        self.partition_id, self.cfg, self.context = partition_id, cfg, context
+
+    def get_properties(self, config):
+        """Report what the server needs to plan the run (no data)."""
+        return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
+
+    def _load(self) -> FapsState | None:
+        arrays = self.context.state.array_records.get(ARRAYS)
+        if arrays is None:
+            return None
+        scalars = self.context.state.config_records[SCALARS]
+        return FapsState(X=arrays["X"].numpy(), W=arrays["W"].numpy(), beta=float(scalars["beta"]),
+                         dhist=list(scalars["dhist"]))
+
+    def _save(self, state: FapsState) -> None:
+        self.context.state.array_records[ARRAYS] = ArrayRecord({"X": Array(state["X"]), "W": Array(state["W"])})
+        self.context.state.config_records[SCALARS] = ConfigRecord({"beta": state["beta"],
+                                                                 "dhist": [float(v) for v in state["dhist"]]})
+
+    def fit(self, parameters, config):
+        """One FAPS round from the broadcast ``Z``."""
+        (Z,) = parameters
+        p = self.cfg["iteration-rank"]
+        if Z.shape != (self.d, p) or not np.all(np.isfinite(Z)):
+            raise ValueError(f"broadcast Z has shape {Z.shape} or non-finite values; expected ({self.d}, {p})")
+        Y, f, state, steps = faps_client_round(self.M, Z.astype(np.float64), self._load(), self.cfg)
+        self._save(state)
+        return [Y], self.s, {"f": f, "inner-steps": steps}

@@ -1,0 +1,252 @@
+"""What every federated eigenspace strategy shares, server side.
+
+* **Discovery.** Before round 1 the server waits for ``num-clients`` nodes and
+  asks each for its partition id, row count and dimension, so that sampling,
+  weights and the reference client are defined by partition ids (Flower's node
+  ids are random).
+* **Initial estimate.** ``Z_0 = orth(N(0,1)^{d x r})`` from the run seed: every
+  strategy of a comparison starts from the same ``Z_0`` (paired starts).
+* **Results.** One row per round: accuracy against the exact reference
+  (:mod:`fl_strategies.metrics`), traffic, participation and what the
+  subclass adds; ``on_round(row, Z)`` receives each row (the ServerApp writes
+  them to ``results-dir``).
+* **Stopping rule** (FAPS paper, eq. 27). With ``stop-tol > 0`` clients also
+  report ``f_i = tr(Z^T M_i Z)`` at the estimate they received; the run stops
+  once ``|F_k - F_{k-1}| <= stop-tol * F_k`` with ``F = sum_i f_i``. ``F_k``
+  is known one round after ``Z_k`` was sent, so each row is written one round
+  late (it then carries its own ``objective`` and ``stop_statistic``); when the
+  rule fires the newest estimate is discarded and ``Z_k`` is the result, so the
+  number of rows is the paper's iteration count (the round that detected
+  convergence is not counted, as in the paper).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import numpy as np
+from flwr.common import GetPropertiesIns, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.strategy import Strategy
+
+from .config import ConfigError
+from .linalg import gaussian_basis
+from .metrics import Reference, round_metrics
+from .replies import check_properties
+
+__all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
+
+log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
+
+# Tags that separate the random streams derived from one run seed.
+STREAM_INIT, STREAM_SAMPLING, STREAM_NOISE = 0, 1, 2
+
+
+class EigenspaceStrategy(Strategy):
+    """Base class of the strategies that estimate a ``d x r`` orthonormal basis.
+
+    Parameters
+    ----------
+    cfg : dict
+        Effective run configuration (:func:`fl_strategies.config.validate_run_config`).
+    dimension : int
+        ``d``.
+    reference : Reference, optional
+        Exact spectral information of the pooled data, computed by the
+        harness; without it the accuracy columns are empty.
+    wait_timeout : float
+        Seconds to wait for ``num-clients`` nodes to register.
+
+    Attributes
+    ----------
+    records : list of dict
+        One row per round (round 0 is the initial estimate).
+    iterates : list of ndarray
+        The estimate after each round, ``iterates[0] = Z_0``.
+    stopped : bool
+        Set when the stopping rule fired; the server loop then ends the run.
+    on_round : callable, optional
+        ``on_round(row, Z)`` is called for every row.
+    observer : callable, optional
+        ``observer(server_round, partition_id, broadcast, arrays)`` sees every
+        reply as the server received it (for analyses of what the server learns).
+    partial_ok : bool
+        Class attribute: whether the run can go on without some partitions. A
+        node that fails discovery (it cannot start, e.g. on bad data, or reports
+        a partition id out of range, a duplicate one, another dimension or no
+        rows) is always left out with a WARNING; if that leaves a partition
+        without a node, a strategy with ``partial_ok`` runs without it, the
+        others refuse to start (``ConfigError`` before round 1).
+    """
+
+    partial_ok = False
+
+    def __init__(self, cfg: dict[str, Any], dimension: int, reference: Reference | None = None,
+                 wait_timeout: float = 600.0) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.d, self.r, self.k = dimension, cfg["iteration-rank"], cfg["rank"]
+        self.m = cfg["num-clients"]
+        self.reference = reference
+        self.wait_timeout = wait_timeout
+        self.timeout = cfg["round-timeout"] or None
+        self.stop_tol = cfg["stop-tol"]
+        self.records: list[dict] = []
+        self.iterates: list[np.ndarray] = []
+        self.proxies: dict[int, ClientProxy] = {}
+        self.sizes: dict[int, int] = {}
+        self._pid_by_cid: dict[str, int] = {}
+        self.stopped = False
+        self.on_round: Callable[[dict, np.ndarray], None] | None = None
+        self.observer: Callable[[int, int, np.ndarray, list], None] | None = None
+        self._pending: dict[str, Any] = {}
+        self._held: tuple[dict, np.ndarray] | None = None
+        self._last_objective: float | None = None
+
+    # -- to be provided by subclasses ---------------------------------------------------------------
+    @property
+    def num_rounds(self) -> int:
+        """Maximum number of communication rounds of the run."""
+        raise NotImplementedError
+
+    def round_columns(self, server_round: int) -> dict[str, Any]:
+        """Strategy-specific columns of the row of ``server_round`` (e.g. privacy spent)."""
+        return {}
+
+    # -- set-up -------------------------------------------------------------------------------------
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
+        """Wait for all clients, learn their partition ids and sizes, and draw ``Z_0``."""
+        self._discover(client_manager)
+        Z0 = gaussian_basis(self.d, self.r, np.random.default_rng([self.cfg["seed"], STREAM_INIT]))
+        self.iterates = [Z0]
+        return ndarrays_to_parameters([Z0])
+
+    def _discover(self, client_manager: ClientManager) -> None:
+        deadline = time.monotonic() + self.wait_timeout
+        while client_manager.num_available() < self.m:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {client_manager.num_available()} of num-clients = {self.m} nodes "
+                                   f"connected within {self.wait_timeout:.0f} s")
+            time.sleep(0.2)
+        proxies = sorted(client_manager.all().values(), key=lambda p: p.cid)
+
+        def ask(proxy: ClientProxy):  # a node that fails (e.g. bad data) is left out, never crashes the server
+            try:
+                res = proxy.get_properties(GetPropertiesIns(config={}), timeout=self.timeout, group_id=0)
+            except Exception as ex:  # noqa: BLE001
+                return proxy, f"it failed to start: {ex}"
+            return proxy, check_properties(getattr(res, "properties", None), self.m, self.d)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            answers = list(pool.map(ask, proxies))
+        left_out: list[str] = []
+        for proxy, info in answers:
+            if isinstance(info, tuple) and info[0] in self.proxies:
+                info = f"it reports partition-id {info[0]}, which node {self.proxies[info[0]].cid} already has"
+            if isinstance(info, str):
+                left_out.append(f"node {proxy.cid}: {info}")
+                log.warning("node %s is left out of the run: %s", proxy.cid, info)
+                continue
+            pid, size = info
+            self.proxies[pid], self.sizes[pid] = proxy, size
+        self._pid_by_cid = {proxy.cid: pid for pid, proxy in self.proxies.items()}
+        missing = sorted(set(range(self.m)) - set(self.proxies))
+        if missing:
+            problem = (f"no usable node for partition(s) {', '.join(map(str, missing))} of num-clients = {self.m}"
+                       + (f" ({'; '.join(left_out)})" if left_out else ""))
+            if not self.proxies or not self.partial_ok:
+                raise ConfigError(problem)
+            log.warning("%s; the run goes on without them (counted in 'failures' when sampled)", problem)
+        log.info("%r: %d clients, %d rows in all", self, self.m, sum(self.sizes.values()))
+
+    def partition_of(self, proxy: ClientProxy) -> int | None:
+        """Partition id of a node, or ``None`` for a node the server does not know."""
+        return self._pid_by_cid.get(proxy.cid)
+
+    # -- stopping rule ------------------------------------------------------------------------------
+    def check_stop(self, server_round: int, objective: float) -> bool:
+        """Record ``F`` of the estimate broadcast in ``server_round`` and apply rule (27).
+
+        Parameters
+        ----------
+        server_round : int
+            The round whose clients evaluated ``F`` on the broadcast estimate
+            ``Z_{server_round - 1}``.
+        objective : float
+            ``F = sum_i f_i``.
+
+        Returns
+        -------
+        bool
+            True when the rule fires (``self.stopped`` is then set).
+        """
+        previous, self._last_objective = self._last_objective, objective
+        statistic = None if previous is None else abs(objective - previous) / max(abs(objective), 1e-300)
+        if self._held is not None:
+            self._held[0].update(objective=objective, stop_statistic=statistic)
+        if statistic is not None and statistic <= self.stop_tol:
+            self.stopped = True
+            log.info("stopping rule (27): |F_k - F_k-1| / F_k = %.2e <= %.1e after %d rounds",
+                     statistic, self.stop_tol, server_round - 1)
+        return self.stopped
+
+    # -- results ------------------------------------------------------------------------------------
+    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
+        """Record the round's row; the loss is the subspace distance (NaN without a reference)."""
+        Z = parameters_to_ndarrays(parameters)[0]
+        pend = self._pending if server_round else {}
+        row = {"round": server_round, **round_metrics(Z, self.reference),
+               "bytes_up": pend.get("bytes_up", 0), "bytes_down": pend.get("bytes_down", 0),
+               "participants": pend.get("participants", 0), "distinct_participants": pend.get("distinct", 0),
+               "rejected": pend.get("rejected", 0), "failures": pend.get("failures", 0),
+               **self.round_columns(server_round),
+               "wall_time": time.perf_counter() - pend["start"] if pend else 0.0}
+        if self.stop_tol > 0:
+            row.update(objective=None, stop_statistic=None)
+        self._emit(row, Z)
+        if server_round:
+            dist = row["subspace_distance"]
+            log.info("round %d/%d: subspace distance %s", server_round, self.num_rounds,
+                     "n/a" if dist is None else f"{dist:.3e}")
+        dist = row["subspace_distance"]
+        return (float("nan") if dist is None else dist), {}
+
+    def _emit(self, row: dict, Z: np.ndarray) -> None:
+        """Write a row now, or (with a stopping rule) when its objective is known."""
+        if self.stop_tol <= 0:
+            self._write(row, Z)
+            return
+        if self._held is not None:
+            self._write(*self._held)
+        self._held = (row, Z)
+
+    def _write(self, row: dict, Z: np.ndarray) -> None:
+        self.records.append(row)
+        if self.on_round is not None:
+            self.on_round(row, Z)
+
+    def finish(self) -> None:
+        """Write the last held row; called by the server loop at the end of the run."""
+        if self._held is not None:
+            self._write(*self._held)
+            self._held = None
+        if self.stopped:  # the newest estimate was discarded: the held one is the result
+            self.iterates = self.iterates[: len(self.records)]
+
+    @property
+    def estimate(self) -> np.ndarray:
+        """The result of the run: the last recorded estimate."""
+        return self.iterates[len(self.records) - 1] if self.records else self.iterates[-1]
+
+    # -- no federated evaluation ----------------------------------------------------------------------
+    def configure_evaluate(self, server_round, parameters, client_manager):
+        """Eigenspace strategies are evaluated at the server only."""
+        return []
+
+    def aggregate_evaluate(self, server_round, results, failures):
+        """Eigenspace strategies are evaluated at the server only."""
+        return None, {}

@@ -1,0 +1,239 @@
+"""FAPS: federated PCA by consensus on subspaces (Wang, Liu, Zhang, Algorithm 1 / Sec. 5.2).
+
+Each client ``i`` holds ``M_i = A_i A_i^T`` (``d x d``; ``A_i`` is its
+features-by-samples block, ``M_i = X_i^T X_i`` for our rows-are-samples data)
+and keeps private state across rounds: its basis ``X_i`` (``d x p``), the
+low-rank multiplier factor ``W_i`` (``Lambda_i = X_i W_i^T + W_i X_i^T``), its
+penalty ``beta_i`` and the history of its consensus violation ``d_i``. In round
+``k`` it receives ``Z_k`` and
+
+1. updates ``beta_i`` by rule (25) (``beta_i <- (1 + theta) beta_i`` when ``d_i``
+   fell by less than a factor ``1 + mu`` over the last 5 rounds; ``d_i^(0) = 0``,
+   so this always fires once at ``k = 5``);
+2. solves the local subproblem (11): the ``p``-dominant eigenspace of
+   ``H_i = M_i + Lambda_i + beta_i Z Z^T`` (positive semidefinite), either by
+   warm-started subspace iterations with the relative-change rule (26) or
+   exactly;
+3. updates the multiplier by (15)-(16): ``W_i = -(I - X_i X_i^T) M_i X_i``;
+4. sends ``Y_i = beta_i X_i X_i^T Z - X_i W_i^T Z - W_i X_i^T Z`` (``= Q_i Z``,
+   eq. 18) and the scalar ``f_i = tr(Z^T M_i Z)`` for the stopping rule (27).
+
+The server sets ``Z_{k+1} = orth(sum_i Y_i)``: an *unweighted* sum (spec
+pitfall P7). ``X_i`` and ``beta_i`` never leave the client, which is what keeps
+the server from solving for ``M_i`` (Proposition 5); the scalar ``f_i`` does
+leak one linear functional of ``M_i`` per round (spec P6).
+
+Deviations (documented in the README): ``Z_0`` is the shared Gaussian start of
+every eigenspace strategy rather than Uniform[-1, 1] (the same span
+distribution for the purpose of a paired comparison); the inner loop is capped
+at ``inner-max-steps`` (the paper gives no cap).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+
+from .eigenspace import EigenspaceStrategy, log
+from .linalg import orth
+from .replies import check_array, check_origin, decode_arrays, scalar_metric
+
+__all__ = ["FapsState", "multiplier_factor", "masked_product", "local_subproblem", "faps_client_round",
+           "FapsStrategy"]
+
+
+class FapsState(dict):
+    """A client's private FAPS state: ``X``, ``W`` (d x p), ``beta``, ``dhist`` (list of d_i)."""
+
+
+def multiplier_factor(M: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """``W = -(I - X X^T) M X`` (eq. 16); the multiplier is ``Lambda = X W^T + W X^T`` (eq. 15).
+
+    Parameters
+    ----------
+    M : ndarray of shape (d, d)
+    X : ndarray of shape (d, p), orthonormal
+
+    Returns
+    -------
+    ndarray of shape (d, p)
+    """
+    MX = M @ X
+    return -(MX - X @ (X.T @ MX))
+
+
+def _h_product(M, X, W, beta, Z, V):
+    """``H V`` with ``H = M + X W^T + W X^T + beta Z Z^T``, never forming ``H``."""
+    return M @ V + X @ (W.T @ V) + W @ (X.T @ V) + beta * (Z @ (Z.T @ V))
+
+
+def masked_product(X: np.ndarray, W: np.ndarray, beta: float, Z: np.ndarray) -> np.ndarray:
+    """``Y = Q Z`` with ``Q = beta X X^T - Lambda`` (eq. 18), from the factors only.
+
+    Returns
+    -------
+    ndarray of shape (d, p)
+    """
+    XtZ = X.T @ Z
+    return beta * (X @ XtZ) - X @ (W.T @ Z) - W @ XtZ
+
+
+def local_subproblem(M, X, W, beta, Z, *, solver="ssi", tol=1e-2, min_steps=1, max_steps=100):
+    """Approximate ``argmax_{X^T X = I} tr(X^T H X)`` (eqs. 11-12).
+
+    Parameters
+    ----------
+    M, X, W, beta, Z
+        The client's matrix, current basis and multiplier factor, penalty and
+        the received estimate.
+    solver : {"ssi", "exact"}
+        ``ssi``: subspace iterations on ``H`` warm-started from ``X``, stopped
+        by rule (26) ``||V_new - V||_F <= tol ||V_new||_F`` once at least
+        ``min_steps`` were done, and after ``max_steps`` at the latest.
+        ``exact``: the dominant eigenvectors of ``H`` (scipy ``eigh``).
+
+    Returns
+    -------
+    X_new : ndarray of shape (d, p)
+    steps : int
+        Inner iterations performed (0 for the exact solver).
+    """
+    if solver == "exact":
+        d, p = X.shape
+        H = M + X @ W.T + W @ X.T + beta * (Z @ Z.T)
+        _, vecs = scipy.linalg.eigh((H + H.T) / 2, subset_by_index=[d - p, d - 1], driver="evx")
+        return vecs[:, ::-1], 0
+    V = X
+    for step in range(1, max_steps + 1):
+        V_new = orth(_h_product(M, X, W, beta, Z, V))
+        done = step >= min_steps and np.linalg.norm(V_new - V) <= tol * np.linalg.norm(V_new)
+        V = V_new
+        if done:
+            break
+    return V, step
+
+
+def faps_client_round(M: np.ndarray, Z: np.ndarray, state: FapsState | None, cfg: dict[str, Any]):
+    """One round of FAPS at a client (lines 1-19 of the spec's pseudo-code).
+
+    Parameters
+    ----------
+    M : ndarray of shape (d, d)
+        ``A_i A_i^T``.
+    Z : ndarray of shape (d, p)
+        The received estimate ``Z_k``.
+    state : FapsState or None
+        The state left by the previous round (``None`` in the first). The
+        paper's iteration index ``k`` is the number of rounds the client has
+        done, ``len(state["dhist"])``.
+    cfg : dict
+        Effective run config (``penalty-*``, ``inner-*`` keys).
+
+    Returns
+    -------
+    Y : ndarray of shape (d, p)
+        The message ``Q_i Z_k``.
+    f : float
+        ``tr(Z^T M Z)`` for the stopping rule.
+    state : FapsState
+        The state to keep for the next round.
+    steps : int
+        Inner iterations used.
+    """
+    p = Z.shape[1]
+    if state is None:  # one-off set-up: beta_0 = c ||A_i||_2^2, X_0 = Z_0, W_0 by (16)
+        norm2 = float(scipy.linalg.eigh(M, eigvals_only=True, subset_by_index=[M.shape[0] - 1] * 2)[0])
+        state = FapsState(X=Z.copy(), W=multiplier_factor(M, Z), beta=cfg["penalty-init"] * norm2, dhist=[0.0])
+        k = 0
+    else:
+        k = len(state["dhist"])
+    f = float(np.sum(Z * (M @ Z)))
+    X, W, beta, dhist = state["X"], state["W"], state["beta"], list(state["dhist"])
+    if k >= 1:
+        dhist.append(float(np.sqrt(max(0.0, 2.0 * (p - np.linalg.norm(X.T @ Z) ** 2)))))
+        if k % 5 == 0 and dhist[k - 5] <= (1.0 + cfg["penalty-mu"]) * dhist[k]:
+            beta *= 1.0 + cfg["penalty-theta"]
+    fixed = cfg["inner-steps"]
+    X, steps = local_subproblem(M, X, W, beta, Z, solver=cfg["inner-solver"],
+                                tol=0.0 if fixed else cfg["inner-tol"],
+                                min_steps=fixed or 1, max_steps=fixed or cfg["inner-max-steps"])
+    W = multiplier_factor(M, X)
+    return masked_product(X, W, beta, Z), f, FapsState(X=X, W=W, beta=beta, dhist=dhist), steps
+
+
+class FapsStrategy(EigenspaceStrategy):
+    """Server side of FAPS: broadcast ``Z``, sum the masked products, orthonormalise, test rule (27)."""
+
+    def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
+        super().__init__(cfg, dimension, reference, wait_timeout)
+
+    @property
+    def num_rounds(self) -> int:  # noqa: D102
+        return self.cfg["num-server-rounds"]
+
+    def __repr__(self) -> str:
+        c = self.cfg
+        inner = "exact" if c["inner-solver"] == "exact" else (
+            f"{c['inner-steps']} inner steps" if c["inner-steps"] else f"inner-tol {c['inner-tol']:g}")
+        return f"FapsStrategy(d={self.d}, p={self.r}, m={self.m}, {inner}, stop-tol={c['stop-tol']:g})"
+
+    def configure_fit(self, server_round: int, parameters: Parameters,
+                      client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
+        """Every client gets ``Z_k`` (FAPS needs all of them every round)."""
+        Z = parameters_to_ndarrays(parameters)[0]
+        self._pending = {"start": time.perf_counter(), "Z": Z, "bytes_down": self.m * Z.nbytes}
+        fit_ins = FitIns(parameters, {"round": server_round})
+        return [(self.proxies[pid], fit_ins) for pid in range(self.m)]
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
+        """``Z_{k+1} = orth(sum_i Y_i)``, unless rule (27) fires or a client is missing."""
+        pend = self._pending
+        Z = pend["Z"]
+        replies, rejected, objective, steps = {}, 0, 0.0, []
+        for proxy, res in sorted(results, key=lambda pr: (self.partition_of(pr[0]) is None,
+                                                          self.partition_of(pr[0]) or 0)):
+            pid = self.partition_of(proxy)
+            reason = (check_origin(pid, range(self.m), res, node_id=proxy.cid, expected_examples=self.sizes.get(pid))
+                      or ("a second reply of this partition" if pid in replies else None))
+            arrays = reason or decode_arrays(res, 1, max_bytes=16 * self.d * self.r + 4096)
+            if not isinstance(arrays, str):
+                reason = check_array(arrays[0], (self.d, self.r), name="Y")
+            f = scalar_metric(res, "f") if reason is None and not isinstance(arrays, str) else None
+            reason = reason or (arrays if isinstance(arrays, str) else None) or (f if isinstance(f, str) else None)
+            if reason is not None:
+                rejected += 1
+                log.warning("round %d: reply of partition %s (node %s) rejected: %s", server_round, pid, proxy.cid,
+                            reason)
+                continue
+            if self.observer is not None:
+                self.observer(server_round, pid, Z, arrays)
+            replies[pid] = arrays[0].astype(np.float64)
+            objective += f
+            inner = scalar_metric(res, "inner-steps")  # a diagnostic: an unusable value counts as 0
+            steps.append(0.0 if isinstance(inner, str) else inner)
+        pend.update(bytes_up=sum(sum(len(t) for t in res.parameters.tensors) for _, res in results),
+                    rejected=rejected, failures=len(failures), participants=len(replies), distinct=len(replies),
+                    inner_steps=float(np.mean(steps)) if steps else 0.0)
+        if len(replies) < self.m:
+            # The sum of masked products is meaningless without every client (and the missing clients'
+            # states would go stale): keep Z and try the round again.
+            log.warning("round %d: %d of %d clients answered; FAPS needs all of them, Z is kept",
+                        server_round, len(replies), self.m)
+            self.iterates.append(Z)
+            return ndarrays_to_parameters([Z]), {}
+        if self.check_stop(server_round, objective):
+            return None, {}
+        Z_new = orth(sum(replies[pid] for pid in sorted(replies)))
+        self.iterates.append(Z_new)
+        return ndarrays_to_parameters([Z_new]), {}
+
+    def round_columns(self, server_round: int) -> dict[str, Any]:
+        """Mean number of inner iterations over the clients in this round."""
+        return {"inner_steps": self._pending.get("inner_steps", 0.0) if server_round else 0.0}
