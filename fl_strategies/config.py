@@ -102,6 +102,8 @@ KEYS: dict[str, Key] = {
              lambda v: v >= 0, "a number >= 0"),
         _key("inner-steps", int, "FAPS: a fixed number of inner iterations (0 = use inner-tol)",
              lambda v: v >= 0, "an integer >= 0"),
+        _key("inner-min-steps", int, "FAPS: inner iterations before the inner-tol rule may stop (the paper: 1)",
+             lambda v: v >= 1, "an integer >= 1"),
         _key("inner-max-steps", int, "FAPS: cap on inner iterations under the inner-tol rule",
              lambda v: v >= 1, "an integer >= 1"),
         _key("penalty-init", float, "FAPS: beta_0 = penalty-init times the squared spectral norm of the client's data", lambda v: v > 0, "a number > 0"),

@@ -162,7 +162,8 @@ def faps_client_round(M: np.ndarray, Z: np.ndarray, state: FapsState | None, cfg
     fixed = cfg["inner-steps"]
     X, steps = local_subproblem(M, X, W, beta, Z, solver=cfg["inner-solver"],
                                 tol=0.0 if fixed else cfg["inner-tol"],
-                                min_steps=fixed or 1, max_steps=fixed or cfg["inner-max-steps"])
+                                min_steps=fixed or cfg["inner-min-steps"],
+                                max_steps=fixed or max(cfg["inner-max-steps"], cfg["inner-min-steps"]))
     W = multiplier_factor(M, X)
     return masked_product(X, W, beta, Z), f, FapsState(X=X, W=W, beta=beta, dhist=dhist), steps
 

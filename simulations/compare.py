@@ -7,7 +7,9 @@ Usage::
 The file has optional top-level ``title``, ``metric``, ``thresholds`` and
 ``seeds``, a ``[defaults]`` table of run-config keys, and one ``[[runs]]`` table
 per run with a ``name``, a ``strategy``, an optional ``panel`` (runs with the
-same panel share a subplot), optional ``seeds`` and any run-config overrides::
+same panel share a subplot), an optional ``series`` (runs of the same series
+share a colour and a legend label across panels; default: the name), optional
+``seeds`` and any run-config overrides::
 
     title = "FedPower on Model I"
     seeds = [0, 1, 2]
@@ -53,7 +55,7 @@ from .report import plot_metric, summarize, write_summary_markdown
 __all__ = ["Job", "load_comparison", "run_comparison", "main"]
 
 TOP_KEYS = ("title", "metric", "thresholds", "seeds", "defaults", "runs")
-RUN_KEYS = ("name", "strategy", "panel", "seeds")
+RUN_KEYS = ("name", "strategy", "panel", "series", "seeds")
 
 
 class ComparisonError(ValueError):
@@ -69,6 +71,7 @@ class Job:
     panel: str
     seed: int
     run_config: dict
+    series: str = ""
 
     @property
     def stem(self) -> str:
@@ -175,7 +178,8 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
                 fail(f"run {name!r}: {ex}", i, bad if bad in run else None)
             except ValueError as ex:  # Flower's own check of value types
                 fail(f"run {name!r}: {ex}", i)
-            jobs.append(Job(name, cfg["strategy"], str(run.get("panel", "")), seed, raw))
+            jobs.append(Job(name, cfg["strategy"], str(run.get("panel", "")), seed, raw,
+                            str(run.get("series", name))))
     return meta, jobs
 
 
@@ -206,7 +210,8 @@ def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:
         raise RuntimeError(f"run {job.run!r} seed {job.seed} wrote no results (see the log above)")
     rows = pd.read_csv(csv)
     rows.insert(0, "round", rows.pop("round"))
-    for col, value in (("panel", job.panel), ("seed", job.seed), ("strategy", job.strategy), ("run", job.run)):
+    for col, value in (("series", job.series), ("panel", job.panel), ("seed", job.seed), ("strategy", job.strategy),
+                       ("run", job.run)):
         rows.insert(0, col, value)
     return rows
 
@@ -243,11 +248,16 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
     shutil.rmtree(workdir, ignore_errors=True)
     results = pd.concat(frames, ignore_index=True)
     results.to_csv(out / "results.csv", index=False)
+    write_report(results, meta, out)
+    return results
+
+
+def write_report(results: pd.DataFrame, meta: dict, out: Path) -> None:
+    """Write ``summary.md`` and ``<metric>.png`` of a results table into ``out``."""
     metric = meta["metric"]
     summary = summarize(results, thresholds=meta["thresholds"], metric=metric)
     write_summary_markdown(summary, out / "summary.md", title=meta["title"], metric=metric)
     plot_metric(results, out / f"{metric}.png", metric=metric, title=meta["title"])
-    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,13 +268,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="local: in-process (default); ray: Flower's Ray simulation engine")
     parser.add_argument("--out", default="results", help="output directory (default: results)")
     parser.add_argument("--verbose", action="store_true", help="show Flower's per-round log")
+    parser.add_argument("--report-only", action="store_true",
+                        help="do not run anything: rewrite summary.md and the plot from OUT/results.csv")
     args = parser.parse_args(argv)
     if not args.verbose:
         import flwr.common  # noqa: F401  (Flower sets its logger's level on import)
 
         logging.getLogger("flwr").setLevel(logging.WARNING)
     try:
-        results = run_comparison(args.config, engine=args.engine, out=args.out)
+        if args.report_only:
+            meta, _ = load_comparison(args.config)
+            results = pd.read_csv(Path(args.out) / "results.csv")
+            write_report(results, meta, Path(args.out))
+        else:
+            results = run_comparison(args.config, engine=args.engine, out=args.out)
     except (ComparisonError, ConfigError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 2

@@ -35,6 +35,7 @@ plot_metric
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -135,7 +136,7 @@ def _summarize_run(
         "run": run,
         "strategy": df_run["strategy"].iloc[0],
         "seeds": int(df_run["seed"].nunique()),
-        "rounds": int(df_run["round"].max()),
+        "rounds": float(df_run.groupby("seed")["round"].max().median()),
         "final_median": float(finals.median()),
         "final_min": float(finals.min()),
         "final_max": float(finals.max()),
@@ -172,7 +173,8 @@ def summarize(
         ``seeds``
             Number of distinct seeds.
         ``rounds``
-            Largest ``round`` observed for the run.
+            Median over seeds of each seed's last ``round`` (runs with a
+            stopping rule end at different rounds).
         ``final_median``, ``final_min``, ``final_max``
             Median / min / max over seeds of the metric at each seed's last
             round (NaN values are skipped).
@@ -342,10 +344,16 @@ def _seed_bands(df_run: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Median, min and max over seeds per round, clipped for a log axis.
 
     Returns a frame indexed by round with columns ``median``, ``low``,
-    ``high``; rounds where every seed is NaN are dropped.
+    ``high``; rounds where every seed is NaN are dropped. A seed that stopped
+    early (a stopping rule) keeps its final value in later rounds: its result
+    does not change any more, and dropping it would make the median jump.
     """
     values = df_run[metric].astype(float).clip(lower=LOG_FLOOR)
     table = values.groupby([df_run["round"], df_run["seed"]]).mean().unstack("seed")
+    last = df_run.groupby("seed")["round"].max()
+    for seed in table.columns:  # carry each seed's final value forward past its last round
+        after = table.index > last[seed]
+        table.loc[after, seed] = table.loc[table.index <= last[seed], seed].ffill().iloc[-1]
     bands = pd.DataFrame(
         {
             "median": table.median(axis=1, skipna=True),
@@ -363,6 +371,10 @@ def _run_colors(df: pd.DataFrame, panels: pd.Series) -> dict:
     strategy (so a strategy keeps its colour everywhere), else by run.
     """
     cycle = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
+    if "series" in df.columns:  # explicit series: one colour per series, across panels
+        runs = df[["run", "series"]].drop_duplicates("run")
+        order = {k: i for i, k in enumerate(pd.unique(runs["series"]))}
+        return {run: cycle[order[key] % len(cycle)] for run, key in zip(runs["run"], runs["series"])}
     runs = (
         df[["run", "strategy"]].assign(panel=panels.to_numpy()).drop_duplicates("run")
     )
@@ -397,8 +409,9 @@ def _plot_panel(ax, df_panel: pd.DataFrame, metric: str, colors: dict) -> None:
     """All runs of one panel on one axis (log y, grid, legend)."""
     for run, df_run in df_panel.groupby("run", sort=False):
         bands = _seed_bands(df_run, metric)
+        label = str(df_run["series"].iloc[0]) if "series" in df_run.columns else str(run)
         if not bands.empty:
-            _plot_run(ax, bands, str(run), colors[run])
+            _plot_run(ax, bands, label, colors[run])
     ax.set_yscale("log")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, which="major", alpha=0.3)
@@ -456,6 +469,7 @@ def plot_metric(
     df = df.reset_index(drop=True)  # duplicate indices (e.g. from concat) are fine
     panels = _panel_labels(df)
     panel_names = list(pd.unique(panels))
+    title = textwrap.fill(title, 55 * min(len(panel_names), MAX_PANELS_PER_ROW))
     colors = _run_colors(df, panels)
     fig, axes = _make_axes(len(panel_names))
     flat = axes.ravel()

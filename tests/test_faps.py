@@ -175,3 +175,22 @@ def test_server_recovers_a_client_gram_matrix_from_ssi_but_not_from_faps():
     assert ssi[9] <= 1e-4 and ssi[8] >= 100 * ssi[9]  # exact once the Z's span R^n (k = n / p = 10)
     faps = errors("faps")
     assert faps.min() > 0.5  # even given the best scale, the masked products never reveal M_1
+
+
+def test_three_inner_steps_halve_the_rounds_of_ssi_on_a_reduced_table4_problem():
+    """Paired starts, 5 seeds, the Table-4 structure (xi = 1.01, p = 10, d = 8, m_i proportional to i) at
+    n = 200 features, m = 7200 samples (the full-size comparison is simulations/configs/faps_table4.toml).
+
+    Measured: FAPS-in3 / SSI = 0.42, 0.39, 0.36, 0.40, 0.42 at the (27) stop.
+    """
+    over = dict(dataset="faps-geometric", row_normalize=False, dimension=200, num_samples=7200, xi=1.01,
+                partitioner="linear", num_clients=8, rank=10, iteration_rank=10, num_server_rounds=3000,
+                stop_tol=1e-10)
+    ratios = []
+    for seed in range(5):
+        ssi = run_app(strategy="ssi", seed=seed, **over)
+        faps = run_app(strategy="faps", inner_steps=3, seed=seed, **over)
+        assert ssi.stopped and faps.stopped
+        assert faps.records[-1]["singular_value_error"] < 1.1e-7 and ssi.records[-1]["singular_value_error"] < 1.1e-7
+        ratios.append((len(faps.records) - 1) / (len(ssi.records) - 1))
+    assert np.median(ratios) <= 0.5, ratios
