@@ -72,12 +72,17 @@ def stop_superlink() -> None:
         time.sleep(0.3)
 
 
-def run_status(run_id: str, env: dict[str, str], wait: float = 30.0) -> str:
-    """Final status of a run (e.g. ``finished:completed``), polling until it has finished."""
+def run_status(run_id: str, env: dict[str, str], wait: float = 30.0, connection: str | None = None) -> str:
+    """Final status of a run (e.g. ``finished:completed``), polling until it has finished.
+
+    ``connection`` names the SuperLink connection of ``$FLWR_HOME/config.toml``
+    (default: Flower's local one).
+    """
     deadline = time.monotonic() + wait
     status = "unknown"
     while time.monotonic() < deadline:
-        out = subprocess.run(["flwr", "ls", "--format", "json", "--run-id", run_id], capture_output=True,
+        cmd = ["flwr", "ls", *([connection] if connection else []), "--format", "json", "--run-id", run_id]
+        out = subprocess.run(cmd, capture_output=True,
                              text=True, env=env, cwd=APP_DIR).stdout
         try:
             status = str(json.loads(out)["runs"][0]["status"])
@@ -87,6 +92,18 @@ def run_status(run_id: str, env: dict[str, str], wait: float = 30.0) -> str:
             break
         time.sleep(1)
     return status
+
+
+def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
+    """Run a ``flwr run ... --stream`` command, echo its output, and return the run id it started."""
+    run_id = None
+    with subprocess.Popen(cmd, env=env, cwd=APP_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as proc:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            match = re.search(r"Successfully started run (\d+)", line)
+            run_id = match.group(1) if match else run_id
+    return run_id
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,14 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     cmd = ["flwr", "run", str(APP_DIR), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
     if args.run_config:
         cmd += ["--run-config", args.run_config]
-    run_id, status = None, "not started"
+    status = "not started"
     try:
-        with subprocess.Popen(cmd, env=env, cwd=APP_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) as proc:
-            for line in proc.stdout:
-                sys.stdout.write(line)
-                match = re.search(r"Successfully started run (\d+)", line)
-                run_id = match.group(1) if match else run_id
+        run_id = stream_run(cmd, env)
         if run_id is not None:
             status = run_status(run_id, env)
     finally:
