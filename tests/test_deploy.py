@@ -14,13 +14,36 @@ def test_deployment_gives_the_same_numbers_as_the_in_process_engine(tmp_path):
     from simulations.deploy import main
 
     over = "num-clients=3 num-samples=3000 dimension=20 num-server-rounds=3 clients-per-round=2 local-steps=2"
-    assert main(["--run-config", over, "--out", str(tmp_path), "--port", "19391"]) == 0
+    assert main(["--run-config", over, "--out", str(tmp_path)]) == 0
     deployed = pd.read_csv(tmp_path / "rounds.csv")
     local = run_app(num_clients=3, num_samples=3000, dimension=20, num_server_rounds=3, clients_per_round=2,
                     local_steps=2)
     np.testing.assert_allclose(deployed["subspace_distance"].to_numpy(), distances(local), rtol=0, atol=1e-12)
     assert (deployed["participants"].iloc[1:] == 2).all()
     # every process the deployment started has stopped
-    out = subprocess.run(["pgrep", "-f", "flower-super.*19391|--superlink 127.0.0.1:19391"], capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert out.strip() == ""
+
+
+@pytest.mark.deploy  # real processes, about 45 s
+def test_tls_and_supernode_authentication_refuse_an_unregistered_node(tmp_path):
+    from fl_strategies.config import validate_run_config
+    from simulations.credentials import write_node_keys
+    from simulations.deploy import LocalDeployment, write_node_files
+    from simulations.engines import fused_run_config
+
+    over = {"num-clients": 2, "num-samples": 2000, "dimension": 20, "num-server-rounds": 2}
+    files = write_node_files(validate_run_config(fused_run_config(over)), tmp_path / "data")
+    with LocalDeployment(files, tmp_path, secure=True) as deployment:
+        intruder_key = write_node_keys(tmp_path / "intruder", 1)[0]
+        intruder = deployment.start_node(0, private_key=intruder_key, name="intruder")
+        status = deployment.run("num-clients=2 num-samples=2000 dimension=20 num-server-rounds=2", tmp_path)
+        intruder.wait(timeout=60)
+    assert status == "finished:completed"
+    # the same command with a registered key connects (the two nodes above); the unregistered key is refused:
+    # Flower's SUPERNODE_CONNECTION_ERROR (305) after FLEET_NODE_ACTIVATION_FAILED (2004); the
+    # process's own exit status is 305 or 1 (its SuperExec child's), so the log is checked
+    log = (tmp_path / "logs" / "intruder.log").read_text()
+    assert intruder.returncode != 0, log[-3000:]
+    assert "Exit Code: 305" in log and "Failed to activate SuperNode" in log
+    assert len(pd.read_csv(tmp_path / "rounds.csv")) == 3
