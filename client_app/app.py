@@ -14,6 +14,8 @@ from .data import load_client_covariance
 def client_fn(context: Context):
     """Build the client of the configured strategy on this node's data."""
     cfg = validate_run_config(context.run_config)
+    if hasattr(CLIENTS[cfg["strategy"]], "from_context"):  # supervised rows, not a covariance (FedLRGD, FedAve)
+        return CLIENTS[cfg["strategy"]].from_context(cfg, context).to_client()
     A, num_rows, pid = load_client_covariance(cfg, context.node_config)
     return CLIENTS[cfg["strategy"]](A, num_rows, pid, cfg, context).to_client()
 

@@ -47,7 +47,7 @@ def _key(name, kind, doc, check=None, allowed="", choices=()):
     return Key(name, kind, doc, check, allowed, tuple(choices))
 
 
-STRATEGY_NAMES = ("fedpower", "power", "faps", "ssi", "localpower")
+STRATEGY_NAMES = ("fedpower", "power", "faps", "ssi", "localpower", "fedlrgd", "fedave", "fedmf", "mf-altgd", "mf-simgd")
 PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.partitioners
 
 KEYS: dict[str, Key] = {
@@ -55,7 +55,8 @@ KEYS: dict[str, Key] = {
     for k in [
         _key("strategy", str, "algorithm to run", choices=STRATEGY_NAMES),
         _key("dataset", str, "named generator or bundled set (fedpower-model1, fedpower-model2, digits, faps-geometric, "
-             "faps-arithmetic) or a path to a .npy/.csv file whose rows are samples", allowed="a non-empty string"),
+             "faps-arithmetic, mf-synthetic, mf-step, mf-decay; erm-logistic, erm-ridge for FedLRGD/FedAve, label in the last column) or a path to a "
+             ".npy/.csv file whose rows are samples", allowed="a non-empty string"),
         _key("partitioner", str, "how rows are split over clients", choices=PARTITIONERS),
         _key("dirichlet-alpha", float, "concentration of the Dirichlet label skew",
              lambda v: v > 0, "a number > 0"),
@@ -114,6 +115,45 @@ KEYS: dict[str, Key] = {
         _key("xi", float, "faps-geometric data: singular values xi^(1-i)", lambda v: v > 1, "a number > 1"),
         _key("kappa", float, "faps-arithmetic data: singular values from 1 down to 1/kappa", lambda v: v > 1,
              "a number > 1"),
+        _key("loss", str, "FedLRGD/FedAve: logistic (the paper's soft-label l2-regularised cross-entropy) or "
+             "ridge (1/2 (theta^T x - y)^2, no intercept); both add (l2/2) times the squared norm of theta",
+             choices=("logistic", "ridge")),
+        _key("l2", float, "FedLRGD/FedAve: mu, the l2 regularisation (strong-convexity) constant of the loss",
+             lambda v: v > 0, "a number > 0"),
+        _key("server-samples", int, "FedLRGD/FedAve: r, the server's own samples (the first r rows of the data); "
+             "FedLRGD's rank and number of communication rounds", lambda v: v >= 1, "an integer >= 1"),
+        _key("gd-iterations", int, "FedLRGD: S, inexact gradient-descent steps at the server after the r rounds",
+             lambda v: 0 <= v <= 10_000_000, "an integer in [0, 10000000]"),
+        _key("g-inverse", str, "FedLRGD: inv (the literal inverse of each G) or pinv (truncated pseudo-inverse "
+             "with cut-off pinv-rcond, for ill-conditioned G)", choices=("inv", "pinv")),
+        _key("pinv-rcond", float, "FedLRGD: relative singular-value cut-off of the pinv mode",
+             lambda v: 0 < v < 1, "a number in (0, 1)"),
+        _key("comm-ratio", float, "FedLRGD/FedAve: phi, time to send one R^p vector over time for one gradient "
+             "(Definition 1 of the oracle complexity Gamma)", lambda v: v >= 0, "a number >= 0"),
+        _key("frac-active", float, "FedAve: tau, fraction of clients sampled without replacement each epoch",
+             lambda v: 0 < v <= 1, "a number in (0, 1]"),
+        _key("step-schedule", str, "FedAve step sizes: clipped min(step-max, 4/(mu(kb+1))) (tuned), "
+             "theory-shifted 4/(mu((k+T0)b+1)) (safe) or const step-max; b = local-steps",
+             choices=("clipped", "theory-shifted", "const")),
+        _key("step-max", float, "FedAve: the largest (clipped) or constant (const) step size",
+             lambda v: v > 0, "a number > 0"),
+        _key("server-as-client", bool, "FedAve: the server runs local SGD on its r samples as an always-active "
+             "pseudo-client (weight r), so that FedAve minimises the same F as FedLRGD"),
+        _key("power-steps", int, "fedmf: alpha, power iterations of the initialisation of V (alpha + 1 "
+             "communications)", lambda v: 0 <= v <= 10, "an integer in [0, 10]"),
+        _key("num-sketches", int, "fedmf: m, Gaussian sketches drawn in round 1; the one of least condition number "
+             "is kept", lambda v: 1 <= v <= 1000, "an integer in [1, 1000]"),
+        _key("local-iterations", int, "fedmf: T, local gradient steps on U with V fixed",
+             lambda v: 0 <= v <= 100_000, "an integer in [0, 100000]"),
+        _key("momentum", str, "fedmf local GD: none, nesterov (beta_k = k/(k+3), the paper's experiments) or "
+             "nesterov-sc (constant (kappa-1)/(kappa+1), Theorem 1's accelerated rate)",
+             choices=("none", "nesterov", "nesterov-sc")),
+        _key("u-solver", str, "fedmf: gd (local GD on U), exact (closed form S V (V^T V)^+) or orth (the server "
+             "orthonormalises V, then GD with step 1)", choices=("gd", "exact", "orth")),
+        _key("mf-noise", float, "mf-synthetic data: std of the added Gaussian noise; mf-step data: the singular "
+             "values after the first rank", lambda v: v >= 0, "a finite number >= 0"),
+        _key("target-log-excess", float, "mf-altgd and mf-simgd: stop once log10(F - eps_min) is at most this "
+             "(num-server-rounds caps the iterations)", allowed="a finite number"),
     ]
 }
 
@@ -127,6 +167,12 @@ FIXED_BY_STRATEGY: dict[str, Callable[[dict], dict]] = {
     "localpower": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "schedule": "halving", "alignment": "opt",
                              "total-iterations": 0, "iteration-rank": c["rank"]},
     "faps": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "iteration-rank": c["rank"]},
+    "fedlrgd": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "rank": 1, "iteration-rank": 1, "row-normalize": False,
+                          "stop-tol": 0.0, "frac-active": 1.0, "total-iterations": 0},
+    "fedave": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "rank": 1, "iteration-rank": 1, "row-normalize": False,
+                         "stop-tol": 0.0, "total-iterations": 0, "schedule": "fixed"},
+    **{name: (lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "iteration-rank": c["rank"], "row-normalize": False,
+                         "stop-tol": 0.0, "total-iterations": 0}) for name in ("fedmf", "mf-altgd", "mf-simgd")},
 }
 
 

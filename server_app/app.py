@@ -17,11 +17,14 @@ from fl_strategies.config import ConfigError, check_against_data, validate_run_c
 from fl_strategies.registry import STRATEGIES
 from fl_strategies.server_loop import StoppingServer
 from flwr.server.client_manager import SimpleClientManager
-from simulations.federated_data import federated_dataset, reference
+from fl_strategies.fedmf import MF_STRATEGIES
+from simulations.federated_data import erm_reference, federated_dataset, mf_reference, reference
 
 from .results import ResultsWriter
 
 log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
+
+ERM_STRATEGIES = ("fedlrgd", "fedave")  # federated ERM: erm_reference instead of reference
 
 
 def check_memory(cfg) -> None:
@@ -60,6 +63,16 @@ def build_strategy(run_config) -> tuple:
     """
     cfg = validate_run_config(run_config)
     check_memory(cfg)
+    if cfg["strategy"] in ERM_STRATEGIES:  # supervised data, server rows and F* instead of eigenvectors
+        try:
+            ref = erm_reference(cfg)
+        except (ValueError, MemoryError) as ex:
+            raise ConfigError(f"the data of {cfg['strategy']} cannot be loaded: {ex}") from ex
+        strategy = STRATEGIES[cfg["strategy"]](cfg, ref.X.shape[1] + 1, reference=ref)
+        if cfg["results-dir"]:
+            strategy.on_round = ResultsWriter(cfg["results-dir"])
+        log.info("fedspectral: %r", strategy)
+        return strategy, strategy.num_rounds
     try:  # the data set named by the config: its errors name the key at fault
         data, _ = federated_dataset(cfg)
     except ValueError as ex:
@@ -70,7 +83,7 @@ def build_strategy(run_config) -> tuple:
     n, d = data.X.shape
     check_against_data(cfg, d, n)
     try:
-        ref = reference(cfg)
+        ref = (mf_reference if cfg["strategy"] in MF_STRATEGIES else reference)(cfg)  # fedmf: SVD of S
     except (ValueError, MemoryError) as ex:
         raise ConfigError(f"the exact reference (eigenvectors of (1/n) X^T X) of the data set {cfg['dataset']!r} "
                           f"cannot be computed ({type(ex).__name__}: {ex}); data too large in magnitude can be "

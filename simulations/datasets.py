@@ -37,8 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-DATASET_NAMES = ("fedpower-model1", "fedpower-model2", "digits", "faps-geometric", "faps-arithmetic")
-"""Built-in dataset names accepted by :func:`load_dataset`."""
+DATASET_NAMES = ("fedpower-model1", "fedpower-model2", "digits", "faps-geometric", "faps-arithmetic",
+                 "mf-synthetic", "mf-step", "mf-decay", "erm-logistic", "erm-ridge")
+"""Built-in dataset names accepted by :func:`load_dataset` (``erm-*``: :func:`simulations.erm_data.generate`)."""
 
 MODEL1_NOISE_STD = 0.6
 """Noise standard deviation of Model I (so ``Sigma = U U^T + 0.36 I``)."""
@@ -108,6 +109,7 @@ def load_dataset(
     row_normalize: bool,
     xi: float = 1.01,
     kappa: float = 100.0,
+    mf_noise: float = 0.0,
 ) -> Dataset:
     """Load or generate a dataset by name.
 
@@ -136,6 +138,9 @@ def load_dataset(
     row_normalize : bool
         Config key ``"row-normalize"``: scale every row to unit L2 norm (the
         FAPS generators define their spectrum before it: use false there).
+    mf_noise : float
+        Config key ``"mf-noise"``: the noise std of ``mf-synthetic``, the tail
+        singular value of ``mf-step`` (see :func:`_load_mf`).
     xi, kappa : float
         Config keys ``"xi"`` and ``"kappa"``: the spectra of the FAPS
         generators (``num_samples`` is their ``m >= dimension``).
@@ -161,6 +166,12 @@ def load_dataset(
         X, labels, groups = _load_digits(num_samples, dimension, seed)
     elif name in ("faps-geometric", "faps-arithmetic"):
         X, labels, groups = _load_faps(name, num_samples, dimension, seed, xi, kappa)
+    elif name in ("mf-synthetic", "mf-step", "mf-decay"):
+        X, labels, groups = _load_mf(name, num_samples, dimension, rank, seed, mf_noise)
+    elif name in ("erm-logistic", "erm-ridge"):  # supervised rows [x, y] for FedLRGD / FedAve
+        from .erm_data import generate  # late import: erm_data imports this module
+
+        X, labels, groups = generate(name, num_samples, dimension, seed), None, None
     elif name.lower().endswith(FILE_SUFFIXES):
         X, labels, groups = _load_file(name, num_samples, dimension, seed)
     else:
@@ -277,6 +288,36 @@ def _load_faps(name, num_samples, dimension, seed, xi, kappa):
     U, _ = np.linalg.qr(rng.uniform(-1.0, 1.0, (d, d)))
     V, _ = np.linalg.qr(rng.uniform(-1.0, 1.0, (m, d)))
     return (V * sigma) @ U.T, None, None
+
+
+def _load_mf(name, num_samples, dimension, rank, seed, noise):
+    """Generators of the low-rank MF paper (spec ``lowrank_mf.md`` 5.1, checks 4-5); returns ``(S, None, None)``.
+
+    * ``mf-synthetic``: ``S = U_X V_X^T + E`` with ``U_X`` (n x rank), ``V_X``
+      (d x rank) Haar-orthonormal (QR of Gaussians), all ``rank`` singular values
+      1, and ``E`` iid N(0, noise^2) (the paper's synthetic set: n = 5000,
+      d = 200, rank = 5, noise 0 or 1e-6);
+    * ``mf-step``: singular values ``1`` (``rank`` of them), then ``noise``;
+    * ``mf-decay``: singular values ``100 / k``, k = 1 .. min(n, d).
+    """
+    n, d, k = _as_int("num-samples", num_samples), _as_int("dimension", dimension), _as_int("rank", rank)
+    if n < 1 or d < 1 or not 1 <= k <= min(n, d):
+        raise ValueError(f'{name} needs "num-samples" >= 1, "dimension" >= 1 and 1 <= "rank" <= min(n, d); got '
+                         f"{n}, {d} and {k}")
+    if not (math.isfinite(noise) and noise >= 0):
+        raise ValueError(f'"mf-noise" must be a finite number >= 0, got {noise}')
+    rng = np.random.default_rng(seed)
+    if name == "mf-synthetic":
+        U, _ = np.linalg.qr(rng.standard_normal((n, k)))
+        V, _ = np.linalg.qr(rng.standard_normal((d, k)))
+        S = U @ V.T
+        return (S + rng.normal(0.0, noise, (n, d)) if noise > 0 else S), None, None
+    p = min(n, d)
+    sigma = (np.where(np.arange(p) < k, 1.0, noise) if name == "mf-step"
+             else 100.0 / np.arange(1, p + 1, dtype=np.float64))
+    U, _ = np.linalg.qr(rng.standard_normal((n, p)))
+    V, _ = np.linalg.qr(rng.standard_normal((d, p)))
+    return (U * sigma) @ V.T, None, None
 
 
 # ---------------------------------------------------------------------------

@@ -20,10 +20,10 @@ from fl_strategies.metrics import Reference
 from .datasets import Dataset, load_dataset
 from .partitioners import partition
 
-__all__ = ["federated_dataset", "local_covariance", "reference", "pooled_reference"]
+__all__ = ["federated_dataset", "local_covariance", "reference", "pooled_reference", "mf_reference"]
 
 DATA_KEYS = ("dataset", "num-samples", "dimension", "rank", "num-clients", "data-seed", "row-normalize",
-             "partitioner", "dirichlet-alpha", "xi", "kappa")
+             "partitioner", "dirichlet-alpha", "xi", "kappa", "mf-noise")
 
 
 def federated_dataset(cfg: Mapping[str, Any]) -> tuple[Dataset, list[np.ndarray]]:
@@ -49,7 +49,7 @@ def _cached(values: tuple) -> tuple[Dataset, list[np.ndarray]]:
     c = dict(zip(DATA_KEYS, values))
     data = load_dataset(c["dataset"], num_samples=c["num-samples"], dimension=c["dimension"], rank=c["rank"],
                         num_clients=c["num-clients"], seed=c["data-seed"], row_normalize=c["row-normalize"],
-                        xi=c["xi"], kappa=c["kappa"])
+                        xi=c["xi"], kappa=c["kappa"], mf_noise=c["mf-noise"])
     parts = partition(c["partitioner"], data.X.shape[0], c["num-clients"], labels=data.labels,
                       groups=data.groups, alpha=c["dirichlet-alpha"], seed=c["data-seed"])
     return data, parts
@@ -87,6 +87,35 @@ def _cached_reference(values: tuple, k: int, r: int) -> Reference:
     data, _ = _cached(values)
     X = data.X
     return Reference.from_covariance(X.T @ X / X.shape[0], k, r)
+
+
+def mf_reference(cfg: Mapping[str, Any]):
+    """Singular values of the pooled ``S`` (n, d) for fedmf and its baselines (``eps_min``, ``sigma_1``; cached).
+
+    Returns
+    -------
+    fl_strategies.fedmf_kernels.MFReference
+    """
+    return _cached_mf_reference(tuple(cfg[k] for k in DATA_KEYS), cfg["rank"])
+
+
+@lru_cache(maxsize=4)
+def _cached_mf_reference(values: tuple, r: int):
+    from fl_strategies.fedmf_kernels import MFReference
+
+    data, _ = _cached(values)
+    return MFReference.from_matrix(data.X, r)
+
+
+def erm_reference(cfg: Mapping[str, Any]):
+    """Server rows and ``F*`` (centralised solver on the pooled rows) for FedLRGD / FedAve.
+
+    See :func:`simulations.erm_data.erm_reference`; the split differs from
+    :func:`federated_dataset`: the server keeps the first ``server-samples`` rows.
+    """
+    from .erm_data import erm_reference as build  # late import: erm_data imports this package's datasets
+
+    return build(cfg)
 
 
 def pooled_reference(X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

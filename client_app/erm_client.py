@@ -1,0 +1,95 @@
+"""Clients of the federated ERM strategies: FedLRGD (weights kept in the node state) and FedAve (local SGD).
+
+Both hold supervised rows ``[x, y]`` (label in the last column) and are built
+by :meth:`from_context`: in simulation the node takes its partition of
+:func:`simulations.erm_data.erm_split` (the server keeps the first
+``server-samples`` rows); in deployment the node's ``data-path`` file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flwr.client import NumPyClient
+from flwr.common import Array, ArrayRecord, Context
+
+from fl_strategies.fedave import local_sgd
+from fl_strategies.fedlrgd import client_weights
+from fl_strategies.losses import split_xy
+from simulations.erm_data import erm_client_rows
+
+from .data import _partition_id, load_client_rows
+
+__all__ = ["ErmClient", "FedLrgdClient", "FedAveClient"]
+
+STATE = "fedlrgd-arrays"  # one RecordDict namespace: only an ArrayRecord under this key
+
+
+class ErmClient(NumPyClient):
+    """A client holding ``s`` supervised rows.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (s, p + 1)
+    partition_id : int
+    cfg : dict
+        Effective run config (``loss``, ``l2``, ``seed``).
+    context : flwr.common.Context
+    """
+
+    def __init__(self, rows: np.ndarray, partition_id: int, cfg: dict[str, Any], context: Context) -> None:
+        if rows.shape[0] < 1:
+            raise ValueError(f"partition {partition_id}: the partition has no rows")
+        self.X, self.y = split_xy(rows)
+        self.s, self.d = rows.shape
+        self.partition_id, self.cfg, self.context = partition_id, cfg, context
+
+    @classmethod
+    def from_context(cls, cfg: dict[str, Any], context: Context) -> "ErmClient":
+        """Build the client on this node's rows (``data-path`` file or simulated partition)."""
+        pid = _partition_id(cfg, context.node_config)
+        if "data-path" in context.node_config:
+            rows, _ = load_client_rows(cfg, context.node_config)
+        else:
+            rows = erm_client_rows(cfg, pid)
+        return cls(rows, pid, cfg, context)
+
+    def get_properties(self, config):
+        """Partition id, row count and width ``d = p + 1`` (no data)."""
+        return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
+
+
+class FedLrgdClient(ErmClient):
+    """Round 1 (``phase = "weights"``): compute ``V_c`` (p, r) from the pivots and ``G^{-1}``, keep it in
+    ``context.state``; every round send column ``column`` of it (one p-vector)."""
+
+    def fit(self, parameters, config):
+        """Send ``V_c[:, column]``."""
+        p = self.d - 1
+        if config.get("phase") == "weights":
+            pivots, Ginv = parameters
+            r = pivots.shape[0]
+            if pivots.shape != (r, p) or Ginv.shape != (p, r, r):
+                raise ValueError(f"broadcast pivots {pivots.shape} / G^-1 {Ginv.shape} do not fit p = {p}")
+            V = client_weights(self.cfg["loss"], self.X, self.y, pivots.astype(np.float64),
+                               Ginv.astype(np.float64), self.cfg["l2"])
+            self.context.state.array_records[STATE] = ArrayRecord({"V": Array(V)})
+        record = self.context.state.array_records.get(STATE)
+        if record is None:
+            raise ValueError(f"partition {self.partition_id}: asked for a column before the weights were computed")
+        V = record["V"].numpy()
+        k = int(config["column"])
+        return [np.ascontiguousarray(V[:, k])], self.s, {}
+
+
+class FedAveClient(ErmClient):
+    """``local-steps`` single-sample SGD steps from the broadcast ``theta`` with step ``eta``."""
+
+    def fit(self, parameters, config):
+        """Return ``theta_{c,b}``."""
+        (theta,) = parameters
+        rng = np.random.default_rng([self.cfg["seed"], 3, self.partition_id, int(config["round"])])
+        out = local_sgd(self.cfg["loss"], self.X, self.y, theta.astype(np.float64), self.cfg["l2"],
+                        float(config["eta"]), int(config["local-steps"]), rng)
+        return [out], self.s, {}
