@@ -210,8 +210,10 @@ class EigenspaceStrategy(Strategy):
         self._emit(row, Z)
         if server_round:
             dist = row["subspace_distance"]
-            log.info("round %d/%d: subspace distance %s", server_round, self.num_rounds,
-                     "n/a" if dist is None else f"{dist:.3e}")
+            eps = row.get("epsilon_spent")
+            log.info("round %d/%d: subspace distance %s%s", server_round, self.num_rounds,
+                     "n/a" if dist is None else f"{dist:.3e}",
+                     "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g})")
         dist = row["subspace_distance"]
         return (float("nan") if dist is None else dist), {}
 
