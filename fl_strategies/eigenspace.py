@@ -36,7 +36,7 @@ from flwr.server.strategy import Strategy
 from .config import ConfigError
 from .linalg import gaussian_basis
 from .metrics import Reference, round_metrics
-from .replies import check_properties
+from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
 
 __all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
 
@@ -166,6 +166,53 @@ class EigenspaceStrategy(Strategy):
     def partition_of(self, proxy: ClientProxy) -> int | None:
         """Partition id of a node, or ``None`` for a node the server does not know."""
         return self._pid_by_cid.get(proxy.cid)
+
+    def collect_replies(self, server_round: int, results: list, asked, shapes: list[tuple[int, ...]],
+                        metrics: tuple[str, ...] = (), broadcast: Any = None
+                        ) -> tuple[dict[int, tuple[list[np.ndarray], dict[str, float]]], int]:
+        """The valid replies of a round by partition id, in partition order, and how many were rejected.
+
+        A reply is rejected (counted, and logged at WARNING with its partition
+        and node) when it comes from an unknown node or a partition not in
+        ``asked``, repeats a partition, does not hold ``len(shapes)`` arrays of
+        those shapes (floating point, finite), or lacks a finite number for one
+        of ``metrics`` (:mod:`fl_strategies.replies`). The observer sees each
+        accepted reply with ``broadcast``.
+
+        Returns
+        -------
+        replies : dict
+            ``pid -> (arrays as float64, {metric: value})``.
+        rejected : int
+        """
+        replies: dict[int, tuple[list[np.ndarray], dict[str, float]]] = {}
+        rejected = 0
+        max_bytes = 16 * max(int(np.prod(s)) for s in shapes) + 4096 if shapes else None
+        for proxy, res in sorted(results, key=lambda pr: (self.partition_of(pr[0]) is None,
+                                                          self.partition_of(pr[0]) or 0)):
+            pid = self.partition_of(proxy)
+            reason = (check_origin(pid, asked, res, node_id=proxy.cid, expected_examples=self.sizes.get(pid))
+                      or ("a second reply of this partition" if pid in replies else None))
+            arrays = reason or decode_arrays(res, len(shapes), max_bytes=max_bytes)
+            if isinstance(arrays, str):
+                reason = arrays
+            else:
+                for a, shape in zip(arrays, shapes):
+                    reason = reason or check_array(a, shape, name=f"array of shape {shape}")
+            values = {}
+            for key in metrics:
+                v = scalar_metric(res, key) if reason is None else None
+                reason = reason or (v if isinstance(v, str) else None)
+                values[key] = v
+            if reason is not None:
+                rejected += 1
+                log.warning("round %d: reply of partition %s (node %s) rejected: %s", server_round, pid, proxy.cid,
+                            reason)
+                continue
+            if self.observer is not None:
+                self.observer(server_round, pid, broadcast, arrays)
+            replies[pid] = ([a.astype(np.float64) for a in arrays], values)
+        return replies, rejected
 
     # -- stopping rule ------------------------------------------------------------------------------
     def check_stop(self, server_round: int, objective: float) -> bool:

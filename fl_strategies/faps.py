@@ -42,7 +42,7 @@ from flwr.server.client_proxy import ClientProxy
 
 from .eigenspace import EigenspaceStrategy, log
 from .linalg import orth
-from .replies import check_array, check_origin, decode_arrays, scalar_metric
+from .replies import scalar_metric
 
 __all__ = ["FapsState", "multiplier_factor", "masked_product", "local_subproblem", "faps_client_round",
            "FapsStrategy"]
@@ -197,28 +197,15 @@ class FapsStrategy(EigenspaceStrategy):
         """``Z_{k+1} = orth(sum_i Y_i)``, unless rule (27) fires or a client is missing."""
         pend = self._pending
         Z = pend["Z"]
-        replies, rejected, objective, steps = {}, 0, 0.0, []
-        for proxy, res in sorted(results, key=lambda pr: (self.partition_of(pr[0]) is None,
-                                                          self.partition_of(pr[0]) or 0)):
-            pid = self.partition_of(proxy)
-            reason = (check_origin(pid, range(self.m), res, node_id=proxy.cid, expected_examples=self.sizes.get(pid))
-                      or ("a second reply of this partition" if pid in replies else None))
-            arrays = reason or decode_arrays(res, 1, max_bytes=16 * self.d * self.r + 4096)
-            if not isinstance(arrays, str):
-                reason = check_array(arrays[0], (self.d, self.r), name="Y")
-            f = scalar_metric(res, "f") if reason is None and not isinstance(arrays, str) else None
-            reason = reason or (arrays if isinstance(arrays, str) else None) or (f if isinstance(f, str) else None)
-            if reason is not None:
-                rejected += 1
-                log.warning("round %d: reply of partition %s (node %s) rejected: %s", server_round, pid, proxy.cid,
-                            reason)
-                continue
-            if self.observer is not None:
-                self.observer(server_round, pid, Z, arrays)
-            replies[pid] = arrays[0].astype(np.float64)
-            objective += f
-            inner = scalar_metric(res, "inner-steps")  # a diagnostic: an unusable value counts as 0
-            steps.append(0.0 if isinstance(inner, str) else inner)
+        valid, rejected = self.collect_replies(server_round, results, range(self.m), [(self.d, self.r)],
+                                               ("f",), broadcast=Z)
+        replies = {pid: arrays[0] for pid, (arrays, _) in valid.items()}
+        objective = sum(values["f"] for _, values in valid.values())
+        steps = []
+        for proxy, res in results:  # a diagnostic of the accepted replies: an unusable value counts as 0
+            if self.partition_of(proxy) in valid:
+                inner = scalar_metric(res, "inner-steps")
+                steps.append(0.0 if isinstance(inner, str) else inner)
         pend.update(bytes_up=sum(sum(len(t) for t in res.parameters.tensors) for _, res in results),
                     rejected=rejected, failures=len(failures), participants=len(replies), distinct=len(replies),
                     inner_steps=float(np.mean(steps)) if steps else 0.0)

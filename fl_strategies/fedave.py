@@ -29,7 +29,6 @@ from flwr.server.client_proxy import ClientProxy
 from .eigenspace import STREAM_SAMPLING, log
 from .erm import ErmStrategy, oracle_epoch
 from .losses import per_sample_grads
-from .replies import check_array, check_origin, decode_arrays
 
 __all__ = ["STEP_SCHEDULES", "warmup_epochs", "step_size", "local_sgd", "FedAveStrategy"]
 
@@ -121,21 +120,9 @@ class FedAveStrategy(ErmStrategy):
         """Row-count-weighted average of the returned parameters (and the server's pseudo-client)."""
         pend = self._pending
         theta = pend["theta"]
-        thetas, weights, rejected = {}, {}, 0
-        for proxy, res in results:
-            pid = self.partition_of(proxy)
-            reason = (check_origin(pid, pend["asked"], res, node_id=proxy.cid, expected_examples=self.sizes.get(pid))
-                      or ("a second reply of this partition" if pid in thetas else None))
-            arrays = reason or decode_arrays(res, 1, max_bytes=16 * self.p + 4096)
-            reason = arrays if isinstance(arrays, str) else check_array(arrays[0], (self.p,), name="theta")
-            if reason is not None:
-                rejected += 1
-                log.warning("round %d: reply of partition %s (node %s) rejected: %s", server_round, pid, proxy.cid,
-                            reason)
-                continue
-            if self.observer is not None:
-                self.observer(server_round, pid, theta, arrays)
-            thetas[pid], weights[pid] = arrays[0].astype(np.float64), float(self.sizes[pid])
+        valid, rejected = self.collect_replies(server_round, results, pend["asked"], [(self.p,)], broadcast=theta)
+        thetas = {pid: arrays[0] for pid, (arrays, _) in valid.items()}
+        weights = {pid: float(self.sizes[pid]) for pid in thetas}
         if self.cfg["server-as-client"]:
             ref = self.reference
             rng = np.random.default_rng([self.cfg["seed"], 3, -1 % 2 ** 32, server_round])

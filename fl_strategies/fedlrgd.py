@@ -30,7 +30,6 @@ from flwr.server.client_proxy import ClientProxy
 from .eigenspace import STREAM_INIT, log
 from .erm import ErmStrategy, oracle_epoch
 from .losses import per_sample_grads
-from .replies import check_array, check_origin, decode_arrays
 
 __all__ = ["draw_pivots", "server_matrices", "invert", "client_weights", "gradient_estimate", "inexact_gd",
            "fedlrgd_gamma", "FedLrgdStrategy"]
@@ -206,21 +205,9 @@ class FedLrgdStrategy(ErmStrategy):
                       failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
         """**Sum** column ``k`` over all clients; after round r run the S inexact GD steps."""
         pend = self._pending
-        replies, rejected = {}, 0
-        for proxy, res in results:
-            pid = self.partition_of(proxy)
-            reason = (check_origin(pid, range(self.m), res, node_id=proxy.cid, expected_examples=self.sizes.get(pid))
-                      or ("a second reply of this partition" if pid in replies else None))
-            arrays = reason or decode_arrays(res, 1, max_bytes=16 * self.p + 4096)
-            reason = arrays if isinstance(arrays, str) else check_array(arrays[0], (self.p,), name="v")
-            if reason is not None:
-                rejected += 1
-                log.warning("round %d: reply of partition %s (node %s) rejected: %s", server_round, pid, proxy.cid,
-                            reason)
-                continue
-            if self.observer is not None:
-                self.observer(server_round, pid, pend["theta"], arrays)
-            replies[pid] = arrays[0].astype(np.float64)
+        valid, rejected = self.collect_replies(server_round, results, range(self.m), [(self.p,)],
+                                               broadcast=pend["theta"])
+        replies = {pid: arrays[0] for pid, (arrays, _) in valid.items()}
         pend.update(bytes_up=sum(sum(len(t) for t in res.parameters.tensors) for _, res in results),
                     rejected=rejected, failures=len(failures), participants=len(replies))
         missing = sorted(set(range(self.m)) - set(replies))

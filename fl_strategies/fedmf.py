@@ -45,7 +45,6 @@ from .eigenspace import EigenspaceStrategy, log
 from .fedmf_kernels import (MFReference, condition_number, select_sketch, theorem1_bound, wk_constants, wk_init,
                             yd_constants)
 from .linalg import orth
-from .replies import check_array, check_origin, decode_arrays, scalar_metric
 
 __all__ = ["FedMFStrategy", "MFBaselineStrategy", "ROW_COLUMNS", "MF_STRATEGIES"]
 
@@ -97,33 +96,8 @@ class _MFBase(EigenspaceStrategy):
                  shapes: list[tuple[int, ...]], metrics: tuple[str, ...] = ()
                  ) -> dict[int, tuple[list[np.ndarray], dict[str, float]]] | None:
         """Validated replies by partition id, or ``None`` (run stopped) if any partition is missing."""
-        replies: dict[int, tuple[list[np.ndarray], dict[str, float]]] = {}
-        rejected = 0
-        max_bytes = 16 * max(int(np.prod(s)) for s in shapes) + 4096 if shapes else None
-        for proxy, res in results:
-            pid = self.partition_of(proxy)
-            reason = (check_origin(pid, range(self.m), res, node_id=proxy.cid, expected_examples=self.sizes.get(pid))
-                      or ("a second reply of this partition" if pid in replies else None))
-            arrays = reason or decode_arrays(res, len(shapes), max_bytes=max_bytes)
-            if isinstance(arrays, str):
-                reason = arrays
-            else:
-                for a, shape in zip(arrays, shapes):
-                    reason = reason or check_array(a, shape, name=f"array of shape {shape}")
-            values = {}
-            for key in metrics:
-                v = scalar_metric(res, key) if reason is None else None
-                if isinstance(v, str):
-                    reason = v
-                values[key] = v
-            if reason is not None:
-                rejected += 1
-                log.warning("round %d: reply of partition %s (node %s) rejected: %s", server_round, pid, proxy.cid,
-                            reason)
-                continue
-            if self.observer is not None:
-                self.observer(server_round, pid, self.V, arrays)
-            replies[pid] = ([a.astype(np.float64) for a in arrays], values)
+        replies, rejected = self.collect_replies(server_round, results, range(self.m), shapes, metrics,
+                                                 broadcast=self.V)
         self._pending.update(bytes_up=sum(sum(len(t) for t in res.parameters.tensors) for _, res in results),
                              rejected=rejected, failures=len(failures), participants=len(replies))
         if len(replies) < self.m:
