@@ -47,3 +47,42 @@ def test_tls_and_supernode_authentication_refuse_an_unregistered_node(tmp_path):
     assert intruder.returncode != 0, log[-3000:]
     assert "Exit Code: 305" in log and "Failed to activate SuperNode" in log
     assert len(pd.read_csv(tmp_path / "rounds.csv")) == 3
+
+
+@pytest.mark.deploy  # real processes, about 60 s
+def test_a_supernode_killed_mid_run_is_counted_and_the_run_goes_on(tmp_path):
+    """FedPower proceeds with the replies it has: the killed node's rounds time out and count as failures."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from fl_strategies.config import validate_run_config
+    from simulations.deploy import LocalDeployment, write_node_files
+    from simulations.engines import fused_run_config
+
+    over = {"num-clients": 3, "num-samples": 3000, "dimension": 20, "num-server-rounds": 4}
+    files = write_node_files(validate_run_config(fused_run_config(over)), tmp_path / "data")
+    rounds = tmp_path / "rounds.csv"
+    with LocalDeployment(files, tmp_path) as deployment:
+        victim = deployment.processes[-1]  # the SuperNode of partition 2
+
+        def kill_after_round_1():
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if rounds.exists() and len(rounds.read_text().splitlines()) >= 3:  # header, round 0, round 1
+                    os.killpg(victim.pid, signal.SIGKILL)
+                    return
+                time.sleep(0.2)
+
+        killer = threading.Thread(target=kill_after_round_1, daemon=True)
+        killer.start()
+        status = deployment.run("num-clients=3 num-samples=3000 dimension=20 num-server-rounds=4 round-timeout=15.0",
+                                tmp_path)
+        killer.join(timeout=1)
+    assert status == "finished:completed"
+    table = pd.read_csv(rounds)
+    assert list(table["round"]) == [0, 1, 2, 3, 4]
+    assert table.loc[1, "participants"] == 3
+    assert (table.loc[3:, "participants"] == 2).all() and (table.loc[3:, "failures"] == 1).all()
+    assert np.isfinite(table["subspace_distance"]).all()
