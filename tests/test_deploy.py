@@ -10,6 +10,7 @@ from conftest import distances, run_app
 
 
 @pytest.mark.deploy  # real processes, about 45 s
+@pytest.mark.timeout(300)  # every process is stopped in finally blocks; a hang fails the test
 def test_deployment_gives_the_same_numbers_as_the_in_process_engine(tmp_path):
     from simulations.deploy import main
 
@@ -26,6 +27,7 @@ def test_deployment_gives_the_same_numbers_as_the_in_process_engine(tmp_path):
 
 
 @pytest.mark.deploy  # real processes, about 45 s
+@pytest.mark.timeout(300)  # every process is stopped in finally blocks; a hang fails the test
 def test_tls_and_supernode_authentication_refuse_an_unregistered_node(tmp_path):
     from fl_strategies.config import validate_run_config
     from simulations.credentials import write_node_keys
@@ -50,6 +52,7 @@ def test_tls_and_supernode_authentication_refuse_an_unregistered_node(tmp_path):
 
 
 @pytest.mark.deploy  # real processes, about 60 s
+@pytest.mark.timeout(300)  # every process is stopped in finally blocks; a hang fails the test
 def test_a_supernode_killed_mid_run_is_counted_and_the_run_goes_on(tmp_path):
     """FedPower proceeds with the replies it has: the killed node's rounds time out and count as failures."""
     import os

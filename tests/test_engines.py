@@ -13,6 +13,7 @@ os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 
 
 @pytest.mark.ray
+@pytest.mark.timeout(300)
 def test_ray_engine_equals_local_engine(tmp_path):
     from simulations.engines.ray import run_ray
 
@@ -30,6 +31,7 @@ def test_ray_engine_equals_local_engine(tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.timeout(300)
 def test_flwr_run_wrapper_runs_the_app_and_reports_failure():
     """The README's main command: `flwr run .` offline, with the run's status as the exit code."""
     from simulations.flwr_run import main, superlink_running
