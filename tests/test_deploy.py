@@ -51,10 +51,15 @@ def test_tls_and_supernode_authentication_refuse_an_unregistered_node(tmp_path):
     assert len(pd.read_csv(tmp_path / "rounds.csv")) == 3
 
 
-@pytest.mark.deploy  # real processes, about 60 s
+@pytest.mark.deploy  # real processes, about 90 s each
 @pytest.mark.timeout(300)  # every process is stopped in finally blocks; a hang fails the test
-def test_a_supernode_killed_mid_run_is_counted_and_the_run_goes_on(tmp_path):
-    """FedPower proceeds with the replies it has: the killed node's rounds time out and count as failures."""
+@pytest.mark.parametrize("fault", ["killed", "silent"])
+def test_a_supernode_killed_or_silent_mid_run_is_counted_and_the_run_goes_on(tmp_path, fault):
+    """FedPower proceeds with the replies it has: the node's rounds time out and count as failures.
+
+    ``killed``: SIGKILL to the node's process group; ``silent``: SIGSTOP (the node stays registered but never
+    answers).
+    """
     import os
     import signal
     import threading
@@ -74,7 +79,7 @@ def test_a_supernode_killed_mid_run_is_counted_and_the_run_goes_on(tmp_path):
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 if rounds.exists() and len(rounds.read_text().splitlines()) >= 3:  # header, round 0, round 1
-                    os.killpg(victim.pid, signal.SIGKILL)
+                    os.killpg(victim.pid, signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
                     return
                 time.sleep(0.2)
 
