@@ -63,16 +63,27 @@ def build_strategy(run_config) -> tuple:
     """
     cfg = validate_run_config(run_config)
     check_memory(cfg)
+    dimension, ref = _reference(cfg)
+    strategy = STRATEGIES[cfg["strategy"]](cfg, dimension, reference=ref)
+    if cfg["results-dir"]:
+        strategy.on_round = ResultsWriter(cfg["results-dir"])
+    log.info("fedspectral: %r", strategy)
+    return strategy, strategy.num_rounds
+
+
+def _reference(cfg) -> tuple:
+    """The dimension the strategy works in and the exact reference the harness measures it against.
+
+    Eigenspace strategies: eigenpairs of the pooled covariance; fedmf: the SVD of the pooled matrix; FedLRGD and
+    FedAve: the server's rows and F* (supervised rows, the label in the last column). Errors become
+    ``ConfigError`` naming the data set.
+    """
     if cfg["strategy"] in ERM_STRATEGIES:  # supervised data, server rows and F* instead of eigenvectors
         try:
             ref = erm_reference(cfg)
         except (ValueError, MemoryError) as ex:
             raise ConfigError(f"the data of {cfg['strategy']} cannot be loaded: {ex}") from ex
-        strategy = STRATEGIES[cfg["strategy"]](cfg, ref.X.shape[1] + 1, reference=ref)
-        if cfg["results-dir"]:
-            strategy.on_round = ResultsWriter(cfg["results-dir"])
-        log.info("fedspectral: %r", strategy)
-        return strategy, strategy.num_rounds
+        return ref.X.shape[1] + 1, ref
     try:  # the data set named by the config: its errors name the key at fault
         data, _ = federated_dataset(cfg)
     except ValueError as ex:
@@ -83,16 +94,11 @@ def build_strategy(run_config) -> tuple:
     n, d = data.X.shape
     check_against_data(cfg, d, n)
     try:
-        ref = (mf_reference if cfg["strategy"] in MF_STRATEGIES else reference)(cfg)  # fedmf: SVD of S
+        return d, (mf_reference if cfg["strategy"] in MF_STRATEGIES else reference)(cfg)  # fedmf: SVD of S
     except (ValueError, MemoryError) as ex:
         raise ConfigError(f"the exact reference (eigenvectors of (1/n) X^T X) of the data set {cfg['dataset']!r} "
                           f"cannot be computed ({type(ex).__name__}: {ex}); data too large in magnitude can be "
                           "rescaled or used with row-normalize = true") from ex
-    strategy = STRATEGIES[cfg["strategy"]](cfg, d, reference=ref)
-    if cfg["results-dir"]:
-        strategy.on_round = ResultsWriter(cfg["results-dir"])
-    log.info("fedspectral: %r", strategy)
-    return strategy, strategy.num_rounds
 
 
 def server_fn(context: Context) -> ServerAppComponents:
