@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from flwr.app import Context, Message
+from flwr.app.message_type import MessageType
 from flwr.client import ClientApp
-from flwr.common import Context
+from flwr.client.mod import secaggplus_mod
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from fl_strategies.config import validate_run_config
 
@@ -14,10 +17,21 @@ from .data import load_client_covariance
 def client_fn(context: Context):
     """Build the client of the configured strategy on this node's data."""
     cfg = validate_run_config(context.run_config)
-    if hasattr(CLIENTS[cfg["strategy"]], "from_context"):  # supervised rows, not a covariance (FedLRGD, FedAve)
+    if hasattr(CLIENTS[cfg["strategy"]], "from_context"):  # rows, not a covariance (FedLRGD, FedAve, dp-power)
         return CLIENTS[cfg["strategy"]].from_context(cfg, context).to_client()
     A, num_rows, pid = load_client_covariance(cfg, context.node_config)
     return CLIENTS[cfg["strategy"]](A, num_rows, pid, cfg, context).to_client()
 
 
-app = ClientApp(client_fn=client_fn)
+def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message:
+    """Flower's ``secaggplus_mod`` for the messages of a SecAgg+ round; every other message passes through.
+
+    ``secaggplus_mod`` expects every training message to be a SecAgg+ stage; the strategies that send plain
+    training messages (all but ``dp-power`` with ``dp-channel = "secagg"``) must bypass it.
+    """
+    if msg.metadata.message_type == MessageType.TRAIN and RECORD_KEY_CONFIGS in msg.content.config_records:
+        return secaggplus_mod(msg, context, call_next)
+    return call_next(msg, context)
+
+
+app = ClientApp(client_fn=client_fn, mods=[secure_aggregation_mod])

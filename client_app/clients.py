@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .dp_power_client import DPPowerClient
 from .erm_client import FedAveClient, FedLrgdClient
 from .faps_client import FapsClient
 from .fedmf_client import FedMFClient
@@ -11,3 +12,4 @@ CLIENTS = {"fedpower": FedPowerClient, "power": FedPowerClient, "ssi": FedPowerC
            "localpower": FedPowerClient, "faps": FapsClient}
 CLIENTS.update(fedlrgd=FedLrgdClient, fedave=FedAveClient)
 CLIENTS.update({"fedmf": FedMFClient, "mf-altgd": FedMFClient, "mf-simgd": FedMFClient})
+CLIENTS["dp-power"] = DPPowerClient

@@ -21,7 +21,9 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from .dp_sensitivity import SENSITIVITIES
 from .privacy import achieved_epsilon, noise_multiplier
+from .zcdp import CALIBRATIONS, calibrate
 from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "validate_run_config", "check_against_data", "total_iterations"]
@@ -47,7 +49,8 @@ def _key(name, kind, doc, check=None, allowed="", choices=()):
     return Key(name, kind, doc, check, allowed, tuple(choices))
 
 
-STRATEGY_NAMES = ("fedpower", "power", "faps", "ssi", "localpower", "fedlrgd", "fedave", "fedmf", "mf-altgd", "mf-simgd")
+STRATEGY_NAMES = ("fedpower", "power", "faps", "ssi", "localpower", "fedlrgd", "fedave", "fedmf", "mf-altgd", "mf-simgd",
+                  "dp-power")
 PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.partitioners
 
 KEYS: dict[str, Key] = {
@@ -55,7 +58,7 @@ KEYS: dict[str, Key] = {
     for k in [
         _key("strategy", str, "algorithm to run", choices=STRATEGY_NAMES),
         _key("dataset", str, "named generator or bundled set (fedpower-model1, fedpower-model2, digits, faps-geometric, "
-             "faps-arithmetic, mf-synthetic, mf-step, mf-decay; erm-logistic, erm-ridge for FedLRGD/FedAve, label in the last column) or a path to a "
+             "faps-arithmetic, mf-synthetic, mf-step, mf-decay, dp-haar, dp-coherent; erm-logistic, erm-ridge for FedLRGD/FedAve, label in the last column) or a path to a "
              ".npy/.csv file whose rows are samples", allowed="a non-empty string"),
         _key("partitioner", str, "how rows are split over clients", choices=PARTITIONERS),
         _key("dirichlet-alpha", float, "concentration of the Dirichlet label skew",
@@ -154,6 +157,21 @@ KEYS: dict[str, Key] = {
              "values after the first rank", lambda v: v >= 0, "a finite number >= 0"),
         _key("target-log-excess", float, "mf-altgd and mf-simgd: stop once log10(F - eps_min) is at most this "
              "(num-server-rounds caps the iterations)", allowed="a finite number"),
+        _key("dp-sensitivity", str, "dp-power: Delta_l of each noisy product: row-norm (the paper's max row norm of "
+             "X, relation (12)), max-entry (Hardt & Price, sqrt(p) max |X_ij|) or one (runtime-independent; also "
+             "valid for adding or removing one unit-norm row)", choices=SENSITIVITIES),
+        _key("dp-channel", str, "dp-power: how the clients' noisy products reach the server: secagg (Flower's "
+             "SecAgg+, each client adds noise sigma/sqrt(s)), plaintext (same noise, summed in the clear: a test "
+             "mode, private only with one client) or public (each client adds the full central noise, no SecAgg)",
+             choices=("secagg", "plaintext", "public")),
+        _key("dp-calibration", str, "dp-power: paper (sigma = sqrt(4 L ln(1/delta))/epsilon) or tight (exact zCDP "
+             "conversion, less noise)", choices=CALIBRATIONS),
+        _key("secagg-clip", float, "dp-power with SecAgg+: clipping range C of each uploaded entry (quantisation step "
+             "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data",
+             lambda v: v >= 0, "a finite number >= 0"),
+        _key("secagg-num-shares", int, "dp-power with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
+             "else the odd number near 2 log2(s) + 1); the reconstruction threshold is half of them, plus one",
+             lambda v: v == 0 or v >= 3, "0 or an integer >= 3"),
     ]
 }
 
@@ -171,6 +189,8 @@ FIXED_BY_STRATEGY: dict[str, Callable[[dict], dict]] = {
                           "stop-tol": 0.0, "frac-active": 1.0, "total-iterations": 0},
     "fedave": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "rank": 1, "iteration-rank": 1, "row-normalize": False,
                          "stop-tol": 0.0, "total-iterations": 0, "schedule": "fixed"},
+    "dp-power": lambda c: {"noise-std": 0.0, "clients-per-round": c["num-clients"], "local-steps": 1,
+                           "schedule": "fixed", "alignment": "none", "total-iterations": 0, "stop-tol": 0.0},
     **{name: (lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "iteration-rank": c["rank"], "row-normalize": False,
                          "stop-tol": 0.0, "total-iterations": 0}) for name in ("fedmf", "mf-altgd", "mf-simgd")},
 }
@@ -307,7 +327,7 @@ def validate_run_config(raw: Mapping[str, Any]) -> dict[str, Any]:
     if noisy and cfg["stop-tol"] > 0:
         raise ConfigError("stop-tol must be 0 when epsilon or noise-std is set: the stopping rule needs each "
                           "client's exact objective, which the noise is there to hide")
-    if noisy and not cfg["row-normalize"]:
+    if noisy and not cfg["row-normalize"] and cfg["strategy"] != "dp-power":
         raise ConfigError("row-normalize must be true when epsilon or noise-std is set: the privacy "
                           "calibration (Theorem 6) assumes rows of unit L2 norm")
     _check_more(cfg)
@@ -334,11 +354,37 @@ def _check_more(cfg: dict[str, Any]) -> None:
         if not math.isfinite(achieved_epsilon(sigma_g, T, cfg["delta"])):
             raise ConfigError(f"noise-std = {cfg['noise-std']!r} is too small to account for: the epsilon spent "
                               f"over T = {T} steps is not a finite number; use 0 for no noise or a larger value")
+    elif cfg["strategy"] == "dp-power":
+        _check_dp_power(cfg)
     elif cfg["epsilon"] > 0:
         sigma_g = noise_multiplier(cfg["epsilon"], cfg["delta"], T)
         if not math.isfinite(2.0 * math.sqrt(cfg["iteration-rank"]) * sigma_g):
             raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too small: "
                               f"Theorem 6's noise standard deviation over T = {T} steps is not a finite number")
+
+
+MAX_SECAGG_CLIENTS = 1000
+"""SecAgg+ sums ``s`` entries quantised to ``[0, 2^22)`` modulo ``2^32``: more than 1024 clients would overflow."""
+
+
+def _check_dp_power(cfg: dict[str, Any]) -> None:
+    """dp-power: a target (epsilon, delta) the calibration meets, and a SecAgg+ set-up Flower can run."""
+    if cfg["epsilon"] > 0:
+        try:
+            calibrate(cfg["epsilon"], cfg["delta"], cfg["num-server-rounds"], cfg["dp-calibration"])
+        except ValueError as ex:
+            raise ConfigError(str(ex)) from None
+    if cfg["dp-channel"] == "secagg":
+        if not 2 <= cfg["num-clients"] <= MAX_SECAGG_CLIENTS:
+            raise ConfigError(f"dp-channel = \"secagg\" needs 2 <= num-clients <= {MAX_SECAGG_CLIENTS} (SecAgg+ "
+                              f"masks need two clients; more than 1024 overflow its 2^32 modulus), got "
+                              f"{cfg['num-clients']}; one client is the central algorithm: dp-channel = \"plaintext\"")
+        if cfg["secagg-clip"] == 0 and not cfg["row-normalize"]:
+            raise ConfigError("secagg-clip must be set (> 0) when row-normalize is false: without unit-norm rows "
+                              "the server has no public bound on the entries the clients upload")
+        if cfg["secagg-num-shares"] > cfg["num-clients"]:
+            raise ConfigError(f"secagg-num-shares must be at most num-clients = {cfg['num-clients']}, got "
+                              f"{cfg['secagg-num-shares']}")
 
 
 def total_iterations(cfg: Mapping[str, Any]) -> int:

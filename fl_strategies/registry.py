@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .dp_power import DPPowerStrategy
 from .faps import FapsStrategy
 from .fedave import FedAveStrategy
 from .fedmf import FedMFStrategy, MFBaselineStrategy
@@ -12,3 +13,4 @@ STRATEGIES = {"fedpower": FedPowerStrategy, "power": FedPowerStrategy, "ssi": Fe
               "localpower": FedPowerStrategy, "faps": FapsStrategy}
 STRATEGIES.update(fedlrgd=FedLrgdStrategy, fedave=FedAveStrategy)
 STRATEGIES.update({"fedmf": FedMFStrategy, "mf-altgd": MFBaselineStrategy, "mf-simgd": MFBaselineStrategy})
+STRATEGIES["dp-power"] = DPPowerStrategy

@@ -11,9 +11,11 @@ import logging
 import os
 
 from flwr.common import Context
-from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+from flwr.server import Grid, ServerApp, ServerAppComponents, ServerConfig
+from flwr.server.compat.app import start_grid
 
 from fl_strategies.config import ConfigError, check_against_data, validate_run_config
+from fl_strategies.dp_power import DPRunStopped
 from fl_strategies.registry import STRATEGIES
 from fl_strategies.server_loop import StoppingServer
 from flwr.server.client_manager import SimpleClientManager
@@ -21,6 +23,7 @@ from fl_strategies.fedmf import MF_STRATEGIES
 from simulations.federated_data import erm_reference, federated_dataset, mf_reference, reference
 
 from .results import ResultsWriter
+from .secure_loop import run_secure_aggregation
 
 log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
 
@@ -102,11 +105,56 @@ def _reference(cfg) -> tuple:
 
 
 def server_fn(context: Context) -> ServerAppComponents:
-    """Flower's entry point: the strategy and the number of rounds."""
+    """The strategy named in the run config, in Flower's server loop with a stopping rule."""
     strategy, num_rounds = build_strategy(context.run_config)
     timeout = strategy.cfg["round-timeout"] or None
     server = StoppingServer(client_manager=SimpleClientManager(), strategy=strategy)
     return ServerAppComponents(server=server, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout))
 
 
-app = ServerApp(server_fn=server_fn)
+def run_server(grid: Grid, context: Context, observer=None, max_workers: int | None = None,
+               components: ServerAppComponents | None = None):
+    """Run the configured strategy over ``grid`` and return it after the run.
+
+    Strategies whose rounds need Flower's SecAgg+ protocol (``strategy.secure``) run through
+    :func:`server_app.secure_loop.run_secure_aggregation`; all others through Flower's legacy server loop
+    (:class:`fl_strategies.server_loop.StoppingServer`).
+
+    Parameters
+    ----------
+    grid : flwr.server.Grid
+    context : flwr.common.Context
+    observer : callable, optional
+        Installed as the strategy's ``observer`` (sees every reply as the server received it).
+    max_workers : int, optional
+        Threads of Flower's server loop that talk to clients (its default without).
+    components : flwr.server.ServerAppComponents, optional
+        What :func:`server_fn` returned for this context, if the caller built it already.
+
+    Raises
+    ------
+    fl_strategies.dp_power.DPRunStopped
+        After a run that had to stop early (its rows are written).
+    """
+    components = components or server_fn(context)
+    strategy = components.server.strategy
+    strategy.observer = observer
+    if max_workers is not None:
+        components.server.set_max_workers(max_workers)
+    if getattr(strategy, "secure", False):
+        run_secure_aggregation(grid, context, strategy, components.config.num_rounds,
+                               components.config.round_timeout)
+    else:
+        start_grid(grid=grid, server=components.server, config=components.config)
+    if getattr(strategy, "stop_reason", None):
+        raise DPRunStopped(strategy.stop_reason)
+    return strategy
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Flower's entry point."""
+    run_server(grid, context)

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 DATASET_NAMES = ("fedpower-model1", "fedpower-model2", "digits", "faps-geometric", "faps-arithmetic",
-                 "mf-synthetic", "mf-step", "mf-decay", "erm-logistic", "erm-ridge")
+                 "mf-synthetic", "mf-step", "mf-decay", "erm-logistic", "erm-ridge", "dp-haar", "dp-coherent")
 """Built-in dataset names accepted by :func:`load_dataset` (``erm-*``: :func:`simulations.erm_data.generate`)."""
 
 MODEL1_NOISE_STD = 0.6
@@ -172,6 +172,10 @@ def load_dataset(
         from .erm_data import generate  # late import: erm_data imports this module
 
         X, labels, groups = generate(name, num_samples, dimension, seed), None, None
+    elif name in ("dp-haar", "dp-coherent"):  # planted spectra of the DP power-method notes
+        from .dp_data import planted_rows
+
+        X, labels, groups = planted_rows(name, dimension, rank, seed)[0], None, None
     elif name.lower().endswith(FILE_SUFFIXES):
         X, labels, groups = _load_file(name, num_samples, dimension, seed)
     else:

@@ -120,20 +120,16 @@ def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[
     strategy : flwr.server.strategy.Strategy
         The strategy after the run: ``records`` and ``iterates`` hold the results.
     """
-    from flwr.server.compat.app import start_grid
-
     from client_app.app import app as client_app
-    from server_app.app import server_fn
+    from server_app.app import run_server, server_fn
 
     # the ServerApp validates the config (ConfigError) before any node exists, so num-clients is sane below
-    components = server_fn(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
+    components = server_fn(context)
     m = int(run_config["num-clients"])
     grid = LocalGrid(client_app, m, run_config, fault_fn=fault_fn, node_ids=node_ids)
     # Replies are computed synchronously, one client at a time. Flower's server still calls them from a
     # worker thread, and OpenBLAS's own threads then contend with the main thread: on 2 cores a round of
     # small products ran 3-4x slower than with one BLAS thread, so the rounds use one.
-    components.server.strategy.observer = observer
-    components.server.set_max_workers(1)
     with threadpool_limits(limits=1, user_api="blas"):
-        start_grid(grid=grid, server=components.server, config=components.config)
-    return components.server.strategy
+        return run_server(grid, context, observer=observer, max_workers=1, components=components)

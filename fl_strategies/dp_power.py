@@ -1,0 +1,254 @@
+"""The differentially private, decentralised randomized power method (Nicolas et al. 2024, Algorithm 2).
+
+One Flower round is one power iteration ``l = 1 .. L`` (``L = num-server-rounds``). The server broadcasts the
+orthonormal ``X_{l-1}`` (``n x p``, ``p = iteration-rank``); client ``i`` holds an additive share
+``A^(i) = M_i^T M_i`` of ``A = sum_i A^(i)`` (its rows ``M_i``) and returns ``Y^(i) = A^(i) X_{l-1} + G^(i)`` with
+fresh Gaussian noise of its own; the server forms ``Y = sum_i Y^(i)`` and ``X_l = orth(Y)`` (Householder QR, so
+that Hardt & Price's basis-dependent sensitivity is defined as in the paper, spec pitfall P12).
+
+Noise. ``Delta_l`` (:func:`fl_strategies.dp_sensitivity.sensitivity`, config key ``dp-sensitivity``) is a function
+of the public ``X_{l-1}``, computed by every client and by the server alike; ``sigma`` comes from the zCDP
+calibration (:mod:`fl_strategies.zcdp`) of the target ``(epsilon, delta)`` over ``L`` releases. The per-entry noise
+std of a client is (config key ``dp-channel``)
+
+* ``secagg``: ``Delta_l sigma / sqrt(s)`` for ``s = num-clients`` clients, summed by Flower's SecAgg+ so that the
+  server sees only the sum, whose noise is the central ``N(0, Delta_l^2 sigma^2)`` (Theorem 6.2);
+* ``plaintext``: the same noise summed in the clear. With one client this *is* the central algorithm
+  (Algorithm 1); with more it is a test mode: each client's release then carries only ``sigma/sqrt(s)``;
+* ``public``: ``Delta_l sigma`` at every client, no SecAgg (the public-channel baseline of Balcan et al.: each
+  release private on its own, total noise variance ``s`` times the central one).
+
+Missing clients. Every one of the ``s`` noises must be in the sum, or the released ``Y`` is less private than
+accounted for (spec pitfall P15), and a missing share also biases ``A``. A round with fewer than ``s`` valid
+products therefore **stops the run** with an error naming the round and the missing partitions; the rows written
+so far stay. (SecAgg+'s reconstruction lets a round survive a client that drops *after* uploading its masked
+vector: its product and noise are in the sum.)
+
+Sum from SecAgg+. Flower's SecAgg+ returns the weighted *average* of the uploads; clients report one example each
+and the workflow runs with ``max_weight = 1``, so every weight is exactly 1 and the sum is the average times the
+number of uploads. Uploads are clipped to ``[-C, C]`` (``secagg-clip``) and stochastically rounded to ``2^22``
+levels: the sum is exact to about ``2 C s / 2^22`` per entry (see :func:`secagg_tolerance`). A client whose
+product exceeds ``C`` refuses to upload (clipping would bias the sum and void the analysis), which stops the run.
+Quantising Gaussian noise is not covered by the paper's proof (it defers to Kairouz et al. 2021); at this step
+the effect is far below the noise.
+
+Output and metrics. ``X_L`` with all ``p`` columns; the accuracy metric is ``||(I - X X^T) U_k||_2`` (column
+``subspace_distance``). Each row also reports ``delta_a`` and ``delta_b`` of the broadcast iterate, the
+sensitivity used, the per-client noise std, and the ``(rho, epsilon_spent)`` after that round at ``delta``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+
+from .dp_sensitivity import delta_a, delta_b, sensitivity
+from .eigenspace import EigenspaceStrategy, log
+from .linalg import orth
+from .replies import check_array, check_origin, decode_arrays
+from .zcdp import Calibration, calibrate
+
+__all__ = ["DPPowerStrategy", "DPRunStopped", "client_noise_std", "num_shares", "secagg_tolerance",
+           "QUANTIZATION_RANGE"]
+
+QUANTIZATION_RANGE = 2 ** 22
+"""Levels of SecAgg+'s stochastic quantisation of ``[-C, C]`` (Flower's default)."""
+
+
+class DPRunStopped(RuntimeError):
+    """A dp-power round could not release a correctly noised sum; raised by the ServerApp after the run ended."""
+
+
+def client_noise_std(cfg: dict[str, Any], calibration: Calibration | None, Delta: float) -> float:
+    """Per-entry noise std a client adds to its product in a round with sensitivity ``Delta``.
+
+    ``Delta sigma / sqrt(s)`` for ``secagg`` and ``plaintext``, ``Delta sigma`` for ``public``; 0 without a
+    privacy target (``epsilon = 0``).
+    """
+    if calibration is None:
+        return 0.0
+    share = 1.0 if cfg["dp-channel"] == "public" else math.sqrt(cfg["num-clients"])
+    return Delta * calibration.sigma / share
+
+
+def num_shares(cfg: dict[str, Any]) -> tuple[int | float, int | float]:
+    """SecAgg+'s ``(num_shares, reconstruction_threshold)``.
+
+    ``secagg-num-shares = 0``: every client holds a share of every other (``1.0``) up to 7 clients, else the odd
+    number nearest ``2 log2(s) + 1`` (Bell et al.'s O(log s) neighbourhoods); the threshold is half the shares plus
+    one (at least 2), so that a share holder who drops can be tolerated while no minority can unmask.
+    """
+    s = cfg["num-clients"]
+    shares = cfg["secagg-num-shares"]
+    if shares == 0:
+        if s <= 7:
+            return 1.0, max(2, s // 2 + 1)
+        shares = int(2 * math.log2(s) + 1) | 1
+    shares = min(shares, s)
+    return (1.0 if shares >= s else shares), max(2, shares // 2 + 1)
+
+
+def secagg_tolerance(clip: float, num_clients: int) -> float:
+    """Worst-case per-entry error of a SecAgg+ sum: one quantisation step ``2 C / 2^22`` per client."""
+    return 2.0 * clip / QUANTIZATION_RANGE * num_clients
+
+
+class DPPowerStrategy(EigenspaceStrategy):
+    """Server side of ``dp-power`` (module docstring).
+
+    Parameters
+    ----------
+    cfg : dict
+        Effective run configuration (:func:`fl_strategies.config.validate_run_config`).
+    dimension : int
+        ``n``, the size of ``A``.
+    reference : fl_strategies.metrics.Reference, optional
+        Exact eigenvectors of ``A`` (measurement only).
+    wait_timeout : float
+        Seconds to wait for ``num-clients`` nodes to register.
+
+    Attributes
+    ----------
+    calibration : fl_strategies.zcdp.Calibration or None
+        ``None`` when ``epsilon = 0`` (the non-private power method).
+    secure : bool
+        True when the sum is formed by SecAgg+ (``dp-channel = "secagg"``); the ServerApp then runs the rounds
+        through Flower's ``SecAggPlusWorkflow``.
+    clip : float
+        SecAgg+'s clipping range ``C`` (set after discovery).
+    last_sum : ndarray of shape (n, p) or None
+        The sum ``Y`` the server formed in the latest round (before ``orth``).
+    stop_reason : str or None
+        Why the run stopped early (a round without all ``s`` products), else ``None``.
+    """
+
+    partial_ok = False
+
+    def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
+        super().__init__(cfg, dimension, reference, wait_timeout)
+        self.L = cfg["num-server-rounds"]
+        self.calibration = (calibrate(cfg["epsilon"], cfg["delta"], self.L, cfg["dp-calibration"])
+                            if cfg["epsilon"] > 0 else None)
+        self.secure = cfg["dp-channel"] == "secagg"
+        self.clip = cfg["secagg-clip"]
+        self.aggregated: set[int] = set()
+        self.stop_reason: str | None = None
+        self.last_sum: np.ndarray | None = None
+        if self.calibration is not None and cfg["noise-source"] == "seeded" and self.m > 1:
+            log.warning("dp-power: noise-source = \"seeded\" derives every client's noise from the run seed, which "
+                        "the server knows (reproducible experiments only); a deployment must use "
+                        "noise-source = \"os\"")
+
+    @property
+    def num_rounds(self) -> int:
+        """``L``, one round per noisy power iteration."""
+        return self.L
+
+    def __repr__(self) -> str:
+        c = self.cfg
+        return (f"DPPowerStrategy(n={self.d}, k={self.k}, p={self.r}, s={self.m}, L={self.L}, "
+                f"channel={c['dp-channel']}, sensitivity={c['dp-sensitivity']}, {self.calibration or 'no noise'})")
+
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
+        """Discovery, ``X_0 = orth(N(0,1)^{n x p})`` from the (public) run seed, and SecAgg+'s clip range."""
+        parameters = super().initialize_parameters(client_manager)
+        if self.secure and self.clip == 0:
+            # |(A^(i) X)_jk| <= ||A^(i)||_2 <= tr(A^(i)) = s_i for unit rows; the noise exceeds 8 std w.p. 1e-15
+            worst = max(self.sensitivity_bound() * (self.calibration.sigma if self.calibration else 0.0)
+                        / math.sqrt(self.m), 0.0)
+            self.clip = float(max(self.sizes.values()) + 8.0 * worst)
+        if self.secure:
+            log.info("dp-power: SecAgg+ clipping range C = %.6g, sum exact to %.3g per entry", self.clip,
+                     secagg_tolerance(self.clip, self.m))
+        return parameters
+
+    def sensitivity_bound(self) -> float:
+        """Largest ``Delta_l`` any iterate can have: ``sqrt(p)`` for ``max-entry``, else 1."""
+        return math.sqrt(self.r) if self.cfg["dp-sensitivity"] == "max-entry" else 1.0
+
+    # -- one round ----------------------------------------------------------------------------------
+    def configure_fit(self, server_round: int, parameters: Parameters,
+                      client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
+        """Send ``X_{l-1}`` to every client (all ``s`` noises must be in the sum)."""
+        X = parameters_to_ndarrays(parameters)[0]
+        Delta = sensitivity(X, self.cfg["dp-sensitivity"])
+        config: dict[str, Scalar] = {"round": server_round}
+        if self.secure:
+            config["secagg-clip"] = self.clip
+        targets = sorted(self.proxies)
+        self._pending = {"start": time.perf_counter(), "X": X, "asked": set(targets), "Delta": Delta,
+                         "bytes_down": len(targets) * X.nbytes}
+        return [(self.proxies[pid], FitIns(parameters, config)) for pid in targets]
+
+    def stop(self, server_round: int, reason: str) -> None:
+        """End the run after this round: no estimate is released from an incompletely noised sum."""
+        self.stopped = True
+        self.stop_reason = (f"round {server_round}: {reason}; the run stops rather than release a sum with "
+                            f"missing noise (results of rounds 0..{server_round - 1} are kept)")
+        log.error("dp-power: %s", self.stop_reason)
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
+        """Sum the ``s`` noisy products (or take SecAgg+'s sum) and orthonormalise; stop if one is missing."""
+        pend = self._pending
+        pend["bytes_up"] = sum(sum(len(t) for t in res.parameters.tensors) for _, res in results)
+        shape = (self.d, self.r)
+        if self.secure:
+            total = self._secure_sum(server_round, results, failures, shape)
+            if total is None:
+                return None, {}
+        else:
+            replies, rejected = self.collect_replies(server_round, results, pend["asked"], [shape],
+                                                     broadcast=pend["X"])
+            missing = sorted(pend["asked"] - set(replies))
+            if missing:
+                self.stop(server_round, f"no valid product from partition(s) {', '.join(map(str, missing))} "
+                                         f"({len(failures)} failure(s), {rejected} rejected)")
+                return None, {}
+            total = np.sum([replies[pid][0][0] for pid in sorted(replies)], axis=0)
+        pend.update(participants=self.m, distinct=self.m, rejected=0, failures=len(failures))
+        if not np.all(np.isfinite(total)):
+            self.stop(server_round, "the sum of the products is not finite")
+            return None, {}
+        X_new = orth(total)
+        self.last_sum = total
+        self.aggregated.add(server_round)
+        self.iterates.append(X_new)
+        return ndarrays_to_parameters([X_new]), {}
+
+    def _secure_sum(self, server_round: int, results, failures, shape) -> np.ndarray | None:
+        """``sum_i Y^(i)`` from SecAgg+'s average: every result carries the same average of its uploads."""
+        pids = [self.partition_of(proxy) for proxy, _ in results]
+        missing = sorted(set(self.proxies) - {p for p in pids if p is not None})
+        if missing or len(results) != self.m or len(set(pids)) != len(pids):
+            self.stop(server_round, f"SecAgg+ summed {len(results)} of s = {self.m} products (missing "
+                                     f"partition(s) {', '.join(map(str, missing)) or 'none'}; {len(failures)} "
+                                     "failure(s))" + (f": {failures[0]}" if failures else ""))
+            return None
+        arrays = decode_arrays(results[0][1], 1, max_bytes=16 * self.d * self.r + 4096)
+        reason = arrays if isinstance(arrays, str) else check_array(arrays[0], shape, name="SecAgg+ average")
+        if reason is not None:
+            self.stop(server_round, f"the SecAgg+ aggregate is unusable: {reason}")
+            return None
+        return arrays[0].astype(np.float64) * len(results)
+
+    # -- results ------------------------------------------------------------------------------------
+    def round_columns(self, server_round: int) -> dict[str, Any]:
+        """Sensitivities of the broadcast iterate, the noise, and the privacy spent after the round."""
+        if not server_round:
+            return {"delta_a": None, "delta_b": None, "sensitivity": None, "client_noise_std": None,
+                    "rho": 0.0 if self.calibration else None,
+                    "epsilon_spent": 0.0 if self.calibration else None,
+                    "delta": self.cfg["delta"] if self.calibration else None}
+        X = self._pending["X"]
+        Delta = self._pending["Delta"]
+        rho, eps = self.calibration.spent(server_round) if self.calibration else (None, None)
+        return {"delta_a": delta_a(X), "delta_b": delta_b(X), "sensitivity": Delta,
+                "client_noise_std": client_noise_std(self.cfg, self.calibration, Delta),
+                "rho": rho, "epsilon_spent": eps, "delta": self.cfg["delta"] if self.calibration else None}

@@ -1,0 +1,75 @@
+"""The rounds of a strategy whose fit rounds run Flower's SecAgg+ protocol (``dp-power``, ``dp-channel = secagg``).
+
+Flower's ``SecAggPlusWorkflow`` works only inside its legacy ``DefaultWorkflow`` stack (a ``LegacyContext``).
+``DefaultWorkflow`` always runs every round; this loop is the same sequence (initial parameters and evaluation,
+then per round the SecAgg+ fit workflow and the server-side evaluation) but ends the run when the strategy sets
+``stopped`` or when SecAgg+ halted without calling ``aggregate_fit`` (too few clients answered a stage), and calls
+``strategy.finish()`` at the end, like :class:`fl_strategies.server_loop.StoppingServer`.
+"""
+
+from __future__ import annotations
+
+import logging
+import timeit
+
+from flwr.common import ConfigRecord, Context
+from flwr.server import Grid, LegacyContext, ServerConfig
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, Key
+from flwr.server.workflow.default_workflows import (
+    default_centralized_evaluation_workflow,
+    default_init_params_workflow,
+)
+
+log = logging.getLogger("flwr.fedspectral")
+
+__all__ = ["run_secure_aggregation"]
+
+
+def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: int,
+                           timeout: float | None = None) -> None:
+    """Run ``num_rounds`` SecAgg+ rounds of ``strategy`` over ``grid``.
+
+    Parameters
+    ----------
+    grid : flwr.server.Grid
+    context : flwr.common.Context
+        The ServerApp's context.
+    strategy : fl_strategies.dp_power.DPPowerStrategy
+        Provides ``num_shares`` settings via :func:`fl_strategies.dp_power.num_shares`, ``clip`` (after
+        ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``stop_reason``.
+    num_rounds : int
+    timeout : float, optional
+        Seconds each SecAgg+ stage waits for replies (``round-timeout``; ``None`` = no limit).
+    """
+    from flwr.server.compat.app_utils import start_update_client_manager_thread
+
+    from fl_strategies.dp_power import QUANTIZATION_RANGE, num_shares
+
+    legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout),
+                           strategy=strategy)
+    thread, f_stop, c_done = start_update_client_manager_thread(grid, legacy.client_manager)
+    try:
+        c_done.wait()
+        default_init_params_workflow(grid, legacy)  # discovery, X_0, strategy.clip, evaluation of round 0
+        shares, threshold = num_shares(strategy.cfg)
+        workflow = SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=threshold, max_weight=1.0,
+                                      clipping_range=strategy.clip, quantization_range=QUANTIZATION_RANGE,
+                                      modulus_range=2 ** 32, timeout=timeout)
+        cfg = ConfigRecord()
+        legacy.state.config_records[MAIN_CONFIGS_RECORD] = cfg
+        cfg[Key.START_TIME] = timeit.default_timer()
+        for current_round in range(1, num_rounds + 1):
+            cfg[Key.CURRENT_ROUND] = current_round
+            workflow(grid, legacy)
+            if current_round not in strategy.aggregated and not strategy.stopped:
+                strategy.stop(current_round, "SecAgg+ halted before the sum was formed: too few clients answered "
+                                             "one of its stages (a client dropped out, or refused to upload a "
+                                             "product outside secagg-clip; see the clients' logs)")
+            if strategy.stopped:
+                break
+            default_centralized_evaluation_workflow(grid, legacy)
+    finally:
+        f_stop.set()
+        thread.join()
+        strategy.finish()
