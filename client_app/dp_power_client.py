@@ -21,7 +21,9 @@ from fl_strategies.dp_sensitivity import sensitivity
 from fl_strategies.eigenspace import STREAM_NOISE
 from fl_strategies.zcdp import calibrate
 
-from .data import load_client_rows
+from simulations.interaction_data import client_rows, is_interaction_folder
+
+from .data import _partition_id, load_client_rows
 
 __all__ = ["DPPowerClient"]
 
@@ -33,7 +35,7 @@ class DPPowerClient(NumPyClient):
 
     Parameters
     ----------
-    rows : ndarray of shape (s_i, n)
+    rows : ndarray or scipy.sparse matrix of shape (s_i, n)
         The client's rows.
     partition_id : int
     cfg : dict
@@ -51,11 +53,17 @@ class DPPowerClient(NumPyClient):
 
     @classmethod
     def from_context(cls, cfg: dict[str, Any], context: Context) -> "DPPowerClient":
-        """Build the client on this node's rows (``data-path`` file or simulated partition)."""
-        rows, pid = load_client_rows(cfg, context.node_config)
+        """Build the client on this node's rows (``data-path`` file, simulated partition, or its users' sparse rows
+        of a folder of interactions, :mod:`simulations.interaction_data`)."""
+        if is_interaction_folder(cfg["dataset"]) and "data-path" not in context.node_config:
+            pid = _partition_id(cfg, context.node_config)
+            rows = client_rows(cfg, pid)
+        else:
+            rows, pid = load_client_rows(cfg, context.node_config)
+            rows = np.ascontiguousarray(rows, dtype=np.float64)
         if rows.shape[0] < 1:
             raise ValueError(f"partition {pid}: the partition has no rows")
-        return cls(np.ascontiguousarray(rows, dtype=np.float64), pid, cfg, context)
+        return cls(rows, pid, cfg, context)
 
     def get_properties(self, config):
         """Partition id, row count and dimension (no data)."""

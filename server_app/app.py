@@ -21,6 +21,7 @@ from fl_strategies.server_loop import StoppingServer
 from flwr.server.client_manager import SimpleClientManager
 from fl_strategies.fedmf import MF_STRATEGIES
 from simulations.federated_data import erm_reference, federated_dataset, mf_reference, reference
+from simulations.interaction_data import interaction_reference, interaction_rows, is_interaction_folder
 
 from .results import ResultsWriter
 from .secure_loop import run_secure_aggregation
@@ -87,6 +88,13 @@ def _reference(cfg) -> tuple:
         except (ValueError, MemoryError) as ex:
             raise ConfigError(f"the data of {cfg['strategy']} cannot be loaded: {ex}") from ex
         return ref.X.shape[1] + 1, ref
+    if is_interaction_folder(cfg["dataset"]):  # user-item interactions (dp-power): sparse rows, the top items
+        try:
+            rows = interaction_rows(cfg)
+            check_against_data(cfg, rows.shape[1], rows.shape[0])
+            return rows.shape[1], interaction_reference(cfg)
+        except (ValueError, OSError, MemoryError) as ex:
+            raise ConfigError(f"the interactions in {cfg['dataset']!r} cannot be used: {ex}") from ex
     try:  # the data set named by the config: its errors name the key at fault
         data, _ = federated_dataset(cfg)
     except ValueError as ex:

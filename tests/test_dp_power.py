@@ -9,7 +9,7 @@ import pytest
 from conftest import run_app
 from flwr.app import Context, RecordDict
 from flwr.common import bytes_to_ndarray
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 
 from fl_strategies.config import ConfigError
 from fl_strategies.dp_power import DPRunStopped, secagg_tolerance
@@ -171,6 +171,27 @@ def test_a_lost_client_stops_the_run_with_the_rows_so_far(channel, tmp_path):
         run_app(fault_fn=fault, **dict(SMALL, epsilon=1.0, dp_channel=channel, results_dir=str(tmp_path)))
     rows = (tmp_path / "rounds.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 2  # header, rounds 0 and 1
+
+
+def test_a_client_lost_after_its_upload_is_recovered_by_secagg():
+    """SecAgg+'s reconstruction: partition 2 uploads its masked product in round 1 and then drops out (no key
+    shares in the unmask stage); its self-mask is rebuilt from the others' shares and the round's sum, with all
+    four noises, is the same as without the fault."""
+    dropped = []
+
+    def fault(msg, pid):
+        config = msg.content.config_records.get(RECORD_KEY_CONFIGS)
+        unmask = config is not None and config.get(Key.STAGE) == Stage.UNMASK
+        if pid == 2 and unmask:
+            dropped.append(pid)
+            return "error"
+        return "ok"
+
+    cfg = dict(SMALL, epsilon=2.0, noise_source="seeded", num_server_rounds=1, secagg_clip=600.0)
+    faulty, clean = run_app(fault_fn=fault, **cfg), run_app(**cfg)
+    assert dropped == [2] and len(faulty.records) == 2 and faulty.stop_reason is None
+    # the same X_0 and seeded noise: the two sums differ only by their stochastic quantisation
+    np.testing.assert_allclose(faulty.last_sum, clean.last_sum, rtol=0, atol=2 * secagg_tolerance(600.0, 4))
 
 
 def test_a_product_outside_the_clip_range_is_not_uploaded():
