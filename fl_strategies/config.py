@@ -156,8 +156,8 @@ KEYS: dict[str, Key] = {
         _key("target-log-excess", float, "mf-altgd and mf-simgd: stop once log10(F - eps_min) is at most this "
              "(num-server-rounds caps the iterations)", allowed="a finite number"),
         # participation and stragglers (fl_strategies.participation)
-        _key("sampling", str, "how the clients of a round are drawn: auto (the strategy's own rule: FedPower with, "
-             "FedAve without replacement), with-replacement or without-replacement", choices=SAMPLING),
+        _key("sampling", str, "FedPower, FedAve: how the clients of a round are drawn: auto (the strategy's own "
+             "rule: FedPower with, FedAve without replacement), with-replacement or without-replacement", choices=SAMPLING),
         _key("latency-model", str, "virtual compute time per local work unit: none, shifted-exp (latency-shift + "
              "latency-scale Exp(1), the FedLRGD paper's model) or pareto (latency-shift + latency-scale "
              "Lomax(latency-tail))", choices=LATENCY_MODELS),

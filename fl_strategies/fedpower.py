@@ -24,7 +24,8 @@ partition id takes its place (the paper's Remark 2). ``K = m`` means full
 participation without sampling (Algorithm 2). Note (spec pitfall P11) that
 Algorithm 3 with ``K = m`` would sample with replacement and is *not* the
 same as full participation; this implementation follows the issue's
-definition.
+definition. Sampling and the straggler model (keep the first K replies, or
+those before a deadline, in virtual time) are :mod:`fl_strategies.participation`.
 
 With ``p = 1`` and no noise the method is the distributed power method
 (Algorithm 1), which is how the ``power`` baseline runs; the FAPS paper's

@@ -246,3 +246,21 @@ def test_the_floor_grows_as_fewer_clients_are_kept():
             floors[K].append(np.median(distances(s)[-8:]))
     for seed in range(3):
         assert floors[2][seed] > floors[5][seed] > 10 * floors[10][seed]
+
+
+def test_stragglers_report_floor_and_sampling_factor():
+    import pandas as pd
+
+    from simulations.stragglers_report import floor_table, sampling_factor
+
+    assert sampling_factor(20, 20) == 0.0 and sampling_factor(1, 20) == pytest.approx(1.0)
+    assert sampling_factor(5, 20) == pytest.approx(np.sqrt(15 / 95))
+    rows = [dict(run=run, seed=seed, round=rnd, subspace_distance=value * (1 + seed) if rnd else 1.0,
+                 distinct_participants=K, round_time=t)
+            for run, K, value, t in (("a", 5, 0.1, 2.0), ("b", 20, 1e-15, 4.0))
+            for seed in (0, 1, 2) for rnd in range(0, 15)]
+    table = floor_table(pd.DataFrame(rows), m=20, last=10)
+    assert list(table["run"]) == ["a", "b"]
+    a = table.iloc[0]
+    assert a["floor"] == pytest.approx(0.2) and a["kept"] == 5 and a["round_time"] == 2.0
+    assert a["ratio"] == pytest.approx(0.2 / np.sqrt(15 / 95)) and np.isnan(table.iloc[1]["ratio"])
