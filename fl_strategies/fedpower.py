@@ -165,6 +165,10 @@ class FedPowerStrategy(EigenspaceStrategy):
                          "bytes_down": len(targets) * Z.nbytes, "asked": set(targets),
                          "unavailable": len(set(multiplicity) - available) + len(plan.dropped),
                          "late": len(plan.late), "round_time": plan.round_time}
+        if not targets:  # every sampled client dropped out: Flower skips aggregate_fit, so the round ends here
+            log.warning("round %d: every sampled client dropped out; Z is kept", server_round)
+            self._pending.update(failures=self._pending["unavailable"], participants=0, distinct=0, misalignment=0.0)
+            self.iterates.append(Z)
         return [(self.proxies[pid], fit_ins) for pid in targets]
 
     def reply_norm_bound(self, partition_id: int | None) -> float | None:

@@ -264,3 +264,16 @@ def test_stragglers_report_floor_and_sampling_factor():
     a = table.iloc[0]
     assert a["floor"] == pytest.approx(0.2) and a["kept"] == 5 and a["round_time"] == 2.0
     assert a["ratio"] == pytest.approx(0.2 / np.sqrt(15 / 95)) and np.isnan(table.iloc[1]["ratio"])
+
+
+@pytest.mark.parametrize("strategy", ["fedpower", "fedave"])
+def test_a_round_where_everyone_drops_out_keeps_the_estimate(strategy):
+    over = (dict(SMALL, num_clients=3, num_server_rounds=12) if strategy == "fedpower" else
+            dict(strategy="fedave", dataset="erm-ridge", loss="ridge", l2=0.1, dimension=4, num_samples=304,
+                 num_clients=3, server_samples=4, num_server_rounds=12, local_steps=2))
+    s = run_app(dropout=0.7, latency_model="shifted-exp", **over)
+    empty = [r for r in s.records[1:] if r["participants"] == 0]
+    assert empty and all(r["failures"] == 3 and r["round_time"] == 0.0 for r in empty)  # 0.7^3: a few rounds
+    assert len(s.iterates) == len(s.records) == 13
+    for r in empty:  # nothing aggregated: the estimate of the round is the previous one
+        np.testing.assert_array_equal(s.iterates[r["round"]], s.iterates[r["round"] - 1])
