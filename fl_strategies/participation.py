@@ -8,9 +8,9 @@ means everyone, without a draw. Key ``sampling``: ``auto`` is the strategy's
 own rule (FedPower with, FedAve without replacement).
 
 **Stragglers in virtual time.** Each (round, partition) draws its latency
-from ``default_rng([seed, STREAM_LATENCY, round, partition])`` (always the
-same three draws in the same order, so changing one setting never reshuffles
-the others)::
+from ``default_rng([seed, STREAM_LATENCY, round, partition])``, always in
+this order (so the dropout draw and the compute draw do not depend on the
+other settings: common random numbers for paired comparisons)::
 
     u ~ U[0, 1)                       the client drops out of the round iff u < dropout
     compute = w * latency-shift + latency-scale * X
