@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 from .dp_sensitivity import SENSITIVITIES
 from .privacy import achieved_epsilon, noise_multiplier
 from .zcdp import CALIBRATIONS, calibrate
+from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
 from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "validate_run_config", "check_against_data", "total_iterations"]
@@ -64,8 +65,8 @@ KEYS: dict[str, Key] = {
         _key("dirichlet-alpha", float, "concentration of the Dirichlet label skew",
              lambda v: v > 0, "a number > 0"),
         _key("num-clients", int, "m, the number of clients (partitions)", lambda v: v >= 1, "an integer >= 1"),
-        _key("clients-per-round", int, "K, clients sampled with replacement per round; 0 or num-clients = "
-             "full participation without sampling", lambda v: v >= 0, "an integer in [0, num-clients]"),
+        _key("clients-per-round", int, "K, clients sampled per round (FedPower: with replacement, see sampling); 0 "
+             "or num-clients = full participation without sampling", lambda v: v >= 0, "an integer in [0, num-clients]"),
         _key("rank", int, "k, the target rank", lambda v: v >= 1, "an integer >= 1"),
         _key("iteration-rank", int, "r >= k, columns iterated (0 = rank)", lambda v: v >= 0,
              "0 or an integer >= rank"),
@@ -172,6 +173,34 @@ KEYS: dict[str, Key] = {
         _key("secagg-num-shares", int, "dp-power with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
              "else the odd number near 2 log2(s) + 1); the reconstruction threshold is half of them, plus one",
              lambda v: v == 0 or v >= 3, "0 or an integer >= 3"),
+        # participation and stragglers (fl_strategies.participation)
+        _key("sampling", str, "FedPower, FedAve: how the clients of a round are drawn: auto (the strategy's own "
+             "rule: FedPower with, FedAve without replacement), with-replacement or without-replacement", choices=SAMPLING),
+        _key("latency-model", str, "virtual compute time per local work unit: none, shifted-exp (latency-shift + "
+             "latency-scale Exp(1), the FedLRGD paper's model) or pareto (latency-shift + latency-scale "
+             "Lomax(latency-tail))", choices=LATENCY_MODELS),
+        _key("latency-shift", float, "deterministic part of one work unit's virtual compute time",
+             lambda v: v >= 0, "a number >= 0"),
+        _key("latency-scale", float, "scale of the random part of one work unit's virtual compute time",
+             lambda v: v >= 0, "a number >= 0"),
+        _key("latency-tail", float, "pareto: the tail index alpha (smaller = heavier; infinite variance below 2)",
+             lambda v: v > 0, "a number > 0"),
+        _key("latency-upload", float, "mean of the exponential virtual upload time (0 = instantaneous)",
+             lambda v: v >= 0, "a number >= 0"),
+        _key("slow-fraction", float, "fraction of slow devices (drawn once per partition from the seed)",
+             lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+        _key("slow-factor", float, "a slow device's latency is multiplied by this", lambda v: v >= 1,
+             "a number >= 1"),
+        _key("dropout", float, "probability that a client drops out of a round (reported as a failure)",
+             lambda v: 0 <= v < 1, "a number in [0, 1)"),
+        _key("round-policy", str, "when the server closes a round in virtual time: all (every reply), first-k "
+             "(the first-k earliest replies) or deadline (the replies by deadline); round_time in the results",
+             choices=ROUND_POLICIES),
+        _key("first-k", int, "round-policy first-k: replies kept per round (0 with the other policies)",
+             lambda v: v >= 0, "an integer in [1, num-clients] with round-policy first-k, else 0"),
+        _key("deadline", float, "round-policy deadline: virtual time at which the round closes (0 with the other "
+             "policies; independent of the real round-timeout)", lambda v: v >= 0,
+             "a number > 0 with round-policy deadline, else 0"),
     ]
 }
 
@@ -291,6 +320,8 @@ def validate_run_config(raw: Mapping[str, Any]) -> dict[str, Any]:
     noise overflows, or a ``noise-std`` so small that a client with a single
     row would have no finite epsilon, is refused). Whether ``results-dir`` is
     writable is checked by the server (the clients do not write there).
+    The participation keys' relations are checked by
+    :func:`fl_strategies.participation.check_participation`.
     """
     if not isinstance(raw, Mapping):
         raise ConfigError(f"a run config must be a table of key = value pairs, got {type(raw).__name__}")
@@ -336,6 +367,7 @@ def validate_run_config(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 def _check_more(cfg: dict[str, Any]) -> None:
     """The checks :data:`KEYS` cannot express (see :func:`validate_run_config`, Notes)."""
+    check_participation(cfg)
     for name in ("seed", "data-seed"):
         if cfg[name] < 0:
             raise ConfigError(f"{name} must be an integer >= 0 (it seeds numpy's generators), got {cfg[name]}")

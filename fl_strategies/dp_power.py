@@ -129,6 +129,7 @@ class DPPowerStrategy(EigenspaceStrategy):
     """
 
     partial_ok = False
+    straggler_support = "all"  # virtual round times, but no dropout and no early close: every noise is needed
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
@@ -183,7 +184,8 @@ class DPPowerStrategy(EigenspaceStrategy):
             config["secagg-clip"] = self.clip
         targets = sorted(self.proxies)
         self._pending = {"start": time.perf_counter(), "X": X, "asked": set(targets), "Delta": Delta,
-                         "bytes_down": len(targets) * X.nbytes}
+                         "bytes_down": len(targets) * X.nbytes,
+                         "round_time": self.participation.plan(server_round, targets).round_time}
         return [(self.proxies[pid], FitIns(parameters, config)) for pid in targets]
 
     def stop(self, server_round: int, reason: str) -> None:

@@ -36,6 +36,7 @@ from flwr.server.strategy import Strategy
 from .config import ConfigError
 from .linalg import gaussian_basis
 from .metrics import Reference, round_metrics
+from .participation import Participation
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
 
 __all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
@@ -81,9 +82,19 @@ class EigenspaceStrategy(Strategy):
         rows) is always left out with a WARNING; if that leaves a partition
         without a node, a strategy with ``partial_ok`` runs without it, the
         others refuse to start (``ConfigError`` before round 1).
+    straggler_support : {"partial", "all", "none"}
+        Class attribute: which straggler settings the strategy honours
+        (:mod:`fl_strategies.participation`); the others are refused with a
+        ``ConfigError`` when the strategy is built, before round 1.
+    default_sampling : {"with-replacement", "without-replacement"}
+        Class attribute: the strategy's own sampling rule (``sampling = "auto"``).
+    participation : fl_strategies.participation.Participation
+        The run's sampling and straggler model.
     """
 
     partial_ok = False
+    straggler_support = "none"
+    default_sampling = "without-replacement"
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference: Reference | None = None,
                  wait_timeout: float = 600.0) -> None:
@@ -106,6 +117,8 @@ class EigenspaceStrategy(Strategy):
         self._pending: dict[str, Any] = {}
         self._held: tuple[dict, np.ndarray] | None = None
         self._last_objective: float | None = None
+        self.participation = Participation(cfg, self.default_sampling)
+        self.participation.check_support(self.straggler_support, cfg["strategy"])
 
     # -- to be provided by subclasses ---------------------------------------------------------------
     @property
@@ -250,6 +263,7 @@ class EigenspaceStrategy(Strategy):
                "bytes_up": pend.get("bytes_up", 0), "bytes_down": pend.get("bytes_down", 0),
                "participants": pend.get("participants", 0), "distinct_participants": pend.get("distinct", 0),
                "rejected": pend.get("rejected", 0), "failures": pend.get("failures", 0),
+               "late": pend.get("late", 0), "round_time": pend.get("round_time", 0.0),
                **self.round_columns(server_round),
                "wall_time": time.perf_counter() - pend["start"] if pend else 0.0}
         if self.stop_tol > 0:

@@ -118,7 +118,8 @@ class ErmStrategy(EigenspaceStrategy):
                "communication_epochs": self.comm_epochs,
                "bytes_up": pend.get("bytes_up", 0), "bytes_down": pend.get("bytes_down", 0),
                "participants": pend.get("participants", 0), "rejected": pend.get("rejected", 0),
-               "failures": pend.get("failures", 0), **self.round_columns(server_round),
+               "failures": pend.get("failures", 0), "late": pend.get("late", 0),
+               "round_time": pend.get("round_time", 0.0), **self.round_columns(server_round),
                "wall_time": time.perf_counter() - pend["start"] if pend else 0.0}
         self._emit(row, theta)
         if server_round:

@@ -169,7 +169,14 @@ def faps_client_round(M: np.ndarray, Z: np.ndarray, state: FapsState | None, cfg
 
 
 class FapsStrategy(EigenspaceStrategy):
-    """Server side of FAPS: broadcast ``Z``, sum the masked products, orthonormalise, test rule (27)."""
+    """Server side of FAPS: broadcast ``Z``, sum the masked products, orthonormalise, test rule (27).
+
+    FAPS needs every client every round (the sum of masked products, and each
+    client's state): the straggler model may only report the round time
+    (``dropout`` and a ``round-policy`` other than ``all`` are refused).
+    """
+
+    straggler_support = "all"
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
@@ -188,7 +195,9 @@ class FapsStrategy(EigenspaceStrategy):
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
         """Every client gets ``Z_k`` (FAPS needs all of them every round)."""
         Z = parameters_to_ndarrays(parameters)[0]
-        self._pending = {"start": time.perf_counter(), "Z": Z, "bytes_down": self.m * Z.nbytes}
+        plan = self.participation.plan(server_round, range(self.m))
+        self._pending = {"start": time.perf_counter(), "Z": Z, "bytes_down": self.m * Z.nbytes,
+                         "round_time": plan.round_time}
         fit_ins = FitIns(parameters, {"round": server_round})
         return [(self.proxies[pid], fit_ins) for pid in range(self.m)]
 

@@ -26,7 +26,7 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from .eigenspace import STREAM_SAMPLING, log
+from .eigenspace import log
 from .erm import ErmStrategy, oracle_epoch
 from .losses import per_sample_grads
 
@@ -73,7 +73,15 @@ def local_sgd(loss: str, X: np.ndarray, y: np.ndarray, theta: np.ndarray, mu: fl
 
 
 class FedAveStrategy(ErmStrategy):
-    """Server side of FedAve: ``num-server-rounds`` = T epochs."""
+    """Server side of FedAve: ``num-server-rounds`` = T epochs.
+
+    Sampling and stragglers go through :mod:`fl_strategies.participation`
+    (``sampling = "auto"``: without replacement); the server averages the
+    replies it keeps (a partition drawn twice with replacement counts twice).
+    """
+
+    straggler_support = "partial"
+    default_sampling = "without-replacement"
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
@@ -106,13 +114,21 @@ class FedAveStrategy(ErmStrategy):
     def configure_fit(self, server_round: int, parameters: Parameters,
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
         """Sample ``tau m`` clients without replacement; send ``theta^(k)``, ``eta_k`` and ``b``."""
-        rng = np.random.default_rng([self.cfg["seed"], STREAM_SAMPLING, server_round])
-        pids = sorted(int(i) for i in rng.choice(self.m, size=self.active, replace=False))
+        multiplicity = self.participation.sample(server_round, self.active)
+        pids = sorted(multiplicity)
+        plan = self.participation.plan(server_round, [pid for pid in pids if pid in self.proxies], work=self.b)
+        if self.participation.timed:
+            pids = plan.kept
         theta = parameters_to_ndarrays(parameters)[0]
         eta = self.eta(server_round)
         self._pending = {"start": time.perf_counter(), "theta": theta, "eta": eta, "asked": pids,
-                         "bytes_down": len(pids) * theta.nbytes}
+                         "bytes_down": len(pids) * theta.nbytes, "multiplicity": multiplicity,
+                         "dropped": len(plan.dropped), "late": len(plan.late), "round_time": plan.round_time}
         fit_ins = FitIns(parameters, {"round": server_round, "eta": eta, "local-steps": self.b})
+        if not pids:  # every sampled client dropped out: Flower skips aggregate_fit, so the round ends here
+            log.warning("round %d: every sampled client dropped out; theta is kept", server_round)
+            self._pending.update(failures=len(plan.dropped), participants=0)
+            self.iterates.append(theta)
         return [(self.proxies[pid], fit_ins) for pid in pids if pid in self.proxies]
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
@@ -122,14 +138,15 @@ class FedAveStrategy(ErmStrategy):
         theta = pend["theta"]
         valid, rejected = self.collect_replies(server_round, results, pend["asked"], [(self.p,)], broadcast=theta)
         thetas = {pid: arrays[0] for pid, (arrays, _) in valid.items()}
-        weights = {pid: float(self.sizes[pid]) for pid in thetas}
+        weights = {pid: float(self.sizes[pid]) * pend["multiplicity"][pid] for pid in thetas}
         if self.cfg["server-as-client"]:
             ref = self.reference
             rng = np.random.default_rng([self.cfg["seed"], 3, -1 % 2 ** 32, server_round])
             thetas[-1] = local_sgd(self.loss, ref.X0, ref.y0, theta, self.mu, pend["eta"], self.b, rng)
             weights[-1] = float(ref.X0.shape[0])
         pend.update(bytes_up=sum(sum(len(t) for t in res.parameters.tensors) for _, res in results),
-                    rejected=rejected, failures=len(failures), participants=len(thetas) - (-1 in thetas))
+                    rejected=rejected, failures=len(failures) + pend["dropped"],
+                    participants=len(thetas) - (-1 in thetas))
         self.gamma += oracle_epoch(self.b, True, self.phi, self.active)
         self.comm_epochs += 1
         if thetas:

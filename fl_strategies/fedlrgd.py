@@ -160,7 +160,14 @@ class FedLrgdStrategy(ErmStrategy):
         Column sums received so far.
     trajectory : ndarray of shape (S + 1, p)
         The GD iterates (after the last round).
+
+    Notes
+    -----
+    The sums need every client: the straggler model may only report the round
+    time (``dropout`` and a ``round-policy`` other than ``all`` are refused).
     """
+
+    straggler_support = "all"
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
@@ -196,8 +203,9 @@ class FedLrgdStrategy(ErmStrategy):
         """Round 1: pivots and ``G^{-1}`` to every client; round k: ask for column k - 1 of ``V_c``."""
         arrays = [self.pivots, self.Ginv] if server_round == 1 else []
         phase = "weights" if server_round == 1 else "send"
+        plan = self.participation.plan(server_round, range(self.m))  # only the round time: every client is kept
         self._pending = {"start": time.perf_counter(), "theta": parameters_to_ndarrays(parameters)[0],
-                         "bytes_down": self.m * sum(a.nbytes for a in arrays)}
+                         "bytes_down": self.m * sum(a.nbytes for a in arrays), "round_time": plan.round_time}
         fit_ins = FitIns(ndarrays_to_parameters(arrays), {"phase": phase, "column": server_round - 1})
         return [(self.proxies[pid], fit_ins) for pid in sorted(self.proxies)]
 

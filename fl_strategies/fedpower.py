@@ -24,7 +24,8 @@ partition id takes its place (the paper's Remark 2). ``K = m`` means full
 participation without sampling (Algorithm 2). Note (spec pitfall P11) that
 Algorithm 3 with ``K = m`` would sample with replacement and is *not* the
 same as full participation; this implementation follows the issue's
-definition.
+definition. Sampling and the straggler model (keep the first K replies, or
+those before a deadline, in virtual time) are :mod:`fl_strategies.participation`.
 
 With ``p = 1`` and no noise the method is the distributed power method
 (Algorithm 1), which is how the ``power`` baseline runs; the FAPS paper's
@@ -43,7 +44,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from .config import total_iterations
-from .eigenspace import STREAM_NOISE, STREAM_SAMPLING, EigenspaceStrategy, log
+from .eigenspace import STREAM_NOISE, EigenspaceStrategy, log
 from .linalg import orth, procrustes
 from .privacy import achieved_epsilon, noise_multiplier, noise_std
 from .replies import check_array, check_orthonormal, check_origin, decode_arrays, scalar_metric
@@ -114,6 +115,8 @@ class FedPowerStrategy(EigenspaceStrategy):
     """
 
     partial_ok = True
+    straggler_support = "partial"
+    default_sampling = "with-replacement"
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
@@ -134,28 +137,38 @@ class FedPowerStrategy(EigenspaceStrategy):
 
     # -- one round ----------------------------------------------------------------------------------
     def _sample(self, server_round: int) -> dict[int, int]:
-        """Multiplicity of each partition id in this round's sample."""
-        if self.K == self.m:
-            return {pid: 1 for pid in range(self.m)}
-        rng = np.random.default_rng([self.cfg["seed"], STREAM_SAMPLING, server_round])
-        counts = np.bincount(rng.integers(0, self.m, size=self.K), minlength=self.m)
-        return {pid: int(c) for pid, c in enumerate(counts) if c}
+        """Multiplicity of each partition id in this round's sample (:mod:`fl_strategies.participation`)."""
+        return self.participation.sample(server_round, self.K)
 
     def configure_fit(self, server_round: int, parameters: Parameters,
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
-        """Send ``Z`` to the sampled clients and to the reference client."""
+        """Send ``Z`` to the sampled clients and to the reference client.
+
+        Under the straggler model only the sampled partitions whose replies
+        the server keeps are asked (a kept partition keeps its multiplicity),
+        and the reference client only if it arrives before the round closes;
+        otherwise the smallest kept partition is the reference (Remark 2).
+        """
         steps = self.lengths[server_round - 1]
         multiplicity = self._sample(server_round)
         # partitions left out at discovery (their node failed) are not asked and count as failures
         available = set(self.proxies)
-        targets = sorted((set(multiplicity) | {min(available)}) & available)
+        plan = self.participation.plan(server_round, set(multiplicity) & available, work=steps,
+                                       extra=[min(available)])
+        multiplicity = {pid: c for pid, c in multiplicity.items() if pid in plan.kept or pid not in available}
+        targets = sorted(set(plan.kept) | set(plan.extra))
         config: dict[str, Scalar] = {"local-steps": steps, "round": server_round,
                                      "iteration-offset": sum(self.lengths[: server_round - 1])}
         fit_ins = FitIns(parameters, config)
         Z = parameters_to_ndarrays(parameters)[0]
         self._pending = {"start": time.perf_counter(), "multiplicity": multiplicity, "steps": steps, "Z": Z,
                          "bytes_down": len(targets) * Z.nbytes, "asked": set(targets),
-                         "unavailable": len(set(multiplicity) - available)}
+                         "unavailable": len(set(multiplicity) - available) + len(plan.dropped),
+                         "late": len(plan.late), "round_time": plan.round_time}
+        if not targets:  # every sampled client dropped out: Flower skips aggregate_fit, so the round ends here
+            log.warning("round %d: every sampled client dropped out; Z is kept", server_round)
+            self._pending.update(failures=self._pending["unavailable"], participants=0, distinct=0, misalignment=0.0)
+            self.iterates.append(Z)
         return [(self.proxies[pid], fit_ins) for pid in targets]
 
     def reply_norm_bound(self, partition_id: int | None) -> float | None:
@@ -243,8 +256,8 @@ class FedPowerStrategy(EigenspaceStrategy):
             self.iterates.append(pend["Z"])
             return ndarrays_to_parameters([pend["Z"]]), {}
         ref = 0 if 0 in replies else min(replies)
-        if ref != 0:
-            log.warning("round %d: reference client 0 did not answer; partition %d is the reference",
+        if ref != 0:  # expected under the straggler model (the reference was late or dropped out)
+            (log.info if self.participation.timed else log.warning)("round %d: reference client 0 did not answer; partition %d is the reference",
                         server_round, ref)
         Z_ref = replies[ref][1]
         total, weight, misalignment = np.zeros((self.d, self.r)), 0.0, 0.0
