@@ -9,6 +9,7 @@ from fl_strategies.config import validate_run_config
 
 from .clients import CLIENTS
 from .data import load_client_covariance
+from .faults import garbage_reply_mod
 
 
 def client_fn(context: Context):
@@ -20,4 +21,6 @@ def client_fn(context: Context):
     return CLIENTS[cfg["strategy"]](A, num_rows, pid, cfg, context).to_client()
 
 
-app = ClientApp(client_fn=client_fn)
+mods = [garbage_reply_mod]  # testing fault, active only with `fault` in a node's --node-config
+
+app = ClientApp(client_fn=client_fn, mods=mods)
