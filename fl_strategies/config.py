@@ -154,6 +154,11 @@ KEYS: dict[str, Key] = {
              "values after the first rank", lambda v: v >= 0, "a finite number >= 0"),
         _key("target-log-excess", float, "mf-altgd and mf-simgd: stop once log10(F - eps_min) is at most this "
              "(num-server-rounds caps the iterations)", allowed="a finite number"),
+        _key("checkpoint-dir", str, "directory where the server saves its state after every round, for resume "
+             "('' = no checkpoints; fedpower, power, ssi and localpower only)",
+             allowed="string (a writable directory)"),
+        _key("resume", bool, "continue the run checkpointed in checkpoint-dir (same run config) and append to "
+             "its rounds.csv"),
     ]
 }
 

@@ -15,6 +15,7 @@ from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from fl_strategies.config import ConfigError, check_against_data, validate_run_config
 from fl_strategies.registry import STRATEGIES
+from fl_strategies.checkpoint import checkpoint_for
 from fl_strategies.server_loop import StoppingServer
 from flwr.server.client_manager import SimpleClientManager
 from fl_strategies.fedmf import MF_STRATEGIES
@@ -66,7 +67,7 @@ def build_strategy(run_config) -> tuple:
     dimension, ref = _reference(cfg)
     strategy = STRATEGIES[cfg["strategy"]](cfg, dimension, reference=ref)
     if cfg["results-dir"]:
-        strategy.on_round = ResultsWriter(cfg["results-dir"])
+        strategy.on_round = ResultsWriter(cfg["results-dir"], keep=cfg["resume"])
     log.info("fedspectral: %r", strategy)
     return strategy, strategy.num_rounds
 
@@ -105,7 +106,8 @@ def server_fn(context: Context) -> ServerAppComponents:
     """Flower's entry point: the strategy and the number of rounds."""
     strategy, num_rounds = build_strategy(context.run_config)
     timeout = strategy.cfg["round-timeout"] or None
-    server = StoppingServer(client_manager=SimpleClientManager(), strategy=strategy)
+    server = StoppingServer(client_manager=SimpleClientManager(), strategy=strategy,
+                            checkpoint=checkpoint_for(strategy))
     return ServerAppComponents(server=server, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout))
 
 
