@@ -78,3 +78,12 @@ def test_faps_stops_with_a_clear_message_when_a_client_is_missing(tmp_path, faul
     assert [r["round"] for r in s.records] == list(range(stop_round))
     assert list(pd.read_csv(tmp_path / "rounds.csv")["round"]) == list(range(stop_round))
     assert len(s.iterates) == stop_round
+
+
+@pytest.mark.parametrize("bad", ["3=nan", "1=zero", "x"])
+def test_deploy_refuses_a_bad_fault_option_before_starting_anything(tmp_path, capsys, bad):
+    from simulations.deploy import main
+
+    assert main(["--run-config", "num-clients=3", "--out", str(tmp_path), "--fault", bad]) == 2
+    assert f"--fault {bad!r}" in capsys.readouterr().err
+    assert not (tmp_path / "logs").exists()
