@@ -12,6 +12,7 @@ from fl_strategies.config import validate_run_config
 
 from .clients import CLIENTS
 from .data import load_client_covariance
+from .faults import garbage_reply_mod
 
 
 def client_fn(context: Context):
@@ -34,4 +35,8 @@ def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message
     return call_next(msg, context)
 
 
-app = ClientApp(client_fn=client_fn, mods=[secure_aggregation_mod])
+# the testing fault (active only with `fault` in a node's --node-config) is outermost: it corrupts the arrays of
+# plain training replies, not SecAgg+'s masked uploads (a malicious client under SecAgg+ is outside its threat model)
+mods = [garbage_reply_mod, secure_aggregation_mod]
+
+app = ClientApp(client_fn=client_fn, mods=mods)

@@ -201,6 +201,11 @@ KEYS: dict[str, Key] = {
         _key("deadline", float, "round-policy deadline: virtual time at which the round closes (0 with the other "
              "policies; independent of the real round-timeout)", lambda v: v >= 0,
              "a number > 0 with round-policy deadline, else 0"),
+        _key("checkpoint-dir", str, "directory where the server saves its state after every round, for resume "
+             "('' = no checkpoints; fedpower, power, ssi and localpower only)",
+             allowed="string (a writable directory)"),
+        _key("resume", bool, "continue the run checkpointed in checkpoint-dir (same run config) and append to "
+             "its rounds.csv"),
     ]
 }
 

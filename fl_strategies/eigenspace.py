@@ -313,3 +313,48 @@ class EigenspaceStrategy(Strategy):
     def aggregate_evaluate(self, server_round, results, failures):
         """Eigenspace strategies are evaluated at the server only."""
         return None, {}
+
+    # -- checkpoints (fl_strategies.checkpoint) -------------------------------------------------------
+    resumable = False
+    """Class attribute: whether a run can resume from :meth:`state_dict` (all state at the server)."""
+
+    def resume_problem(self) -> str | None:
+        """Why this run could not resume correctly although the strategy can, or ``None``."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The server-side state after a round: results rows, estimates, the stopping rule's held row.
+
+        Returns
+        -------
+        dict
+            ``records`` (list of dict), ``iterates`` (list of (d, r) arrays),
+            ``held`` (``[row, Z]`` or ``None``), ``last_objective`` and ``sizes``
+            (``[[partition id, rows], ...]`` as discovered).
+        """
+        return {"records": self.records, "iterates": self.iterates,
+                "held": None if self._held is None else [self._held[0], self._held[1]],
+                "last_objective": self._last_objective,
+                "sizes": [[pid, size] for pid, size in sorted(self.sizes.items())]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` after discovery (the nodes of the new run are known).
+
+        Raises
+        ------
+        ConfigError
+            If a partition now has another row count than when the state was
+            saved (the data changed: the run cannot be continued).
+        """
+        saved = {int(pid): int(size) for pid, size in state["sizes"]}
+        changed = [pid for pid in self.sizes if pid in saved and saved[pid] != self.sizes[pid]]
+        if changed:
+            raise ConfigError("resume: the data changed since the checkpoint: " + "; ".join(
+                f"partition {pid} had {saved[pid]} rows, now {self.sizes[pid]}" for pid in changed))
+        if set(saved) != set(self.sizes):
+            log.warning("resume: partitions %s then, %s now", sorted(saved), sorted(self.sizes))
+        self.records = [dict(row) for row in state["records"]]
+        self.iterates = [np.asarray(Z, dtype=np.float64) for Z in state["iterates"]]
+        held = state["held"]
+        self._held = None if held is None else (dict(held[0]), np.asarray(held[1], dtype=np.float64))
+        self._last_objective = state["last_objective"]

@@ -180,6 +180,7 @@ class FapsStrategy(EigenspaceStrategy):
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
+        self.error: str | None = None  # set when a missing client stopped the run
 
     @property
     def num_rounds(self) -> int:  # noqa: D102
@@ -219,12 +220,15 @@ class FapsStrategy(EigenspaceStrategy):
                     rejected=rejected, failures=len(failures), participants=len(replies), distinct=len(replies),
                     inner_steps=float(np.mean(steps)) if steps else 0.0)
         if len(replies) < self.m:
-            # The sum of masked products is meaningless without every client (and the missing clients'
-            # states would go stale): keep Z and try the round again.
-            log.warning("round %d: %d of %d clients answered; FAPS needs all of them, Z is kept",
-                        server_round, len(replies), self.m)
-            self.iterates.append(Z)
-            return ndarrays_to_parameters([Z]), {}
+            # The sum of masked products is meaningless without every client, and the clients that answered
+            # have already advanced their private state past this round: the run cannot go on correctly.
+            missing = sorted(set(range(self.m)) - set(replies))
+            self.error = (f"FAPS round {server_round}: no usable reply from partition(s) "
+                          f"{', '.join(map(str, missing))} ({rejected} rejected, {len(failures)} failed); FAPS sums "
+                          "every client's masked product and cannot proceed without one, so the run stops")
+            self.stopped = True
+            log.error("%s", self.error)
+            return None, {}
         if self.check_stop(server_round, objective):
             return None, {}
         Z_new = orth(sum(replies[pid] for pid in sorted(replies)))

@@ -300,3 +300,14 @@ class FedPowerStrategy(EigenspaceStrategy):
         return {"local_iterations": steps,
                 "misalignment": self._pending.get("misalignment", 0.0) if server_round else 0.0,
                 "epsilon_spent": eps, "delta": None if eps is None else self.cfg["delta"]}
+
+    # -- checkpoints (fl_strategies.checkpoint) -------------------------------------------------------
+    resumable = True  # sampling and noise derive from (seed, round, partition); clients hold no state but a count
+
+    def resume_problem(self) -> str | None:
+        """Refuse OS noise: a round repeated after a crash would carry fresh noise and spend its budget twice."""
+        cfg = self.cfg
+        if (cfg["noise-std"] > 0 or cfg["epsilon"] > 0) and cfg["noise-source"] == "os":
+            return ("with noise-source = \"os\" the round in flight at a crash would be repeated with fresh noise, "
+                    "spending its privacy budget twice; use noise-source = \"seeded\"")
+        return None

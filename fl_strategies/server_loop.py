@@ -5,6 +5,10 @@ convergence test (the FAPS paper's rule (27), used by ``faps``, ``ssi`` and
 ``localpower``) set ``strategy.stopped`` in ``aggregate_fit``; this server then
 ends the run, and calls ``strategy.finish()`` so the strategy can write its last
 results row.
+
+With a :class:`~fl_strategies.checkpoint.Checkpoint` it saves the state after
+every round, and a run with ``resume = true`` starts after the checkpointed
+round instead of at round 1 (the nodes are discovered again first).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import timeit
 from logging import INFO
 
+from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.common.logger import log
 from flwr.server import Server
 from flwr.server.history import History
@@ -20,23 +25,51 @@ __all__ = ["StoppingServer"]
 
 
 class StoppingServer(Server):
-    """``flwr.server.Server`` that stops when ``strategy.stopped`` is true."""
+    """``flwr.server.Server`` that stops when ``strategy.stopped`` is true.
+
+    Parameters
+    ----------
+    checkpoint : fl_strategies.checkpoint.Checkpoint, optional
+        Saved after every round; with ``checkpoint.resumed`` the run continues
+        from it.
+    **kwargs
+        Those of ``flwr.server.Server`` (``client_manager``, ``strategy``).
+    """
+
+    def __init__(self, *, checkpoint=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint = checkpoint
 
     def fit(self, num_rounds: int, timeout: float | None) -> tuple[History, float]:
         """Run up to ``num_rounds`` rounds of fit + evaluate; stop early if the strategy says so."""
         history = History()
         self.parameters = self._get_initial_parameters(server_round=0, timeout=timeout)
-        self.strategy.evaluate(0, parameters=self.parameters)
+        first = 1
+        resumed = self.checkpoint.resumed if self.checkpoint is not None else None
+        if resumed is not None:  # the nodes are known again: restore the state after the checkpointed round
+            self.strategy.load_state_dict(resumed["strategy"])
+            self.parameters = ndarrays_to_parameters(resumed["parameters"])
+            first = resumed["round"] + 1
+            log(INFO, "resuming after round %s", resumed["round"])
+        else:
+            self.strategy.evaluate(0, parameters=self.parameters)
+            self._save(0)
         start = timeit.default_timer()
-        for current_round in range(1, num_rounds + 1):
+        for current_round in range(first, num_rounds + 1):
             res_fit = self.fit_round(server_round=current_round, timeout=timeout)
             if getattr(self.strategy, "stopped", False):
-                log(INFO, "stopping rule met in round %s", current_round)
+                log(INFO, "run stopped in round %s: %s", current_round,
+                    getattr(self.strategy, "error", None) or "stopping rule met")
                 break
             if res_fit is not None and res_fit[0]:
                 self.parameters = res_fit[0]
             self.strategy.evaluate(current_round, parameters=self.parameters)
+            self._save(current_round)
         finish = getattr(self.strategy, "finish", None)
         if finish is not None:
             finish()
         return history, timeit.default_timer() - start
+
+    def _save(self, server_round: int) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint.save(server_round, parameters_to_ndarrays(self.parameters), self.strategy)

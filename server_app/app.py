@@ -17,6 +17,7 @@ from flwr.server.compat.app import start_grid
 from fl_strategies.config import ConfigError, check_against_data, validate_run_config
 from fl_strategies.dp_power import DPRunStopped
 from fl_strategies.registry import STRATEGIES
+from fl_strategies.checkpoint import checkpoint_for
 from fl_strategies.server_loop import StoppingServer
 from flwr.server.client_manager import SimpleClientManager
 from fl_strategies.fedmf import MF_STRATEGIES
@@ -70,7 +71,7 @@ def build_strategy(run_config) -> tuple:
     dimension, ref = _reference(cfg)
     strategy = STRATEGIES[cfg["strategy"]](cfg, dimension, reference=ref)
     if cfg["results-dir"]:
-        strategy.on_round = ResultsWriter(cfg["results-dir"])
+        strategy.on_round = ResultsWriter(cfg["results-dir"], keep=cfg["resume"])
     log.info("fedspectral: %r", strategy)
     return strategy, strategy.num_rounds
 
@@ -116,7 +117,8 @@ def server_fn(context: Context) -> ServerAppComponents:
     """The strategy named in the run config, in Flower's server loop with a stopping rule."""
     strategy, num_rounds = build_strategy(context.run_config)
     timeout = strategy.cfg["round-timeout"] or None
-    server = StoppingServer(client_manager=SimpleClientManager(), strategy=strategy)
+    server = StoppingServer(client_manager=SimpleClientManager(), strategy=strategy,
+                            checkpoint=checkpoint_for(strategy))
     return ServerAppComponents(server=server, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout))
 
 

@@ -32,7 +32,13 @@ class ResultsWriter:
     Parameters
     ----------
     directory : str or Path
-        Created if needed; an existing ``rounds.csv`` is replaced.
+        Created if needed; an existing ``rounds.csv`` is replaced unless ``keep``.
+    keep : bool
+        Append to an existing ``rounds.csv`` (a resumed run,
+        :mod:`fl_strategies.checkpoint`): before the first row is written, the
+        rows of that round and later ones are dropped (the killed run wrote them
+        after its last checkpoint; the resumed run writes them again), every
+        earlier row is kept as it is.
 
     Raises
     ------
@@ -48,21 +54,26 @@ class ResultsWriter:
     latter with a WARNING since the strategies never produce one.
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, keep: bool = False) -> None:
         self.dir = Path(directory)
         self.csv_path = self.dir / "rounds.csv"
+        self._trim_pending = keep
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             probe = self.dir / ".write-test"
             probe.write_bytes(b"")
             probe.unlink()
-            self.csv_path.unlink(missing_ok=True)
+            if not keep:
+                self.csv_path.unlink(missing_ok=True)
         except (OSError, ValueError) as ex:
             raise ConfigError(f"results-dir = {str(directory)!r} is not a writable directory: "
                               f"{type(ex).__name__}: {ex}") from None
 
     def __call__(self, record: dict, estimate: np.ndarray) -> None:
         """Write one round: ``record`` as a CSV row, ``estimate`` (d, r) as the current estimate."""
+        if self._trim_pending:
+            self._trim_pending = False
+            self._drop_rows_from(record.get("round"))
         new = not self.csv_path.exists()
         with self.csv_path.open("a", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(record))
@@ -78,3 +89,24 @@ class ResultsWriter:
         tmp = self.dir / "estimate.tmp.npy"
         np.save(tmp, estimate)
         tmp.replace(self.dir / "estimate.npy")
+
+    def _drop_rows_from(self, first_round) -> None:
+        """Drop the rows of ``first_round`` and later rounds from an existing ``rounds.csv`` (atomically)."""
+        if not self.csv_path.exists() or not isinstance(first_round, numbers.Integral):
+            return
+        with self.csv_path.open(newline="") as fh:
+            rows = list(csv.reader(fh))
+        if not rows:
+            return
+        header, body = rows[0], rows[1:]
+        col = header.index("round") if "round" in header else None
+        kept = [row for row in body if col is None or not row[col].lstrip("-").isdigit()
+                or int(row[col]) < first_round]
+        if len(kept) == len(body):
+            return
+        log.warning("resume: %d row(s) of round %s and later in %s were written after the last checkpoint; "
+                    "they are written again", len(body) - len(kept), first_round, self.csv_path)
+        tmp = self.dir / "rounds.tmp.csv"
+        with tmp.open("w", newline="") as fh:
+            csv.writer(fh).writerows([header, *kept])
+        tmp.replace(self.csv_path)

@@ -16,6 +16,9 @@ registered with ``flwr supernode register`` before they connect.
 Usage::
 
     python -m simulations.deploy [--run-config 'key=value ...'] [--out OUT] [--data-dir DIR] [--secure]
+                                 [--fault PID=nan|shape ...]
+
+``--fault`` makes one SuperNode reply with garbage (:mod:`client_app.faults`).
 
 The server regenerates the configured data set only to *measure* the estimate
 against the exact reference, as the simulation harness does.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import ssl
@@ -36,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from client_app.faults import FAULT_KEY, FAULTS
 from fl_strategies.config import validate_run_config
 
 from .engines import APP_DIR, fused_run_config
@@ -70,6 +75,16 @@ def _group_alive(pgid: int) -> bool:
     """Whether any process of the process group ``pgid`` still exists."""
     try:
         os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -123,11 +138,16 @@ class LocalDeployment:
     secure : bool
         TLS for every connection and SuperNode authentication: the nodes' public
         keys are registered before they start; any other node is refused.
+    node_config : dict, optional
+        Extra ``--node-config`` text by partition id, e.g. ``{2: 'fault="nan"'}``
+        (:mod:`client_app.faults`).
     """
 
-    def __init__(self, files: list[Path], workdir: Path, port: int = 19091, secure: bool = False) -> None:
+    def __init__(self, files: list[Path], workdir: Path, port: int = 19091, secure: bool = False,
+                 node_config: dict[int, str] | None = None) -> None:
         self.port = port or free_port_block(len(files) + 16)
         self.files, self.workdir, self.secure = files, workdir, secure
+        self.extra_node_config = dict(node_config or {})
         self.credentials = workdir / "credentials"
         self.processes: list[subprocess.Popen] = []
         self.env = flower_env()
@@ -186,6 +206,8 @@ class LocalDeployment:
         """Start the SuperNode of partition ``pid`` (its own key unless ``private_key`` is given)."""
         n = len(self.files)
         node_config = f'partition-id={pid} num-partitions={n} data-path="{self.files[pid].resolve()}"'
+        if self.extra_node_config.get(pid):
+            node_config += " " + self.extra_node_config[pid]
         cmd = ["flower-supernode", "--superlink", f"127.0.0.1:{self.port}", "--port",
                str(self.port + 10 + len(self.processes)), "--node-config", node_config]
         if self.secure:
@@ -195,13 +217,49 @@ class LocalDeployment:
             cmd.append("--insecure")
         return self._start(name or f"supernode_{pid}", cmd)
 
+    def _run_cmd(self, run_config: str, results_dir: Path, stream: bool) -> list[str]:
+        cmd = ["flwr", "run", str(APP_DIR), CONNECTION, *(["--stream"] if stream else []),
+               "--run-config", f'results-dir="{results_dir}"']
+        return cmd + (["--run-config", run_config] if run_config else [])
+
     def run(self, run_config: str, results_dir: Path) -> str:
         """``flwr run`` the app on this deployment; returns the run's final status."""
-        cmd = ["flwr", "run", str(APP_DIR), CONNECTION, "--stream", "--run-config", f'results-dir="{results_dir}"']
-        if run_config:
-            cmd += ["--run-config", run_config]
-        run_id = stream_run(cmd, self.env)
+        run_id = stream_run(self._run_cmd(run_config, results_dir, stream=True), self.env)
         return "not started" if run_id is None else run_status(run_id, self.env, wait=60, connection=CONNECTION)
+
+    def start_run(self, run_config: str, results_dir: Path) -> str:
+        """Start a run without waiting for it; returns its run id."""
+        done = subprocess.run(self._run_cmd(run_config, results_dir, stream=False), env=self.env, cwd=APP_DIR,
+                              capture_output=True, text=True)
+        match = re.search(r"Successfully started run (\d+)", done.stdout)
+        if match is None:
+            raise RuntimeError(f"flwr run did not start a run: {done.stdout}{done.stderr}")
+        return match.group(1)
+
+    def stop_run(self, run_id: str) -> str:
+        """``flwr stop`` a run (e.g. after its ServerApp was killed); returns its final status."""
+        subprocess.run(["flwr", "stop", run_id, CONNECTION], env=self.env, cwd=APP_DIR, capture_output=True,
+                       text=True)
+        return run_status(run_id, self.env, wait=60, connection=CONNECTION)
+
+    def serverapp_pids(self) -> list[int]:
+        """Process ids of the ServerApp processes (``flwr-serverapp``) of this deployment's SuperLink."""
+        return [pid for pid, args in self._helpers() if "flwr-serverapp" in args]
+
+    def _helpers(self) -> list[tuple[int, str]]:
+        """Processes that Flower started for this SuperLink outside the process groups started here.
+
+        The SuperLink's SuperExec and the ``flwr-serverapp`` of each run start their own sessions; they
+        are recognised by the SuperLink's address in their command line.
+        """
+        ps = subprocess.run(["ps", "-ww", "-e", "-o", "pid=,args="], capture_output=True, text=True).stdout
+        address = f"127.0.0.1:{self.port} "
+        found = []
+        for line in ps.splitlines():
+            pid, _, args = line.strip().partition(" ")
+            if address in args + " " and ("flwr-serverapp" in args or "flower-superexec" in args):
+                found.append((int(pid), args))
+        return found
 
     def stop(self) -> None:
         """Terminate every process started here (their whole process groups), then kill what remains."""
@@ -217,6 +275,16 @@ class LocalDeployment:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         self.processes = []
+        helpers = [pid for pid, _ in self._helpers()]  # e.g. a ServerApp that outlived its SuperLink
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            for pid in helpers:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and any(_alive(pid) for pid in helpers):
+                time.sleep(0.1)
         deadline = time.monotonic() + 20  # e.g. the SuperLink's SuperExec exits when it notices its parent is gone
         while not _port_free(self.port) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -235,12 +303,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="the SuperLink's port (default: a free one)")
     parser.add_argument("--secure", action="store_true",
                         help="TLS and SuperNode authentication (credentials written to OUT/credentials)")
+    parser.add_argument("--fault", action="append", default=[], metavar="PID=KIND",
+                        help="make the SuperNode of partition PID reply with garbage: KIND is nan or shape "
+                        "(node-config fault, see client_app/faults.py); repeatable")
     args = parser.parse_args(argv)
 
     from flwr.common.config import parse_config_args
 
     overrides = parse_config_args([args.run_config]) if args.run_config else {}
     cfg = validate_run_config(fused_run_config(overrides))
+    faults = {}
+    for item in args.fault:
+        pid, _, kind = item.partition("=")
+        if not pid.isdigit() or int(pid) >= cfg["num-clients"] or kind not in FAULTS:
+            print(f"error: --fault {item!r}: expected PID=KIND with PID < num-clients = {cfg['num-clients']} and "
+                  f"KIND one of {', '.join(FAULTS)}", file=sys.stderr)
+            return 2
+        faults[int(pid)] = f'{FAULT_KEY}="{kind}"'
     out = Path(args.out).resolve()
     if args.data_dir:
         files = [Path(args.data_dir) / f"partition_{i}.npy" for i in range(cfg["num-clients"])]
@@ -251,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         files = write_node_files(cfg, out / "node-data")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of this script still stops its processes
-    with LocalDeployment(files, out, port=args.port, secure=args.secure) as deployment:
+    with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=faults) as deployment:
         status = deployment.run(args.run_config, out)
     print(f"deployment run status: {status}; results in {out / 'rounds.csv'}")
     return 0 if status == "finished:completed" else 1

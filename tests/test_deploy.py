@@ -94,3 +94,59 @@ def test_a_supernode_killed_or_silent_mid_run_is_counted_and_the_run_goes_on(tmp
     assert table.loc[1, "participants"] == 3
     assert (table.loc[3:, "participants"] == 2).all() and (table.loc[3:, "failures"] == 1).all()
     assert np.isfinite(table["subspace_distance"]).all()
+
+
+@pytest.mark.deploy  # real processes, about 2 min: one deployment, a killed run and its resumption
+@pytest.mark.timeout(480)  # every process is stopped in finally blocks; a hang fails the test
+def test_garbage_replies_and_a_killed_serverapp_resumed_from_its_checkpoint(tmp_path, monkeypatch):
+    """SuperNodes 1 and 2 reply with NaN / wrong shapes (node-config ``fault``); the ServerApp is SIGKILLed
+    after round 2 and a new run with ``resume=true`` finishes it. Every round rejects the two garbage replies,
+    and the table equals an uninterrupted in-process run with the same faults."""
+    import os
+    import signal
+    import time
+
+    from fl_strategies.config import validate_run_config
+    from simulations.deploy import LocalDeployment, write_node_files
+    from simulations.engines import fused_run_config
+    from simulations.engines.local import LocalGrid
+
+    over = {"num-clients": 3, "num-samples": 3000, "dimension": 20, "num-server-rounds": 4, "local-steps": 2}
+    text = " ".join(f"{k}={v}" for k, v in over.items()) + f' checkpoint-dir="{tmp_path}"'
+    files = write_node_files(validate_run_config(fused_run_config(over)), tmp_path / "data")
+    rounds = tmp_path / "rounds.csv"
+    with LocalDeployment(files, tmp_path, port=0, node_config={1: 'fault="nan"', 2: 'fault="shape"'}) as dep:
+        run_id = dep.start_run(text, tmp_path)
+        deadline = time.monotonic() + 240
+        while not (rounds.exists() and len(rounds.read_text().splitlines()) >= 4):  # header, rounds 0-2
+            assert time.monotonic() < deadline, "round 2 was not written in time"
+            time.sleep(0.2)
+        victims = dep.serverapp_pids()
+        assert victims
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        killed = rounds.read_text().splitlines()
+        first_status = dep.stop_run(run_id)
+        status = dep.run(text + " resume=true", tmp_path)
+    assert dep.serverapp_pids() == []  # no ServerApp outlives the deployment
+    assert first_status.startswith("finished") and first_status != "finished:completed"
+    assert status == "finished:completed"
+    final = rounds.read_text().splitlines()
+    assert final[:3] == killed[:3]  # header, rounds 0 and 1 (checkpointed before round 2 began): kept as written
+    table = pd.read_csv(rounds)
+    assert list(table["round"]) == [0, 1, 2, 3, 4]
+    assert (table.loc[1:, "rejected"] == 2).all() and (table.loc[1:, "participants"] == 1).all()
+    assert np.isfinite(table["subspace_distance"]).all()
+
+    init = LocalGrid.__init__  # the same faults in-process, uninterrupted
+
+    def init_with_faults(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        for nid, pid in self.partition_of.items():
+            self.contexts[nid].node_config["fault"] = {1: "nan", 2: "shape"}.get(pid, "")
+
+    monkeypatch.setattr(LocalGrid, "__init__", init_with_faults)
+    local = run_app(**{k.replace("-", "_"): v for k, v in over.items()})
+    np.testing.assert_allclose(table["subspace_distance"].to_numpy(), distances(local), rtol=0, atol=1e-12)
+    out = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
+    assert out.strip() == ""

@@ -1,0 +1,89 @@
+"""Checkpoints and resume (fl_strategies/checkpoint.py): a killed server continues where it stopped."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import run_app
+from fl_strategies import checkpoint as ck
+from fl_strategies.config import ConfigError
+
+FEDPOWER = dict(num_clients=4, num_samples=2000, dimension=15, num_server_rounds=6, clients_per_round=2,
+                local_steps=2, row_normalize=True, epsilon=8.0)  # partial participation and seeded noise
+SSI = dict(strategy="ssi", dataset="faps-geometric", row_normalize=False, dimension=30, num_samples=300, xi=1.3,
+           partitioner="linear", num_clients=3, rank=2, iteration_rank=2, num_server_rounds=300, stop_tol=1e-6)  # stopping rule: rows held a round
+
+
+class Killed(BaseException):
+    """Stands for the ServerApp process being killed (not an Exception: nothing may catch it)."""
+
+
+def kill_server(monkeypatch, after_round: int, before_save: bool) -> None:
+    """Make the server die in round ``after_round``, just after (or just before) its checkpoint is saved."""
+    save = ck.Checkpoint.save
+
+    def dying_save(self, server_round, parameters, strategy):
+        if before_save and server_round == after_round:
+            raise Killed(server_round)
+        save(self, server_round, parameters, strategy)
+        if server_round == after_round:
+            raise Killed(server_round)
+
+    monkeypatch.setattr(ck.Checkpoint, "save", dying_save)
+
+
+def table(directory) -> pd.DataFrame:
+    return pd.read_csv(directory / "rounds.csv").drop(columns="wall_time")
+
+
+@pytest.mark.parametrize("over, after_round, before_save", [
+    (FEDPOWER, 3, False),  # killed between rounds
+    (FEDPOWER, 4, True),  # killed after round 4's row was written, before its checkpoint
+    (SSI, 5, False),  # the stopping rule holds each row one round: the held row is in the checkpoint
+], ids=["fedpower", "fedpower-row-without-checkpoint", "ssi-stop-tol"])
+def test_kill_and_resume_gives_the_uninterrupted_results(tmp_path, monkeypatch, over, after_round, before_save):
+    whole = run_app(results_dir=str(tmp_path / "whole"), **over)
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        kill_server(patch, after_round, before_save)
+        with pytest.raises(Killed):
+            run_app(results_dir=str(out), checkpoint_dir=str(out), **over)
+    before = (out / "rounds.csv").read_text().splitlines()
+    resumed = run_app(results_dir=str(out), checkpoint_dir=str(out), resume=True, **over)
+    after = (out / "rounds.csv").read_text().splitlines()
+    # the rows the checkpoint covers are kept byte for byte (wall_time included): appended, never overwritten
+    covered = after_round if before_save else after_round + 1  # header + rows 0 .. last checkpointed round
+    if over.get("stop_tol"):
+        covered -= 1  # the row of the checkpointed round was still held (not yet written) at the kill
+    assert len(before) >= covered and after[: covered + 1] == before[: covered + 1]
+    pd.testing.assert_frame_equal(table(out), table(tmp_path / "whole"))
+    np.testing.assert_array_equal(resumed.estimate, whole.estimate)
+    np.testing.assert_array_equal(np.load(out / "estimate.npy"), np.load(tmp_path / "whole" / "estimate.npy"))
+    assert len(resumed.iterates) == len(whole.iterates)
+    strip = [{k: v for k, v in r.items() if k != "wall_time"} for r in resumed.records]
+    assert strip == [{k: v for k, v in r.items() if k != "wall_time"} for r in whole.records]
+    if over.get("stop_tol"):
+        assert resumed.stopped and len(resumed.records) < over["num_server_rounds"]
+
+
+def test_resume_refuses_what_it_cannot_continue(tmp_path, monkeypatch):
+    small = dict(num_clients=3, num_samples=600, dimension=10, num_server_rounds=3)
+    with pytest.raises(ConfigError, match="resume = true needs checkpoint-dir"):
+        run_app(resume=True, **small)
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        run_app(checkpoint_dir=str(tmp_path / "none"), resume=True, **small)
+    with pytest.raises(ConfigError, match="strategy 'faps' cannot resume: each FAPS client keeps"):
+        run_app(**dict(SSI, strategy="faps", checkpoint_dir=str(tmp_path)))
+    with pytest.raises(ConfigError, match="fedlrgd' cannot resume"):
+        run_app(strategy="fedlrgd", dataset="erm-ridge", checkpoint_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="noise-source = \"os\".*twice"):
+        run_app(checkpoint_dir=str(tmp_path), noise_source="os", noise_std=0.01, **small)
+    with monkeypatch.context() as patch:
+        kill_server(patch, 1, False)
+        with pytest.raises(Killed):
+            run_app(checkpoint_dir=str(tmp_path), **small)
+    with pytest.raises(ConfigError, match="another run config \\(num-server-rounds = 3 there, 4 here\\)"):
+        run_app(checkpoint_dir=str(tmp_path), resume=True, **dict(small, num_server_rounds=4))
+    # round-timeout may change; the run then finishes from the checkpoint
+    done = run_app(checkpoint_dir=str(tmp_path), resume=True, round_timeout=30.0, **small)
+    assert [r["round"] for r in done.records] == [0, 1, 2, 3]
