@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import ConfigError
+from .config import ConfigError, writable_directory
 
 __all__ = ["CHECKPOINT_FILE", "NOT_RESUMABLE", "SAME_KEYS_EXEMPT", "Checkpoint", "checkpoint_for"]
 
@@ -129,17 +129,9 @@ class Checkpoint:
     """
 
     def __init__(self, directory: str | Path, cfg: dict) -> None:
-        self.dir = Path(directory)
+        self.dir = writable_directory(directory, "checkpoint-dir")
         self.path = self.dir / CHECKPOINT_FILE
         self.cfg = cfg
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            probe = self.dir / ".write-test"
-            probe.write_bytes(b"")
-            probe.unlink()
-        except (OSError, ValueError) as ex:
-            raise ConfigError(f"checkpoint-dir = {str(directory)!r} is not a writable directory: "
-                              f"{type(ex).__name__}: {ex}") from None
         self.resumed = self._read() if cfg["resume"] else None
 
     def _read(self) -> dict:

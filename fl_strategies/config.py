@@ -19,6 +19,7 @@ import difflib
 import math
 import numbers
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .dp_sensitivity import SENSITIVITIES
@@ -27,7 +28,8 @@ from .zcdp import CALIBRATIONS, calibrate
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
 from .schedule import SCHEDULES, round_lengths
 
-__all__ = ["ConfigError", "KEYS", "validate_run_config", "check_against_data", "total_iterations"]
+__all__ = ["ConfigError", "KEYS", "validate_run_config", "check_against_data", "total_iterations",
+           "writable_directory"]
 
 
 class ConfigError(ValueError):
@@ -422,6 +424,25 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
         if cfg["secagg-num-shares"] > cfg["num-clients"]:
             raise ConfigError(f"secagg-num-shares must be at most num-clients = {cfg['num-clients']}, got "
                               f"{cfg['secagg-num-shares']}")
+
+
+def writable_directory(directory: str | Path, key: str) -> Path:
+    """Create ``directory`` if needed and check that a file can be written there.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``key`` (``results-dir``, ``checkpoint-dir``) and the reason.
+    """
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except (OSError, ValueError) as ex:
+        raise ConfigError(f"{key} = {str(directory)!r} is not a writable directory: {type(ex).__name__}: {ex}") from None
+    return path
 
 
 def total_iterations(cfg: Mapping[str, Any]) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.config import ConfigError
+from fl_strategies.config import ConfigError, writable_directory
 
 __all__ = ["ResultsWriter", "csv_cell"]
 
@@ -55,19 +55,15 @@ class ResultsWriter:
     """
 
     def __init__(self, directory: str | Path, keep: bool = False) -> None:
-        self.dir = Path(directory)
+        self.dir = writable_directory(directory, "results-dir")
         self.csv_path = self.dir / "rounds.csv"
         self._trim_pending = keep
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            probe = self.dir / ".write-test"
-            probe.write_bytes(b"")
-            probe.unlink()
-            if not keep:
+        if not keep:
+            try:
                 self.csv_path.unlink(missing_ok=True)
-        except (OSError, ValueError) as ex:
-            raise ConfigError(f"results-dir = {str(directory)!r} is not a writable directory: "
-                              f"{type(ex).__name__}: {ex}") from None
+            except OSError as ex:
+                raise ConfigError(f"results-dir = {str(directory)!r}: the old rounds.csv cannot be removed: "
+                                  f"{type(ex).__name__}: {ex}") from None
 
     def __call__(self, record: dict, estimate: np.ndarray) -> None:
         """Write one round: ``record`` as a CSV row, ``estimate`` (d, r) as the current estimate."""
