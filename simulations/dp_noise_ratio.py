@@ -20,10 +20,11 @@ Usage::
     python -m simulations.dp_noise_ratio [--quick | --full] [--runs 5] [--seed 0] [--out DIR]
 
 * default: n in {8000, 12000}, k in {64, 128, 256, 512, 1024, 2048, 3008, 4000}
-  (the spec's reproduction grid), 5 runs each; about 7 minutes on 2 cores;
+  (the spec's reproduction grid), 5 runs each; about 7 minutes on 2 idle cores (33 minutes
+  measured on a shared, loaded machine);
 * ``--quick``: k in {64, 256, 1024}, under a minute;
 * ``--full``: the paper's grid k = 64, 128, ..., 3968 (62 values) plus 4000; about
-  an hour and a quarter on 2 cores.
+  11 times the default (estimated from the sum of k^2; not run).
 
 Writes ``DIR/results.csv`` (one row per n and k), ``DIR/summary.md`` and
 ``DIR/ratio.png`` (default ``DIR = simulations/results/dp_noise_ratio``).
