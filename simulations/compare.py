@@ -50,6 +50,7 @@ from fl_strategies.config import KEYS, ConfigError, check_against_data, validate
 
 from .engines import fused_run_config
 from .federated_data import federated_dataset
+from .interaction_data import interaction_rows, is_interaction_folder
 from .report import plot_metric, summarize, write_summary_markdown
 
 __all__ = ["Job", "load_comparison", "run_comparison", "main"]
@@ -188,6 +189,10 @@ def _check_data(jobs: list[Job]) -> None:
     for job in jobs:
         cfg = validate_run_config(fused_run_config(job.run_config))
         try:  # a data set that cannot be loaded (missing file, rank above its dimension, ...) is a ValueError
+            if is_interaction_folder(cfg["dataset"]):
+                rows = interaction_rows(cfg)
+                check_against_data(cfg, rows.shape[1], rows.shape[0])
+                continue
             data, _ = federated_dataset(cfg)
             check_against_data(cfg, data.X.shape[1], data.X.shape[0])
         except (ValueError, MemoryError) as ex:

@@ -263,3 +263,33 @@ def test_planted_data_have_the_planted_spectrum():
     with pytest.raises(ValueError, match="rank"):
         planted_spectrum(10, 10)
     assert subspace_distance(planted_rows("dp-coherent", 50, 3, 0)[1][:, :3], np.eye(50, 3)) < 1e-12
+
+
+# -- the paper's real data: Gowalla, users spread over clients ----------------------------------------------------
+GOWALLA = __import__("pathlib").Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gowalla"
+needs_gowalla = pytest.mark.skipif(not (GOWALLA / "train.txt").is_file(), reason=f"no Gowalla data in {GOWALLA}")
+
+
+@needs_gowalla
+def test_gowalla_users_over_clients_give_the_central_power_method_without_noise():
+    from fl_strategies.config import validate_run_config
+    from simulations.interaction_data import client_rows, interaction_rows
+
+    over = dict(strategy="dp-power", dataset=str(GOWALLA), dimension=300, rank=2, iteration_rank=4, num_clients=3,
+                num_server_rounds=3, epsilon=0.0, dp_channel="plaintext", seed=1)
+    cfg = validate_run_config(fused_run_config({k.replace("_", "-"): v for k, v in over.items()}))
+    rows = interaction_rows(cfg)
+    assert rows.shape == (29858, 300)
+    norms = np.sqrt(np.asarray(rows.multiply(rows).sum(axis=1)).ravel())
+    assert np.all((np.abs(norms - 1) < 1e-12) | (norms == 0))  # every user's row has unit norm (or is empty)
+    assert sum(client_rows(cfg, c).shape[0] for c in range(3)) == 29858  # the users are split, none twice
+    A = (rows.T @ rows).toarray()
+    X = [gaussian_basis(300, 4, np.random.default_rng([1, 0]))]
+    for _ in range(3):
+        X.append(orth(A @ X[-1]))
+    st = run_app(**over)
+    assert max(np.max(np.abs(a - b)) for a, b in zip(st.iterates, X)) < 1e-10
+    with pytest.raises(ConfigError, match="needs 1 <= dimension <= 5000"):
+        run_app(**dict(over, dimension=0))
+    with pytest.raises(ConfigError, match="only dp-power reads"):
+        run_app(**dict(over, strategy="fedpower", dimension=300))
