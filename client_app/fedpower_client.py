@@ -63,7 +63,9 @@ class FedPowerClient(NumPyClient):
         if Z.shape != (self.d, r) or not np.all(np.isfinite(Z)):
             raise ValueError(f"broadcast Z has shape {Z.shape} or non-finite values; expected ({self.d}, {r})")
         steps = int(config["local-steps"])
-        done = self._steps_done()
+        # steps this node counted, or (in a run resumed from a checkpoint, whose node state starts empty) the steps
+        # the run had done before this round, whichever is larger
+        done = max(self._steps_done(), int(config.get("iteration-offset", 0)))
         if self.noise_std > 0 and done + steps > self.budget:
             raise RuntimeError(f"privacy budget exhausted: {done} + {steps} local steps exceed T = {self.budget}")
         rng = None

@@ -213,6 +213,12 @@ def test_client_refuses_steps_beyond_its_privacy_budget():
     client.fit([Z], {"local-steps": 1, "round": 2})
     with pytest.raises(RuntimeError, match="privacy budget"):
         client.fit([Z], {"local-steps": 1, "round": 3})
+    # a node whose state is new (a run resumed from a checkpoint) counts from the round's iteration offset
+    fresh = FedPowerClient(np.eye(50), 100, 0, cfg, Context(1, 1, {}, RecordDict(), {}))
+    fresh.fit([Z], {"local-steps": 1, "round": 2, "iteration-offset": 2})
+    with pytest.raises(RuntimeError, match="privacy budget exhausted: 3 \\+ 1 local steps exceed T = 3"):
+        FedPowerClient(np.eye(50), 100, 0, cfg, Context(1, 1, {}, RecordDict(), {})).fit(
+            [Z], {"local-steps": 1, "round": 3, "iteration-offset": 3})
 
 
 def test_model2_multilayer_sbm_matches_the_spec():
