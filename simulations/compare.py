@@ -49,7 +49,7 @@ from tqdm import tqdm
 from fl_strategies.config import KEYS, ConfigError, check_against_data, validate_run_config
 
 from .engines import fused_run_config
-from .federated_data import federated_dataset
+from .federated_data import data_shape
 from .report import plot_metric, summarize, write_summary_markdown
 
 __all__ = ["Job", "load_comparison", "run_comparison", "main"]
@@ -188,8 +188,8 @@ def _check_data(jobs: list[Job]) -> None:
     for job in jobs:
         cfg = validate_run_config(fused_run_config(job.run_config))
         try:  # a data set that cannot be loaded (missing file, rank above its dimension, ...) is a ValueError
-            data, _ = federated_dataset(cfg)
-            check_against_data(cfg, data.X.shape[1], data.X.shape[0])
+            n, d = data_shape(cfg)  # a lazy data set is not generated
+            check_against_data(cfg, d, n)
         except (ValueError, MemoryError) as ex:
             raise ComparisonError(f"run {job.run!r} seed {job.seed}: {str(ex) or type(ex).__name__}") from None
 

@@ -8,7 +8,6 @@ wide parameter sweeps.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
 from uuid import uuid4
 
@@ -18,6 +17,10 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from threadpoolctl import threadpool_limits
+
+from fl_strategies import node_directory
+
+from . import engine_directory
 
 __all__ = ["LocalGrid", "run_local"]
 
@@ -85,7 +88,7 @@ class LocalGrid(Grid):
                 reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason="injected"), reply_to=msg)
             else:
                 try:
-                    reply = self.client_app(copy.deepcopy(msg), self.contexts[nid])
+                    reply = self.client_app(msg, self.contexts[nid])  # a fresh message per node: no copy
                 except Exception as ex:  # a failing client becomes an error reply, as in Flower
                     reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=repr(ex)),
                                     reply_to=msg)
@@ -134,6 +137,11 @@ def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[
     # small products ran 3-4x slower than with one BLAS thread, so the rounds use one.
     components.server.strategy.observer = observer
     components.server.set_max_workers(1)
-    with threadpool_limits(limits=1, user_api="blas"):
-        start_grid(grid=grid, server=components.server, config=components.config)
+    if run_config.get("discovery") == "engine":  # the server reads the node -> partition map, asks nothing
+        node_directory.register(grid.run.run_id, engine_directory(run_config, grid.partition_of))
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            start_grid(grid=grid, server=components.server, config=components.config)
+    finally:
+        node_directory.unregister(grid.run.run_id)
     return components.server.strategy
