@@ -6,6 +6,10 @@ discovery). For each ``m`` and each of
 
 * ``numpy``: the same arithmetic in a plain loop (``s_i A_i Z`` per client on
   the same cached ``A_i``, the sum and the QR): the floor;
+* ``numpy-rows``: the loop a client without the cached ``d x d`` matrix would
+  do, ``M_i^T (M_i Z)`` on its ``rows x dim`` block (the floor when the
+  clients hold their blocks, as in the issue's "1,000 x 100 blocks"); shown
+  beside, the ratios are to ``numpy``;
 * ``local``: the in-process engine (Flower's Strategy / NumPyClient path through
   :class:`simulations.engines.local.LocalGrid`);
 * ``ray``: Flower's Ray simulation engine (:func:`simulations.engines.ray.run_ray`);
@@ -17,7 +21,8 @@ memory of the process tree (:class:`simulations.engines.ray.PeakMemory`). It
 writes ``bench_scale.csv``, ``bench_scale.md`` (ratios to the floor) and
 ``bench_scale.png`` to ``--out``. Usage::
 
-    python -m simulations.bench_scale [--clients 10 100 1000 10000] [--rows 1000] [--dim 100] [--rounds 4]
+    python -m simulations.bench_scale [--clients 10 100 1000 10000] [--rows 1000] [--max-total-rows 1000000]
+        [--dim 100] [--rounds 4]
         [--engines numpy local ray] [--out simulations/results/bench_scale]
 """
 
@@ -36,7 +41,7 @@ import numpy as np
 
 __all__ = ["main", "measure"]
 
-ENGINES = ("numpy", "local", "ray")
+ENGINES = ("numpy", "numpy-rows", "local", "ray")
 
 
 def _overrides(m: int, rows: int, dim: int, rounds: int) -> dict:
@@ -61,23 +66,47 @@ def measure(engine: str, m: int, rows: int, dim: int, rounds: int) -> dict:
     logging.getLogger("flwr").setLevel(logging.WARNING)
     over = _overrides(m, rows, dim, rounds)
     start = time.perf_counter()
-    with PeakMemory(interval=0.2) as peak:
+    with PeakMemory(interval=0.2, tree=engine == "ray") as peak:
         if engine == "numpy":
             from threadpoolctl import threadpool_limits
 
             cfg = validate_run_config(fused_run_config(over))
             covs = [local_covariance(cfg, pid) for pid in range(m)]
             Z = orth(np.random.default_rng(0).standard_normal((dim, cfg["iteration-rank"])))
-            times = []
-            with threadpool_limits(limits=1, user_api="blas"):  # as the in-process engine's rounds
+            times, cpus = [], []  # this thread alone does the loop, with one BLAS thread as the in-process rounds
+            with threadpool_limits(limits=1, user_api="blas"):
                 for _ in range(rounds):
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.thread_time()
                     Z = orth(sum(s * (A @ Z) for A, s in covs))
                     times.append(time.perf_counter() - t)
+                    cpus.append(time.thread_time() - c)
+            cpu_per_round = float(np.mean(cpus[1:] or cpus))
+        elif engine == "numpy-rows":
+            from threadpoolctl import threadpool_limits
+
+            from .federated_data import client_rows
+
+            cfg = validate_run_config(fused_run_config(over))
+            blocks = [client_rows(cfg, pid) for pid in range(m)]
+            Z = orth(np.random.default_rng(0).standard_normal((dim, cfg["iteration-rank"])))
+            times, cpus = [], []  # this thread alone does the loop, with one BLAS thread as the in-process rounds
+            with threadpool_limits(limits=1, user_api="blas"):
+                for _ in range(rounds):
+                    t, c = time.perf_counter(), time.thread_time()
+                    Z = orth(sum(M.T @ (M @ Z) for M in blocks))
+                    times.append(time.perf_counter() - t)
+                    cpus.append(time.thread_time() - c)
+            cpu_per_round = float(np.mean(cpus[1:] or cpus))
         elif engine == "local":
             from .engines.local import run_local
 
+            run_local(fused_run_config({**over, "num-server-rounds": 1}))  # builds the caches (reference, A_i)
+            cpu = time.process_time()
+            run_local(fused_run_config({**over, "num-server-rounds": 1}))
+            cpu_one = time.process_time() - cpu
+            cpu = time.process_time()
             strategy = run_local(fused_run_config(over))
+            cpu_per_round = (time.process_time() - cpu - cpu_one) / max(rounds - 1, 1)
             times = [r["wall_time"] for r in strategy.records[1:]]
         else:
             import pandas as pd
@@ -87,14 +116,17 @@ def measure(engine: str, m: int, rows: int, dim: int, rounds: int) -> dict:
             with tempfile.TemporaryDirectory() as out:
                 run_ray({**over, "results-dir": out})
                 times = pd.read_csv(f"{out}/rounds.csv")["wall_time"].iloc[1:].tolist()
+            cpu_per_round = float("nan")  # spread over Ray's processes
     return {"engine": engine, "clients": m, "rows": rows, "dim": dim, "rounds": rounds,
             "first_round_s": times[0], "per_round_s": float(np.mean(times[1:])) if len(times) > 1 else times[0],
-            "total_s": time.perf_counter() - start, "peak_mem_gib": peak.bytes / 2**30}
+            "cpu_per_round_s": cpu_per_round, "total_s": time.perf_counter() - start,
+            "peak_mem_gib": peak.bytes / 2**30}
 
 
 def _run_child(engine: str, m: int, args) -> dict:
     """``measure`` in a fresh interpreter (its own memory peak and Ray instance)."""
-    cmd = [sys.executable, "-m", "simulations.bench_scale", "--one", engine, str(m), "--rows", str(args.rows),
+    rows = min(args.rows, args.max_total_rows // m)
+    cmd = [sys.executable, "-m", "simulations.bench_scale", "--one", engine, str(m), "--rows", str(rows),
            "--dim", str(args.dim), "--rounds", str(args.rounds)]
     env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
@@ -116,18 +148,24 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
     df = pd.DataFrame(rows)
     floor = df[df.engine == "numpy"].set_index("clients")["per_round_s"]
     df["ratio_to_floor"] = [r.per_round_s / floor.get(r.clients, np.nan) for r in df.itertuples()]
+    cpu_floor = df[df.engine == "numpy"].set_index("clients")["cpu_per_round_s"]
+    df["cpu_ratio_to_floor"] = [r.cpu_per_round_s / cpu_floor.get(r.clients, np.nan) for r in df.itertuples()]
     df["ms_per_message_over_floor"] = [1e3 * (r.per_round_s - floor.get(r.clients, np.nan)) / r.clients
                                        for r in df.itertuples()]
     df.to_csv(out / "bench_scale.csv", index=False)
-    lines = [f"Produced by `{cmdline}`; FedPower, full participation, p = 1, blocks of "
-             f"{rows[0]['rows']} x {rows[0]['dim']} rows per client; seconds per round are the mean of rounds 2.., "
-             "memory is the peak RSS of the process tree.", "",
-             "| clients | engine | ms / round | ratio to floor | ms / message over floor | first round (s) | "
-             "peak memory (GiB) |", "|---|---|---|---|---|---|---|"]
+    lines = [f"Produced by `{cmdline}`; FedPower, full participation, p = 1, dimension {rows[0]['dim']}; "
+             "wall seconds per round are the mean of rounds 2..; CPU seconds per round (this process; not "
+             "measured for Ray, whose work is spread over its processes) are less sensitive to other load on the "
+             "machine; memory is the peak RSS of the process tree.", "",
+             "| clients | rows per client | engine | ms / round (wall) | ratio to floor | ms / round (CPU) | "
+             "CPU ratio to floor | ms / message over floor (wall) | first round (s) | peak memory (GiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in df.sort_values(["clients", "engine"]).itertuples():
         over = "—" if r.engine == "numpy" else f"{r.ms_per_message_over_floor:.3f}"
-        lines.append(f"| {r.clients} | {r.engine} | {1e3 * r.per_round_s:.1f} | {r.ratio_to_floor:.1f} | {over} | "
-                     f"{r.first_round_s:.2f} | {r.peak_mem_gib:.2f} |")
+        cpu = "—" if np.isnan(r.cpu_per_round_s) else f"{1e3 * r.cpu_per_round_s:.1f}"
+        cpu_ratio = "—" if np.isnan(r.cpu_ratio_to_floor) else f"{r.cpu_ratio_to_floor:.1f}"
+        lines.append(f"| {r.clients} | {r.rows} | {r.engine} | {1e3 * r.per_round_s:.1f} | {r.ratio_to_floor:.1f} | "
+                     f"{cpu} | {cpu_ratio} | {over} | {r.first_round_s:.2f} | {r.peak_mem_gib:.2f} |")
     (out / "bench_scale.md").write_text("\n".join(lines) + "\n")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for engine, g in df.groupby("engine"):
@@ -147,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulations.bench_scale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000, 10000])
     parser.add_argument("--rows", type=int, default=1000, help="rows per client")
+    parser.add_argument("--max-total-rows", type=int, default=1_000_000,
+                        help="rows per client are min(rows, this // clients): the exact reference the server "
+                             "computes streams all rows")
     parser.add_argument("--dim", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)

@@ -134,10 +134,16 @@ def test_ray_engine_attaches_to_a_running_cluster_with_engine_discovery(tmp_path
 
     from simulations.engines.ray import run_ray
 
+    import shutil
+    import tempfile
+
     port = _free_port()
     ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    # its own temp dir: short (Ray's socket paths must fit 107 characters), and a head whose address is recorded
+    # in /tmp/ray/ray_current_cluster would be joined by every other ray.init() on this machine meanwhile
+    temp_dir = tempfile.mkdtemp(prefix="r7-", dir="/tmp")
     head = subprocess.Popen([ray_bin, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
-                             "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={tmp_path / 'ray'}"],
+                             "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={temp_dir}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         over = {**LAZY, "num-clients": 12, "num-samples": 1200, "clients-per-round": 4, "num-server-rounds": 3,
@@ -163,3 +169,4 @@ def test_ray_engine_attaches_to_a_running_cluster_with_engine_discovery(tmp_path
             head.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
+        shutil.rmtree(temp_dir, ignore_errors=True)
