@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -129,10 +130,22 @@ def _run_child(engine: str, m: int, args) -> dict:
     cmd = [sys.executable, "-m", "simulations.bench_scale", "--one", engine, str(m), "--rows", str(rows),
            "--dim", str(args.dim), "--rounds", str(args.rounds)]
     env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    # its own process group: on a timeout Ray's processes (children of the child) are stopped with it
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        raise RuntimeError(f"{engine} at {m} clients took more than --timeout {args.timeout:g} s") from None
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{engine} at {m} clients failed:\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"{engine} at {m} clients failed:\n{stderr[-2000:]}")
     return json.loads(lines[-1])
 
 
@@ -191,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
-    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per (engine, clients) run")
+    parser.add_argument("--timeout", type=float, default=3600.0,
+                        help="seconds per (engine, clients) run; one that takes longer is reported and skipped")
     parser.add_argument("--out", default="simulations/results/bench_scale")
     parser.add_argument("--one", nargs=2, metavar=("ENGINE", "CLIENTS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -199,14 +213,18 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.one[0], int(args.one[1]), args.rows, args.dim, args.rounds)), flush=True)
         return 0
     rows = []
+    cmdline = ("python -m simulations.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     for m in args.clients:
         for engine in args.engines:
-            row = _run_child(engine, m, args)
+            try:
+                row = _run_child(engine, m, args)
+            except RuntimeError as ex:  # reported, the others still run
+                print(f"{m:>6} clients  {engine:>5}: failed ({str(ex).splitlines()[0]})", flush=True)
+                continue
             print(f"{m:>6} clients  {engine:>5}: {1e3 * row['per_round_s']:9.1f} ms/round  "
                   f"first round {row['first_round_s']:.2f} s  peak {row['peak_mem_gib']:.2f} GiB", flush=True)
             rows.append(row)
-    cmdline = "python -m simulations.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_outputs(rows, Path(args.out), cmdline.strip())
+            write_outputs(rows, Path(args.out), cmdline)  # after every row: a long run is never lost
     print((Path(args.out) / "bench_scale.md").read_text())
     return 0
 

@@ -122,7 +122,7 @@ def _run(run_id, run_config, client_app, server_app, context, run, num_cpus_per_
     from flwr.simulation.run_simulation import _run_simulation
     from flwr.supercore.telemetry import EventType
 
-    with _publish_directory(run_id, run_config):
+    with _publish_directory(run_id, run_config), _one_pass_message_sweep():
         _run_simulation(
             num_supernodes=int(run_config["num-clients"]),
             exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
@@ -135,6 +135,58 @@ def _run(run_id, run_config, client_app, server_app, context, run, num_cpus_per_
             backend_config={"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0},
                             "init_args": init_args},
         )
+
+
+@contextmanager
+def _one_pass_message_sweep():
+    """Replace Flower's message sweep by one that is linear in the pending messages (flwr 1.41-1.42).
+
+    Every 0.1 s Flower's engine thread (``vce_api.add_messages_to_queue``)
+    calls ``state.get_message_ins(node_id, limit=1)`` for *every* node, and
+    each call scans (and validates) every stored message: a sweep costs
+    ``nodes x stored messages`` checks. At 10,000 nodes that made a round of
+    100 messages take seconds and a round of 10,000 messages (full
+    participation) effectively never finish. This sweep looks at the stored
+    messages once, takes the first undelivered one of each node (``limit=1``
+    per node and sweep, as Flower), validates them with the same
+    ``_check_stored_messages`` and marks them delivered, as
+    ``get_message_ins`` does. A link state without these internals keeps
+    Flower's sweep.
+    """
+    from flwr.supercore.date import now
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    original = vce_api.add_messages_to_queue
+
+    def sweep(state, queue, nodes_mapping, f_stop):
+        if not all(hasattr(state, a) for a in ("lock", "message_ins_store", "_check_stored_messages")):
+            return original(state, queue, nodes_mapping, f_stop)
+        known = set(nodes_mapping)
+        while not f_stop.is_set():
+            taken = []
+            with state.lock:
+                ids = {mid for mid, msg in state.message_ins_store.items()
+                       if msg.metadata.delivered_at == "" and msg.metadata.dst_node_id in known}
+                if ids:
+                    state._check_stored_messages(ids)  # drops expired / invalid messages, as get_message_ins
+                    nodes_served = set()
+                    for mid in list(state.message_ins_store):
+                        msg = state.message_ins_store.get(mid)
+                        if mid in ids and msg is not None and msg.metadata.dst_node_id not in nodes_served:
+                            nodes_served.add(msg.metadata.dst_node_id)
+                            taken.append(msg)
+                    stamp = now().isoformat()
+                    for msg in taken:
+                        msg.metadata.delivered_at = stamp
+            for msg in taken:
+                queue.put(msg)
+            f_stop.wait(0.1)
+
+    vce_api.add_messages_to_queue = sweep
+    try:
+        yield
+    finally:
+        vce_api.add_messages_to_queue = original
 
 
 @contextmanager
