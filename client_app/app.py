@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from flwr.app import Context, Message
 from flwr.app.message_type import MessageType
+from functools import lru_cache
+
 from flwr.client import ClientApp
 from flwr.client.mod import secaggplus_mod
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
@@ -17,11 +19,28 @@ from .faults import garbage_reply_mod
 
 def client_fn(context: Context):
     """Build the client of the configured strategy on this node's data."""
-    cfg = validate_run_config(context.run_config)
+    cfg = _validated(context.run_config)
     if hasattr(CLIENTS[cfg["strategy"]], "from_context"):  # rows, not a covariance (FedLRGD, FedAve, dp-power)
         return CLIENTS[cfg["strategy"]].from_context(cfg, context).to_client()
     A, num_rows, pid = load_client_covariance(cfg, context.node_config)
     return CLIENTS[cfg["strategy"]](A, num_rows, pid, cfg, context).to_client()
+
+
+def _validated(run_config) -> dict:
+    """``validate_run_config`` once per distinct run config and process (a client is rebuilt at every message:
+    validating ~60 keys each time cost 0.08 ms of the in-process engine's ~0.6 ms per message); a copy each call."""
+    try:
+        key = tuple(run_config.items())  # same content in another key order: only a cache miss
+        hash(key)
+    except TypeError:  # an unhashable value: the validation names the key
+        return validate_run_config(run_config)
+    return dict(_validate_cached(key))
+
+
+@lru_cache(maxsize=8)
+def _validate_cached(items: tuple) -> dict:
+    return validate_run_config(dict(items))
+
 
 
 def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message:

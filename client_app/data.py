@@ -1,7 +1,12 @@
 """How a node finds its own data, and the checks that data must pass.
 
 * In simulation a node has ``partition-id`` (and ``num-partitions``) in its
-  node config and takes that partition of the named data set.
+  node config and takes that partition of the named data set
+  (:mod:`simulations.federated_data`): with a lazy data set
+  (``fedpower-model1-lazy``) it generates only its own rows from
+  ``(data-seed, partition-id)``; either way the result is cached in the worker
+  process (a Ray actor plays many nodes and rebuilds the client at every
+  message, but never its data).
 * In deployment a node's config names a local file with ``data-path``
   (``flower-supernode --node-config 'partition-id=0 data-path="rows.npy"'``);
   the file never leaves the node.
@@ -42,7 +47,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from simulations.datasets import DIGITS_SHAPE, FILE_SUFFIXES, load_dataset, normalize_rows
-from simulations.federated_data import federated_dataset, local_covariance
+from simulations.federated_data import client_rows, local_covariance
 
 __all__ = ["load_client_rows", "load_client_covariance", "check_local_matrix"]
 
@@ -113,8 +118,7 @@ def load_client_rows(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> 
     pid = _partition_id(cfg, node_config)
     if "data-path" in node_config:
         return _load_data_path(cfg, pid, str(node_config["data-path"])), pid
-    data, parts = federated_dataset(cfg)
-    return data.X[parts[pid]], pid
+    return client_rows(cfg, pid), pid
 
 
 def check_local_matrix(A: np.ndarray, num_rows: int, cfg: Mapping[str, Any], where: str) -> None:

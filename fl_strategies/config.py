@@ -60,7 +60,8 @@ KEYS: dict[str, Key] = {
     k.name: k
     for k in [
         _key("strategy", str, "algorithm to run", choices=STRATEGY_NAMES),
-        _key("dataset", str, "named generator or bundled set (fedpower-model1, fedpower-model2, digits, faps-geometric, "
+        _key("dataset", str, "named generator or bundled set (fedpower-model1, fedpower-model1-lazy (per partition, for large "
+             "populations), fedpower-model2, digits, faps-geometric, "
              "faps-arithmetic, mf-synthetic, mf-step, mf-decay, dp-haar, dp-coherent; erm-logistic, erm-ridge for FedLRGD/FedAve, label in the last column) or a path to a "
              ".npy/.csv file whose rows are samples", allowed="a non-empty string"),
         _key("partitioner", str, "how rows are split over clients", choices=PARTITIONERS),
@@ -208,6 +209,10 @@ KEYS: dict[str, Key] = {
              allowed="string (a writable directory)"),
         _key("resume", bool, "continue the run checkpointed in checkpoint-dir (same run config) and append to "
              "its rounds.csv"),
+        _key("discovery", str, "how the server learns each node's partition id and row count before round 1: ask "
+             "(a get_properties message to every node; deployment) or engine (from the in-process or Ray engine "
+             "that created the nodes, and the data generator: nothing is sent, for large populations)",
+             choices=("ask", "engine")),
     ]
 }
 

@@ -1,9 +1,13 @@
 """What every federated eigenspace strategy shares, server side.
 
 * **Discovery.** Before round 1 the server waits for ``num-clients`` nodes and
-  asks each for its partition id, row count and dimension, so that sampling,
-  weights and the reference client are defined by partition ids (Flower's node
-  ids are random).
+  learns each one's partition id and row count, so that sampling, weights and
+  the reference client are defined by partition ids (Flower's node ids are
+  random). ``discovery = "ask"``: a ``get_properties`` message to every node
+  (which also reports its dimension; deployment). ``discovery = "engine"``:
+  from the :mod:`fl_strategies.node_directory` the simulation engine
+  registered for the run: no message, nothing per node but a dictionary entry
+  (large populations). Both give the same map, so the same numbers.
 * **Initial estimate.** ``Z_0 = orth(N(0,1)^{d x r})`` from the run seed: every
   strategy of a comparison starts from the same ``Z_0`` (paired starts).
 * **Results.** One row per round: accuracy against the exact reference
@@ -33,6 +37,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
+from . import node_directory
 from .config import ConfigError
 from .linalg import gaussian_basis
 from .metrics import Reference, round_metrics
@@ -146,6 +151,35 @@ class EigenspaceStrategy(Strategy):
                                    f"connected within {self.wait_timeout:.0f} s")
             time.sleep(0.2)
         proxies = sorted(client_manager.all().values(), key=lambda p: p.cid)
+        if self.cfg.get("discovery", "ask") == "engine":
+            answers = self._from_directory(proxies, deadline)
+        else:
+            answers = self._ask(proxies)
+        self._register(answers)
+
+    def _from_directory(self, proxies: list[ClientProxy], deadline: float) -> list[tuple[ClientProxy, Any]]:
+        """``(proxy, (partition id, rows) or reason)`` from the engine's node directory; no message is sent."""
+        run_id = getattr(proxies[0], "run_id", None) if proxies else None
+        directory = node_directory.lookup(run_id) if run_id is not None else None
+        deadline = min(deadline, time.monotonic() + 10.0)
+        while directory is None and run_id is not None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the Ray engine publishes it right after registering its nodes
+            directory = node_directory.lookup(run_id)
+        if directory is None:
+            raise ConfigError("discovery = 'engine' needs an engine that registers its nodes (the in-process or "
+                              "Ray engine of simulations.engines); use discovery = 'ask' with flwr run or a "
+                              "deployment")
+        answers: list[tuple[ClientProxy, Any]] = []
+        for proxy in proxies:
+            pid = directory.partition_of.get(int(proxy.cid))
+            if pid is None or not 0 <= pid < self.m or pid not in directory.sizes:
+                answers.append((proxy, "the engine's node directory does not know it"))
+            else:
+                answers.append((proxy, (int(pid), int(directory.sizes[pid]))))
+        return answers
+
+    def _ask(self, proxies: list[ClientProxy]) -> list[tuple[ClientProxy, Any]]:
+        """``(proxy, (partition id, rows) or reason)`` from a ``get_properties`` message to every node."""
 
         def ask(proxy: ClientProxy):  # a node that fails (e.g. bad data) is left out, never crashes the server
             try:
@@ -155,7 +189,10 @@ class EigenspaceStrategy(Strategy):
             return proxy, check_properties(getattr(res, "properties", None), self.m, self.d)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
-            answers = list(pool.map(ask, proxies))
+            return list(pool.map(ask, proxies))
+
+    def _register(self, answers: list[tuple[ClientProxy, Any]]) -> None:
+        """Keep the usable nodes by partition id; leave the others out (or refuse to start)."""
         left_out: list[str] = []
         for proxy, info in answers:
             if isinstance(info, tuple) and info[0] in self.proxies:

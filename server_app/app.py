@@ -21,7 +21,7 @@ from fl_strategies.checkpoint import checkpoint_for
 from fl_strategies.server_loop import StoppingServer
 from flwr.server.client_manager import SimpleClientManager
 from fl_strategies.fedmf import MF_STRATEGIES
-from simulations.federated_data import erm_reference, federated_dataset, mf_reference, reference
+from simulations.federated_data import data_shape, erm_reference, mf_reference, reference
 from simulations.interaction_data import interaction_reference, interaction_rows, is_interaction_folder
 
 from .results import ResultsWriter
@@ -97,13 +97,12 @@ def _reference(cfg) -> tuple:
         except (ValueError, OSError, MemoryError) as ex:
             raise ConfigError(f"the interactions in {cfg['dataset']!r} cannot be used: {ex}") from ex
     try:  # the data set named by the config: its errors name the key at fault
-        data, _ = federated_dataset(cfg)
+        n, d = data_shape(cfg)  # a lazy data set is not generated here
     except ValueError as ex:
         raise ConfigError(str(ex)) from ex
     except MemoryError:
         raise ConfigError(f"the data set {cfg['dataset']!r} (num-samples = {cfg['num-samples']}, dimension = "
                           f"{cfg['dimension']}) does not fit in memory") from None
-    n, d = data.X.shape
     check_against_data(cfg, d, n)
     try:
         return d, (mf_reference if cfg["strategy"] in MF_STRATEGIES else reference)(cfg)  # fedmf: SVD of S

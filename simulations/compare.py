@@ -49,7 +49,7 @@ from tqdm import tqdm
 from fl_strategies.config import KEYS, ConfigError, check_against_data, validate_run_config
 
 from .engines import fused_run_config
-from .federated_data import federated_dataset
+from .federated_data import data_shape
 from .interaction_data import interaction_rows, is_interaction_folder
 from .report import plot_metric, summarize, write_summary_markdown
 
@@ -193,8 +193,8 @@ def _check_data(jobs: list[Job]) -> None:
                 rows = interaction_rows(cfg)
                 check_against_data(cfg, rows.shape[1], rows.shape[0])
                 continue
-            data, _ = federated_dataset(cfg)
-            check_against_data(cfg, data.X.shape[1], data.X.shape[0])
+            n, d = data_shape(cfg)  # a lazy data set is not generated
+            check_against_data(cfg, d, n)
         except (ValueError, MemoryError) as ex:
             raise ComparisonError(f"run {job.run!r} seed {job.seed}: {str(ex) or type(ex).__name__}") from None
 

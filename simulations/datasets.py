@@ -9,6 +9,16 @@ Available datasets (config key ``"dataset"``):
 ``"fedpower-model1"``
     Model I of the FedPower paper: a spiked covariance model
     ``Sigma = U U^T + 0.36 I`` with ``U = orth(G)``, ``G_ij ~ N(0.5, 1)``.
+``"fedpower-model1-lazy"``
+    Model I generated one partition at a time, for large populations: the
+    basis ``U`` is that of ``"fedpower-model1"`` (:func:`model1_basis`), and
+    the rows of partition ``i`` come from ``default_rng([seed, 1, i])`` alone,
+    so a client builds its own rows without the rest of the data set
+    (:func:`lazy_partition`). Partition ``i`` has the ``i``-th block size of
+    ``np.array_split`` of ``num-samples`` rows into ``num-clients`` blocks; the
+    whole matrix is the blocks stacked in partition order (the partitioner
+    must be ``"contiguous"``). Its rows differ from ``"fedpower-model1"``'s
+    (other random streams), its distribution is the same.
 ``"fedpower-model2"``
     Model II of the FedPower paper: a multi-layer stochastic block model,
     one layer (a ``d x d`` adjacency matrix) per client, stacked vertically.
@@ -33,11 +43,12 @@ import difflib
 import math
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-DATASET_NAMES = ("fedpower-model1", "fedpower-model2", "digits", "faps-geometric", "faps-arithmetic",
+DATASET_NAMES = ("fedpower-model1", "fedpower-model1-lazy", "fedpower-model2", "digits", "faps-geometric", "faps-arithmetic",
                  "mf-synthetic", "mf-step", "mf-decay", "erm-logistic", "erm-ridge", "dp-haar", "dp-coherent")
 """Built-in dataset names accepted by :func:`load_dataset` (``erm-*``: :func:`simulations.erm_data.generate`)."""
 
@@ -160,6 +171,11 @@ def load_dataset(
         raise ValueError(f'"dataset" must be a string, got {name!r}')
     if name == "fedpower-model1":
         X, labels, groups = _load_model1(num_samples, dimension, rank, seed)
+    elif name in LAZY_DATASETS:  # the blocks stacked: only for small sizes; clients use lazy_partition
+        n, m = _as_int("num-samples", num_samples), _as_int("num-clients", num_clients)
+        X = np.vstack([lazy_partition(name, i, num_samples=n, dimension=dimension, rank=rank, num_clients=m,
+                                      seed=seed, row_normalize=False) for i in range(m)])
+        labels = groups = None
     elif name == "fedpower-model2":
         X, labels, groups = _load_model2(dimension, num_clients, seed)
     elif name == "digits":
@@ -267,6 +283,83 @@ def _load_model1(num_samples, dimension, rank, seed):
     z = rng.standard_normal((n, dimension))
     X = g @ U.T + MODEL1_NOISE_STD * z
     return X, None, None
+
+
+# ---------------------------------------------------------------------------
+# Lazy data sets: one partition at a time, from (seed, partition id)
+# ---------------------------------------------------------------------------
+
+LAZY_DATASETS = ("fedpower-model1-lazy",)
+"""Data sets whose partitions are generated alone (:func:`lazy_partition`)."""
+
+
+def lazy_partition_sizes(num_samples: int, num_clients: int) -> np.ndarray:
+    """Row counts of the partitions of a lazy data set (the block sizes of ``np.array_split``).
+
+    Parameters
+    ----------
+    num_samples : int
+        ``n``, config key ``"num-samples"``.
+    num_clients : int
+        ``m``, config key ``"num-clients"``; ``1 <= m <= n``.
+
+    Returns
+    -------
+    ndarray of shape (m,), int64
+        ``n // m + 1`` for the first ``n % m`` partitions, ``n // m`` for the others.
+
+    Raises
+    ------
+    ValueError
+        If ``m < 1`` or ``m > n`` (some partition would be empty), naming the keys.
+    """
+    n, m = _as_int("num-samples", num_samples), _as_int("num-clients", num_clients)
+    if not 1 <= m <= n:
+        raise ValueError(f'"num-clients" is {m} but a lazy data set needs 1 <= num-clients <= "num-samples" = {n}')
+    return np.where(np.arange(m) < n % m, n // m + 1, n // m).astype(np.int64)
+
+
+def lazy_partition(name: str, partition_id: int, *, num_samples: int, dimension: int, rank: int,
+                   num_clients: int, seed: int, row_normalize: bool) -> np.ndarray:
+    """The rows of one partition of a lazy data set, generated without the others.
+
+    Cost: ``O(s_i d)`` time and memory (plus the ``d x k`` basis), whatever
+    the number of clients.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`LAZY_DATASETS`.
+    partition_id : int
+        ``0 <= i < num_clients``.
+    num_samples, dimension, rank, num_clients, seed, row_normalize
+        As for :func:`load_dataset`.
+
+    Returns
+    -------
+    ndarray of shape (s_i, d)
+        ``s_i = lazy_partition_sizes(num_samples, num_clients)[i]``.
+    """
+    if name not in LAZY_DATASETS:
+        raise ValueError(f'"dataset" {name!r} is not generated per partition; lazy data sets: '
+                         f"{', '.join(LAZY_DATASETS)}")
+    n, m = _as_int("num-samples", num_samples), _as_int("num-clients", num_clients)
+    if not 1 <= m <= n:
+        lazy_partition_sizes(n, m)  # raises, naming the keys
+    i = _as_int("partition-id", partition_id)
+    if not 0 <= i < m:
+        raise ValueError(f"partition-id {i} is outside 0..num-clients-1 = {m - 1}")
+    d, k = _as_int("dimension", dimension), _as_int("rank", rank)
+    U = _cached_model1_basis(d, k, _as_int("data-seed", seed))
+    rng = np.random.default_rng([seed, 1, i])
+    s = n // m + (1 if i < n % m else 0)  # = lazy_partition_sizes(n, m)[i], in O(1)
+    X = rng.standard_normal((s, k)) @ U.T + MODEL1_NOISE_STD * rng.standard_normal((s, d))
+    return normalize_rows(X) if row_normalize else X
+
+
+@lru_cache(maxsize=4)
+def _cached_model1_basis(dimension: int, rank: int, seed: int) -> np.ndarray:
+    return model1_basis(dimension, rank, seed)
 
 
 def faps_singular_values(name: str, dimension: int, xi: float, kappa: float) -> np.ndarray:

@@ -5,6 +5,16 @@ config: a client takes its own partition, the server's harness takes the
 pooled matrix to compute the exact reference (the top-k eigenvectors of
 ``(1/n) M^T M``), which no client ever sends. The result is cached per
 process, so a Ray actor that plays many clients builds the data once.
+
+**Large populations.** With a lazy data set (``fedpower-model1-lazy``,
+:data:`simulations.datasets.LAZY_DATASETS`) nothing here builds the whole
+matrix: a client generates its own partition from ``(data-seed, partition
+id)`` (:func:`client_rows`, cached per process like its ``A_i``), the
+partition sizes are arithmetic (:func:`partition_sizes`), and the server's
+reference accumulates ``sum_i M_i^T M_i`` one partition at a time
+(``O(d^2)`` memory). :func:`federated_dataset` still stacks the blocks, for
+small runs and tests (the partition built alone equals the block of the
+whole).
 """
 
 from __future__ import annotations
@@ -17,10 +27,11 @@ import numpy as np
 from fl_strategies.linalg import top_eigenvectors
 from fl_strategies.metrics import Reference
 
-from .datasets import Dataset, load_dataset
+from .datasets import LAZY_DATASETS, Dataset, lazy_partition, lazy_partition_sizes, load_dataset
 from .partitioners import partition
 
-__all__ = ["federated_dataset", "local_covariance", "reference", "pooled_reference", "mf_reference"]
+__all__ = ["federated_dataset", "local_covariance", "reference", "pooled_reference", "mf_reference", "client_rows",
+           "partition_sizes", "data_shape"]
 
 DATA_KEYS = ("dataset", "num-samples", "dimension", "rank", "num-clients", "data-seed", "row-normalize",
              "partitioner", "dirichlet-alpha", "xi", "kappa", "mf-noise")
@@ -47,6 +58,7 @@ def federated_dataset(cfg: Mapping[str, Any]) -> tuple[Dataset, list[np.ndarray]
 @lru_cache(maxsize=4)
 def _cached(values: tuple) -> tuple[Dataset, list[np.ndarray]]:
     c = dict(zip(DATA_KEYS, values))
+    _check_lazy(c)
     data = load_dataset(c["dataset"], num_samples=c["num-samples"], dimension=c["dimension"], rank=c["rank"],
                         num_clients=c["num-clients"], seed=c["data-seed"], row_normalize=c["row-normalize"],
                         xi=c["xi"], kappa=c["kappa"], mf_noise=c["mf-noise"])
@@ -66,11 +78,66 @@ def local_covariance(cfg: Mapping[str, Any], partition_id: int) -> tuple[np.ndar
     return _cached_covariance(tuple(cfg[k] for k in DATA_KEYS), partition_id)
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=16384)  # every partition a worker plays at 10,000 clients: A_i is never rebuilt in a run
 def _cached_covariance(values: tuple, partition_id: int) -> tuple[np.ndarray, int]:
-    data, parts = _cached(values)
-    rows = data.X[parts[partition_id]]
+    rows = _rows(values, partition_id)
     return rows.T @ rows / rows.shape[0], rows.shape[0]
+
+
+def client_rows(cfg: Mapping[str, Any], partition_id: int) -> np.ndarray:
+    """Rows ``M_i`` of one partition, shape (s_i, d); a lazy data set generates only these."""
+    return _rows(tuple(cfg[k] for k in DATA_KEYS), partition_id)
+
+
+def _rows(values: tuple, partition_id: int) -> np.ndarray:
+    c = dict(zip(DATA_KEYS, values))
+    if c["dataset"] in LAZY_DATASETS:
+        _check_lazy(c)
+        return lazy_partition(c["dataset"], partition_id, num_samples=c["num-samples"], dimension=c["dimension"],
+                              rank=c["rank"], num_clients=c["num-clients"], seed=c["data-seed"],
+                              row_normalize=c["row-normalize"])
+    data, parts = _cached(values)
+    return data.X[parts[partition_id]]
+
+
+def _check_lazy(c: Mapping[str, Any]) -> None:
+    if c["dataset"] in LAZY_DATASETS and c["partitioner"] != "contiguous":
+        raise ValueError(f'"partitioner" is {c["partitioner"]!r} but the lazy data set {c["dataset"]!r} defines its '
+                         'own blocks: set partitioner = "contiguous"')
+
+
+def partition_sizes(cfg: Mapping[str, Any]) -> np.ndarray:
+    """Row count ``s_i`` of every partition, shape (num-clients,), without generating a lazy data set.
+
+    For FedLRGD / FedAve (``erm-*`` data and their split) the counts of
+    :func:`simulations.erm_data.erm_split`.
+    """
+    if cfg["strategy"] in ("fedlrgd", "fedave"):
+        from .erm_data import erm_split  # late import: erm_data imports this package's datasets
+
+        return np.array([rows.shape[0] for rows in erm_split(cfg)[1]], dtype=np.int64)
+    if cfg["dataset"] in LAZY_DATASETS:
+        _check_lazy(cfg)
+        return lazy_partition_sizes(cfg["num-samples"], cfg["num-clients"])
+    _, parts = federated_dataset(cfg)
+    return np.array([p.size for p in parts], dtype=np.int64)
+
+
+def data_shape(cfg: Mapping[str, Any]) -> tuple[int, int]:
+    """``(n, d)`` of the pooled data (a lazy data set is not generated).
+
+    Raises
+    ------
+    ValueError
+        If the data set cannot be loaded (the message names the key).
+    """
+    if cfg["dataset"] in LAZY_DATASETS:
+        _check_lazy(cfg)
+        lazy_partition_sizes(cfg["num-samples"], cfg["num-clients"])  # checks the counts
+        client_rows({**cfg, "num-samples": cfg["num-clients"]}, 0)  # checks dimension and rank on one row
+        return int(cfg["num-samples"]), int(cfg["dimension"])
+    data, _ = federated_dataset(cfg)
+    return data.X.shape
 
 
 def reference(cfg: Mapping[str, Any]) -> Reference:
@@ -84,6 +151,14 @@ def reference(cfg: Mapping[str, Any]) -> Reference:
 
 @lru_cache(maxsize=4)
 def _cached_reference(values: tuple, k: int, r: int) -> Reference:
+    c = dict(zip(DATA_KEYS, values))
+    if c["dataset"] in LAZY_DATASETS:  # sum_i M_i^T M_i one partition at a time: O(d^2) memory
+        d = c["dimension"]
+        C = np.zeros((d, d))
+        for i in range(c["num-clients"]):
+            rows = _rows(values, i)
+            C += rows.T @ rows
+        return Reference.from_covariance(C / c["num-samples"], k, r)
     data, _ = _cached(values)
     X = data.X
     return Reference.from_covariance(X.T @ X / X.shape[0], k, r)

@@ -14,10 +14,15 @@ from uuid import uuid4
 
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY, SUPERLINK_NODE_ID, ErrorCode
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from threadpoolctl import threadpool_limits
+
+from fl_strategies import node_directory
+
+from . import engine_directory
 
 __all__ = ["LocalGrid", "run_local"]
 
@@ -85,7 +90,10 @@ class LocalGrid(Grid):
                 reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason="injected"), reply_to=msg)
             else:
                 try:
-                    reply = self.client_app(copy.deepcopy(msg), self.contexts[nid])
+                    # Flower's legacy loop builds a fresh message per node: no copy. SecAgg+'s workflow sends one
+                    # content to every node and its client mod edits it: those are copied
+                    shared = RECORD_KEY_CONFIGS in msg.content.config_records
+                    reply = self.client_app(copy.deepcopy(msg) if shared else msg, self.contexts[nid])
                 except Exception as ex:  # a failing client becomes an error reply, as in Flower
                     reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=repr(ex)),
                                     reply_to=msg)
@@ -131,5 +139,10 @@ def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[
     # Replies are computed synchronously, one client at a time. Flower's server still calls them from a
     # worker thread, and OpenBLAS's own threads then contend with the main thread: on 2 cores a round of
     # small products ran 3-4x slower than with one BLAS thread, so the rounds use one.
-    with threadpool_limits(limits=1, user_api="blas"):
-        return run_server(grid, context, observer=observer, max_workers=1, components=components)
+    if run_config.get("discovery") == "engine":  # the server reads the node -> partition map, asks nothing
+        node_directory.register(grid.run.run_id, engine_directory(run_config, grid.partition_of))
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            return run_server(grid, context, observer=observer, max_workers=1, components=components)
+    finally:
+        node_directory.unregister(grid.run.run_id)
