@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flwr.app import Context, Message
+from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.app.message_type import MessageType
 from functools import lru_cache
 
@@ -43,13 +43,22 @@ def _validate_cached(items: tuple) -> dict:
 
 
 
+def is_secagg_stage(content: RecordDict) -> bool:
+    """Whether a message's content is a SecAgg+ stage (it holds SecAgg+'s config record).
+
+    Looks the key up in the content itself: ``content.config_records`` would build a view of all its records,
+    a measurable cost at every message of the in-process engine.
+    """
+    return isinstance(content.get(RECORD_KEY_CONFIGS), ConfigRecord)
+
+
 def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message:
     """Flower's ``secaggplus_mod`` for the messages of a SecAgg+ round; every other message passes through.
 
     ``secaggplus_mod`` expects every training message to be a SecAgg+ stage; the strategies that send plain
     training messages (all but ``dp-power`` with ``dp-channel = "secagg"``) must bypass it.
     """
-    if msg.metadata.message_type == MessageType.TRAIN and RECORD_KEY_CONFIGS in msg.content.config_records:
+    if msg.metadata.message_type == MessageType.TRAIN and is_secagg_stage(msg.content):
         return secaggplus_mod(msg, context, call_next)
     return call_next(msg, context)
 

@@ -53,7 +53,7 @@ class FedPowerClient(NumPyClient):
         return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
 
     def _steps_done(self) -> int:
-        rec = self.context.state.config_records.get("fedpower")
+        rec = self.context.state.get("fedpower")  # not .config_records: that builds a view at every message
         return int(rec["steps"]) if rec is not None else 0
 
     def fit(self, parameters, config):
@@ -75,7 +75,7 @@ class FedPowerClient(NumPyClient):
             else:
                 rng = np.random.default_rng([self.cfg["seed"], STREAM_NOISE, self.partition_id, int(config["round"])])
         Y, Z_prev = local_power_iterations(self.A, Z, steps, self.noise_std, rng)
-        self.context.state.config_records["fedpower"] = ConfigRecord({"steps": done + steps})
+        self.context.state["fedpower"] = ConfigRecord({"steps": done + steps})
         arrays = [Y, Z_prev] if steps > 1 else [Y]
         metrics = {"partition-id": self.partition_id}
         if self.cfg["stop-tol"] > 0:  # the stopping rule's objective tr(Z^T M_i Z) at the received Z

@@ -14,12 +14,12 @@ from uuid import uuid4
 
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY, SUPERLINK_NODE_ID, ErrorCode
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from threadpoolctl import threadpool_limits
 
+from client_app.app import is_secagg_stage
 from fl_strategies import node_directory
 
 from . import engine_directory
@@ -92,7 +92,7 @@ class LocalGrid(Grid):
                 try:
                     # Flower's legacy loop builds a fresh message per node: no copy. SecAgg+'s workflow sends one
                     # content to every node and its client mod edits it: those are copied
-                    shared = RECORD_KEY_CONFIGS in msg.content.config_records
+                    shared = is_secagg_stage(msg.content)
                     reply = self.client_app(copy.deepcopy(msg) if shared else msg, self.contexts[nid])
                 except Exception as ex:  # a failing client becomes an error reply, as in Flower
                     reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=repr(ex)),
