@@ -51,6 +51,26 @@ def _overrides(m: int, rows: int, dim: int, rounds: int) -> dict:
             "dataset": "fedpower-model1-lazy", "discovery": "engine", "clients-per-round": 0}
 
 
+def _timed_loop(step, dim: int, r: int, rounds: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds of ``rounds`` calls ``Z = step(Z)`` from a fixed random ``d x r`` start.
+
+    This thread alone runs the loop, with one BLAS thread, as the in-process engine's rounds do.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from fl_strategies.linalg import orth
+
+    Z = orth(np.random.default_rng(0).standard_normal((dim, r)))
+    times, cpus = [], []
+    with threadpool_limits(limits=1, user_api="blas"):
+        for _ in range(rounds):
+            t, c = time.perf_counter(), time.thread_time()
+            Z = step(Z)
+            times.append(time.perf_counter() - t)
+            cpus.append(time.thread_time() - c)
+    return times, cpus
+
+
 def measure(engine: str, m: int, rows: int, dim: int, rounds: int) -> dict:
     """Run one engine in this process; seconds per round (rounds 2..) and peak memory of the process tree."""
     import logging
@@ -69,34 +89,18 @@ def measure(engine: str, m: int, rows: int, dim: int, rounds: int) -> dict:
     start = time.perf_counter()
     with PeakMemory(interval=0.2, tree=engine == "ray") as peak:
         if engine == "numpy":
-            from threadpoolctl import threadpool_limits
-
             cfg = validate_run_config(fused_run_config(over))
             covs = [local_covariance(cfg, pid) for pid in range(m)]
-            Z = orth(np.random.default_rng(0).standard_normal((dim, cfg["iteration-rank"])))
-            times, cpus = [], []  # this thread alone does the loop, with one BLAS thread as the in-process rounds
-            with threadpool_limits(limits=1, user_api="blas"):
-                for _ in range(rounds):
-                    t, c = time.perf_counter(), time.thread_time()
-                    Z = orth(sum(s * (A @ Z) for A, s in covs))
-                    times.append(time.perf_counter() - t)
-                    cpus.append(time.thread_time() - c)
+            times, cpus = _timed_loop(lambda Z: orth(sum(s * (A @ Z) for A, s in covs)), dim,
+                                      cfg["iteration-rank"], rounds)
             cpu_per_round = float(np.mean(cpus[1:] or cpus))
         elif engine == "numpy-rows":
-            from threadpoolctl import threadpool_limits
-
             from .federated_data import client_rows
 
             cfg = validate_run_config(fused_run_config(over))
             blocks = [client_rows(cfg, pid) for pid in range(m)]
-            Z = orth(np.random.default_rng(0).standard_normal((dim, cfg["iteration-rank"])))
-            times, cpus = [], []  # this thread alone does the loop, with one BLAS thread as the in-process rounds
-            with threadpool_limits(limits=1, user_api="blas"):
-                for _ in range(rounds):
-                    t, c = time.perf_counter(), time.thread_time()
-                    Z = orth(sum(M.T @ (M @ Z) for M in blocks))
-                    times.append(time.perf_counter() - t)
-                    cpus.append(time.thread_time() - c)
+            times, cpus = _timed_loop(lambda Z: orth(sum(M.T @ (M @ Z) for M in blocks)), dim,
+                                      cfg["iteration-rank"], rounds)
             cpu_per_round = float(np.mean(cpus[1:] or cpus))
         elif engine == "local":
             from .engines.local import run_local
