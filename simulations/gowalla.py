@@ -25,7 +25,7 @@ eigensolver happens to pick there.
 
 CLI::
 
-    python -m simulations.gowalla [--path /work/shared/data/gowalla] [--q 128] [--out DIR]
+    python -m simulations.gowalla [--path ../shared/data/gowalla] [--q 128] [--out DIR]
 
 (ARPACK: about 100 s for q = 128, 429 s for q = 256 on the shared 2-core machine) prints the Gowalla row
 beside the paper's and writes ``DIR/table1.md``, ``DIR/table1.csv`` and ``DIR/mu0_by_q.csv``
@@ -59,7 +59,8 @@ __all__ = [
     "main",
 ]
 
-DEFAULT_PATH = Path("/work/shared/data/gowalla")
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "shared" / "data" / "gowalla"
+"""``../shared/data/gowalla`` next to the repository (the data are not shipped with the package)."""
 SPLITS = ("train", "valid", "test")
 DEFAULT_OUT = Path("simulations/results/dp_table1")
 
