@@ -49,7 +49,7 @@ def is_secagg_stage(content: RecordDict) -> bool:
     Looks the key up in the content itself: ``content.config_records`` would build a view of all its records,
     a measurable cost at every message of the in-process engine.
     """
-    return isinstance(content.get(RECORD_KEY_CONFIGS), ConfigRecord)
+    return RECORD_KEY_CONFIGS in content and isinstance(content[RECORD_KEY_CONFIGS], ConfigRecord)
 
 
 def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message:

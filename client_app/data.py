@@ -41,13 +41,14 @@ config key at fault; the server leaves such a node out of the run before round
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from simulations.datasets import DIGITS_SHAPE, FILE_SUFFIXES, load_dataset, normalize_rows
-from simulations.federated_data import client_rows, local_covariance
+from simulations.federated_data import DATA_KEYS, client_rows, local_covariance
 
 __all__ = ["load_client_rows", "load_client_covariance", "check_local_matrix"]
 
@@ -165,6 +166,13 @@ def load_client_covariance(cfg: Mapping[str, Any], node_config: Mapping[str, Any
         check_local_matrix(A, rows.shape[0], cfg, f"partition {pid}: node config data-path "
                                                   f"{str(node_config['data-path'])!r}")
         return A, rows.shape[0], pid
+    A, s = _checked_covariance(tuple(cfg[k] for k in DATA_KEYS), pid)
+    return A, s, pid
+
+
+@lru_cache(maxsize=16384)  # as local_covariance's cache: the check runs once per partition and process, not per message
+def _checked_covariance(values: tuple, pid: int) -> tuple[np.ndarray, int]:
+    cfg = dict(zip(DATA_KEYS, values))
     A, s = local_covariance(cfg, pid)
     check_local_matrix(A, s, cfg, f"partition {pid} of dataset {cfg['dataset']!r}")
-    return A, s, pid
+    return A, s

@@ -53,8 +53,8 @@ class FedPowerClient(NumPyClient):
         return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
 
     def _steps_done(self) -> int:
-        rec = self.context.state.get("fedpower")  # not .config_records: that builds a view at every message
-        return int(rec["steps"]) if rec is not None else 0
+        state = self.context.state  # not .config_records: that builds a view of every record at every message
+        return int(state["fedpower"]["steps"]) if "fedpower" in state else 0
 
     def fit(self, parameters, config):
         """Run ``config['local-steps']`` local iterations from the broadcast ``Z``."""
