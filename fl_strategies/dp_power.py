@@ -233,6 +233,11 @@ class DPPowerStrategy(EigenspaceStrategy):
                                      f"partition(s) {', '.join(map(str, missing)) or 'none'}; {len(failures)} "
                                      "failure(s))" + (f": {failures[0]}" if failures else ""))
             return None
+        first = results[0][1].parameters.tensors
+        if any(res.parameters.tensors != first for _, res in results[1:]):  # SecAgg+ gives every result its sum
+            self.stop(server_round, "the replies are not a SecAgg+ aggregate (they differ): this server loop does not "
+                                    "run SecAgg+ (use the fedspectral ServerApp, server_app.app.run_server)")
+            return None
         arrays = decode_arrays(results[0][1], 1, max_bytes=16 * self.d * self.r + 4096)
         reason = arrays if isinstance(arrays, str) else check_array(arrays[0], shape, name="SecAgg+ average")
         if reason is not None:

@@ -194,6 +194,22 @@ def test_a_client_lost_after_its_upload_is_recovered_by_secagg():
     np.testing.assert_allclose(faulty.last_sum, clean.last_sum, rtol=0, atol=2 * secagg_tolerance(600.0, 4))
 
 
+def test_secagg_replies_outside_secagg_are_refused():
+    """dp-power with dp-channel = secagg in a plain server loop (no SecAgg+): each reply is one client's product,
+    not the sum; the strategy sees that they differ and stops instead of releasing one client's product x s."""
+    from flwr.server.compat.app import start_grid
+
+    from client_app.app import app as client_app
+    from server_app.app import server_fn
+
+    cfg = fused_run_config({k.replace("_", "-"): v for k, v in dict(SMALL, epsilon=2.0).items()})
+    components = server_fn(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=cfg))
+    start_grid(grid=LocalGrid(client_app, 4, cfg), server=components.server, config=components.config)
+    strategy = components.server.strategy
+    assert strategy.stopped and "not a SecAgg+ aggregate" in strategy.stop_reason
+    assert len(strategy.records) == 1  # round 0 only
+
+
 def test_a_product_outside_the_clip_range_is_not_uploaded():
     with pytest.raises(DPRunStopped, match="round 1: SecAgg\\+ halted .*outside secagg-clip"):
         run_app(**dict(SMALL, secagg_clip=1.0))

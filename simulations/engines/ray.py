@@ -62,14 +62,13 @@ def run_ray(overrides: dict, num_cpus_per_client: float = 1.0, address: str | No
     from client_app.app import app as client_app
     from flwr.server import ServerApp
 
-    from server_app.app import server_fn
+    from server_app.app import run_server
 
-    def threaded_server_fn(ctx):
-        components = server_fn(ctx)
-        components.server.set_max_workers(server_threads)
-        return components
+    server_app = ServerApp()
 
-    server_app = ServerApp(server_fn=threaded_server_fn)
+    @server_app.main()
+    def _main(grid, ctx) -> None:  # the fedspectral ServerApp (SecAgg+ rounds included) with more server threads
+        run_server(grid, ctx, max_workers=server_threads)
 
     run_config = get_fused_config_from_dir(APP_DIR, dict(overrides))
     run_id = int.from_bytes(__import__("os").urandom(RUN_ID_NUM_BYTES), "little") >> 1
