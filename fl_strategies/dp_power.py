@@ -161,9 +161,8 @@ class DPPowerStrategy(EigenspaceStrategy):
         parameters = super().initialize_parameters(client_manager)
         if self.secure and self.clip == 0:
             # |(A^(i) X)_jk| <= ||A^(i)||_2 <= tr(A^(i)) = s_i for unit rows; the noise exceeds 8 std w.p. 1e-15
-            worst = max(self.sensitivity_bound() * (self.calibration.sigma if self.calibration else 0.0)
-                        / math.sqrt(self.m), 0.0)
-            self.clip = float(max(self.sizes.values()) + 8.0 * worst)
+            nu = client_noise_std(self.cfg, self.calibration, self.sensitivity_bound())
+            self.clip = float(max(self.sizes.values()) + 8.0 * nu)
         if self.secure:
             log.info("dp-power: SecAgg+ clipping range C = %.6g, sum exact to %.3g per entry", self.clip,
                      secagg_tolerance(self.clip, self.m))

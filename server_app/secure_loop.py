@@ -14,12 +14,15 @@ import timeit
 
 from flwr.common import ConfigRecord, Context
 from flwr.server import Grid, LegacyContext, ServerConfig
+from flwr.server.compat.app_utils import start_update_client_manager_thread
 from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, Key
 from flwr.server.workflow.default_workflows import (
     default_centralized_evaluation_workflow,
     default_init_params_workflow,
 )
+
+from fl_strategies.dp_power import QUANTIZATION_RANGE, num_shares
 
 log = logging.getLogger("flwr.fedspectral")
 
@@ -42,10 +45,6 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
     timeout : float, optional
         Seconds each SecAgg+ stage waits for replies (``round-timeout``; ``None`` = no limit).
     """
-    from flwr.server.compat.app_utils import start_update_client_manager_thread
-
-    from fl_strategies.dp_power import QUANTIZATION_RANGE, num_shares
-
     legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout),
                            strategy=strategy)
     thread, f_stop, c_done = start_update_client_manager_thread(grid, legacy.client_manager)

@@ -71,20 +71,10 @@ def write_node_files(cfg: dict, directory: Path) -> list[Path]:
     return paths
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of the process group ``pgid`` still exists."""
+def _alive(pid: int, group: bool = False) -> bool:
+    """Whether the process ``pid`` (or, with ``group``, any process of the process group ``pid``) still exists."""
     try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
+        (os.killpg if group else os.kill)(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -268,10 +258,10 @@ class LocalDeployment:
                 os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for proc in self.processes:
-            while _group_alive(proc.pid) and time.monotonic() < deadline:
+            while _alive(proc.pid, group=True) and time.monotonic() < deadline:
                 proc.poll()  # reap the leader once it exits
                 time.sleep(0.1)
-            if _group_alive(proc.pid):
+            if _alive(proc.pid, group=True):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         self.processes = []

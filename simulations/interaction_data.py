@@ -58,15 +58,24 @@ def interaction_rows(cfg: Mapping[str, Any]) -> sp.csr_matrix:
     return _rows(str(Path(cfg["dataset"]).resolve()), int(cfg["dimension"]))
 
 
-def _parts(cfg: Mapping[str, Any]) -> list[np.ndarray]:
+def client_rows(cfg: Mapping[str, Any], partition_id: int) -> sp.csr_matrix:
+    """The sparse rows of the users of one client, shape ``(s_c, dimension)`` (cached: a client is rebuilt at
+    every message)."""
+    interaction_rows(cfg)  # the config checks
+    return _client_rows(str(Path(cfg["dataset"]).resolve()), int(cfg["dimension"]), cfg["num-clients"],
+                        cfg["data-seed"], partition_id)
+
+
+@lru_cache(maxsize=1024)
+def _client_rows(path: str, dimension: int, num_clients: int, seed: int, partition_id: int) -> sp.csr_matrix:
+    return _rows(path, dimension)[_split(path, dimension, num_clients, seed)[partition_id]]
+
+
+@lru_cache(maxsize=2)
+def _split(path: str, dimension: int, num_clients: int, seed: int) -> list[np.ndarray]:
     from .gowalla import split_users
 
-    return split_users(interaction_rows(cfg).shape[0], cfg["num-clients"], cfg["data-seed"])
-
-
-def client_rows(cfg: Mapping[str, Any], partition_id: int) -> sp.csr_matrix:
-    """The sparse rows of the users of one client, shape ``(s_c, dimension)``."""
-    return interaction_rows(cfg)[_parts(cfg)[partition_id]]
+    return split_users(_rows(path, dimension).shape[0], num_clients, seed)
 
 
 def interaction_reference(cfg: Mapping[str, Any]) -> Reference:

@@ -19,7 +19,6 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from threadpoolctl import threadpool_limits
 
-from client_app.app import is_secagg_stage
 from fl_strategies import node_directory
 
 from . import engine_directory
@@ -77,6 +76,13 @@ class LocalGrid(Grid):
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         """Deliver each message and store the node's reply (or an error reply)."""
+        messages = list(messages)
+        # Flower's legacy loop builds a content per node and the ClientApp may edit it, so it is not copied; a
+        # content shared by several messages (SecAgg+'s setup stage sends one to every node, and its client mod
+        # edits it) is copied for each
+        counts: dict[int, int] = {}
+        for msg in messages:
+            counts[id(msg.content)] = counts.get(id(msg.content), 0) + 1
         ids = []
         for msg in messages:
             mid = uuid4().hex
@@ -90,9 +96,7 @@ class LocalGrid(Grid):
                 reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason="injected"), reply_to=msg)
             else:
                 try:
-                    # Flower's legacy loop builds a fresh message per node: no copy. SecAgg+'s workflow sends one
-                    # content to every node and its client mod edits it: those are copied
-                    shared = is_secagg_stage(msg.content)
+                    shared = counts[id(msg.content)] > 1
                     reply = self.client_app(copy.deepcopy(msg) if shared else msg, self.contexts[nid])
                 except Exception as ex:  # a failing client becomes an error reply, as in Flower
                     reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=repr(ex)),
