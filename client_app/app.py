@@ -11,19 +11,25 @@ from flwr.client.mod import secaggplus_mod
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from fl_strategies.config import validate_run_config
+from fl_strategies.fit_records import fit_reply_content, is_fitins_content
 
 from .clients import CLIENTS
 from .data import load_client_covariance
 from .faults import garbage_reply_mod
 
 
-def client_fn(context: Context):
-    """Build the client of the configured strategy on this node's data."""
+def numpy_client(context: Context):
+    """The NumPyClient of the configured strategy on this node's data."""
     cfg = _validated(context.run_config)
     if hasattr(CLIENTS[cfg["strategy"]], "from_context"):  # rows, not a covariance (FedLRGD, FedAve, dp-power)
-        return CLIENTS[cfg["strategy"]].from_context(cfg, context).to_client()
+        return CLIENTS[cfg["strategy"]].from_context(cfg, context)
     A, num_rows, pid = load_client_covariance(cfg, context.node_config)
-    return CLIENTS[cfg["strategy"]](A, num_rows, pid, cfg, context).to_client()
+    return CLIENTS[cfg["strategy"]](A, num_rows, pid, cfg, context)
+
+
+def client_fn(context: Context):
+    """Build the client of the configured strategy on this node's data (Flower's ``client_fn``)."""
+    return numpy_client(context).to_client()
 
 
 def _validated(run_config) -> dict:
@@ -63,8 +69,20 @@ def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message
     return call_next(msg, context)
 
 
+def numpy_fit_mod(msg: Message, context: Context, call_next) -> Message:
+    """Answer a plain fit instruction with :func:`fl_strategies.fit_records.fit_reply_content`.
+
+    The same reply Flower's legacy handler builds (same NumPyClient, same layout), without its per-access record
+    views and ``np.load`` header parsing: most of a message's cost in the in-process engine. Every other message
+    (discovery, SecAgg+ stages, anything unexpected) goes to Flower's handler.
+    """
+    if msg.metadata.message_type == MessageType.TRAIN and is_fitins_content(msg.content):
+        return Message(fit_reply_content(numpy_client(context), msg.content), reply_to=msg)
+    return call_next(msg, context)
+
+
 # the testing fault (active only with `fault` in a node's --node-config) is outermost: it corrupts the arrays of
 # plain training replies, not SecAgg+'s masked uploads (a malicious client under SecAgg+ is outside its threat model)
-mods = [garbage_reply_mod, secure_aggregation_mod]
+mods = [garbage_reply_mod, secure_aggregation_mod, numpy_fit_mod]
 
 app = ClientApp(client_fn=client_fn, mods=mods)

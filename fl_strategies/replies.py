@@ -25,10 +25,11 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Collection, Mapping
-from io import BytesIO
 from typing import Any
 
 import numpy as np
+
+from .fit_records import load_npy
 
 __all__ = ["decode_arrays", "check_array", "check_orthonormal", "check_origin", "scalar_metric",
            "check_properties"]
@@ -76,7 +77,7 @@ def decode_arrays(res: Any, count: int, *, max_bytes: int | None = None) -> list
         if max_bytes is not None and len(tensor) > max_bytes:
             return f"array {i} is {len(tensor)} bytes, more than the {max_bytes} expected"
         try:  # Flower's own encoding (np.save); pickles are never loaded
-            a = np.load(BytesIO(bytes(tensor)), allow_pickle=False)
+            a = load_npy(bytes(tensor))
         except Exception as ex:  # noqa: BLE001 - corrupt bytes, pickled objects, ...
             return f"array {i} cannot be decoded: {type(ex).__name__}"
         if not isinstance(a, np.ndarray):

@@ -9,6 +9,11 @@ results row.
 With a :class:`~fl_strategies.checkpoint.Checkpoint` it saves the state after
 every round, and a run with ``resume = true`` starts after the checkpointed
 round instead of at round 1 (the nodes are discovered again first).
+
+Each round's instructions go out in one batch through the Grid
+(:func:`fl_strategies.round_exchange.fit_in_one_batch`) rather than one
+thread per client as in Flower's ``Server.fit_round``; the strategy sees the
+same ``results`` and ``failures``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.common.logger import log
 from flwr.server import Server
 from flwr.server.history import History
+
+from .round_exchange import fit_in_one_batch
 
 __all__ = ["StoppingServer"]
 
@@ -69,6 +76,20 @@ class StoppingServer(Server):
         if finish is not None:
             finish()
         return history, timeit.default_timer() - start
+
+    def fit_round(self, server_round: int, timeout: float | None):
+        """One round of ``configure_fit``, the exchange and ``aggregate_fit`` (as Flower's, batched)."""
+        client_instructions = self.strategy.configure_fit(server_round=server_round, parameters=self.parameters,
+                                                          client_manager=self._client_manager)
+        if not client_instructions:
+            log(INFO, "configure_fit: no clients selected, cancel")
+            return None
+        log(INFO, "configure_fit: strategy sampled %s clients (out of %s)", len(client_instructions),
+            self._client_manager.num_available())
+        results, failures = fit_in_one_batch(client_instructions, self.max_workers, timeout, server_round)
+        log(INFO, "aggregate_fit: received %s results and %s failures", len(results), len(failures))
+        parameters_aggregated, metrics_aggregated = self.strategy.aggregate_fit(server_round, results, failures)
+        return parameters_aggregated, metrics_aggregated, (results, failures)
 
     def _save(self, server_round: int) -> None:
         if self.checkpoint is not None:

@@ -167,6 +167,8 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
     df["ratio_to_floor"] = [r.per_round_s / floor.get(r.clients, np.nan) for r in df.itertuples()]
     cpu_floor = df[df.engine == "numpy"].set_index("clients")["cpu_per_round_s"]
     df["cpu_ratio_to_floor"] = [r.cpu_per_round_s / cpu_floor.get(r.clients, np.nan) for r in df.itertuples()]
+    rows_floor = df[df.engine == "numpy-rows"].set_index("clients")["per_round_s"]
+    df["ratio_to_rows_floor"] = [r.per_round_s / rows_floor.get(r.clients, np.nan) for r in df.itertuples()]
     df["ms_per_message_over_floor"] = [1e3 * (r.per_round_s - floor.get(r.clients, np.nan)) / r.clients
                                        for r in df.itertuples()]
     df.to_csv(out / "bench_scale.csv", index=False)
@@ -174,15 +176,17 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
              "wall seconds per round are the mean of rounds 2..; CPU seconds per round (this process; not "
              "measured for Ray, whose work is spread over its processes) are less sensitive to other load on the "
              "machine; memory is the peak RSS of the process tree.", "",
-             "| clients | rows per client | engine | ms / round (wall) | ratio to floor | ms / round (CPU) | "
-             "CPU ratio to floor | ms / message over floor (wall) | first round (s) | peak memory (GiB) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| clients | rows per client | engine | ms / round (wall) | ratio to floor | ratio to numpy-rows | "
+             "ms / round (CPU) | CPU ratio to floor | ms / message over floor (wall) | first round (s) | "
+             "peak memory (GiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in df.sort_values(["clients", "engine"]).itertuples():
         over = "—" if r.engine == "numpy" else f"{r.ms_per_message_over_floor:.3f}"
         cpu = "—" if np.isnan(r.cpu_per_round_s) else f"{1e3 * r.cpu_per_round_s:.1f}"
         cpu_ratio = "—" if np.isnan(r.cpu_ratio_to_floor) else f"{r.cpu_ratio_to_floor:.1f}"
+        to_rows = "—" if np.isnan(r.ratio_to_rows_floor) else f"{r.ratio_to_rows_floor:.2f}"
         lines.append(f"| {r.clients} | {r.rows} | {r.engine} | {1e3 * r.per_round_s:.1f} | {r.ratio_to_floor:.1f} | "
-                     f"{cpu} | {cpu_ratio} | {over} | {r.first_round_s:.2f} | {r.peak_mem_gib:.2f} |")
+                     f"{to_rows} | {cpu} | {cpu_ratio} | {over} | {r.first_round_s:.2f} | {r.peak_mem_gib:.2f} |")
     (out / "bench_scale.md").write_text("\n".join(lines) + "\n")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for engine, g in df.groupby("engine"):

@@ -170,3 +170,20 @@ def test_ray_engine_attaches_to_a_running_cluster_with_engine_discovery(tmp_path
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_bench_scale_writes_its_table_with_both_floors(tmp_path):
+    """The benchmark script runs end to end (numpy, numpy-rows and in-process engines, each in its own process)."""
+    import pandas as pd
+
+    from simulations.bench_scale import main
+
+    assert main(["--clients", "4", "--rows", "30", "--dim", "6", "--rounds", "2", "--engines", "numpy", "numpy-rows",
+                 "local", "--out", str(tmp_path)]) == 0
+    df = pd.read_csv(tmp_path / "bench_scale.csv").set_index("engine")
+    assert sorted(df.index) == ["local", "numpy", "numpy-rows"]
+    assert df.loc["numpy", "ratio_to_floor"] == 1.0 and df.loc["numpy-rows", "ratio_to_rows_floor"] == 1.0
+    assert (df.per_round_s > 0).all() and (df.peak_mem_gib > 0).all()
+    table = (tmp_path / "bench_scale.md").read_text()
+    assert "ratio to numpy-rows" in table and table.count("\n| 4 | 30 |") == 3
+    assert (tmp_path / "bench_scale.png").stat().st_size > 0

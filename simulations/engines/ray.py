@@ -49,13 +49,11 @@ def run_ray(overrides: dict, num_cpus_per_client: float = 1.0, address: str | No
         at once, and its worker processes must be able to import this project
         (the driver's ``PYTHONPATH`` is passed in the runtime environment).
     server_threads : int, optional
-        Threads of Flower's server that wait for replies (``Server.set_max_workers``;
-        ``None``: Python's default, ``min(32, cores + 4)``). Each legacy
-        client proxy sends one message and polls Flower's in-memory grid for its
-        reply every 0.1 s, so a round of ``K`` messages takes at least
-        ``ceil(K / threads) x 0.1 s``: with 6 threads and 100 sampled clients,
-        about 2 s whatever the arithmetic. The default 64 keeps Ray's actors
-        busy instead.
+        ``Server.set_max_workers`` of Flower's server. Training rounds go out
+        in one batch (:mod:`fl_strategies.round_exchange`) and discovery asks
+        with its own 8 threads, so this only matters for Flower's thread-per-
+        client fallback; it was the fix for rounds of ``K`` messages that took
+        ``ceil(K / threads) x 0.1 s`` before rounds were batched.
     """
     from flwr.common.config import get_fused_config_from_dir
 
