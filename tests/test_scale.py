@@ -187,3 +187,14 @@ def test_bench_scale_writes_its_table_with_both_floors(tmp_path):
     table = (tmp_path / "bench_scale.md").read_text()
     assert "ratio to numpy-rows" in table and table.count("\n| 4 | 30 |") == 3
     assert (tmp_path / "bench_scale.png").stat().st_size > 0
+
+
+def test_bench_messages_times_both_paths(capsys):
+    """The per-stage message benchmark runs Flower's path and fedspectral's on the same clients."""
+    from simulations.bench_messages import main
+
+    assert main(["--clients", "3", "--rows", "20", "--dim", "6", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| flower |" in out and "| fit_records |" in out and "flower / fit_records:" in out
+    with pytest.raises(SystemExit):
+        main(["--dim", "3"])

@@ -46,8 +46,6 @@ class LocalGrid(Grid):
         Flower's random ids.
     """
 
-    answers_at_once = True  # replies are computed as messages are pushed: nothing to poll for
-
     def __init__(self, client_app, num_nodes: int, run_config: dict, fault_fn: FaultFn | None = None,
                  run_id: int = 1, node_ids: list[int] | None = None) -> None:
         self._run = Run.create_empty(run_id=run_id)

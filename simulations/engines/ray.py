@@ -294,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", default=None, help="attach to this Ray cluster (default: start one)")
     parser.add_argument("--cpus-per-client", type=float, default=1.0)
     parser.add_argument("--server-threads", type=int, default=64,
-                        help="threads of Flower's server waiting for replies (0: Python's default, min(32, cores + 4))")
+                        help="Server.set_max_workers (0: Python's default); training rounds are batched and do not "
+                             "use these threads")
     args = parser.parse_args(argv)
     overrides = parse_config_args([args.run_config]) if args.run_config else {}
     logging.getLogger("flwr").setLevel(logging.WARNING)
