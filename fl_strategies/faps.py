@@ -27,6 +27,21 @@ Deviations (documented in the README): ``Z_0`` is the shared Gaussian start of
 every eigenspace strategy rather than Uniform[-1, 1] (the same span
 distribution for the purpose of a paired comparison); the inner loop is capped
 at ``inner-max-steps`` (the paper gives no cap).
+
+The first round is degenerate, and the paper does not say so. With
+``X_i = Z_0`` and ``W_i`` from (16), ``H_i Z_0 = Z_0 (Z_0^T M_i Z_0 + beta_i I)``:
+``span(Z_0)`` is an invariant subspace of ``H_i`` but not its dominant one
+(Table 4 problem, client 0: top eigenvalue 0.0024 inside it, ``||A_0||^2 =
+0.035``). Subspace iterations started on an invariant subspace leave it only
+through round-off, which they amplify: rule (26) ends round 0 after about
+60 inner iterations (57-65 per client), at a subspace decided by round-off
+(two runs whose ``M_i`` differ by ``2.5e-16`` relative had ``Z_1`` apart by a
+principal angle of sine 0.40). With the default inner rule the number
+of rounds to the stopping rule therefore varies by a factor of about 2 under
+round-off-level changes; a fixed number of inner steps or exact local solves
+do not have this problem. The implementation follows the paper (and, with the
+spec's ``Z_0`` on the spec's instance, reproduces its re-simulation: 208
+rounds against 209); the README says what this means for Table 4.
 """
 
 from __future__ import annotations

@@ -194,3 +194,23 @@ def test_three_inner_steps_halve_the_rounds_of_ssi_on_a_reduced_table4_problem()
         assert faps.records[-1]["singular_value_error"] < 1.1e-7 and ssi.records[-1]["singular_value_error"] < 1.1e-7
         ratios.append((len(faps.records) - 1) / (len(ssi.records) - 1))
     assert np.median(ratios) <= 0.5, ratios
+
+
+def test_first_round_starts_on_an_invariant_subspace_that_is_not_dominant():
+    """Round 0 is degenerate (module docstring): with X = Z_0 and W by (16), H Z_0 = Z_0 (Z_0^T M Z_0 + beta I),
+    so span(Z_0) is invariant under H; it is not H's dominant subspace, and the inner iterations only leave it
+    through round-off."""
+    rng = np.random.default_rng(5)
+    n, p = 60, 3
+    M = random_psd(n, 80, rng)
+    Z0 = orth(rng.standard_normal((n, p)))
+    W, beta = multiplier_factor(M, Z0), 0.15 * np.linalg.eigvalsh(M)[-1]
+    H = M + Z0 @ W.T + W @ Z0.T + beta * Z0 @ Z0.T
+    np.testing.assert_allclose(H @ Z0, Z0 @ (Z0.T @ M @ Z0 + beta * np.eye(p)), atol=1e-10 * np.linalg.norm(M))
+    top = scipy.linalg.eigh(H, subset_by_index=[n - p, n - 1])[1]
+    assert subspace_distance(Z0, top) > 0.5  # invariant, not dominant
+    # in exact arithmetic subspace iterations from Z_0 never leave span(Z_0); in floating point the round-off
+    # component along the dominant directions grows by the eigenvalue ratio at every step until it takes over
+    early, _ = local_subproblem(M, Z0, W, beta, Z0, solver="ssi", tol=0.0, min_steps=5, max_steps=5)
+    late, _ = local_subproblem(M, Z0, W, beta, Z0, solver="ssi", tol=0.0, min_steps=400, max_steps=400)
+    assert subspace_distance(early, Z0) < 1e-10 and subspace_distance(late, Z0) > 0.5
