@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
-from flwr.app.message_type import MessageType
 from functools import lru_cache
 
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app.message_type import MessageType
 from flwr.client import ClientApp
 from flwr.client.mod import secaggplus_mod
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
@@ -46,7 +46,6 @@ def _validated(run_config) -> dict:
 @lru_cache(maxsize=8)
 def _validate_cached(items: tuple) -> dict:
     return validate_run_config(dict(items))
-
 
 
 def is_secagg_stage(content: RecordDict) -> bool:

@@ -70,8 +70,8 @@ class DPPowerClient(NumPyClient):
         return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.n}
 
     def _released(self) -> int:
-        rec = self.context.state.config_records.get(STATE)
-        return int(rec["released"]) if rec is not None else 0
+        state = self.context.state  # not .config_records: that builds a view of every record at every message
+        return int(state[STATE]["released"]) if STATE in state else 0
 
     def fit(self, parameters, config):
         """One noisy product with the broadcast ``X``."""
@@ -91,7 +91,7 @@ class DPPowerClient(NumPyClient):
             else:
                 rng = np.random.default_rng([self.cfg["seed"], STREAM_NOISE, self.partition_id, int(config["round"])])
             Y += nu * rng.standard_normal(Y.shape)
-        self.context.state.config_records[STATE] = ConfigRecord({"released": released + 1})
+        self.context.state[STATE] = ConfigRecord({"released": released + 1})
         secure = self.cfg["dp-channel"] == "secagg"
         if secure:
             clip = float(config["secagg-clip"])

@@ -44,17 +44,16 @@ class FapsClient(NumPyClient):
         return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
 
     def _load(self) -> FapsState | None:
-        arrays = self.context.state.array_records.get(ARRAYS)
-        if arrays is None:
+        state = self.context.state  # not .array_records / .config_records: views of every record at every message
+        if ARRAYS not in state:
             return None
-        scalars = self.context.state.config_records[SCALARS]
+        arrays, scalars = state[ARRAYS], state[SCALARS]
         return FapsState(X=arrays["X"].numpy(), W=arrays["W"].numpy(), beta=float(scalars["beta"]),
                          dhist=list(scalars["dhist"]))
 
     def _save(self, state: FapsState) -> None:
-        self.context.state.array_records[ARRAYS] = ArrayRecord({"X": Array(state["X"]), "W": Array(state["W"])})
-        self.context.state.config_records[SCALARS] = ConfigRecord({"beta": state["beta"],
-                                                                 "dhist": [float(v) for v in state["dhist"]]})
+        self.context.state[ARRAYS] = ArrayRecord({"X": Array(state["X"]), "W": Array(state["W"])})
+        self.context.state[SCALARS] = ConfigRecord({"beta": state["beta"], "dhist": [float(v) for v in state["dhist"]]})
 
     def fit(self, parameters, config):
         """One FAPS round from the broadcast ``Z``."""

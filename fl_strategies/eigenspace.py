@@ -41,7 +41,7 @@ from . import node_directory
 from .config import ConfigError
 from .linalg import gaussian_basis
 from .metrics import Reference, round_metrics
-from .participation import Participation
+from .participation import STREAM_SAMPLING, Participation
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
 
 __all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
@@ -49,7 +49,7 @@ __all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE
 log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
 
 # Tags that separate the random streams derived from one run seed.
-STREAM_INIT, STREAM_SAMPLING, STREAM_NOISE = 0, 1, 2
+STREAM_INIT, STREAM_NOISE = 0, 2  # STREAM_SAMPLING (1) is fl_strategies.participation's
 
 
 class EigenspaceStrategy(Strategy):
@@ -263,6 +263,17 @@ class EigenspaceStrategy(Strategy):
                 self.observer(server_round, pid, broadcast, arrays)
             replies[pid] = ([a.astype(np.float64) for a in arrays], values)
         return replies, rejected
+
+    def end_round_without_clients(self, server_round: int, estimate: np.ndarray, name: str, **columns) -> None:
+        """End a round in ``configure_fit`` whose sampled clients all dropped out: the estimate is kept.
+
+        Flower skips ``aggregate_fit`` when nobody is asked, so the round's
+        pending row (``participants = 0`` and ``columns``) and iterate are set
+        here. ``name`` is the estimate's name in the WARNING.
+        """
+        log.warning("round %d: every sampled client dropped out; %s is kept", server_round, name)
+        self._pending.update(participants=0, **columns)
+        self.iterates.append(estimate)
 
     # -- stopping rule ------------------------------------------------------------------------------
     def check_stop(self, server_round: int, objective: float) -> bool:

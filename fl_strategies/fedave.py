@@ -26,7 +26,6 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from .eigenspace import log
 from .erm import ErmStrategy, oracle_epoch
 from .losses import per_sample_grads
 
@@ -125,10 +124,8 @@ class FedAveStrategy(ErmStrategy):
                          "bytes_down": len(pids) * theta.nbytes, "multiplicity": multiplicity,
                          "dropped": len(plan.dropped), "late": len(plan.late), "round_time": plan.round_time}
         fit_ins = FitIns(parameters, {"round": server_round, "eta": eta, "local-steps": self.b})
-        if not pids:  # every sampled client dropped out: Flower skips aggregate_fit, so the round ends here
-            log.warning("round %d: every sampled client dropped out; theta is kept", server_round)
-            self._pending.update(failures=len(plan.dropped), participants=0)
-            self.iterates.append(theta)
+        if not pids:
+            self.end_round_without_clients(server_round, theta, "theta", failures=len(plan.dropped))
         return [(self.proxies[pid], fit_ins) for pid in pids if pid in self.proxies]
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],

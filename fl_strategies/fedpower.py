@@ -165,10 +165,9 @@ class FedPowerStrategy(EigenspaceStrategy):
                          "bytes_down": len(targets) * Z.nbytes, "asked": set(targets),
                          "unavailable": len(set(multiplicity) - available) + len(plan.dropped),
                          "late": len(plan.late), "round_time": plan.round_time}
-        if not targets:  # every sampled client dropped out: Flower skips aggregate_fit, so the round ends here
-            log.warning("round %d: every sampled client dropped out; Z is kept", server_round)
-            self._pending.update(failures=self._pending["unavailable"], participants=0, distinct=0, misalignment=0.0)
-            self.iterates.append(Z)
+        if not targets:
+            self.end_round_without_clients(server_round, Z, "Z", failures=self._pending["unavailable"], distinct=0,
+                                           misalignment=0.0)
         return [(self.proxies[pid], fit_ins) for pid in targets]
 
     def reply_norm_bound(self, partition_id: int | None) -> float | None:
@@ -257,8 +256,8 @@ class FedPowerStrategy(EigenspaceStrategy):
             return ndarrays_to_parameters([pend["Z"]]), {}
         ref = 0 if 0 in replies else min(replies)
         if ref != 0:  # expected under the straggler model (the reference was late or dropped out)
-            (log.info if self.participation.timed else log.warning)("round %d: reference client 0 did not answer; partition %d is the reference",
-                        server_round, ref)
+            (log.info if self.participation.timed else log.warning)(
+                "round %d: reference client 0 did not answer; partition %d is the reference", server_round, ref)
         Z_ref = replies[ref][1]
         total, weight, misalignment = np.zeros((self.d, self.r)), 0.0, 0.0
         for pid, c in sampled.items():

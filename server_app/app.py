@@ -121,8 +121,7 @@ def server_fn(context: Context) -> ServerAppComponents:
     return ServerAppComponents(server=server, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout))
 
 
-def run_server(grid: Grid, context: Context, observer=None, max_workers: int | None = None,
-               components: ServerAppComponents | None = None):
+def run_server(grid: Grid, context: Context, observer=None, components: ServerAppComponents | None = None):
     """Run the configured strategy over ``grid`` and return it after the run.
 
     Strategies whose rounds need Flower's SecAgg+ protocol (``strategy.secure``) run through
@@ -135,8 +134,6 @@ def run_server(grid: Grid, context: Context, observer=None, max_workers: int | N
     context : flwr.common.Context
     observer : callable, optional
         Installed as the strategy's ``observer`` (sees every reply as the server received it).
-    max_workers : int, optional
-        Threads of Flower's server loop that talk to clients (its default without).
     components : flwr.server.ServerAppComponents, optional
         What :func:`server_fn` returned for this context, if the caller built it already.
 
@@ -148,8 +145,6 @@ def run_server(grid: Grid, context: Context, observer=None, max_workers: int | N
     components = components or server_fn(context)
     strategy = components.server.strategy
     strategy.observer = observer
-    if max_workers is not None:
-        components.server.set_max_workers(max_workers)
     if getattr(strategy, "secure", False):
         run_secure_aggregation(grid, context, strategy, components.config.num_rounds,
                                components.config.round_timeout)

@@ -9,7 +9,7 @@ process, so a Ray actor that plays many clients builds the data once.
 **Large populations.** With a lazy data set (``fedpower-model1-lazy``,
 :data:`simulations.datasets.LAZY_DATASETS`) nothing here builds the whole
 matrix: a client generates its own partition from ``(data-seed, partition
-id)`` (:func:`client_rows`, cached per process like its ``A_i``), the
+id)`` (:func:`client_rows`; its ``A_i`` is cached per process), the
 partition sizes are arithmetic (:func:`partition_sizes`), and the server's
 reference accumulates ``sum_i M_i^T M_i`` one partition at a time
 (``O(d^2)`` memory). :func:`federated_dataset` still stacks the blocks, for

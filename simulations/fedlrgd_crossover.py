@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from fl_strategies.eigenspace import STREAM_INIT, STREAM_SAMPLING
+from fl_strategies.eigenspace import STREAM_INIT
+from fl_strategies.participation import sample_partitions
 from fl_strategies.fedave import step_size
 from fl_strategies.fedlrgd import client_weights, draw_pivots, inexact_gd, invert, server_matrices
 from fl_strategies.losses import minimise, objective, smoothness
@@ -108,8 +109,7 @@ def fedave_curve(Xs, ys, Xc, yc, r: int, mu: float, b: int, step_max: float, epo
     gaps[0] = objective("logistic", Xall, yall, theta, mu) - F_star
     for k in range(epochs):
         rnd = k + 1
-        pids = sorted(int(i) for i in np.random.default_rng([seed, STREAM_SAMPLING, rnd]).choice(
-            m, size=active, replace=False))
+        pids = sorted(sample_partitions(seed, rnd, m, active, replace=False))  # FedAve's draw
         who = np.array(pids + [m])
         idx = np.stack([np.random.default_rng([seed, 3, c if c < m else 2 ** 32 - 1, rnd]).integers(0, sizes[c], b)
                         for c in who]) + offsets[who, None]

@@ -140,13 +140,13 @@ def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[
     components = server_fn(context)
     m = int(run_config["num-clients"])
     grid = LocalGrid(client_app, m, run_config, fault_fn=fault_fn, node_ids=node_ids)
-    # Replies are computed synchronously, one client at a time. Flower's server still calls them from a
-    # worker thread, and OpenBLAS's own threads then contend with the main thread: on 2 cores a round of
-    # small products ran 3-4x slower than with one BLAS thread, so the rounds use one.
+    # Replies are computed synchronously, one client at a time, in this thread. OpenBLAS's own threads
+    # contend with it on such small products (on 2 cores a round ran 3-4x slower than with one BLAS thread,
+    # measured when the server still used a worker thread per client), so the rounds use one.
     if run_config.get("discovery") == "engine":  # the server reads the node -> partition map, asks nothing
         node_directory.register(grid.run.run_id, engine_directory(run_config, grid.partition_of))
     try:
         with threadpool_limits(limits=1, user_api="blas"):
-            return run_server(grid, context, observer=observer, max_workers=1, components=components)
+            return run_server(grid, context, observer=observer, components=components)
     finally:
         node_directory.unregister(grid.run.run_id)

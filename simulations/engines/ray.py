@@ -28,8 +28,7 @@ from . import APP_DIR, engine_directory
 __all__ = ["run_ray"]
 
 
-def run_ray(overrides: dict, num_cpus_per_client: float = 1.0, address: str | None = None,
-            server_threads: int | None = 64) -> None:
+def run_ray(overrides: dict, num_cpus_per_client: float = 1.0, address: str | None = None) -> None:
     """Run one simulation on Flower's Ray engine.
 
     Parameters
@@ -48,25 +47,14 @@ def run_ray(overrides: dict, num_cpus_per_client: float = 1.0, address: str | No
         variable. The cluster's CPUs then decide how many virtual clients run
         at once, and its worker processes must be able to import this project
         (the driver's ``PYTHONPATH`` is passed in the runtime environment).
-    server_threads : int, optional
-        ``Server.set_max_workers`` of Flower's server. Training rounds go out
-        in one batch (:mod:`fl_strategies.round_exchange`) and discovery asks
-        with its own 8 threads, so this only matters for Flower's thread-per-
-        client fallback; it was the fix for rounds of ``K`` messages that took
-        ``ceil(K / threads) x 0.1 s`` before rounds were batched.
+
+    The ServerApp is fedspectral's own (SecAgg+ rounds included); its training
+    rounds go out in one batch (:mod:`fl_strategies.round_exchange`).
     """
     from flwr.common.config import get_fused_config_from_dir
 
     from client_app.app import app as client_app
-    from flwr.server import ServerApp
-
-    from server_app.app import run_server
-
-    server_app = ServerApp()
-
-    @server_app.main()
-    def _main(grid, ctx) -> None:  # the fedspectral ServerApp (SecAgg+ rounds included) with more server threads
-        run_server(grid, ctx, max_workers=server_threads)
+    from server_app.app import app as server_app
 
     run_config = get_fused_config_from_dir(APP_DIR, dict(overrides))
     run_id = int.from_bytes(__import__("os").urandom(RUN_ID_NUM_BYTES), "little") >> 1
@@ -293,9 +281,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-config", default="", help="TOML overrides, e.g. 'num-clients=1000 strategy=\"faps\"'")
     parser.add_argument("--address", default=None, help="attach to this Ray cluster (default: start one)")
     parser.add_argument("--cpus-per-client", type=float, default=1.0)
-    parser.add_argument("--server-threads", type=int, default=64,
-                        help="Server.set_max_workers (0: Python's default); training rounds are batched and do not "
-                             "use these threads")
     args = parser.parse_args(argv)
     overrides = parse_config_args([args.run_config]) if args.run_config else {}
     logging.getLogger("flwr").setLevel(logging.WARNING)
@@ -303,8 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides.setdefault("results-dir", tmp)
         start = time.perf_counter()
         with PeakMemory() as peak:
-            run_ray(overrides, num_cpus_per_client=args.cpus_per_client, address=args.address,
-                    server_threads=args.server_threads or None)
+            run_ray(overrides, num_cpus_per_client=args.cpus_per_client, address=args.address)
         wall = time.perf_counter() - start
         rows = pd.read_csv(f"{overrides['results-dir']}/rounds.csv")
     last = rows.iloc[-1]
