@@ -193,7 +193,11 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
         g = g.sort_values("clients")
         ax1.loglog(g.clients, 1e3 * g.per_round_s, "o-", label=engine)
         ax2.semilogx(g.clients, g.peak_mem_gib, "o-", label=engine)
-    ax1.set(xlabel="clients (all participate)", ylabel="ms per round", title="per-round wall time")
+    blocks = df.groupby("rows")["clients"].agg(["min", "max"]).sort_values("min")
+    rows_note = ", ".join(f"{rows} ({lo}-{hi} clients)" if lo != hi else f"{rows} ({lo})"
+                          for rows, (lo, hi) in blocks.iterrows())
+    ax1.set(xlabel=f"clients (all participate); rows per client: {rows_note}", ylabel="ms per round",
+            title="per-round wall time")
     ax2.set(xlabel="clients", ylabel="GiB", title="peak memory (process tree)")
     ax1.legend()
     fig.tight_layout()
