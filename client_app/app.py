@@ -12,19 +12,16 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 
 from fl_strategies.config import validate_run_config
 from fl_strategies.fit_records import fit_reply_content, is_fitins_content
+from fl_strategies.registry import load_class, spec
 
-from .clients import CLIENTS
-from .data import load_client_covariance
+from .data import NodeData
 from .faults import garbage_reply_mod
 
 
 def numpy_client(context: Context):
-    """The NumPyClient of the configured strategy on this node's data."""
+    """The NumPyClient of the configured strategy (its spec's ``client``) on this node's data."""
     cfg = _validated(context.run_config)
-    if hasattr(CLIENTS[cfg["strategy"]], "from_context"):  # rows, not a covariance (FedLRGD, FedAve, dp-power)
-        return CLIENTS[cfg["strategy"]].from_context(cfg, context)
-    A, num_rows, pid = load_client_covariance(cfg, context.node_config)
-    return CLIENTS[cfg["strategy"]](A, num_rows, pid, cfg, context)
+    return load_class(spec(cfg["strategy"]).client)(NodeData(cfg, context.node_config), cfg, context)
 
 
 def client_fn(context: Context):

@@ -1,15 +1,16 @@
-"""How a node finds its own data, and the checks that data must pass.
+"""How a node finds its own data (:class:`NodeData`), and the checks that data must pass.
 
-* In simulation a node has ``partition-id`` (and ``num-partitions``) in its
-  node config and takes that partition of the named data set
-  (:mod:`simulations.federated_data`): with a lazy data set
-  (``fedpower-model1-lazy``) it generates only its own rows from
-  ``(data-seed, partition-id)``; either way the result is cached in the worker
-  process (a Ray actor plays many nodes and rebuilds the client at every
-  message, but never its data).
-* In deployment a node's config names a local file with ``data-path``
-  (``flower-supernode --node-config 'partition-id=0 data-path="rows.npy"'``);
-  the file never leaves the node.
+One data source per node, chosen by its node config:
+
+* ``data-path`` names a local ``.npy`` / ``.csv`` file whose rows are samples
+  (``flower-supernode --node-config 'partition-id=0 data-path="rows.npy"'``):
+  read by :func:`fl_strategies.data_files.read_samples`; the file never
+  leaves the node. This is the deployment's source, and the only one with
+  ``dataset = "nodes"``.
+* Otherwise the run is a simulation and the node takes partition
+  ``partition-id`` of the run's data set from the simulation harness that
+  claims it (:func:`fl_strategies.harness.find_harness`): generated from
+  ``(data-seed, partition-id)``, cached in the worker process.
 
 A node whose data are unusable fails when its client is built, with a
 ``ValueError`` that names its partition id and the file (``data-path``) or the
@@ -17,12 +18,13 @@ config key at fault; the server leaves such a node out of the run before round
 1 and goes on with the others. Checks:
 
 * ``partition-id`` is an integer in ``0 .. num-clients - 1``;
-* a ``data-path`` file exists, is a ``.npy`` / ``.csv`` file of real numbers
-  (no strings, booleans, complex or object arrays), 2-D, with only finite
-  entries (the checks of :func:`simulations.datasets.load_dataset`);
+* a ``data-path`` file exists, is a ``.npy`` / ``.csv`` file of real numbers,
+  2-D, with only finite entries (:mod:`fl_strategies.data_files`);
 * its width is the run's dimension ``d`` whenever the run config fixes it
-  (``dimension > 0``, or 64 for ``digits``); otherwise the server compares the
-  width the node reports with ``d`` and leaves out a node that differs;
+  (``dimension > 0`` with a simulation data set; with ``dataset = "nodes"``
+  the generators' ``dimension`` plays no part); otherwise the server compares
+  the width the node reports with ``d`` (with ``dataset = "nodes"``: the
+  nodes must agree) and leaves out a node that differs;
 * the partition has at least one row. Fewer rows than ``iteration-rank`` are
   accepted: ``A_i`` then has rank ``s_i < r``, but the algorithm stays well
   defined (``orth`` of a rank-deficient ``Y`` is still an orthonormal basis,
@@ -41,19 +43,20 @@ config key at fault; the server leaves such a node out of the run before round
 
 from __future__ import annotations
 
+import weakref
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from simulations.datasets import DIGITS_SHAPE, FILE_SUFFIXES, load_dataset, normalize_rows
-from simulations.federated_data import DATA_KEYS, client_rows, local_covariance
+from fl_strategies.data_files import normalize_rows, read_samples
+from fl_strategies.harness import NODE_DATA, find_harness
 
-__all__ = ["load_client_rows", "load_client_covariance", "check_local_matrix"]
+__all__ = ["NodeData", "partition_id", "load_client_rows", "load_client_covariance", "check_local_matrix"]
 
 
-def _partition_id(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> int:
+def partition_id(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> int:
     """The node's ``partition-id``, checked against ``num-clients``."""
     if "partition-id" not in node_config:
         raise ValueError("node config has no 'partition-id'; start the SuperNode with "
@@ -67,36 +70,12 @@ def _partition_id(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> int
     return pid
 
 
-def _expected_dimension(cfg: Mapping[str, Any]) -> int | None:
-    """``d`` of the run when the run config alone fixes it, else ``None`` (the server checks it)."""
-    if cfg["dimension"] > 0:
-        return cfg["dimension"]
-    return DIGITS_SHAPE[1] if cfg["dataset"] == "digits" else None
+class NodeData:
+    """One node's data: its partition id, and on first use its rows ``M_i`` or its ``A_i = M_i^T M_i / s_i``.
 
-
-def _load_data_path(cfg: Mapping[str, Any], pid: int, path: str) -> np.ndarray:
-    where = f"partition {pid}: node config data-path {path!r}"
-    if not path.lower().endswith(FILE_SUFFIXES):
-        raise ValueError(f"{where}: must be a .npy or .csv file whose rows are samples")
-    if not Path(path).is_file():
-        raise ValueError(f"{where}: no such file")
-    try:  # dtype, shape, emptiness and finiteness are checked by load_dataset
-        X = load_dataset(path, num_samples=0, dimension=0, rank=cfg["rank"], num_clients=1, seed=cfg["data-seed"],
-                         row_normalize=False).X
-    except ValueError as ex:
-        message = str(ex).replace(f'"dataset" file {path!r}', "the file").replace('"dataset" ', "")
-        raise ValueError(f"{where}: {message}") from None
-    expected = _expected_dimension(cfg)
-    if expected is not None and X.shape[1] != expected:
-        raise ValueError(f"{where}: has {X.shape[1]} columns, but the run's data have dimension d = {expected}")
-    if cfg["row-normalize"]:  # scaled by the largest entry first, so that no row norm overflows
-        scale = np.max(np.abs(X), axis=1, keepdims=True)
-        X = normalize_rows(X / np.where(scale > 0, scale, 1.0))
-    return X
-
-
-def load_client_rows(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> tuple[np.ndarray, int]:
-    """Rows held by this node and its partition id.
+    Every client class is built as ``Client(NodeData, cfg, context)`` and reads
+    what it needs: :attr:`rows` (dp-power, fedmf, FedLRGD, FedAve) or
+    :attr:`covariance` (FedPower and its baselines, FAPS).
 
     Parameters
     ----------
@@ -104,11 +83,96 @@ def load_client_rows(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> 
         Effective run config.
     node_config : mapping
         The node's config (``partition-id``, optionally ``data-path``).
+    """
 
-    Returns
-    -------
-    rows : ndarray of shape (s_i, d)
-    partition_id : int
+    def __init__(self, cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> None:
+        self.cfg, self.node_config = cfg, node_config
+        self.partition_id = partition_id(cfg, node_config)
+        self._rows = self._covariance = None
+
+    @classmethod
+    def of(cls, partition_id: int, *, rows=None, covariance: tuple[np.ndarray, int] | None = None) -> "NodeData":
+        """Data given directly (tests, notebooks): ``rows`` (s_i, d) and/or ``covariance`` ``(A_i, s_i)``."""
+        data = cls.__new__(cls)
+        data.cfg, data.node_config, data.partition_id = {}, {}, int(partition_id)
+        data._rows, data._covariance = rows, covariance
+        return data
+
+    @property
+    def source(self) -> str:
+        """The source as error messages name it."""
+        if "data-path" in self.node_config:
+            return f"partition {self.partition_id}: node config data-path {str(self.node_config['data-path'])!r}"
+        return f"partition {self.partition_id} of dataset {self.cfg.get('dataset')!r}"
+
+    @property
+    def rows(self):
+        """``M_i``, shape (s_i, d): an ndarray (a scipy sparse matrix for a folder of interactions)."""
+        if self._rows is None:
+            if "data-path" in self.node_config:
+                self._rows = _file_rows(self.cfg, self.partition_id, str(self.node_config["data-path"]))
+            else:
+                self._rows = _harness(self.cfg, self.partition_id).client_rows(self.cfg, self.partition_id)
+            if self._rows.shape[0] < 1:
+                raise ValueError(f"partition {self.partition_id}: the partition has no rows")
+        return self._rows
+
+    @property
+    def covariance(self) -> tuple[np.ndarray, int]:
+        """``(A_i = M_i^T M_i / s_i, s_i)``, checked by :func:`check_local_matrix` once per matrix and process."""
+        if self._covariance is None:
+            if "data-path" in self.node_config:
+                rows = self.rows
+                with np.errstate(all="ignore"):
+                    A, s = rows.T @ rows / max(rows.shape[0], 1), rows.shape[0]
+            else:
+                A, s = _harness(self.cfg, self.partition_id).client_covariance(self.cfg, self.partition_id)
+            if _CHECKED.get(id(A)) is None or _CHECKED[id(A)]() is not A:
+                check_local_matrix(A, s, self.cfg, self.source)
+                _CHECKED[id(A)] = weakref.ref(A, lambda _, key=id(A): _CHECKED.pop(key, None))
+            self._covariance = (A, s)
+        return self._covariance
+
+
+_CHECKED: dict[int, weakref.ref] = {}
+"""Matrices that passed :func:`check_local_matrix` in this process (a harness caches ``A_i``: check it once)."""
+
+
+def _harness(cfg: Mapping[str, Any], pid: int):
+    harness = find_harness(cfg)
+    if harness is None:
+        raise ValueError(f"partition {pid}: the node config has no data-path, and no simulation harness provides "
+                         f"dataset {cfg['dataset']!r}; start the SuperNode with --node-config "
+                         "'partition-id=<i> data-path=\"<file>\"'")
+    return harness
+
+
+def _file_rows(cfg: Mapping[str, Any], pid: int, path: str) -> np.ndarray:
+    """The rows of a ``data-path`` file, checked and (with ``row-normalize``) normalised; cached per file version."""
+    try:
+        stat = Path(path).stat()
+        version = (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        version = None  # read_samples names the problem
+    X = _read_cached(path, version, cfg["row-normalize"], f"partition {pid}: node config data-path")
+    if cfg["dataset"] != NODE_DATA and cfg["dimension"] > 0 and X.shape[1] != cfg["dimension"]:
+        raise ValueError(f"partition {pid}: node config data-path {path!r}: has {X.shape[1]} columns, but the "
+                         f"run's data have dimension d = {cfg['dimension']}")
+    return X
+
+
+@lru_cache(maxsize=64)  # a client is rebuilt at every message; a changed file (mtime, size) is read again
+def _read_cached(path: str, version, row_normalize: bool, label: str) -> np.ndarray:
+    X = read_samples(path, label)
+    if row_normalize:  # scaled by the largest entry first, so that no row norm overflows
+        scale = np.max(np.abs(X), axis=1, keepdims=True)
+        X = normalize_rows(X / np.where(scale > 0, scale, 1.0))
+    X.setflags(write=False)
+    return X
+
+
+def load_client_rows(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> tuple[np.ndarray, int]:
+    """Rows held by this node and its partition id: ``(M_i of shape (s_i, d), partition id)``.
 
     Raises
     ------
@@ -116,10 +180,21 @@ def load_client_rows(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> 
         If the node's data fail a check of the module docstring; the message
         names the partition id and the file or key.
     """
-    pid = _partition_id(cfg, node_config)
-    if "data-path" in node_config:
-        return _load_data_path(cfg, pid, str(node_config["data-path"])), pid
-    return client_rows(cfg, pid), pid
+    data = NodeData(cfg, node_config)
+    return data.rows, data.partition_id
+
+
+def load_client_covariance(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> tuple[np.ndarray, int, int]:
+    """``(A_i of shape (d, d), s_i, partition id)`` of this node.
+
+    Raises
+    ------
+    ValueError
+        If the node's data fail a check of the module docstring.
+    """
+    data = NodeData(cfg, node_config)
+    A, s = data.covariance
+    return A, s, data.partition_id
 
 
 def check_local_matrix(A: np.ndarray, num_rows: int, cfg: Mapping[str, Any], where: str) -> None:
@@ -139,40 +214,3 @@ def check_local_matrix(A: np.ndarray, num_rows: int, cfg: Mapping[str, Any], whe
     if cfg["row-normalize"] and np.trace(A) > 1.0 + 1e-9:
         raise ValueError(f"{where}: rows are not of unit norm (tr(M^T M / s) = {np.trace(A):.6g} > 1), which the "
                          "privacy calibration assumes")
-
-
-def load_client_covariance(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> tuple[np.ndarray, int, int]:
-    """``A_i = M_i^T M_i / s_i`` of this node, its row count and its partition id.
-
-    In simulation the matrix is cached per process (a Ray actor plays many
-    nodes and every message rebuilds the client).
-
-    Returns
-    -------
-    A : ndarray of shape (d, d)
-    num_rows : int
-    partition_id : int
-
-    Raises
-    ------
-    ValueError
-        If the node's data fail a check of the module docstring.
-    """
-    pid = _partition_id(cfg, node_config)
-    if "data-path" in node_config:
-        rows, _ = load_client_rows(cfg, node_config)
-        with np.errstate(all="ignore"):
-            A = rows.T @ rows / max(rows.shape[0], 1)
-        check_local_matrix(A, rows.shape[0], cfg, f"partition {pid}: node config data-path "
-                                                  f"{str(node_config['data-path'])!r}")
-        return A, rows.shape[0], pid
-    A, s = _checked_covariance(tuple(cfg[k] for k in DATA_KEYS), pid)
-    return A, s, pid
-
-
-@lru_cache(maxsize=16384)  # as local_covariance's cache: the check runs once per partition and process, not per message
-def _checked_covariance(values: tuple, pid: int) -> tuple[np.ndarray, int]:
-    cfg = dict(zip(DATA_KEYS, values))
-    A, s = local_covariance(cfg, pid)
-    check_local_matrix(A, s, cfg, f"partition {pid} of dataset {cfg['dataset']!r}")
-    return A, s

@@ -21,10 +21,6 @@ from fl_strategies.dp_sensitivity import sensitivity
 from fl_strategies.eigenspace import STREAM_NOISE
 from fl_strategies.zcdp import calibrate
 
-from simulations.interaction_data import client_rows, is_interaction_folder
-
-from .data import _partition_id, load_client_rows
-
 __all__ = ["DPPowerClient"]
 
 STATE = "dp-power"
@@ -35,9 +31,9 @@ class DPPowerClient(NumPyClient):
 
     Parameters
     ----------
-    rows : ndarray or scipy.sparse matrix of shape (s_i, n)
-        The client's rows.
-    partition_id : int
+    data : client_app.data.NodeData
+        Its partition id and rows, an ndarray or (a folder of interactions)
+        a scipy sparse matrix of shape (s_i, n).
     cfg : dict
         Effective run config.
     context : flwr.common.Context
@@ -45,25 +41,13 @@ class DPPowerClient(NumPyClient):
         budget was calibrated for.
     """
 
-    def __init__(self, rows: np.ndarray, partition_id: int, cfg: dict[str, Any], context: Context) -> None:
-        self.rows, self.partition_id, self.cfg, self.context = rows, partition_id, cfg, context
+    def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
+        rows = data.rows
+        self.rows = rows if hasattr(rows, "tocsr") else np.ascontiguousarray(rows, dtype=np.float64)
+        self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
         self.s, self.n = rows.shape
         self.calibration = (calibrate(cfg["epsilon"], cfg["delta"], cfg["num-server-rounds"], cfg["dp-calibration"])
                             if cfg["epsilon"] > 0 else None)
-
-    @classmethod
-    def from_context(cls, cfg: dict[str, Any], context: Context) -> "DPPowerClient":
-        """Build the client on this node's rows (``data-path`` file, simulated partition, or its users' sparse rows
-        of a folder of interactions, :mod:`simulations.interaction_data`)."""
-        if is_interaction_folder(cfg["dataset"]) and "data-path" not in context.node_config:
-            pid = _partition_id(cfg, context.node_config)
-            rows = client_rows(cfg, pid)
-        else:
-            rows, pid = load_client_rows(cfg, context.node_config)
-            rows = np.ascontiguousarray(rows, dtype=np.float64)
-        if rows.shape[0] < 1:
-            raise ValueError(f"partition {pid}: the partition has no rows")
-        return cls(rows, pid, cfg, context)
 
     def get_properties(self, config):
         """Partition id, row count and dimension (no data)."""

@@ -1,9 +1,8 @@
 """Clients of the federated ERM strategies: FedLRGD (weights kept in the node state) and FedAve (local SGD).
 
-Both hold supervised rows ``[x, y]`` (label in the last column) and are built
-by :meth:`from_context`: in simulation the node takes its partition of
-:func:`simulations.erm_data.erm_split` (the server keeps the first
-``server-samples`` rows); in deployment the node's ``data-path`` file.
+Both hold supervised rows ``[x, y]`` (label in the last column): the node's
+``data-path`` file in a deployment; in simulation the harness's split (the
+server keeps the first ``server-samples`` rows).
 """
 
 from __future__ import annotations
@@ -17,10 +16,6 @@ from flwr.common import Array, ArrayRecord, Context
 from fl_strategies.fedave import local_sgd
 from fl_strategies.fedlrgd import client_weights
 from fl_strategies.losses import split_xy
-from simulations.erm_data import erm_client_rows
-
-from .data import _partition_id, load_client_rows
-
 __all__ = ["ErmClient", "FedLrgdClient", "FedAveClient"]
 
 STATE = "fedlrgd-arrays"  # one RecordDict namespace: only an ArrayRecord under this key
@@ -31,29 +26,18 @@ class ErmClient(NumPyClient):
 
     Parameters
     ----------
-    rows : ndarray of shape (s, p + 1)
-    partition_id : int
+    data : client_app.data.NodeData
+        Its partition id and rows, shape (s, p + 1).
     cfg : dict
         Effective run config (``loss``, ``l2``, ``seed``).
     context : flwr.common.Context
     """
 
-    def __init__(self, rows: np.ndarray, partition_id: int, cfg: dict[str, Any], context: Context) -> None:
-        if rows.shape[0] < 1:
-            raise ValueError(f"partition {partition_id}: the partition has no rows")
+    def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
+        rows = data.rows
         self.X, self.y = split_xy(rows)
         self.s, self.d = rows.shape
-        self.partition_id, self.cfg, self.context = partition_id, cfg, context
-
-    @classmethod
-    def from_context(cls, cfg: dict[str, Any], context: Context) -> "ErmClient":
-        """Build the client on this node's rows (``data-path`` file or simulated partition)."""
-        pid = _partition_id(cfg, context.node_config)
-        if "data-path" in context.node_config:
-            rows, _ = load_client_rows(cfg, context.node_config)
-        else:
-            rows = erm_client_rows(cfg, pid)
-        return cls(rows, pid, cfg, context)
+        self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
 
     def get_properties(self, config):
         """Partition id, row count and width ``d = p + 1`` (no data)."""

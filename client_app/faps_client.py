@@ -20,12 +20,10 @@ class FapsClient(NumPyClient):
 
     Parameters
     ----------
-    A : ndarray of shape (d, d)
-        The client's normalised covariance ``M_i^T M_i / s_i`` (the FAPS
-        matrix is ``s_i`` times it: the paper sums unnormalised Gram matrices).
-    num_rows : int
-        ``s_i``.
-    partition_id : int
+    data : client_app.data.NodeData
+        Its partition id and ``(A_i, s_i)``: the normalised covariance
+        ``M_i^T M_i / s_i`` (the FAPS matrix is ``s_i`` times it: the paper
+        sums unnormalised Gram matrices) and its row count.
     cfg : dict
         Effective run config.
     context : flwr.common.Context
@@ -34,10 +32,10 @@ class FapsClient(NumPyClient):
         message); nothing of it is ever sent.
     """
 
-    def __init__(self, A: np.ndarray, num_rows: int, partition_id: int, cfg: dict[str, Any],
-                 context: Context) -> None:
-        self.M, self.s, self.d = A * num_rows, num_rows, A.shape[0]
-        self.partition_id, self.cfg, self.context = partition_id, cfg, context
+    def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
+        A, self.s = data.covariance
+        self.M, self.d = A * self.s, A.shape[0]
+        self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
 
     def get_properties(self, config):
         """Report what the server needs to plan the run (no data)."""

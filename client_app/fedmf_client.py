@@ -11,8 +11,6 @@ from flwr.common import Array, ArrayRecord, Context
 from fl_strategies.fedmf_kernels import (STREAM_BASELINE, altgd_step, exact_u, initial_u, local_gd, mf_loss,
                                          power_product, simgd_step, sketch, wk_init)
 
-from .data import load_client_rows
-
 __all__ = ["FedMFClient"]
 
 U_STATE = "fedmf-u"  # ArrayRecord key in context.state (the baselines' private U_i)
@@ -23,24 +21,18 @@ class FedMFClient(NumPyClient):
 
     Parameters
     ----------
-    A : ndarray of shape (d, d)
-        Unused (the common client signature passes the covariance); the client
-        loads its rows ``S_i`` (n_i, d) itself.
-    num_rows : int
-        ``n_i``.
-    partition_id : int
+    data : client_app.data.NodeData
+        Its partition id and rows ``S_i`` (n_i, d).
     cfg : dict
         Effective run config.
     context : flwr.common.Context
         ``context.state`` keeps ``U_i`` between the baselines' rounds; it is never sent.
     """
 
-    def __init__(self, A: np.ndarray, num_rows: int, partition_id: int, cfg: dict[str, Any],
-                 context: Context) -> None:
-        self.S, _ = load_client_rows(cfg, context.node_config)
-        self.S = np.asarray(self.S, dtype=np.float64)
+    def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
+        self.S = np.asarray(data.rows, dtype=np.float64)
         self.n, self.d = self.S.shape
-        self.partition_id, self.cfg, self.context = partition_id, cfg, context
+        self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
         self.r = cfg["rank"]
 
     def get_properties(self, config):

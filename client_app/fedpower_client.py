@@ -20,13 +20,11 @@ class FedPowerClient(NumPyClient):
 
     Parameters
     ----------
-    A : ndarray of shape (d, d)
-        The client's local matrix ``M_i^T M_i / s_i``.
-    num_rows : int
-        ``s_i``, the number of records behind ``A`` (the privacy calibration
-        and the server's weights use it).
-    partition_id : int
-        Its identity in the federation (partition 0 is the reference client).
+    data : client_app.data.NodeData
+        Its partition id (partition 0 is the reference client) and
+        ``(A_i = M_i^T M_i / s_i, s_i)``: the local matrix (d, d) and the
+        number of records behind it (the privacy calibration and the server's
+        weights use it).
     cfg : dict
         Effective run config.
     context : flwr.common.Context
@@ -35,10 +33,10 @@ class FedPowerClient(NumPyClient):
         ``T`` its privacy budget was calibrated for.
     """
 
-    def __init__(self, A: np.ndarray, num_rows: int, partition_id: int, cfg: dict[str, Any],
-                 context: Context) -> None:
-        self.A, self.s, self.d = A, num_rows, A.shape[0]
-        self.partition_id, self.cfg, self.context = partition_id, cfg, context
+    def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
+        self.A, self.s = data.covariance
+        self.d = self.A.shape[0]
+        self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
         T = total_iterations(cfg)
         if cfg["noise-std"] > 0:
             self.noise_std = cfg["noise-std"]

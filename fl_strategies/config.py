@@ -22,14 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .data_files import is_data_file
 from .dp_sensitivity import SENSITIVITIES
 from .privacy import achieved_epsilon, noise_multiplier
 from .zcdp import CALIBRATIONS, calibrate
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
+from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
 from .schedule import SCHEDULES, round_lengths
 
-__all__ = ["ConfigError", "KEYS", "validate_run_config", "check_against_data", "total_iterations",
-           "writable_directory"]
+__all__ = ["ConfigError", "KEYS", "validate_run_config", "effective_config", "check_against_data",
+           "total_iterations", "writable_directory"]
 
 
 class ConfigError(ValueError):
@@ -52,8 +54,6 @@ def _key(name, kind, doc, check=None, allowed="", choices=()):
     return Key(name, kind, doc, check, allowed, tuple(choices))
 
 
-STRATEGY_NAMES = ("fedpower", "power", "faps", "ssi", "localpower", "fedlrgd", "fedave", "fedmf", "mf-altgd", "mf-simgd",
-                  "dp-power")
 PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.partitioners
 
 KEYS: dict[str, Key] = {
@@ -209,33 +209,23 @@ KEYS: dict[str, Key] = {
              allowed="string (a writable directory)"),
         _key("resume", bool, "continue the run checkpointed in checkpoint-dir (same run config) and append to "
              "its rounds.csv"),
+        _key("evaluation", str, "what the server measures each estimate against: auto (the exact reference when "
+             "a simulation harness builds the run's data set, none for dataset = \"nodes\"), reference (required: "
+             "an error when no harness builds the data) or none (no reference; nothing is computed from pooled data)",
+             choices=("auto", "reference", "none")),
+        _key("server-data", str, "FedLRGD/FedAve: a .npy/.csv file on the server with its own samples (label in "
+             "the last column; the first server-samples rows are used); '' = the simulation harness's first "
+             "server-samples rows of the data set", allowed="a string ('' or a .npy/.csv path)"),
+        _key("mf-sigma-1", float, "mf-altgd/mf-simgd: sigma_1 of the pooled matrix, for the step sizes (0 = from "
+             "the simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
+        _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
+             "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("discovery", str, "how the server learns each node's partition id and row count before round 1: ask "
              "(a get_properties message to every node; deployment) or engine (from the in-process or Ray engine "
              "that created the nodes, and the data generator: nothing is sent, for large populations)",
              choices=("ask", "engine")),
     ]
 }
-
-# Settings an algorithm fixes whatever the configuration says.
-_NO_NOISE_ALL_CLIENTS = lambda c: {"epsilon": 0.0, "noise-std": 0.0, "clients-per-round": c["num-clients"]}  # noqa
-FIXED_BY_STRATEGY: dict[str, Callable[[dict], dict]] = {
-    "power": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "local-steps": 1, "schedule": "fixed", "alignment": "none",
-                        "total-iterations": 0},
-    "ssi": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "local-steps": 1, "schedule": "fixed", "alignment": "none",
-                      "total-iterations": 0, "iteration-rank": c["rank"]},
-    "localpower": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "schedule": "halving", "alignment": "opt",
-                             "total-iterations": 0, "iteration-rank": c["rank"]},
-    "faps": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "iteration-rank": c["rank"]},
-    "fedlrgd": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "rank": 1, "iteration-rank": 1, "row-normalize": False,
-                          "stop-tol": 0.0, "frac-active": 1.0, "total-iterations": 0},
-    "fedave": lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "rank": 1, "iteration-rank": 1, "row-normalize": False,
-                         "stop-tol": 0.0, "total-iterations": 0, "schedule": "fixed"},
-    "dp-power": lambda c: {"noise-std": 0.0, "clients-per-round": c["num-clients"], "local-steps": 1,
-                           "schedule": "fixed", "alignment": "none", "total-iterations": 0, "stop-tol": 0.0},
-    **{name: (lambda c: {**_NO_NOISE_ALL_CLIENTS(c), "iteration-rank": c["rank"], "row-normalize": False,
-                         "stop-tol": 0.0, "total-iterations": 0}) for name in ("fedmf", "mf-altgd", "mf-simgd")},
-}
-
 
 MAX_ITERATIONS = 1_000_000
 """Upper limit on ``num-server-rounds``, ``total-iterations`` and the total number of local iterations ``T``.
@@ -299,6 +289,11 @@ def _coerce(key: Key, value: Any) -> Any:
 
 
 def validate_run_config(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The effective run configuration of :func:`effective_config` (without the list of fixed settings)."""
+    return effective_config(raw)[0]
+
+
+def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]]:
     """Check a run configuration and return its effective values.
 
     Parameters
@@ -308,16 +303,22 @@ def validate_run_config(raw: Mapping[str, Any]) -> dict[str, Any]:
 
     Returns
     -------
-    dict
+    cfg : dict
         A new dict with coerced values, ``iteration-rank`` and
-        ``clients-per-round`` resolved, and the settings of fixed-setting
-        baselines applied.
+        ``clients-per-round`` resolved, and the settings the strategy fixes
+        (:attr:`fl_strategies.registry.StrategySpec.fixed`) applied.
+    overridden : dict
+        ``key -> (value in the run config, value the strategy fixed)`` for
+        every fixed setting that changed a value (the ServerApp logs them in
+        one line at the start of the run).
 
     Raises
     ------
     ConfigError
         On an unknown or missing key, a value of the wrong type or out of
-        range, or inconsistent keys. The message names the key, the value and
+        range, inconsistent keys, or a value of a key of
+        :data:`fl_strategies.registry.PROMISE_KEYS` (privacy, participation)
+        that the strategy would override. The message names the key, the value and
         what is allowed. This is the only exception it raises, whatever
         ``raw`` holds.
 
@@ -354,15 +355,14 @@ def validate_run_config(raw: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"{name} must be {key.allowed}, got {value!r}")
         cfg[name] = value
 
-    if cfg["strategy"] in FIXED_BY_STRATEGY:
-        cfg.update(FIXED_BY_STRATEGY[cfg["strategy"]](cfg))
     m = cfg["num-clients"]
     if cfg["clients-per-round"] == 0:
         cfg["clients-per-round"] = m
-    if cfg["clients-per-round"] > m:
-        raise ConfigError(f"clients-per-round must be at most num-clients = {m}, got {cfg['clients-per-round']}")
     if cfg["iteration-rank"] == 0:
         cfg["iteration-rank"] = cfg["rank"]
+    overridden = _apply_fixed(cfg)
+    if cfg["clients-per-round"] > m:
+        raise ConfigError(f"clients-per-round must be at most num-clients = {m}, got {cfg['clients-per-round']}")
     if cfg["iteration-rank"] < cfg["rank"]:
         raise ConfigError(f"iteration-rank must be >= rank = {cfg['rank']} (or 0 for rank), "
                           f"got {cfg['iteration-rank']}")
@@ -374,7 +374,24 @@ def validate_run_config(raw: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError("row-normalize must be true when epsilon or noise-std is set: the privacy "
                           "calibration (Theorem 6) assumes rows of unit L2 norm")
     _check_more(cfg)
-    return cfg
+    return cfg, overridden
+
+
+def _apply_fixed(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Apply the settings the strategy fixes; refuse those that would break a promise of the run config."""
+    name = cfg["strategy"]
+    overridden = {}
+    for key, value in spec(name).fixed(cfg).items():
+        if cfg[key] == value:
+            continue
+        if key in PROMISE_KEYS:
+            what = "privacy noise" if key in ("epsilon", "noise-std") else "partial participation"
+            raise ConfigError(f"{key} = {cfg[key]!r} is not honoured by strategy {name!r}, which fixes {key} = "
+                              f"{value!r}: the run would silently lose the {what} it asks for; set {key} = "
+                              f"{0 if key != 'frac-active' else 1.0} or choose a strategy that supports it")
+        overridden[key] = (cfg[key], value)
+    cfg.update({key: fixed for key, (_, fixed) in overridden.items()})
+    return overridden
 
 
 def _check_more(cfg: dict[str, Any]) -> None:
@@ -383,6 +400,8 @@ def _check_more(cfg: dict[str, Any]) -> None:
     for name in ("seed", "data-seed"):
         if cfg[name] < 0:
             raise ConfigError(f"{name} must be an integer >= 0 (it seeds numpy's generators), got {cfg[name]}")
+    if cfg["server-data"] and not is_data_file(cfg["server-data"]):
+        raise ConfigError(f"server-data must be '' or a .npy/.csv file, got {cfg['server-data']!r}")
     if not cfg["dataset"].strip():
         raise ConfigError(f"dataset must name a data set or a .npy/.csv file, got {cfg['dataset']!r}")
     for name in ("num-server-rounds", "total-iterations"):

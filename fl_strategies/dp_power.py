@@ -54,15 +54,11 @@ from .linalg import orth
 from .replies import check_array, check_origin, decode_arrays
 from .zcdp import Calibration, calibrate
 
-__all__ = ["DPPowerStrategy", "DPRunStopped", "client_noise_std", "num_shares", "secagg_tolerance",
+__all__ = ["DPPowerStrategy", "client_noise_std", "num_shares", "secagg_tolerance",
            "QUANTIZATION_RANGE"]
 
 QUANTIZATION_RANGE = 2 ** 22
 """Levels of SecAgg+'s stochastic quantisation of ``[-C, C]`` (Flower's default)."""
-
-
-class DPRunStopped(RuntimeError):
-    """A dp-power round could not release a correctly noised sum; raised by the ServerApp after the run ended."""
 
 
 def client_noise_std(cfg: dict[str, Any], calibration: Calibration | None, Delta: float) -> float:
@@ -124,12 +120,7 @@ class DPPowerStrategy(EigenspaceStrategy):
         SecAgg+'s clipping range ``C`` (set after discovery).
     last_sum : ndarray of shape (n, p) or None
         The sum ``Y`` the server formed in the latest round (before ``orth``).
-    stop_reason : str or None
-        Why the run stopped early (a round without all ``s`` products), else ``None``.
     """
-
-    partial_ok = False
-    straggler_support = "all"  # virtual round times, but no dropout and no early close: every noise is needed
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
@@ -139,7 +130,6 @@ class DPPowerStrategy(EigenspaceStrategy):
         self.secure = cfg["dp-channel"] == "secagg"
         self.clip = cfg["secagg-clip"]
         self.aggregated: set[int] = set()
-        self.stop_reason: str | None = None
         self.last_sum: np.ndarray | None = None
         if self.calibration is not None and cfg["noise-source"] == "seeded" and self.m > 1:
             log.warning("dp-power: noise-source = \"seeded\" derives every client's noise from the run seed, which "
@@ -187,12 +177,10 @@ class DPPowerStrategy(EigenspaceStrategy):
                          "round_time": self.participation.plan(server_round, targets).round_time}
         return [(self.proxies[pid], FitIns(parameters, config)) for pid in targets]
 
-    def stop(self, server_round: int, reason: str) -> None:
-        """End the run after this round: no estimate is released from an incompletely noised sum."""
-        self.stopped = True
-        self.stop_reason = (f"round {server_round}: {reason}; the run stops rather than release a sum with "
-                            f"missing noise (results of rounds 0..{server_round - 1} are kept)")
-        log.error("dp-power: %s", self.stop_reason)
+    def abort_round(self, server_round: int, reason: str) -> None:
+        """Abort the run in this round: no estimate is released from an incompletely noised sum."""
+        self.abort(f"round {server_round}: {reason}; the run stops rather than release a sum with missing noise "
+                   f"(results of rounds 0..{server_round - 1} are kept)")
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                       failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
@@ -209,13 +197,13 @@ class DPPowerStrategy(EigenspaceStrategy):
                                                      broadcast=pend["X"])
             missing = sorted(pend["asked"] - set(replies))
             if missing:
-                self.stop(server_round, f"no valid product from partition(s) {', '.join(map(str, missing))} "
+                self.abort_round(server_round, f"no valid product from partition(s) {', '.join(map(str, missing))} "
                                          f"({len(failures)} failure(s), {rejected} rejected)")
                 return None, {}
             total = np.sum([replies[pid][0][0] for pid in sorted(replies)], axis=0)
         pend.update(participants=self.m, distinct=self.m, rejected=0, failures=len(failures))
         if not np.all(np.isfinite(total)):
-            self.stop(server_round, "the sum of the products is not finite")
+            self.abort_round(server_round, "the sum of the products is not finite")
             return None, {}
         X_new = orth(total)
         self.last_sum = total
@@ -228,19 +216,19 @@ class DPPowerStrategy(EigenspaceStrategy):
         pids = [self.partition_of(proxy) for proxy, _ in results]
         missing = sorted(set(self.proxies) - {p for p in pids if p is not None})
         if missing or len(results) != self.m or len(set(pids)) != len(pids):
-            self.stop(server_round, f"SecAgg+ summed {len(results)} of s = {self.m} products (missing "
+            self.abort_round(server_round, f"SecAgg+ summed {len(results)} of s = {self.m} products (missing "
                                      f"partition(s) {', '.join(map(str, missing)) or 'none'}; {len(failures)} "
                                      "failure(s))" + (f": {failures[0]}" if failures else ""))
             return None
         first = results[0][1].parameters.tensors
         if any(res.parameters.tensors != first for _, res in results[1:]):  # SecAgg+ gives every result its sum
-            self.stop(server_round, "the replies are not a SecAgg+ aggregate (they differ): this server loop does not "
+            self.abort_round(server_round, "the replies are not a SecAgg+ aggregate (they differ): this server loop does not "
                                     "run SecAgg+ (use the fedspectral ServerApp, server_app.app.run_server)")
             return None
         arrays = decode_arrays(results[0][1], 1, max_bytes=16 * self.d * self.r + 4096)
         reason = arrays if isinstance(arrays, str) else check_array(arrays[0], shape, name="SecAgg+ average")
         if reason is not None:
-            self.stop(server_round, f"the SecAgg+ aggregate is unusable: {reason}")
+            self.abort_round(server_round, f"the SecAgg+ aggregate is unusable: {reason}")
             return None
         return arrays[0].astype(np.float64) * len(results)
 

@@ -38,18 +38,31 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
 from . import node_directory
-from .config import ConfigError
+from .config import ConfigError, check_against_data
 from .linalg import gaussian_basis
 from .metrics import Reference, round_metrics
 from .participation import STREAM_SAMPLING, Participation
+from .registry import spec
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
 
-__all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
+__all__ = ["EigenspaceStrategy", "RunFailed", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
 
 log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
 
 # Tags that separate the random streams derived from one run seed.
 STREAM_INIT, STREAM_NOISE = 0, 2  # STREAM_SAMPLING (1) is fl_strategies.participation's
+
+
+class RunFailed(RuntimeError):
+    """Raised by the ServerApp after a run that its strategy aborted (:meth:`EigenspaceStrategy.abort`).
+
+    The rows up to the abort are written; Flower reports the run as failed.
+    ``strategy`` is the strategy after the run (its ``records``, ``failure``).
+    """
+
+    def __init__(self, message: str, strategy=None) -> None:
+        super().__init__(message)
+        self.strategy = strategy
 
 
 class EigenspaceStrategy(Strategy):
@@ -74,32 +87,27 @@ class EigenspaceStrategy(Strategy):
     iterates : list of ndarray
         The estimate after each round, ``iterates[0] = Z_0``.
     stopped : bool
-        Set when the stopping rule fired; the server loop then ends the run.
+        Set when the stopping rule fired or the run was aborted; the server loop then ends the run.
+    failure : str or None
+        Why the run was aborted (:meth:`abort`); the ServerApp then raises :class:`RunFailed`.
     on_round : callable, optional
         ``on_round(row, Z)`` is called for every row.
     observer : callable, optional
         ``observer(server_round, partition_id, broadcast, arrays)`` sees every
         reply as the server received it (for analyses of what the server learns).
-    partial_ok : bool
-        Class attribute: whether the run can go on without some partitions. A
-        node that fails discovery (it cannot start, e.g. on bad data, or reports
-        a partition id out of range, a duplicate one, another dimension or no
-        rows) is always left out with a WARNING; if that leaves a partition
-        without a node, a strategy with ``partial_ok`` runs without it, the
-        others refuse to start (``ConfigError`` before round 1).
-    straggler_support : {"partial", "all", "none"}
-        Class attribute: which straggler settings the strategy honours
-        (:mod:`fl_strategies.participation`); the others are refused with a
-        ``ConfigError`` when the strategy is built, before round 1.
-    default_sampling : {"with-replacement", "without-replacement"}
-        Class attribute: the strategy's own sampling rule (``sampling = "auto"``).
+    spec : fl_strategies.registry.StrategySpec
+        What the strategy tolerates. A node that fails discovery (it cannot
+        start, e.g. on bad data, or reports a partition id out of range, a
+        duplicate one, another dimension or no rows) is always left out with a
+        WARNING; if that leaves a partition without a node, a strategy whose
+        spec has ``partial_ok`` runs without it, the others refuse to start
+        (``ConfigError`` before round 1). Straggler settings it does not
+        honour (``spec.stragglers``) are refused when it is built.
     participation : fl_strategies.participation.Participation
-        The run's sampling and straggler model.
+        The run's sampling (``spec.sampling`` for ``sampling = "auto"``) and straggler model.
+    resumable : bool
+        Whether a run can resume from :meth:`state_dict` (``spec.checkpoints``: all state at the server).
     """
-
-    partial_ok = False
-    straggler_support = "none"
-    default_sampling = "without-replacement"
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference: Reference | None = None,
                  wait_timeout: float = 600.0) -> None:
@@ -117,13 +125,16 @@ class EigenspaceStrategy(Strategy):
         self.sizes: dict[int, int] = {}
         self._pid_by_cid: dict[str, int] = {}
         self.stopped = False
+        self.failure: str | None = None
         self.on_round: Callable[[dict, np.ndarray], None] | None = None
         self.observer: Callable[[int, int, np.ndarray, list], None] | None = None
         self._pending: dict[str, Any] = {}
         self._held: tuple[dict, np.ndarray] | None = None
         self._last_objective: float | None = None
-        self.participation = Participation(cfg, self.default_sampling)
-        self.participation.check_support(self.straggler_support, cfg["strategy"])
+        self.spec = spec(cfg["strategy"])
+        self.resumable = self.spec.checkpoints
+        self.participation = Participation(cfg, self.spec.sampling)
+        self.participation.check_support(self.spec.stragglers, cfg["strategy"])
 
     # -- to be provided by subclasses ---------------------------------------------------------------
     @property
@@ -165,7 +176,7 @@ class EigenspaceStrategy(Strategy):
         while directory is None and run_id is not None and time.monotonic() < deadline:
             time.sleep(0.05)  # the Ray engine publishes it right after registering its nodes
             directory = node_directory.lookup(run_id)
-        if directory is None:
+        if directory is None or self.d is None:
             raise ConfigError("discovery = 'engine' needs an engine that registers its nodes (the in-process or "
                               "Ray engine of simulations.engines); use discovery = 'ask' with flwr run or a "
                               "deployment")
@@ -179,17 +190,41 @@ class EigenspaceStrategy(Strategy):
         return answers
 
     def _ask(self, proxies: list[ClientProxy]) -> list[tuple[ClientProxy, Any]]:
-        """``(proxy, (partition id, rows) or reason)`` from a ``get_properties`` message to every node."""
+        """``(proxy, (partition id, rows) or reason)`` from a ``get_properties`` message to every node.
+
+        Without a dimension from the harness (``dataset = "nodes"``) the nodes' data fix ``d``: they must agree.
+        """
 
         def ask(proxy: ClientProxy):  # a node that fails (e.g. bad data) is left out, never crashes the server
             try:
                 res = proxy.get_properties(GetPropertiesIns(config={}), timeout=self.timeout, group_id=0)
             except Exception as ex:  # noqa: BLE001
                 return proxy, f"it failed to start: {ex}"
-            return proxy, check_properties(getattr(res, "properties", None), self.m, self.d)
+            return proxy, getattr(res, "properties", None)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
-            return list(pool.map(ask, proxies))
+            answers = list(pool.map(ask, proxies))
+        if self.d is None:
+            self.d = self._agreed_dimension(answers)
+        return [(proxy, props if isinstance(props, str) else check_properties(props, self.m, self.d))
+                for proxy, props in answers]
+
+    def _agreed_dimension(self, answers: list[tuple[ClientProxy, Any]]) -> int:
+        """``d`` as every node that reported one reports it; a ``ConfigError`` naming the nodes otherwise."""
+        by_d: dict[int, list[str]] = {}
+        for proxy, props in answers:
+            info = None if isinstance(props, str) else check_properties(props, self.m, None)
+            if isinstance(info, tuple):
+                by_d.setdefault(int(props["dimension"]), []).append(f"node {proxy.cid} (partition {info[0]})")
+        if len(by_d) > 1:
+            raise ConfigError("the nodes' data disagree on the dimension d: " + "; ".join(
+                f"d = {d}: {', '.join(nodes)}" for d, nodes in sorted(by_d.items())))
+        if not by_d:
+            raise ConfigError("no node reported usable data, so the dimension d is unknown: "
+                              + "; ".join(f"node {p.cid}: {props}" for p, props in answers if isinstance(props, str)))
+        (d,) = by_d
+        log.info("dimension d = %d, from the nodes' data", d)
+        return d
 
     def _register(self, answers: list[tuple[ClientProxy, Any]]) -> None:
         """Keep the usable nodes by partition id; leave the others out (or refuse to start)."""
@@ -208,10 +243,11 @@ class EigenspaceStrategy(Strategy):
         if missing:
             problem = (f"no usable node for partition(s) {', '.join(map(str, missing))} of num-clients = {self.m}"
                        + (f" ({'; '.join(left_out)})" if left_out else ""))
-            if not self.proxies or not self.partial_ok:
+            if not self.proxies or not self.spec.partial_ok:
                 raise ConfigError(problem)
             log.warning("%s; the run goes on without them (counted in 'failures' when sampled)", problem)
         log.info("%r: %d clients, %d rows in all", self, self.m, sum(self.sizes.values()))
+        check_against_data(self.cfg, self.d, sum(self.sizes.values()))
 
     def partition_of(self, proxy: ClientProxy) -> int | None:
         """Partition id of a node, or ``None`` for a node the server does not know."""
@@ -263,6 +299,15 @@ class EigenspaceStrategy(Strategy):
                 self.observer(server_round, pid, broadcast, arrays)
             replies[pid] = ([a.astype(np.float64) for a in arrays], values)
         return replies, rejected
+
+    def abort(self, reason: str) -> None:
+        """End the run after this round with no further estimate: the one way every strategy aborts.
+
+        The server loop stops at ``stopped``, the rows so far are written, and
+        the ServerApp raises :class:`RunFailed` with ``reason`` (logged here at ERROR).
+        """
+        self.failure, self.stopped = reason, True
+        log.error("%s: %s", self.cfg["strategy"], reason)
 
     def end_round_without_clients(self, server_round: int, estimate: np.ndarray, name: str, **columns) -> None:
         """End a round in ``configure_fit`` whose sampled clients all dropped out: the estimate is kept.
@@ -363,9 +408,6 @@ class EigenspaceStrategy(Strategy):
         return None, {}
 
     # -- checkpoints (fl_strategies.checkpoint) -------------------------------------------------------
-    resumable = False
-    """Class attribute: whether a run can resume from :meth:`state_dict` (all state at the server)."""
-
     def resume_problem(self) -> str | None:
         """Why this run could not resume correctly although the strategy can, or ``None``."""
         return None

@@ -20,23 +20,22 @@ from typing import Any
 import numpy as np
 from flwr.common import Parameters, Scalar, parameters_to_ndarrays
 
+from .config import ConfigError
 from .eigenspace import EigenspaceStrategy, log
-from .losses import objective, smoothness
+from .losses import objective, smoothness, split_xy
 
 __all__ = ["ErmReference", "ErmStrategy", "oracle_epoch"]
 
 
 @dataclass(frozen=True)
 class ErmReference:
-    """The server's data and the exact centralised solution, computed by the harness.
+    """The exact centralised solution on the pooled data, computed by a simulation harness (the evaluator).
 
     Attributes
     ----------
     loss : str
     mu : float
         ``l2``.
-    X0 : ndarray of shape (r, p)
-        The server's own samples (features); ``y0`` (r,) their labels.
     X : ndarray of shape (n, p)
         Pooled features (server rows first, then every client's rows); ``y`` (n,).
     theta_star : ndarray of shape (p,)
@@ -46,8 +45,6 @@ class ErmReference:
 
     loss: str
     mu: float
-    X0: np.ndarray
-    y0: np.ndarray
     X: np.ndarray
     y: np.ndarray
     theta_star: np.ndarray
@@ -80,40 +77,45 @@ class ErmStrategy(EigenspaceStrategy):
     Parameters
     ----------
     cfg : dict
-    dimension : int
-        ``d = p + 1`` columns of the data (label last).
-    reference : ErmReference
-        Required: the server's own rows live in it.
+    dimension : int or None
+        ``d = p + 1`` columns of the data (label last); ``None``: the width of ``server_rows``.
+    reference : ErmReference, optional
+        The evaluator: without it ``loss_gap`` is empty.
+    server_rows : ndarray of shape (r', p + 1)
+        Required: the server's own samples (label last); the first
+        ``server-samples`` rows are used (``X0``, ``y0``).
     """
 
-    def __init__(self, cfg: dict[str, Any], dimension: int, reference: ErmReference | None = None,
-                 wait_timeout: float = 600.0) -> None:
-        super().__init__(cfg, dimension, reference, wait_timeout)
-        if reference is None:
-            raise ValueError(f"{type(self).__name__} needs an ErmReference (the server's own samples)")
-        self.p = dimension - 1
+    def __init__(self, cfg: dict[str, Any], dimension: int | None, reference: ErmReference | None = None,
+                 wait_timeout: float = 600.0, server_rows: np.ndarray | None = None) -> None:
+        r = cfg["server-samples"]
+        if server_rows is None:
+            raise ConfigError(f"strategy {cfg['strategy']} needs the server's own samples: set server-data to a "
+                              ".npy/.csv file on the server (label in the last column)")
+        if server_rows.ndim != 2 or server_rows.shape[0] < r or server_rows.shape[1] < 2:
+            raise ConfigError(f"server-samples = {r} needs a server data set of at least {r} rows and 2 columns "
+                              f"(features, label last), got shape {server_rows.shape}")
+        if dimension is not None and dimension != server_rows.shape[1]:
+            raise ConfigError(f"the server's samples have {server_rows.shape[1]} columns, the run's data {dimension}")
+        super().__init__(cfg, server_rows.shape[1], reference, wait_timeout)
+        self.X0, self.y0 = split_xy(np.asarray(server_rows[:r], dtype=np.float64))
+        self.p = self.d - 1
         self.loss, self.mu = cfg["loss"], cfg["l2"]
         self.phi = cfg["comm-ratio"]
         self.L1 = smoothness(self.loss, self.p, self.mu)
         self.gamma = 0.0  # Gamma of Definition 1 so far
         self.comm_epochs = 0
-        self.error: str | None = None  # set when the run had to stop
 
     @property
     def n(self) -> int:
         """``n = r + sum_c s_c``: server rows plus every client's rows."""
-        return self.reference.X0.shape[0] + sum(self.sizes.values())
-
-    def fail(self, message: str) -> None:
-        """Stop the run with a clear message (logged at ERROR, kept in ``error``)."""
-        self.error, self.stopped = message, True
-        log.error("%s", message)
+        return self.X0.shape[0] + sum(self.sizes.values())
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         """Record the round's row: ``loss_gap`` of the current ``theta`` and Gamma so far."""
         theta = parameters_to_ndarrays(parameters)[0]
         pend = self._pending if server_round else {}
-        gap = self.reference.gap(theta)
+        gap = None if self.reference is None else self.reference.gap(theta)
         row = {"round": server_round, "loss_gap": gap, "oracle_complexity": self.gamma,
                "communication_epochs": self.comm_epochs,
                "bytes_up": pend.get("bytes_up", 0), "bytes_down": pend.get("bytes_down", 0),
@@ -123,5 +125,6 @@ class ErmStrategy(EigenspaceStrategy):
                "wall_time": time.perf_counter() - pend["start"] if pend else 0.0}
         self._emit(row, theta)
         if server_round:
-            log.info("round %d/%d: F - F* = %.3e, Gamma = %.6g", server_round, self.num_rounds, gap, self.gamma)
-        return gap, {}
+            log.info("round %d/%d: F - F* = %s, Gamma = %.6g", server_round, self.num_rounds,
+                     "n/a" if gap is None else f"{gap:.3e}", self.gamma)
+        return (float("nan") if gap is None else gap), {}

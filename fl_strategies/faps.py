@@ -191,11 +191,9 @@ class FapsStrategy(EigenspaceStrategy):
     (``dropout`` and a ``round-policy`` other than ``all`` are refused).
     """
 
-    straggler_support = "all"
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
-        self.error: str | None = None  # set when a missing client stopped the run
 
     @property
     def num_rounds(self) -> int:  # noqa: D102
@@ -238,11 +236,9 @@ class FapsStrategy(EigenspaceStrategy):
             # The sum of masked products is meaningless without every client, and the clients that answered
             # have already advanced their private state past this round: the run cannot go on correctly.
             missing = sorted(set(range(self.m)) - set(replies))
-            self.error = (f"FAPS round {server_round}: no usable reply from partition(s) "
-                          f"{', '.join(map(str, missing))} ({rejected} rejected, {len(failures)} failed); FAPS sums "
-                          "every client's masked product and cannot proceed without one, so the run stops")
-            self.stopped = True
-            log.error("%s", self.error)
+            self.abort(f"FAPS round {server_round}: no usable reply from partition(s) "
+                       f"{', '.join(map(str, missing))} ({rejected} rejected, {len(failures)} failed); FAPS sums "
+                       "every client's masked product and cannot proceed without one, so the run stops")
             return None, {}
         if self.check_stop(server_round, objective):
             return None, {}

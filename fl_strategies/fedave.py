@@ -79,11 +79,10 @@ class FedAveStrategy(ErmStrategy):
     replies it keeps (a partition drawn twice with replacement counts twice).
     """
 
-    straggler_support = "partial"
-    default_sampling = "without-replacement"
 
-    def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
-        super().__init__(cfg, dimension, reference, wait_timeout)
+    def __init__(self, cfg: dict[str, Any], dimension: int | None, reference=None, wait_timeout: float = 600.0,
+                 server_rows: np.ndarray | None = None) -> None:
+        super().__init__(cfg, dimension, reference, wait_timeout, server_rows)
         self.b, self.tau = cfg["local-steps"], cfg["frac-active"]
         self.active = max(1, int(round(self.tau * self.m)))
         self.T0 = warmup_epochs(self.L1 / self.mu, self.tau, self.m, self.mu, self.b)
@@ -137,10 +136,9 @@ class FedAveStrategy(ErmStrategy):
         thetas = {pid: arrays[0] for pid, (arrays, _) in valid.items()}
         weights = {pid: float(self.sizes[pid]) * pend["multiplicity"][pid] for pid in thetas}
         if self.cfg["server-as-client"]:
-            ref = self.reference
             rng = np.random.default_rng([self.cfg["seed"], 3, -1 % 2 ** 32, server_round])
-            thetas[-1] = local_sgd(self.loss, ref.X0, ref.y0, theta, self.mu, pend["eta"], self.b, rng)
-            weights[-1] = float(ref.X0.shape[0])
+            thetas[-1] = local_sgd(self.loss, self.X0, self.y0, theta, self.mu, pend["eta"], self.b, rng)
+            weights[-1] = float(self.X0.shape[0])
         pend.update(bytes_up=sum(sum(len(t) for t in res.parameters.tensors) for _, res in results),
                     rejected=rejected, failures=len(failures) + pend["dropped"],
                     participants=len(thetas) - (-1 in thetas))

@@ -167,11 +167,11 @@ class FedLrgdStrategy(ErmStrategy):
     time (``dropout`` and a ``round-policy`` other than ``all`` are refused).
     """
 
-    straggler_support = "all"
 
-    def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
-        super().__init__(cfg, dimension, reference, wait_timeout)
-        self.rank = reference.X0.shape[0]
+    def __init__(self, cfg: dict[str, Any], dimension: int | None, reference=None, wait_timeout: float = 600.0,
+                 server_rows: np.ndarray | None = None) -> None:
+        super().__init__(cfg, dimension, reference, wait_timeout, server_rows)
+        self.rank = self.X0.shape[0]
         self.S = cfg["gd-iterations"]
         self.A = np.zeros((self.rank, self.p))
         self.trajectory: np.ndarray | None = None
@@ -187,10 +187,9 @@ class FedLrgdStrategy(ErmStrategy):
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
         """Discovery, then paper epoch 1: pivots, ``G`` (r^2 gradients) and its inverses; ``theta^(0) = 0``."""
         self._discover(client_manager)
-        ref = self.reference
         rng = np.random.default_rng([self.cfg["seed"], STREAM_INIT])
         self.pivots = draw_pivots(rng, self.rank, self.p)
-        G = server_matrices(self.loss, ref.X0, ref.y0, self.pivots, self.mu)
+        G = server_matrices(self.loss, self.X0, self.y0, self.pivots, self.mu)
         self.Ginv, self.cond = invert(G, self.cfg["g-inverse"], self.cfg["pinv-rcond"])
         self.gamma += oracle_epoch(self.rank * self.rank, False, self.phi, self.m)
         log.info("FedLRGD: cond(G^(i)) in [%.3g, %.3g]", self.cond.min(), self.cond.max())
@@ -220,7 +219,7 @@ class FedLrgdStrategy(ErmStrategy):
                     rejected=rejected, failures=len(failures), participants=len(replies))
         missing = sorted(set(range(self.m)) - set(replies))
         if missing:
-            self.fail(f"FedLRGD round {server_round}: no usable reply from partition(s) "
+            self.abort(f"FedLRGD round {server_round}: no usable reply from partition(s) "
                       f"{', '.join(map(str, missing))} ({rejected} rejected, {len(failures)} failed); the gradient "
                       "estimate needs the summed weights of every client, so the run stops")
             return None, {}
@@ -230,8 +229,7 @@ class FedLrgdStrategy(ErmStrategy):
         self.comm_epochs += 1
         theta = pend["theta"]
         if server_round == self.rank:  # paper epoch r + 2: the server alone
-            ref = self.reference
-            self.trajectory = inexact_gd(self.loss, ref.X0, ref.y0, self.A, self.n, theta, self.mu, 1.0 / self.L1,
+            self.trajectory = inexact_gd(self.loss, self.X0, self.y0, self.A, self.n, theta, self.mu, 1.0 / self.L1,
                                          self.S)
             theta = self.trajectory[-1]
             self.gamma += oracle_epoch(self.rank * self.S, False, self.phi, self.m)

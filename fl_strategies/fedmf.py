@@ -25,8 +25,11 @@ lives in the node state. Round ``k`` broadcasts ``V_{k-1}``; the client reports
 and sends its ``d x r`` gradient part. The server writes the row of iteration
 ``k - 1`` and stops once ``log10(F - eps_min) <= target-log-excess`` (the
 authors' code's rule; the round that detects it is not counted) or after
-``num-server-rounds`` iterations. They need ``sigma_1(S)`` (and ``sigma_r``),
-taken from the harness's reference as in the authors' code (spec P15).
+``num-server-rounds`` iterations (without a reference, ``eps_min`` is unknown
+and they run all of them). Their step sizes need ``sigma_1(S)`` (and
+``sigma_r``) of the pooled matrix, as in the authors' code (spec P15): an
+input of the strategy, ``mf-sigma-1`` / ``mf-sigma-r``, or in a simulation the
+harness's singular values of the data set.
 """
 
 from __future__ import annotations
@@ -63,7 +66,6 @@ class _MFBase(EigenspaceStrategy):
         super().__init__(cfg, dimension, None, wait_timeout)
         self.mf_reference = reference
         self.V: np.ndarray | None = None
-        self.failed: str | None = None
         self._rows: list[dict] = []
 
     @property
@@ -102,10 +104,8 @@ class _MFBase(EigenspaceStrategy):
                              rejected=rejected, failures=len(failures), participants=len(replies))
         if len(replies) < self.m:
             missing = sorted(set(range(self.m)) - set(replies))
-            self.failed = f"round {server_round}: no usable reply from partition(s) {missing}"
-            log.error("%s; %s needs every client every round (a missing block changes S): the run stops without "
-                      "a result", self.failed, type(self).__name__)
-            self.stopped = True
+            self.abort(f"round {server_round}: no usable reply from partition(s) {missing}; {type(self).__name__} "
+                       "needs every client every round (a missing block changes S): the run stops without a result")
             self._rows.append(self.row(server_round, "failed", **self._traffic()))
             return None
         return replies
@@ -220,27 +220,37 @@ class FedMFStrategy(_MFBase):
 class MFBaselineStrategy(_MFBase):
     """``mf-altgd`` (Ward & Kolda 2023) and ``mf-simgd`` (Ye & Du 2021): ``V`` updated every communication."""
 
-    def __init__(self, cfg: dict[str, Any], dimension: int, reference: MFReference | None = None,
-                 wait_timeout: float = 600.0) -> None:
+    def __init__(self, cfg: dict[str, Any], dimension: int | None, reference: MFReference | None = None,
+                 wait_timeout: float = 600.0, singular_values: np.ndarray | None = None) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
-        if reference is None:
-            raise ConfigError(f"strategy {cfg['strategy']} needs sigma_1(S) from the harness's reference")
-        s = reference.singular_values
-        self.sigma1 = float(s[0])
         self.simultaneous = cfg["strategy"] == "mf-simgd"
+        self.sigma1, self.sigma_r = self._sigmas(cfg, singular_values)
         self.cap = cfg["num-server-rounds"]
         self.target = cfg["target-log-excess"]
         self.init_std = 0.0
         self.eta = wk_constants(self.sigma1)[0]  # mf-simgd: replaced by Ye & Du's step once n is known
         self.predicted_iterations: float | None = None
 
+    def _sigmas(self, cfg: dict[str, Any], singular_values: np.ndarray | None) -> tuple[float, float | None]:
+        """``(sigma_1, sigma_r)`` from ``mf-sigma-1`` / ``mf-sigma-r``, else from the harness's singular values."""
+        keys = ("mf-sigma-1", "mf-sigma-r") if self.simultaneous else ("mf-sigma-1",)
+        values = []
+        for i, key in enumerate(keys):
+            if cfg[key] > 0:
+                values.append(cfg[key])
+            elif singular_values is not None:
+                values.append(float(singular_values[0 if i == 0 else self.r - 1]))
+            else:
+                raise ConfigError(f"strategy {cfg['strategy']} needs {key} (a singular value of the pooled matrix, "
+                                  "for its step size): set it, or run on a data set the simulation harness builds")
+        return values[0], (values[1] if self.simultaneous else None)
+
     def _discover(self, client_manager: ClientManager) -> None:
         super()._discover(client_manager)
         if self.simultaneous:  # n is known now
             n = sum(self.sizes.values())
-            s = self.mf_reference.singular_values
             self.init_std, self.eta, self.predicted_iterations = yd_constants(
-                self.sigma1, float(s[self.r - 1]), self.r, n, self.d, self.target)
+                self.sigma1, self.sigma_r, self.r, n, self.d, self.target)
             log.info("mf-simgd: eta = %.3g, Ye & Du's predicted iteration count %.3g", self.eta,
                      self.predicted_iterations)
 

@@ -114,9 +114,6 @@ class FedPowerStrategy(EigenspaceStrategy):
     count than the node registered with, or fails :meth:`_decode`.
     """
 
-    partial_ok = True
-    straggler_support = "partial"
-    default_sampling = "with-replacement"
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
@@ -301,7 +298,6 @@ class FedPowerStrategy(EigenspaceStrategy):
                 "epsilon_spent": eps, "delta": None if eps is None else self.cfg["delta"]}
 
     # -- checkpoints (fl_strategies.checkpoint) -------------------------------------------------------
-    resumable = True  # sampling and noise derive from (seed, round, partition); clients hold no state but a count
 
     def resume_problem(self) -> str | None:
         """Refuse OS noise: a round repeated after a crash would carry fresh noise and spend its budget twice."""

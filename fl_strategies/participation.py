@@ -54,7 +54,7 @@ deployment the real limit is ``round-timeout`` (Flower's ``round_timeout``,
 seconds of wall time): the server aggregates what arrived by then, whatever
 the virtual model says; the two are independent and can be combined.
 
-**Who tolerates what** (``straggler_support`` of a strategy class):
+**Who tolerates what** (``stragglers`` of the strategy's spec, :mod:`fl_strategies.registry`):
 ``partial`` (FedPower, FedAve: any setting), ``all`` (FAPS, FedLRGD: they need
 every client every round, so the latency model may only report the round time;
 ``dropout`` and a ``round-policy`` other than ``all`` are refused with a

@@ -199,7 +199,7 @@ def scalar_metric(res: Any, key: str) -> float | str:
     return value
 
 
-def check_properties(props: Any, num_partitions: int, dimension: int) -> tuple[int, int] | str:
+def check_properties(props: Any, num_partitions: int, dimension: int | None) -> tuple[int, int] | str:
     """Check a node's answer to the discovery request.
 
     Parameters
@@ -209,8 +209,8 @@ def check_properties(props: Any, num_partitions: int, dimension: int) -> tuple[i
         ``num-examples``.
     num_partitions : int
         ``num-clients``: partition ids are ``0 .. num_partitions - 1``.
-    dimension : int
-        ``d`` of the run's data.
+    dimension : int or None
+        ``d`` of the run's data (``None``: not checked).
 
     Returns
     -------
@@ -230,7 +230,7 @@ def check_properties(props: Any, num_partitions: int, dimension: int) -> tuple[i
     pid = values["partition-id"]
     if not 0 <= pid < num_partitions:
         return f"partition-id {pid} is outside 0..{num_partitions - 1} (num-clients = {num_partitions})"
-    if values["dimension"] != dimension:
+    if dimension is not None and values["dimension"] != dimension:
         return f"partition {pid} has data of dimension {values['dimension']}, the run's data have d = {dimension}"
     if values["num-examples"] < 1:
         return f"partition {pid} reports {values['num-examples']} rows; at least 1 is needed"

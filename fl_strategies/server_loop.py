@@ -66,7 +66,7 @@ class StoppingServer(Server):
             res_fit = self.fit_round(server_round=current_round, timeout=timeout)
             if getattr(self.strategy, "stopped", False):
                 log(INFO, "run stopped in round %s: %s", current_round,
-                    getattr(self.strategy, "error", None) or "stopping rule met")
+                    getattr(self.strategy, "failure", None) or "stopping rule met")
                 break
             if res_fit is not None and res_fit[0]:
                 self.parameters = res_fit[0]

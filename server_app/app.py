@@ -1,115 +1,96 @@
 """The fedspectral ServerApp: builds the strategy named in the run config.
 
-In simulation the server's harness regenerates the pooled data from the run
-config to compute the exact reference eigenvectors (scipy ``eigh``), which
-are used only to *measure* the estimate; no client sends its data.
+The server holds no data. What it measures the estimates against, and the
+inputs some algorithms need at the server, come from (in this order):
+
+* the run config: ``server-data`` (FedLRGD / FedAve: the server's own
+  samples), ``mf-sigma-1`` / ``mf-sigma-r`` (the MF baselines' step sizes);
+* in a simulation, the harness that builds the run's data set
+  (:mod:`fl_strategies.harness`): the dimension, the exact reference
+  (``evaluation``) and the same inputs. It is looked up through an entry
+  point, never imported by name; with ``dataset = "nodes"`` there is none and
+  ``d`` comes from the nodes.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+from pathlib import Path
 
 from flwr.common import Context
 from flwr.server import Grid, ServerApp, ServerAppComponents, ServerConfig
 from flwr.server.compat.app import start_grid
+from flwr.server.client_manager import SimpleClientManager
 
-from fl_strategies.config import ConfigError, check_against_data, validate_run_config
-from fl_strategies.dp_power import DPRunStopped
-from fl_strategies.registry import STRATEGIES
+from fl_strategies.config import ConfigError, effective_config
+from fl_strategies.data_files import read_samples
+from fl_strategies.eigenspace import RunFailed
+from fl_strategies.harness import NODE_DATA, ServerData, find_harness
+from fl_strategies.registry import load_class, spec
 from fl_strategies.checkpoint import checkpoint_for
 from fl_strategies.server_loop import StoppingServer
-from flwr.server.client_manager import SimpleClientManager
-from fl_strategies.fedmf import MF_STRATEGIES
-from simulations.federated_data import data_shape, erm_reference, mf_reference, reference
-from simulations.interaction_data import interaction_reference, interaction_rows, is_interaction_folder
 
 from .results import ResultsWriter
 from .secure_loop import run_secure_aggregation
 
 log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
 
-ERM_STRATEGIES = ("fedlrgd", "fedave")  # federated ERM: erm_reference instead of reference
-
-
-def check_memory(cfg) -> None:
-    """Refuse a generated data set that cannot fit in this machine's memory, before anything is allocated.
-
-    The run holds the ``n x d`` data and ``d x d`` matrices (the pooled
-    covariance, each client's ``A_i``); a typo such as ``dimension = 1e9``
-    would otherwise get the process killed by the operating system. Files and
-    bundled sets (``dimension = 0``) are not estimated.
-
-    Raises
-    ------
-    ConfigError
-        If ``8 (n d + 3 d^2)`` bytes exceed the physical memory.
-    """
-    d = cfg["dimension"]
-    rows = cfg["num-clients"] * d if cfg["dataset"] == "fedpower-model2" else cfg["num-samples"]
-    need = 8 * (rows * d + 3 * d * d)
-    try:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # not available on this platform
-        return
-    if need > have:
-        raise ConfigError(f"num-samples = {cfg['num-samples']}, dimension = {d} (dataset {cfg['dataset']!r}) need "
-                          f"about {need / 1e9:.3g} GB of memory for the data and the d x d matrices; this machine "
-                          f"has {have / 1e9:.3g} GB")
-
 
 def build_strategy(run_config) -> tuple:
-    """Validate the config, load the reference and build the strategy.
+    """Validate the config, gather the server's inputs and reference, and build the strategy.
 
     Returns
     -------
     strategy : flwr.server.strategy.Strategy
     num_rounds : int
     """
-    cfg = validate_run_config(run_config)
-    check_memory(cfg)
-    dimension, ref = _reference(cfg)
-    strategy = STRATEGIES[cfg["strategy"]](cfg, dimension, reference=ref)
+    cfg, overridden = effective_config(run_config)
+    if overridden:
+        log.info("strategy %s fixes %s", cfg["strategy"], ", ".join(
+            f"{key} = {fixed!r} (run config: {given!r})" for key, (given, fixed) in overridden.items()))
+    data = server_data(cfg)
+    what = spec(cfg["strategy"])
+    inputs = {}
+    if "server-rows" in what.server_inputs:
+        inputs["server_rows"] = (read_samples(cfg["server-data"], "server-data") if cfg["server-data"]
+                                 else data.server_rows if data is not None else None)
+    if "singular-values" in what.server_inputs:
+        inputs["singular_values"] = None if data is None else data.singular_values
+    strategy = load_class(what.server)(cfg, None if data is None else data.dimension,
+                                       reference=None if data is None else data.reference, **inputs)
     if cfg["results-dir"]:
         strategy.on_round = ResultsWriter(cfg["results-dir"], keep=cfg["resume"])
+        log.info("fedspectral: results in %s", Path(cfg["results-dir"]).resolve())
     log.info("fedspectral: %r", strategy)
     return strategy, strategy.num_rounds
 
 
-def _reference(cfg) -> tuple:
-    """The dimension the strategy works in and the exact reference the harness measures it against.
+def server_data(cfg) -> ServerData | None:
+    """What the simulation harness that builds the run's data set gives the server, or ``None``.
 
-    Eigenspace strategies: eigenpairs of the pooled covariance; fedmf: the SVD of the pooled matrix; FedLRGD and
-    FedAve: the server's rows and F* (supervised rows, the label in the last column). Errors become
-    ``ConfigError`` naming the data set.
+    Raises
+    ------
+    ConfigError
+        If ``evaluation = "reference"`` and no harness builds the data set,
+        if ``dataset`` names a data set that no installed harness builds, or
+        (from the harness) if the data set cannot be built.
     """
-    if cfg["strategy"] in ERM_STRATEGIES:  # supervised data, server rows and F* instead of eigenvectors
-        try:
-            ref = erm_reference(cfg)
-        except (ValueError, MemoryError) as ex:
-            raise ConfigError(f"the data of {cfg['strategy']} cannot be loaded: {ex}") from ex
-        return ref.X.shape[1] + 1, ref
-    if is_interaction_folder(cfg["dataset"]):  # user-item interactions (dp-power): sparse rows, the top items
-        try:
-            rows = interaction_rows(cfg)
-            check_against_data(cfg, rows.shape[1], rows.shape[0])
-            return rows.shape[1], interaction_reference(cfg)
-        except (ValueError, OSError, MemoryError) as ex:
-            raise ConfigError(f"the interactions in {cfg['dataset']!r} cannot be used: {ex}") from ex
-    try:  # the data set named by the config: its errors name the key at fault
-        n, d = data_shape(cfg)  # a lazy data set is not generated here
+    harness = find_harness(cfg)
+    if harness is None:
+        if cfg["dataset"] != NODE_DATA:
+            raise ConfigError(f"dataset = {cfg['dataset']!r} is a simulation data set, but no simulation harness "
+                              "is installed to build it; on real nodes use dataset = \"nodes\" (each node's "
+                              "data-path file)")
+        if cfg["evaluation"] == "reference":
+            raise ConfigError('evaluation = "reference" needs the pooled data, which the server does not have with '
+                              'dataset = "nodes": use evaluation = "none" (or "auto")')
+        return None
+    try:
+        return harness.server_data(cfg, evaluate=cfg["evaluation"] != "none")
+    except ConfigError:
+        raise
     except ValueError as ex:
         raise ConfigError(str(ex)) from ex
-    except MemoryError:
-        raise ConfigError(f"the data set {cfg['dataset']!r} (num-samples = {cfg['num-samples']}, dimension = "
-                          f"{cfg['dimension']}) does not fit in memory") from None
-    check_against_data(cfg, d, n)
-    try:
-        return d, (mf_reference if cfg["strategy"] in MF_STRATEGIES else reference)(cfg)  # fedmf: SVD of S
-    except (ValueError, MemoryError) as ex:
-        raise ConfigError(f"the exact reference (eigenvectors of (1/n) X^T X) of the data set {cfg['dataset']!r} "
-                          f"cannot be computed ({type(ex).__name__}: {ex}); data too large in magnitude can be "
-                          "rescaled or used with row-normalize = true") from ex
 
 
 def server_fn(context: Context) -> ServerAppComponents:
@@ -139,8 +120,8 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
 
     Raises
     ------
-    fl_strategies.dp_power.DPRunStopped
-        After a run that had to stop early (its rows are written).
+    RunFailed
+        After a run that a strategy aborted (its rows are written); Flower then reports the run as failed.
     """
     components = components or server_fn(context)
     strategy = components.server.strategy
@@ -150,8 +131,8 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
                                components.config.round_timeout)
     else:
         start_grid(grid=grid, server=components.server, config=components.config)
-    if getattr(strategy, "stop_reason", None):
-        raise DPRunStopped(strategy.stop_reason)
+    if getattr(strategy, "failure", None):
+        raise RunFailed(strategy.failure, strategy)
     return strategy
 
 

@@ -40,7 +40,7 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
         The ServerApp's context.
     strategy : fl_strategies.dp_power.DPPowerStrategy
         Provides ``num_shares`` settings via :func:`fl_strategies.dp_power.num_shares`, ``clip`` (after
-        ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``stop_reason``.
+        ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``abort_round``.
     num_rounds : int
     timeout : float, optional
         Seconds each SecAgg+ stage waits for replies (``round-timeout``; ``None`` = no limit).
@@ -62,7 +62,7 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
             cfg[Key.CURRENT_ROUND] = current_round
             workflow(grid, legacy)
             if current_round not in strategy.aggregated and not strategy.stopped:
-                strategy.stop(current_round, "SecAgg+ halted before the sum was formed: too few clients answered "
+                strategy.abort_round(current_round, "SecAgg+ halted before the sum was formed: too few clients answered "
                                              "one of its stages (a client dropped out, or refused to upload a "
                                              "product outside secagg-clip; see the clients' logs)")
             if strategy.stopped:

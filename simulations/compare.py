@@ -47,6 +47,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from fl_strategies.config import KEYS, ConfigError, check_against_data, validate_run_config
+from fl_strategies.eigenspace import RunFailed
 
 from .engines import fused_run_config
 from .federated_data import data_shape
@@ -205,7 +206,10 @@ def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:
     if engine == "local":
         from .engines.local import run_local
 
-        run_local(fused_run_config(overrides))
+        try:
+            run_local(fused_run_config(overrides))
+        except RunFailed as ex:
+            raise ComparisonError(f"run {job.run!r} seed {job.seed} failed: {ex}") from None
     else:
         from .engines.ray import run_ray
 

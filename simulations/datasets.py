@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import difflib
 import math
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from fl_strategies.data_files import FILE_SUFFIXES, normalize_rows, read_samples
 
 DATASET_NAMES = ("fedpower-model1", "fedpower-model1-lazy", "fedpower-model2", "digits", "faps-geometric", "faps-arithmetic",
                  "mf-synthetic", "mf-step", "mf-decay", "erm-logistic", "erm-ridge", "dp-haar", "dp-coherent")
@@ -67,8 +68,6 @@ SBM_SCALES = (0.8, 0.6)
 DIGITS_SHAPE = (1797, 64)
 """Shape of scikit-learn's bundled digits data."""
 
-FILE_SUFFIXES = (".npy", ".csv")
-"""File suffixes accepted as user dataset paths."""
 
 
 @dataclass(frozen=True)
@@ -199,26 +198,6 @@ def load_dataset(
     if row_normalize:
         X = normalize_rows(X)
     return Dataset(X=X, labels=labels, groups=groups, name=name)
-
-
-def normalize_rows(X: np.ndarray) -> np.ndarray:
-    """Scale each row to unit L2 norm, leaving all-zero rows at zero.
-
-    Parameters
-    ----------
-    X : np.ndarray, shape (n, d)
-        Input matrix (not modified).
-
-    Returns
-    -------
-    np.ndarray, shape (n, d), float64
-        New matrix whose nonzero rows have norm 1.
-    """
-    X = np.asarray(X, dtype=np.float64)
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
-    out = np.zeros_like(X)
-    np.divide(X, norms, out=out, where=norms > 0)
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -517,19 +496,13 @@ def _subsample_rows(n: int, num_samples, seed: int, what: str) -> np.ndarray | N
 
 
 def _load_file(name: str, num_samples, dimension, seed):
-    """Load a user ``.npy`` / ``.csv`` file, validate it, optionally subsample."""
-    path = Path(name)
-    if not path.is_file():
+    """Load a user ``.npy`` / ``.csv`` file (:func:`fl_strategies.data_files.read_samples`), optionally subsample."""
+    if not Path(name).is_file():
         raise ValueError(
             f'"dataset" is {name!r}: file not found (FileNotFoundError); give an '
             f"existing .npy/.csv path or one of {', '.join(DATASET_NAMES)}"
         )
-    if name.lower().endswith(".npy"):
-        X = _read_npy(path)
-    else:
-        X = _read_csv(path)
-    _validate_matrix(X, name)
-    X = X.astype(np.float64)
+    X = read_samples(name, '"dataset" file')
     dimension = _as_int("dimension", dimension)
     if dimension not in (0, X.shape[1]):
         raise ValueError(
@@ -540,72 +513,6 @@ def _load_file(name: str, num_samples, dimension, seed):
     if rows is not None:
         X = X[rows]
     return X, None, None
-
-
-def _read_npy(path: Path) -> np.ndarray:
-    try:
-        X = np.load(path, allow_pickle=False)
-    except Exception as exc:  # corrupt file, pickled object array, ...
-        raise ValueError(f'"dataset" file {str(path)!r} is not a readable .npy array: {exc}') from exc
-    if not isinstance(X, np.ndarray):
-        raise ValueError(f'"dataset" file {str(path)!r} does not hold a single array')
-    return X
-
-
-def _read_csv(path: Path) -> np.ndarray:
-    bad = _first_non_numeric_cell(path)
-    if bad is not None:
-        line_no, cell = bad
-        raise ValueError(
-            f'"dataset" file {str(path)!r}, line {line_no}: cell {cell!r} is not a '
-            "number; the csv must be numeric, comma-separated, without a header"
-        )
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # empty-file warning; checked below
-            return np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2)
-    except ValueError as exc:  # e.g. ragged rows
-        raise ValueError(f'"dataset" file {str(path)!r} could not be parsed as csv: {exc}') from exc
-
-
-def _first_non_numeric_cell(path: Path) -> tuple[int, str] | None:
-    """Return ``(1-based line number, cell)`` of the first non-numeric cell, or None."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            for cell in line.rstrip("\r\n").split(","):
-                try:
-                    float(cell)
-                except ValueError:
-                    return line_no, cell.strip()
-    return None
-
-
-def _validate_matrix(X: np.ndarray, name: str) -> None:
-    """Check a loaded user matrix: numeric, 2-D, non-empty, finite."""
-    if X.dtype == np.bool_ or not np.issubdtype(X.dtype, np.number) or np.iscomplexobj(X):
-        raise ValueError(
-            f'"dataset" file {name!r} has dtype {X.dtype}; a real numeric array is required'
-        )
-    if X.ndim != 2:
-        raise ValueError(
-            f'"dataset" file {name!r} has shape {X.shape}; a 2-D array '
-            "(rows = samples) is required"
-        )
-    if X.shape[0] < 1 or X.shape[1] < 1:
-        raise ValueError(
-            f'"dataset" file {name!r} has shape {X.shape}; at least 1 row and '
-            "1 column are required"
-        )
-    nonfinite = ~np.isfinite(X)
-    count = int(nonfinite.sum())
-    if count:
-        first_row = int(np.argmax(nonfinite.any(axis=1)))
-        raise ValueError(
-            f'"dataset" file {name!r} has {count} non-finite entries (NaN/inf), '
-            f"first in row {first_row}; all entries must be finite"
-        )
 
 
 # ---------------------------------------------------------------------------

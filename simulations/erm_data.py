@@ -108,15 +108,14 @@ def erm_client_rows(cfg: Mapping[str, Any], partition_id: int) -> np.ndarray:
 
 
 def erm_reference(cfg: Mapping[str, Any]) -> ErmReference:
-    """The server's rows and ``F*`` on the pooled data from a centralised solver (cached per process)."""
+    """``F*`` on the pooled data (server rows and every client's) from a centralised solver (cached per process)."""
     return _cached_reference(tuple(cfg[k] for k in ERM_KEYS), cfg["loss"], cfg["l2"])
 
 
 @lru_cache(maxsize=8)
 def _cached_reference(values: tuple, loss: str, mu: float) -> ErmReference:
     server, clients = _cached(values)
-    X0, y0 = split_xy(server)
     X, y = split_xy(np.vstack([server, *clients]))
     theta = minimise(loss, X, y, mu)
-    return ErmReference(loss=loss, mu=mu, X0=X0, y0=y0, X=X, y=y, theta_star=theta,
+    return ErmReference(loss=loss, mu=mu, X=X, y=y, theta_star=theta,
                         F_star=objective(loss, X, y, theta, mu))

@@ -21,6 +21,17 @@ def run_app(fault_fn=None, node_ids=None, observer=None, **overrides):
     return run_local(cfg, fault_fn=fault_fn, node_ids=node_ids, observer=observer)
 
 
+def run_aborted(match: str = "", **overrides):
+    """Run the app expecting its strategy to abort: the ServerApp raises ``RunFailed``; return the strategy."""
+    from fl_strategies.eigenspace import RunFailed
+
+    with pytest.raises(RunFailed, match=match) as info:
+        run_app(**overrides)
+    strategy = info.value.strategy
+    assert strategy.stopped and strategy.failure == str(info.value)
+    return strategy
+
+
 def distances(strategy) -> np.ndarray:
     """Subspace distance after each round (index 0 = initial estimate)."""
     return np.array([r["subspace_distance"] for r in strategy.records])

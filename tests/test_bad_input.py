@@ -349,7 +349,6 @@ def test_a_good_deployment_file_is_used(bad_data_on):
 
 def test_duplicate_partition_ids_and_strict_strategies(monkeypatch, caplog):
     import client_app.app
-    from fl_strategies.fedpower import FedPowerStrategy
 
     real = client_app.app.app
 
@@ -363,7 +362,12 @@ def test_duplicate_partition_ids_and_strict_strategies(monkeypatch, caplog):
         strategy = run_app(**TINY)
     assert "node 1002 is left out of the run: it reports partition-id 1, which node 1001 already has" in caplog.text
     assert sorted(strategy.proxies) == [0, 1, 3] and strategy.records[-1]["failures"] == 1
-    monkeypatch.setattr(FedPowerStrategy, "partial_ok", False)  # a strategy that needs every partition
+    import dataclasses
+
+    from fl_strategies import registry
+
+    strict = dataclasses.replace(registry.STRATEGIES["fedpower"], partial_ok=False)  # needs every partition
+    monkeypatch.setitem(registry.STRATEGIES, "fedpower", strict)
     with pytest.raises(ConfigError, match=r"no usable node for partition\(s\) 2 of num-clients = 4 \(node 1002"):
         run_app(**TINY)
 

@@ -1,5 +1,6 @@
 """Bad configurations fail before round 1 with a message naming the key."""
 
+import logging
 import tomllib
 from pathlib import Path
 
@@ -64,10 +65,40 @@ def test_bad_configs_fail_before_round_one(overrides, fragment):
     assert calls == []  # no client was contacted
 
 
-def test_power_baseline_fixes_its_settings():
-    cfg = validate_run_config(fused_run_config({"strategy": "power", "local-steps": 4, "epsilon": 2.0,
-                                                "clients-per-round": 3}))
+def test_power_baseline_fixes_its_settings_and_says_so():
+    from fl_strategies.config import effective_config
+
+    cfg, overridden = effective_config(fused_run_config({"strategy": "power", "local-steps": 4}))
     assert (cfg["local-steps"], cfg["epsilon"], cfg["clients-per-round"], cfg["schedule"]) == (1, 0.0, 10, "fixed")
+    assert overridden == {"local-steps": (4, 1), "schedule": ("decayed", "fixed"), "alignment": ("opt", "none")}
+
+
+@pytest.mark.parametrize("strategy, over, key", [
+    ("power", {"epsilon": 5.0, "local-steps": 4, "clients-per-round": 3}, "epsilon"),
+    ("power", {"clients-per-round": 3}, "clients-per-round"),
+    ("faps", {"noise-std": 0.1}, "noise-std"),
+    ("fedmf", {"epsilon": 1.0}, "epsilon"),
+    ("dp-power", {"noise-std": 0.1}, "noise-std"),
+    ("fedlrgd", {"frac-active": 0.5}, "frac-active"),
+])
+def test_a_setting_that_would_weaken_a_promise_is_refused(strategy, over, key):
+    with pytest.raises(ConfigError, match=rf"^{key} = .* is not honoured by strategy '{strategy}'"):
+        validate_run_config(fused_run_config({"strategy": strategy, **over}))
+    # just inside: without the promise keys (the value the strategy fixes anyway) the config is accepted
+    from fl_strategies.registry import PROMISE_KEYS
+
+    validate_run_config(fused_run_config({"strategy": strategy,
+                                          **{k: v for k, v in over.items() if k not in PROMISE_KEYS}}))
+
+
+def test_the_server_logs_every_fixed_setting_at_start(caplog):
+    from server_app.app import build_strategy
+
+    with caplog.at_level(logging.INFO, logger="flwr.fedspectral"):
+        build_strategy(fused_run_config({"strategy": "power", "local-steps": 4, "dimension": 10, "num-samples": 200}))
+    (line,) = [r.getMessage() for r in caplog.records if "fixes" in r.getMessage()]
+    assert line == ("strategy power fixes local-steps = 1 (run config: 4), schedule = 'fixed' (run config: "
+                    "'decayed'), alignment = 'none' (run config: 'opt')")
 
 
 def test_readme_documents_every_key():

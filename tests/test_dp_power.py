@@ -12,7 +12,8 @@ from flwr.common import bytes_to_ndarray
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 
 from fl_strategies.config import ConfigError
-from fl_strategies.dp_power import DPRunStopped, secagg_tolerance
+from fl_strategies.dp_power import secagg_tolerance
+from fl_strategies.eigenspace import RunFailed
 from fl_strategies.linalg import gaussian_basis, orth, subspace_distance
 from fl_strategies.zcdp import calibrate, epsilon_of, max_epsilon, noise_multiplier, rho_of
 from simulations.dp_data import planted_rows, planted_spectrum
@@ -167,7 +168,7 @@ def test_a_lost_client_stops_the_run_with_the_rows_so_far(channel, tmp_path):
 
     # plaintext: the server names the partition; SecAgg+ halts its round (too few key shares) before the sum
     where = r"partition\(s\) 2" if channel == "plaintext" else "SecAgg\\+ halted"
-    with pytest.raises(DPRunStopped, match=rf"round 2: .*{where}.*missing noise"):
+    with pytest.raises(RunFailed, match=rf"round 2: .*{where}.*missing noise"):
         run_app(fault_fn=fault, **dict(SMALL, epsilon=1.0, dp_channel=channel, results_dir=str(tmp_path)))
     rows = (tmp_path / "rounds.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 2  # header, rounds 0 and 1
@@ -189,7 +190,7 @@ def test_a_client_lost_after_its_upload_is_recovered_by_secagg():
 
     cfg = dict(SMALL, epsilon=2.0, noise_source="seeded", num_server_rounds=1, secagg_clip=600.0)
     faulty, clean = run_app(fault_fn=fault, **cfg), run_app(**cfg)
-    assert dropped == [2] and len(faulty.records) == 2 and faulty.stop_reason is None
+    assert dropped == [2] and len(faulty.records) == 2 and faulty.failure is None
     # the same X_0 and seeded noise: the two sums differ only by their stochastic quantisation
     np.testing.assert_allclose(faulty.last_sum, clean.last_sum, rtol=0, atol=2 * secagg_tolerance(600.0, 4))
 
@@ -206,22 +207,23 @@ def test_secagg_replies_outside_secagg_are_refused():
     components = server_fn(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=cfg))
     start_grid(grid=LocalGrid(client_app, 4, cfg), server=components.server, config=components.config)
     strategy = components.server.strategy
-    assert strategy.stopped and "not a SecAgg+ aggregate" in strategy.stop_reason
+    assert strategy.stopped and "not a SecAgg+ aggregate" in strategy.failure
     assert len(strategy.records) == 1  # round 0 only
 
 
 def test_a_product_outside_the_clip_range_is_not_uploaded():
-    with pytest.raises(DPRunStopped, match="round 1: SecAgg\\+ halted .*outside secagg-clip"):
+    with pytest.raises(RunFailed, match="round 1: SecAgg\\+ halted .*outside secagg-clip"):
         run_app(**dict(SMALL, secagg_clip=1.0))
 
 
 def test_the_client_refuses_to_exceed_its_budget():
+    from client_app.data import NodeData
     from client_app.dp_power_client import DPPowerClient
     from fl_strategies.config import validate_run_config
 
     cfg = validate_run_config(fused_run_config({k.replace("_", "-"): v for k, v in
                                                 dict(SMALL, epsilon=1.0, dp_channel="plaintext").items()}))
-    client = DPPowerClient(np.eye(3, 120), 0, cfg, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(),
+    client = DPPowerClient(NodeData.of(0, rows=np.eye(3, 120)), cfg, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(),
                                                             run_config={}))
     X = gaussian_basis(120, 8, np.random.default_rng(0))
     for _ in range(4):

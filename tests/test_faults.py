@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import run_app
+from conftest import run_aborted, run_app
 from client_app.faults import corrupt
 
 FAPS = dict(strategy="faps", dataset="faps-geometric", row_normalize=False, dimension=30, num_samples=300, xi=1.3,
@@ -69,11 +69,10 @@ def test_faps_stops_with_a_clear_message_when_a_client_is_missing(tmp_path, faul
 
     if fault == "nan":
         faulty_nodes[1] = "nan"  # every reply of partition 1 is garbage: the run stops in round 1
-    s = run_app(fault_fn=fail_partition_1_in_round_3, results_dir=str(tmp_path), **FAPS)
+    s = run_aborted(fault_fn=fail_partition_1_in_round_3, results_dir=str(tmp_path), **FAPS)
     stop_round = 1 if fault == "nan" else 3
-    assert s.stopped and s.error is not None
-    assert f"FAPS round {stop_round}: no usable reply from partition(s) 1" in s.error
-    assert ("1 rejected" if fault == "nan" else "0 rejected") in s.error
+    assert f"FAPS round {stop_round}: no usable reply from partition(s) 1" in s.failure
+    assert ("1 rejected" if fault == "nan" else "0 rejected") in s.failure
     # the rows of the rounds before stay, in the strategy and in rounds.csv; no estimate from a partial sum
     assert [r["round"] for r in s.records] == list(range(stop_round))
     assert list(pd.read_csv(tmp_path / "rounds.csv")["round"]) == list(range(stop_round))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.optimize
-from conftest import run_app
+from conftest import run_aborted, run_app
 
 from fl_strategies.fedave import local_sgd, step_size, warmup_epochs
 from fl_strategies.fedlrgd import (client_weights, draw_pivots, fedlrgd_gamma, gradient_estimate, inexact_gd,
@@ -101,7 +101,7 @@ def test_logistic_estimate_is_exact_at_every_pivot():
 
 def test_fedlrgd_run_reaches_the_ridge_minimiser_and_counts_gamma():
     s = run_app(**RIDGE)
-    assert s.error is None and len(s.records) == 5  # rounds 0..r
+    assert s.failure is None and len(s.records) == 5  # rounds 0..r
     theta_star = s.reference.theta_star
     Xc = s.reference.X
     np.testing.assert_allclose(Xc.T @ Xc / Xc.shape[0] @ theta_star + 0.1 * theta_star,
@@ -114,7 +114,7 @@ def test_fedlrgd_run_reaches_the_ridge_minimiser_and_counts_gamma():
     assert [row["communication_epochs"] for row in s.records] == [0, 1, 2, 3, 4]
     # the Flower path reproduces the pure-numpy simulator
     ref = s.reference
-    theta_sim = inexact_gd("ridge", ref.X0, ref.y0, s.A, ref.X.shape[0], np.zeros(3), 0.1, 1 / smoothness("ridge", 3, 0.1),
+    theta_sim = inexact_gd("ridge", s.X0, s.y0, s.A, ref.X.shape[0], np.zeros(3), 0.1, 1 / smoothness("ridge", 3, 0.1),
                            S)[-1]
     np.testing.assert_allclose(s.estimate, theta_sim, rtol=0, atol=1e-14)
 
@@ -124,7 +124,7 @@ def test_fedlrgd_result_does_not_depend_on_the_partition():
                 gd_iterations=200, g_inverse="pinv")
     a = run_app(**base)
     b = run_app(**dict(base, partitioner="contiguous", num_clients=7))
-    assert a.error is None and b.error is None
+    assert a.failure is None and b.failure is None
     np.testing.assert_allclose(a.A, b.A, rtol=1e-11, atol=1e-11)
     np.testing.assert_allclose(a.estimate, b.estimate, rtol=1e-10, atol=1e-12)
     assert a.records[-1]["oracle_complexity"] != b.records[-1]["oracle_complexity"]  # m differs
@@ -139,9 +139,8 @@ def test_fedlrgd_stops_when_a_client_is_missing():
             return "drop" if seen[pid] == 3 else "ok"
         return "ok"
 
-    s = run_app(fault_fn=drop_partition_2_in_round_3, **RIDGE)
-    assert s.stopped and s.error is not None
-    assert "round 3" in s.error and "partition(s) 2" in s.error
+    s = run_aborted(fault_fn=drop_partition_2_in_round_3, **RIDGE)
+    assert "round 3" in s.failure and "partition(s) 2" in s.failure
     assert len(s.records) == 3  # rounds 0, 1, 2; no estimate from incomplete sums
 
 
@@ -169,7 +168,7 @@ def test_fedave_one_round_is_the_weighted_average_of_local_sgd():
     _, clients = erm_split(full)
     outs = [80 * local_sgd("ridge", *split_xy(rows), np.zeros(3), 0.1, 0.05, 5,
                            np.random.default_rng([0, 3, c, 1])) for c, rows in enumerate(clients)]
-    outs.append(4 * local_sgd("ridge", ref.X0, ref.y0, np.zeros(3), 0.1, 0.05, 5,
+    outs.append(4 * local_sgd("ridge", s.X0, s.y0, np.zeros(3), 0.1, 0.05, 5,
                               np.random.default_rng([0, 3, -1 % 2 ** 32, 1])))
     np.testing.assert_allclose(s.estimate, sum(outs) / 404, atol=1e-15)
 
@@ -212,7 +211,7 @@ def test_client_weights_are_computed_once_and_kept_in_the_node_state():
         s = run_app(**RIDGE)
     finally:
         erm_client.client_weights = original
-    assert s.error is None and len(calls) == 5  # once per client (m = 5), not once per round
+    assert s.failure is None and len(calls) == 5  # once per client (m = 5), not once per round
     assert core.client_weights is original
 
 

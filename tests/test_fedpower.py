@@ -35,7 +35,7 @@ def centralised_power(cfg_overrides, rounds):
 @pytest.mark.parametrize("strategy, extra", [
     ("fedpower", dict(local_steps=1, schedule="fixed", alignment="opt")),
     ("fedpower", dict(local_steps=1, schedule="fixed", alignment="none")),
-    ("power", dict(local_steps=3, epsilon=1.0)),  # the baseline ignores p and noise settings
+    ("power", dict(local_steps=3)),  # the baseline fixes p = 1 (logged; a noise setting would be refused)
 ])
 def test_p1_noise_free_full_participation_is_the_centralised_power_method(strategy, extra):
     over = dict(MODEL1, strategy=strategy, num_server_rounds=25, **extra)
@@ -121,6 +121,7 @@ def test_noise_floor_matches_the_spec_and_is_linear_in_nu(eps, expected):
 
 
 def test_theorem6_noise_is_what_the_clients_add_and_what_is_reported():
+    from client_app.data import NodeData
     from client_app.fedpower_client import FedPowerClient
     from flwr.common import Context, RecordDict
 
@@ -128,7 +129,7 @@ def test_theorem6_noise_is_what_the_clients_add_and_what_is_reported():
     from fl_strategies.config import validate_run_config
 
     cfg = validate_run_config(cfg)
-    client = FedPowerClient(np.eye(100), 100_000, 0, cfg, Context(1, 1, {}, RecordDict(), {}))
+    client = FedPowerClient(NodeData.of(0, covariance=(np.eye(100), 100_000)), cfg, Context(1, 1, {}, RecordDict(), {}))
     assert client.noise_std == pytest.approx(2.428e-3, rel=1e-3)
     strategy = run_app(**MODEL1, local_steps=2, total_iterations=10, epsilon=0.5)
     # s_i = 1000 here, so nu is 100 times the paper's; the reported epsilon is the one achieved
@@ -202,22 +203,23 @@ def test_failed_clients_are_counted_and_the_run_goes_on():
 
 
 def test_client_refuses_steps_beyond_its_privacy_budget():
+    from client_app.data import NodeData
     from client_app.fedpower_client import FedPowerClient
     from fl_strategies.config import validate_run_config
     from flwr.common import Context, RecordDict
 
     cfg = validate_run_config(fused_run_config({"epsilon": 1.0, "total-iterations": 3, "local-steps": 2}))
-    client = FedPowerClient(np.eye(50), 100, 0, cfg, Context(1, 1, {}, RecordDict(), {}))
+    client = FedPowerClient(NodeData.of(0, covariance=(np.eye(50), 100)), cfg, Context(1, 1, {}, RecordDict(), {}))
     Z = orth(np.random.default_rng(0).standard_normal((50, 5)))
     client.fit([Z], {"local-steps": 2, "round": 1})
     client.fit([Z], {"local-steps": 1, "round": 2})
     with pytest.raises(RuntimeError, match="privacy budget"):
         client.fit([Z], {"local-steps": 1, "round": 3})
     # a node whose state is new (a run resumed from a checkpoint) counts from the round's iteration offset
-    fresh = FedPowerClient(np.eye(50), 100, 0, cfg, Context(1, 1, {}, RecordDict(), {}))
+    fresh = FedPowerClient(NodeData.of(0, covariance=(np.eye(50), 100)), cfg, Context(1, 1, {}, RecordDict(), {}))
     fresh.fit([Z], {"local-steps": 1, "round": 2, "iteration-offset": 2})
     with pytest.raises(RuntimeError, match="privacy budget exhausted: 3 \\+ 1 local steps exceed T = 3"):
-        FedPowerClient(np.eye(50), 100, 0, cfg, Context(1, 1, {}, RecordDict(), {})).fit(
+        FedPowerClient(NodeData.of(0, covariance=(np.eye(50), 100)), cfg, Context(1, 1, {}, RecordDict(), {})).fit(
             [Z], {"local-steps": 1, "round": 3, "iteration-offset": 3})
 
 

@@ -77,7 +77,7 @@ def _spy(types):
     {"strategy": "fedpower", "clients-per-round": 3, "noise-std": 0.01, "local-steps": 2},
     {"strategy": "faps"},
     {"strategy": "fedave", "dataset": "erm-logistic", "num-samples": 400, "dimension": 5, "partitioner": "iid",
-     "clients-per-round": 3},
+     "frac-active": 0.5},
 ])
 def test_engine_discovery_sends_nothing_before_round_1_and_gives_the_same_numbers(over):
     common = {**LAZY, "num-server-rounds": 4, **over}

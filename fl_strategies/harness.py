@@ -1,0 +1,108 @@
+"""Where a simulation harness plugs into the product: a server-side evaluator and a client-side data source.
+
+The product (``fl_strategies``, ``client_app``, ``server_app``) never imports
+the simulation tooling. In a deployment the rows live only on the nodes
+(``data-path`` in each node's config), the server holds no data, and nothing
+here is used. A simulation generates its data instead; the harness that does
+so is found through the entry-point group :data:`ENTRY_POINT_GROUP` (the
+installed ``fedspectral`` registers :mod:`simulations.harness` there) and
+consulted only for a run whose ``dataset`` it claims. It then plays two roles,
+as Flower's ``evaluate_fn`` does for a strategy:
+
+* **client-side data source**: a node without ``data-path`` takes its
+  partition from :meth:`Harness.client_rows` / :meth:`Harness.client_covariance`;
+* **server-side evaluator and inputs**: :meth:`Harness.server_data` gives the
+  dimension, the exact reference the strategies measure their estimate
+  against (``evaluation``), and what an algorithm itself needs at the server
+  when the run config does not name it (FedLRGD / FedAve: the server's own
+  samples, ``server-data``; the MF baselines: ``sigma_1`` and ``sigma_r`` of
+  the pooled matrix, ``mf-sigma-1`` / ``mf-sigma-r``).
+
+A third-party harness registers an object with the methods of
+:class:`Harness` under the same group.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.metadata import entry_points
+from typing import Any, Mapping, Protocol
+
+import numpy as np
+
+__all__ = ["ENTRY_POINT_GROUP", "NODE_DATA", "Harness", "ServerData", "find_harness"]
+
+ENTRY_POINT_GROUP = "fedspectral.harness"
+
+NODE_DATA = "nodes"
+"""``dataset`` of a run on the nodes' own files (``data-path``): no harness is looked up."""
+
+
+@dataclass(frozen=True)
+class ServerData:
+    """What a harness gives the server of one simulated run (nothing here is sent to a client).
+
+    Attributes
+    ----------
+    dimension : int
+        ``d``, the width of every client's rows.
+    num_rows : int
+        ``n``, the rows over all clients.
+    reference : object or None
+        The exact reference (``fl_strategies.metrics.Reference``, ``fedmf_kernels.MFReference`` or
+        ``erm.ErmReference``), or ``None`` when the run is not evaluated.
+    server_rows : ndarray of shape (r, p + 1) or None
+        FedLRGD / FedAve: the server's own samples, label in the last column.
+    singular_values : ndarray of shape (min(n, d),) or None
+        The MF baselines: the singular values of the pooled matrix (their step sizes use ``sigma_1``, ``sigma_r``).
+    """
+
+    dimension: int
+    num_rows: int
+    reference: Any = None
+    server_rows: np.ndarray | None = None
+    singular_values: np.ndarray | None = None
+
+
+class Harness(Protocol):
+    """The methods a simulation harness provides (see the module docstring)."""
+
+    def claims(self, cfg: Mapping[str, Any]) -> bool:
+        """Whether the run's ``dataset`` is one this harness builds."""
+
+    def server_data(self, cfg: Mapping[str, Any], evaluate: bool) -> ServerData:
+        """Dimension, row count, reference (if ``evaluate``) and server inputs; ``ValueError`` naming the key."""
+
+    def client_rows(self, cfg: Mapping[str, Any], partition_id: int) -> Any:
+        """Rows of one partition, shape ``(s_i, d)`` (an ndarray, or a scipy sparse matrix for interactions)."""
+
+    def client_covariance(self, cfg: Mapping[str, Any], partition_id: int) -> tuple[np.ndarray, int]:
+        """``(A_i = M_i^T M_i / s_i, s_i)`` of one partition, cached per process."""
+
+
+def find_harness(cfg: Mapping[str, Any]) -> Harness | None:
+    """The installed harness that claims ``cfg["dataset"]``, or ``None`` (always for :data:`NODE_DATA`).
+
+    Entry points are loaded once per process; a harness that fails to load
+    is skipped with a WARNING (a deployment without the simulation tooling still runs).
+    """
+    if cfg["dataset"] == NODE_DATA:
+        return None
+    for harness in _installed():
+        if harness.claims(cfg):
+            return harness
+    return None
+
+
+@lru_cache(maxsize=1)
+def _installed() -> tuple[Harness, ...]:
+    found = []
+    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        try:
+            found.append(point.load())
+        except Exception as ex:  # noqa: BLE001  (a broken plug-in must not stop a deployment)
+            logging.getLogger("flwr.fedspectral").warning("simulation harness %r (entry point %s) cannot be loaded "
+                                                          "and is ignored: %r", point.name, point.value, ex)
+    return tuple(found)

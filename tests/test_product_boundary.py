@@ -1,0 +1,129 @@
+"""The product (fl_strategies, client_app, server_app) runs without the simulation harness.
+
+Each check runs in a fresh interpreter, so that nothing another test imported can hide an import of
+``simulations``; the harness is reached only through the entry point ``fedspectral.harness``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PRELUDE = """
+import json, sys, tomllib
+import numpy as np
+defaults = tomllib.loads(open("pyproject.toml", "rb").read().decode())["tool"]["flwr"]["app"]["config"]
+def loaded():
+    return sorted(m for m in sys.modules if m == "simulations" or m.startswith("simulations."))
+"""
+
+
+def run_fresh(code: str) -> dict:
+    """Run ``code`` (after :data:`PRELUDE`) in a new interpreter in the project directory; its last line is JSON."""
+    done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_apps_loads_no_simulation_module():
+    out = run_fresh("""
+        import server_app.app, client_app.app
+        print(json.dumps(loaded()))
+    """)
+    assert out == []
+
+
+def test_a_clientapp_answers_a_fedpower_message_on_its_file_without_the_harness(tmp_path):
+    rows = np.random.default_rng(0).standard_normal((40, 6))
+    np.save(tmp_path / "rows.npy", rows)
+    out = run_fresh(f"""
+        from flwr.app import Context, Message, RecordDict
+        from flwr.common import FitIns, ndarrays_to_parameters
+        from flwr.supercore.task_identity import TaskIdentity  # what an engine sets before messages exist
+        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+        from client_app.app import app
+        from fl_strategies.fit_records import fitins_content, fitres_from_content
+        cfg = dict(defaults, dataset="nodes", **{{"num-clients": 3, "rank": 2, "iteration-rank": 2}})
+        context = Context(1, 7, {{"partition-id": 1, "data-path": {str(tmp_path / "rows.npy")!r}}}, RecordDict(), cfg)
+        Z = np.linalg.qr(np.random.default_rng(1).standard_normal((6, 2)))[0]
+        ins = FitIns(ndarrays_to_parameters([Z]), {{"local-steps": 1, "round": 1}})
+        reply = app(Message(fitins_content(ins), 7, "train", group_id="1"), context)
+        res = fitres_from_content(reply.content)
+        from flwr.common import parameters_to_ndarrays
+        (Y,) = parameters_to_ndarrays(res.parameters)
+        print(json.dumps({{"loaded": loaded(), "Y": Y.tolist(), "n": res.num_examples}}))
+    """)
+    assert out["loaded"] == []
+    M = rows / np.linalg.norm(rows, axis=1, keepdims=True)  # row-normalize = true by default
+    Z = np.linalg.qr(np.random.default_rng(1).standard_normal((6, 2)))[0]
+    np.testing.assert_allclose(np.array(out["Y"]), M.T @ M / 40 @ Z, rtol=0, atol=1e-14)
+    assert out["n"] == 40
+
+
+def test_a_server_for_node_data_loads_no_data_and_no_harness():
+    """dataset = "nodes": the ServerApp builds the strategy with no dimension (the nodes report it) and no
+    reference; no simulation module is imported."""
+    out = run_fresh("""
+        from server_app.app import build_strategy
+        strategy, rounds = build_strategy(dict(defaults, dataset="nodes", strategy="fedpower"))
+        print(json.dumps({"loaded": loaded(), "d": strategy.d, "reference": strategy.reference is None,
+                          "rounds": rounds}))
+    """)
+    assert out == {"loaded": [], "d": None, "reference": True, "rounds": 10}
+
+
+def _node_run(tmp_path, blocks, **over):
+    """Run the apps in-process on node files (``dataset = "nodes"``): node i reads only ``blocks[i]``."""
+    from flwr.common import Context, RecordDict
+
+    from client_app.app import app as client_app
+    from server_app.app import run_server
+    from simulations.engines import fused_run_config
+    from simulations.engines.local import LocalGrid
+
+    cfg = fused_run_config({"dataset": "nodes", "num-clients": len(blocks), **over})
+    grid = LocalGrid(client_app, len(blocks), cfg)
+    for i, (nid, context) in enumerate(sorted(grid.contexts.items())):
+        np.save(tmp_path / f"node{i}.npy", blocks[i])
+        context.node_config["data-path"] = str(tmp_path / f"node{i}.npy")
+    return run_server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=cfg))
+
+
+def test_node_data_runs_end_to_end_with_d_from_the_nodes(tmp_path):
+    """A planted rank-2 spike in d = 7, held in three node files of different sizes: the server learns d from the
+    nodes, writes no reference column, and the estimate is the pooled eigenspace (scipy eigh)."""
+    from scipy.linalg import eigh
+
+    from fl_strategies.linalg import subspace_distance
+
+    rng = np.random.default_rng(3)
+    U = np.linalg.qr(rng.standard_normal((7, 2)))[0]
+    blocks = [rng.standard_normal((s, 2)) * [6.0, 3.0] @ U.T + 0.1 * rng.standard_normal((s, 7))
+              for s in (50, 80, 120)]
+    s = _node_run(tmp_path, blocks, **{"strategy": "power", "rank": 2, "iteration-rank": 2, "num-server-rounds": 40,
+                                       "row-normalize": False})
+    assert s.d == 7 and s.reference is None and s.failure is None
+    assert all(r["subspace_distance"] is None for r in s.records)
+    assert sum(r["failures"] + r["rejected"] for r in s.records) == 0
+    pooled = np.vstack(blocks)
+    exact = eigh(pooled.T @ pooled / len(pooled))[1][:, -2:]
+    assert subspace_distance(s.estimate, exact) < 1e-10
+
+
+def test_nodes_that_disagree_on_d_are_named_before_round_1(tmp_path):
+    import pytest
+
+    from fl_strategies.config import ConfigError
+
+    blocks = [np.ones((5, 4)), np.ones((5, 4)), np.ones((5, 6))]
+    with pytest.raises(ConfigError, match=r"disagree on the dimension d: d = 4: node 1000 \(partition 0\), node 1001 "
+                                          r"\(partition 1\); d = 6: node 1002 \(partition 2\)"):
+        _node_run(tmp_path, blocks, **{"rank": 2, "iteration-rank": 2})
