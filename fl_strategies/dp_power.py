@@ -49,7 +49,8 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from .dp_sensitivity import delta_a, delta_b, sensitivity
-from .eigenspace import EigenspaceStrategy, log
+from .base import log, uploaded_bytes
+from .eigenspace import EigenspaceStrategy
 from .linalg import orth
 from .replies import check_array, check_origin, decode_arrays
 from .zcdp import Calibration, calibrate
@@ -186,7 +187,7 @@ class DPPowerStrategy(EigenspaceStrategy):
                       failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
         """Sum the ``s`` noisy products (or take SecAgg+'s sum) and orthonormalise; stop if one is missing."""
         pend = self._pending
-        pend["bytes_up"] = sum(sum(len(t) for t in res.parameters.tensors) for _, res in results)
+        pend["bytes_up"] = uploaded_bytes(results)
         shape = (self.d, self.r)
         if self.secure:
             total = self._secure_sum(server_round, results, failures, shape)

@@ -1,6 +1,6 @@
 """What FedLRGD and FedAve share, server side: the ERM reference, Gamma accounting and results rows.
 
-Both strategies reuse :class:`~fl_strategies.eigenspace.EigenspaceStrategy`'s
+Both strategies reuse :class:`~fl_strategies.base.FederatedStrategy`'s
 discovery (partition ids and row counts before round 1), its results machinery
 (``records``, ``on_round``, ``finish``) and its server-loop hooks
 (``stopped``); the estimate is a parameter vector ``theta`` (p,) instead of a
@@ -21,7 +21,7 @@ import numpy as np
 from flwr.common import Parameters, Scalar, parameters_to_ndarrays
 
 from .config import ConfigError
-from .eigenspace import EigenspaceStrategy, log
+from .base import FederatedStrategy, log
 from .losses import objective, smoothness, split_xy
 
 __all__ = ["ErmReference", "ErmStrategy", "oracle_epoch"]
@@ -71,7 +71,7 @@ def oracle_epoch(gradients: int, communicates: bool, comm_ratio: float, active: 
     return float(gradients) + (comm_ratio * active if communicates else 0.0)
 
 
-class ErmStrategy(EigenspaceStrategy):
+class ErmStrategy(FederatedStrategy):
     """Base class of the federated ERM strategies (the estimate is ``theta`` in ``R^p``).
 
     Parameters

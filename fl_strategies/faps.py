@@ -55,7 +55,8 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from .eigenspace import EigenspaceStrategy, log
+from .base import uploaded_bytes
+from .eigenspace import EigenspaceStrategy
 from .linalg import orth
 from .replies import scalar_metric
 
@@ -229,7 +230,7 @@ class FapsStrategy(EigenspaceStrategy):
             if self.partition_of(proxy) in valid:
                 inner = scalar_metric(res, "inner-steps")
                 steps.append(0.0 if isinstance(inner, str) else inner)
-        pend.update(bytes_up=sum(sum(len(t) for t in res.parameters.tensors) for _, res in results),
+        pend.update(bytes_up=uploaded_bytes(results),
                     rejected=rejected, failures=len(failures), participants=len(replies), distinct=len(replies),
                     inner_steps=float(np.mean(steps)) if steps else 0.0)
         if len(replies) < self.m:

@@ -26,6 +26,7 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
+from .base import uploaded_bytes
 from .erm import ErmStrategy, oracle_epoch
 from .losses import per_sample_grads
 
@@ -139,7 +140,7 @@ class FedAveStrategy(ErmStrategy):
             rng = np.random.default_rng([self.cfg["seed"], 3, -1 % 2 ** 32, server_round])
             thetas[-1] = local_sgd(self.loss, self.X0, self.y0, theta, self.mu, pend["eta"], self.b, rng)
             weights[-1] = float(self.X0.shape[0])
-        pend.update(bytes_up=sum(sum(len(t) for t in res.parameters.tensors) for _, res in results),
+        pend.update(bytes_up=uploaded_bytes(results),
                     rejected=rejected, failures=len(failures) + pend["dropped"],
                     participants=len(thetas) - (-1 in thetas))
         self.gamma += oracle_epoch(self.b, True, self.phi, self.active)

@@ -27,7 +27,8 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from .eigenspace import STREAM_INIT, log
+from .base import log, uploaded_bytes
+from .eigenspace import STREAM_INIT
 from .erm import ErmStrategy, oracle_epoch
 from .losses import per_sample_grads
 
@@ -215,7 +216,7 @@ class FedLrgdStrategy(ErmStrategy):
         valid, rejected = self.collect_replies(server_round, results, range(self.m), [(self.p,)],
                                                broadcast=pend["theta"])
         replies = {pid: arrays[0] for pid, (arrays, _) in valid.items()}
-        pend.update(bytes_up=sum(sum(len(t) for t in res.parameters.tensors) for _, res in results),
+        pend.update(bytes_up=uploaded_bytes(results),
                     rejected=rejected, failures=len(failures), participants=len(replies))
         missing = sorted(set(range(self.m)) - set(replies))
         if missing:

@@ -44,7 +44,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from .config import ConfigError
-from .eigenspace import EigenspaceStrategy, log
+from .base import FederatedStrategy, log, uploaded_bytes
 from .fedmf_kernels import (MFReference, condition_number, select_sketch, theorem1_bound, wk_constants, wk_init,
                             yd_constants)
 from .linalg import orth
@@ -58,8 +58,8 @@ ROW_COLUMNS = ("round", "phase", "iteration", "communications", "loss", "excess_
                "participants", "rejected", "failures", "wall_time")
 
 
-class _MFBase(EigenspaceStrategy):
-    """Discovery (from :class:`EigenspaceStrategy`), reply collection and results rows of the MF strategies."""
+class _MFBase(FederatedStrategy):
+    """Discovery (from :class:`FederatedStrategy`), reply collection and results rows of the MF strategies."""
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference: MFReference | None = None,
                  wait_timeout: float = 600.0) -> None:
@@ -100,7 +100,7 @@ class _MFBase(EigenspaceStrategy):
         """Validated replies by partition id, or ``None`` (run stopped) if any partition is missing."""
         replies, rejected = self.collect_replies(server_round, results, range(self.m), shapes, metrics,
                                                  broadcast=self.V)
-        self._pending.update(bytes_up=sum(sum(len(t) for t in res.parameters.tensors) for _, res in results),
+        self._pending.update(bytes_up=uploaded_bytes(results),
                              rejected=rejected, failures=len(failures), participants=len(replies))
         if len(replies) < self.m:
             missing = sorted(set(range(self.m)) - set(replies))

@@ -44,10 +44,11 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from .config import total_iterations
-from .eigenspace import STREAM_NOISE, EigenspaceStrategy, log
+from .base import log, uploaded_bytes
+from .eigenspace import STREAM_NOISE, EigenspaceStrategy
 from .linalg import orth, procrustes
 from .privacy import achieved_epsilon, noise_multiplier, noise_std
-from .replies import check_array, check_orthonormal, check_origin, decode_arrays, scalar_metric
+from .replies import check_array, check_orthonormal
 from .schedule import round_lengths
 
 __all__ = ["local_power_iterations", "FedPowerStrategy", "STREAM_NOISE"]
@@ -111,7 +112,7 @@ class FedPowerStrategy(EigenspaceStrategy):
     counted in ``rejected`` and logged at WARNING with its partition and node
     id when it comes from a node the server does not know or a partition not
     asked this round, repeats a partition, claims another partition id or row
-    count than the node registered with, or fails :meth:`_decode`.
+    count than the node registered with, or fails :meth:`_check_reply`.
     """
 
 
@@ -195,55 +196,27 @@ class FedPowerStrategy(EigenspaceStrategy):
             nu = 0.0
         return float(np.sqrt(self.r) + 1e-6 + 8.0 * nu * np.sqrt(self.d * self.r))
 
-    def _decode(self, res: FitRes, steps: int, Z: np.ndarray,
-                partition_id: int | None = None) -> tuple[np.ndarray, np.ndarray] | str:
-        """``(Y, Z_prev)`` of a reply, or the reason it is rejected (checks of :mod:`fl_strategies.replies`).
-
-        A reply holds ``Y`` (and ``Z_prev`` when ``steps > 1``), each ``d x r``,
-        floating point and finite; ``||Y||_F`` is within
-        :meth:`reply_norm_bound` and ``Z_prev`` is orthonormal.
-        """
-        expected = 2 if steps > 1 else 1
-        shape = (self.d, self.r)
-        # np.save of a d x r array: 8 bytes an entry plus a header; twice that allows float128
-        arrays = decode_arrays(res, expected, max_bytes=16 * self.d * self.r + 4096)
-        if isinstance(arrays, str):
-            return arrays
-        reason = check_array(arrays[0], shape, max_norm=self.reply_norm_bound(partition_id), name="Y")
-        if reason is None and steps > 1:
-            reason = check_array(arrays[1], shape, name="Z_prev") or check_orthonormal(arrays[1], name="Z_prev")
-        if reason is None and self.stop_tol > 0:
-            f = scalar_metric(res, "f")
-            reason = f if isinstance(f, str) else None
-        if reason is not None:
-            return reason
-        Y = arrays[0].astype(np.float64)
-        Z_prev = arrays[1].astype(np.float64) if steps > 1 else Z
-        return Y, Z_prev
+    def _check_reply(self, partition_id: int, arrays: list[np.ndarray]) -> str | None:
+        """FedPower's own checks of a reply (after shapes and finiteness): ``||Y||_F`` within
+        :meth:`reply_norm_bound`, ``Z_prev`` (sent when ``p > 1``) orthonormal."""
+        reason = check_array(arrays[0], arrays[0].shape, max_norm=self.reply_norm_bound(partition_id), name="Y")
+        if reason is None and len(arrays) > 1:
+            reason = check_orthonormal(arrays[1], name="Z_prev")
+        return reason
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                       failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
         """Align, average with weights ``c_i s_i`` and orthonormalise (lines 10-12)."""
         pend = self._pending
-        bytes_up = sum(sum(len(t) for t in res.parameters.tensors) for _, res in results)
-        replies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        objective, rejected = 0.0, 0
-        for proxy, res in sorted(results, key=lambda pr: (self.partition_of(pr[0]) is None, self.partition_of(pr[0]) or 0)):
-            pid = self.partition_of(proxy)
-            decoded = (check_origin(pid, pend["asked"], res, node_id=proxy.cid, expected_examples=self.sizes.get(pid))
-                       or ("a second reply of this partition" if pid in replies else None)
-                       or self._decode(res, pend["steps"], pend["Z"], pid))
-            if isinstance(decoded, str):
-                rejected += 1
-                log.warning("round %d: reply of partition %s (node %s) rejected: %s", server_round, pid, proxy.cid,
-                            decoded)
-                continue
-            if self.observer is not None:
-                self.observer(server_round, pid, pend["Z"], parameters_to_ndarrays(res.parameters))
-            replies[pid] = decoded
-            objective += float(res.metrics["f"]) if self.stop_tol > 0 else 0.0  # checked by _decode
+        steps = pend["steps"]
+        valid, rejected = self.collect_replies(
+            server_round, results, pend["asked"], [(self.d, self.r)] * (2 if steps > 1 else 1),
+            ("f",) if self.stop_tol > 0 else (), broadcast=pend["Z"], names=("Y", "Z_prev"), check=self._check_reply)
+        # (Y, Z_prev); with one step every Z_prev is the broadcast Z
+        replies = {pid: (arrays[0], arrays[1] if steps > 1 else pend["Z"]) for pid, (arrays, _) in valid.items()}
+        objective = sum(values["f"] for _, values in valid.values()) if self.stop_tol > 0 else 0.0
         sampled = {pid: c for pid, c in pend["multiplicity"].items() if pid in replies}
-        pend.update(bytes_up=bytes_up, rejected=rejected, failures=len(failures) + pend.get("unavailable", 0),
+        pend.update(bytes_up=uploaded_bytes(results), rejected=rejected, failures=len(failures) + pend.get("unavailable", 0),
                     participants=sum(sampled.values()), distinct=len(sampled), misalignment=0.0)
         if self.stop_tol > 0 and len(sampled) == self.m and self.check_stop(server_round, objective):
             return None, {}

@@ -24,7 +24,7 @@ from flwr.server.client_manager import SimpleClientManager
 
 from fl_strategies.config import ConfigError, effective_config
 from fl_strategies.data_files import read_samples
-from fl_strategies.eigenspace import RunFailed
+from fl_strategies.base import RunFailed
 from fl_strategies.harness import NODE_DATA, ServerData, find_harness
 from fl_strategies.registry import load_class, spec
 from fl_strategies.checkpoint import checkpoint_for

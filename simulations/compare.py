@@ -47,7 +47,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from fl_strategies.config import KEYS, ConfigError, check_against_data, validate_run_config
-from fl_strategies.eigenspace import RunFailed
+from fl_strategies.base import RunFailed
 
 from .engines import fused_run_config
 from .federated_data import data_shape

@@ -13,7 +13,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 
 from fl_strategies.config import ConfigError
 from fl_strategies.dp_power import secagg_tolerance
-from fl_strategies.eigenspace import RunFailed
+from fl_strategies.base import RunFailed
 from fl_strategies.linalg import gaussian_basis, orth, subspace_distance
 from fl_strategies.zcdp import calibrate, epsilon_of, max_epsilon, noise_multiplier, rho_of
 from simulations.dp_data import planted_rows, planted_spectrum
