@@ -54,7 +54,7 @@ def _key(name, kind, doc, check=None, allowed="", choices=()):
     return Key(name, kind, doc, check, allowed, tuple(choices))
 
 
-PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.partitioners
+PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.data.partitioners
 
 KEYS: dict[str, Key] = {
     k.name: k

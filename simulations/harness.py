@@ -26,9 +26,9 @@ from fl_strategies.config import ConfigError, check_against_data
 from fl_strategies.harness import NODE_DATA, ServerData
 from fl_strategies.registry import spec
 
-from .federated_data import client_rows, data_shape, local_covariance, mf_reference, reference
-from .interaction_data import client_rows as interaction_client_rows
-from .interaction_data import interaction_reference, interaction_rows, is_interaction_folder
+from simulations.data.federated_data import client_rows, data_shape, local_covariance, mf_reference, reference
+from simulations.data.interaction_data import client_rows as interaction_client_rows
+from simulations.data.interaction_data import interaction_reference, interaction_rows, is_interaction_folder
 
 __all__ = ["HARNESS", "SimulationHarness", "check_memory"]
 
@@ -108,7 +108,7 @@ class SimulationHarness:
 
     @staticmethod
     def _erm(cfg: Mapping[str, Any], evaluate: bool) -> ServerData:
-        from .erm_data import erm_reference, erm_split  # late: only FedLRGD / FedAve runs need the ERM solver
+        from simulations.data.erm_data import erm_reference, erm_split  # late: only FedLRGD / FedAve runs need the ERM solver
 
         try:
             server, clients = erm_split(cfg)
@@ -120,7 +120,7 @@ class SimulationHarness:
     def client_rows(self, cfg: Mapping[str, Any], partition_id: int):
         """Rows of one partition: the ERM split, a folder's users (sparse), or the split data set."""
         if spec(cfg["strategy"]).family == "erm":
-            from .erm_data import erm_client_rows
+            from simulations.data.erm_data import erm_client_rows
 
             return erm_client_rows(cfg, partition_id)
         if is_interaction_folder(cfg["dataset"]):
@@ -128,7 +128,7 @@ class SimulationHarness:
         return client_rows(cfg, partition_id)
 
     def client_covariance(self, cfg: Mapping[str, Any], partition_id: int):
-        """``(A_i, s_i)`` of one partition (cached per process by :func:`simulations.federated_data.local_covariance`)."""
+        """``(A_i, s_i)`` of one partition (cached per process by :func:`simulations.data.federated_data.local_covariance`)."""
         return local_covariance(cfg, partition_id)
 
 

@@ -1,4 +1,4 @@
-"""Tests for simulations.datasets and simulations.partitioners."""
+"""Tests for simulations.data.datasets and simulations.data.partitioners."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulations.datasets import (
+from simulations.data.datasets import (
     DATASET_NAMES,
     Dataset,
     load_dataset,
@@ -15,7 +15,7 @@ from simulations.datasets import (
     normalize_rows,
     sbm_layers,
 )
-from simulations.partitioners import PARTITIONERS, partition
+from simulations.data.partitioners import PARTITIONERS, partition
 
 DEFAULTS = dict(num_samples=200, dimension=20, rank=3, num_clients=4, seed=0, row_normalize=True)
 

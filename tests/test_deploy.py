@@ -12,7 +12,7 @@ from conftest import distances, run_app
 @pytest.mark.deploy  # real processes, about 45 s
 @pytest.mark.timeout(300)  # every process is stopped in finally blocks; a hang fails the test
 def test_deployment_gives_the_same_numbers_as_the_in_process_engine(tmp_path):
-    from simulations.deploy import main
+    from simulations.engines.deploy import main
 
     over = "num-clients=3 num-samples=3000 dimension=20 num-server-rounds=3 clients-per-round=2 local-steps=2"
     assert main(["--run-config", over, "--out", str(tmp_path)]) == 0
@@ -30,8 +30,8 @@ def test_deployment_gives_the_same_numbers_as_the_in_process_engine(tmp_path):
 @pytest.mark.timeout(300)  # every process is stopped in finally blocks; a hang fails the test
 def test_tls_and_supernode_authentication_refuse_an_unregistered_node(tmp_path):
     from fl_strategies.config import validate_run_config
-    from simulations.credentials import write_node_keys
-    from simulations.deploy import LocalDeployment, write_node_files
+    from simulations.engines.credentials import write_node_keys
+    from simulations.engines.deploy import LocalDeployment, write_node_files
     from simulations.engines import fused_run_config
 
     over = {"num-clients": 2, "num-samples": 2000, "dimension": 20, "num-server-rounds": 2}
@@ -66,7 +66,7 @@ def test_a_supernode_killed_or_silent_mid_run_is_counted_and_the_run_goes_on(tmp
     import time
 
     from fl_strategies.config import validate_run_config
-    from simulations.deploy import LocalDeployment, write_node_files
+    from simulations.engines.deploy import LocalDeployment, write_node_files
     from simulations.engines import fused_run_config
 
     over = {"num-clients": 3, "num-samples": 3000, "dimension": 20, "num-server-rounds": 4}
@@ -114,7 +114,7 @@ def test_garbage_replies_and_a_killed_serverapp_resumed_from_its_checkpoint(tmp_
     import time
 
     from fl_strategies.config import validate_run_config
-    from simulations.deploy import LocalDeployment, write_node_files
+    from simulations.engines.deploy import LocalDeployment, write_node_files
     from simulations.engines import fused_run_config
     from simulations.engines.local import LocalGrid
 

@@ -16,7 +16,7 @@ DP = {"strategy": "dp-power", "dataset": "dp-haar", "num-clients": 3, "dimension
 @pytest.mark.deploy  # real processes; each SecAgg+ round is four message exchanges, about 60-90 s in all
 @pytest.mark.timeout(400)  # every process is stopped in finally blocks; a hang fails the test
 def test_secagg_rounds_on_real_supernodes_match_the_in_process_engine(tmp_path):
-    from simulations.deploy import main
+    from simulations.engines.deploy import main
 
     over = " ".join(f"{k}={v!r}".replace("'", '"') if isinstance(v, str) else f"{k}={str(v).lower()}"
                     for k, v in DP.items())

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from fl_strategies.linalg import orth
-from simulations import dp_noise_ratio
-from simulations.dp_noise_ratio import approx_5_1, cholesky_qr2, empirical_ratio, haar_iterate, run
+from simulations.experiments.dp_power import dp_noise_ratio
+from simulations.experiments.dp_power.dp_noise_ratio import approx_5_1, cholesky_qr2, empirical_ratio, haar_iterate, run
 
 
 @pytest.mark.parametrize(

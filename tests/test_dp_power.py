@@ -16,7 +16,7 @@ from fl_strategies.dp_power import secagg_tolerance
 from fl_strategies.base import RunFailed
 from fl_strategies.linalg import gaussian_basis, orth, subspace_distance
 from fl_strategies.zcdp import calibrate, epsilon_of, max_epsilon, noise_multiplier, rho_of
-from simulations.dp_data import planted_rows, planted_spectrum
+from simulations.data.dp_data import planted_rows, planted_spectrum
 from simulations.engines import fused_run_config
 from simulations.engines.local import LocalGrid
 
@@ -291,7 +291,7 @@ needs_gowalla = pytest.mark.skipif(not (GOWALLA / "train.txt").is_file(), reason
 @needs_gowalla
 def test_gowalla_users_over_clients_give_the_central_power_method_without_noise():
     from fl_strategies.config import validate_run_config
-    from simulations.interaction_data import client_rows, interaction_rows
+    from simulations.data.interaction_data import client_rows, interaction_rows
 
     over = dict(strategy="dp-power", dataset=str(GOWALLA), dimension=300, rank=2, iteration_rank=4, num_clients=3,
                 num_server_rounds=3, epsilon=0.0, dp_channel="plaintext", seed=1)

@@ -52,7 +52,7 @@ def test_ray_engine_runs_secagg_rounds_like_the_local_engine(tmp_path):
 @pytest.mark.timeout(300)
 def test_flwr_run_wrapper_runs_the_app_and_reports_failure():
     """The README's main command: `flwr run .` offline, with the run's status as the exit code."""
-    from simulations.flwr_run import main, superlink_running
+    from simulations.engines.flwr_run import main, superlink_running
 
     if superlink_running():
         pytest.skip("a local SuperLink is already running; this test starts and stops its own")

@@ -131,7 +131,7 @@ def test_localpower_is_ssi_once_q_reaches_one():
     lp = run_app(strategy="localpower", local_steps=8, **dict(SMALL, num_server_rounds=8, stop_tol=0.0),
                  observer=lambda rnd, pid, Z, arrays: seen.__setitem__((rnd, pid), (Z, arrays)))
     assert [r["local_iterations"] for r in lp.records[1:6]] == [8, 12, 14, 15, 16]
-    from simulations.federated_data import local_covariance
+    from simulations.data.federated_data import local_covariance
 
     cfg = validate_run_config(fused_run_config({"strategy": "localpower", **{k.replace("_", "-"): v
                                                                              for k, v in SMALL.items()}}))
@@ -155,7 +155,7 @@ def test_server_recovers_a_client_gram_matrix_from_ssi_but_not_from_faps():
     """Propositions 2 and 5 (spec check C5): n = 200, p = 20, so n / p = 10 rounds suffice against SSI."""
     over = dict(dataset="faps-geometric", row_normalize=False, dimension=200, num_samples=4000, xi=1.01,
                 partitioner="contiguous", num_clients=4, rank=20, iteration_rank=20, num_server_rounds=60)
-    from simulations.federated_data import local_covariance
+    from simulations.data.federated_data import local_covariance
 
     cfg = validate_run_config(fused_run_config({k.replace("_", "-"): v for k, v in over.items()}))
     target = local_covariance(cfg, 0)[0]
@@ -179,7 +179,7 @@ def test_server_recovers_a_client_gram_matrix_from_ssi_but_not_from_faps():
 
 def test_three_inner_steps_halve_the_rounds_of_ssi_on_a_reduced_table4_problem():
     """Paired starts, 5 seeds, the Table-4 structure (xi = 1.01, p = 10, d = 8, m_i proportional to i) at
-    n = 200 features, m = 7200 samples (the full-size comparison is simulations/configs/faps_table4.toml).
+    n = 200 features, m = 7200 samples (the full-size comparison is simulations/experiments/faps/faps_table4.toml).
 
     Measured: FAPS-in3 / SSI = 0.42, 0.39, 0.36, 0.40, 0.42 at the (27) stop.
     """

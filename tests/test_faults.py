@@ -81,7 +81,7 @@ def test_faps_stops_with_a_clear_message_when_a_client_is_missing(tmp_path, faul
 
 @pytest.mark.parametrize("bad", ["3=nan", "1=zero", "x"])
 def test_deploy_refuses_a_bad_fault_option_before_starting_anything(tmp_path, capsys, bad):
-    from simulations.deploy import main
+    from simulations.engines.deploy import main
 
     assert main(["--run-config", "num-clients=3", "--out", str(tmp_path), "--fault", bad]) == 2
     assert f"--fault {bad!r}" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from fl_strategies.fedave import local_sgd, step_size, warmup_epochs
 from fl_strategies.fedlrgd import (client_weights, draw_pivots, fedlrgd_gamma, gradient_estimate, inexact_gd,
                                    invert, server_matrices)
 from fl_strategies.losses import full_gradient, minimise, objective, per_sample_grads, smoothness, split_xy
-from simulations.erm_data import generate
+from simulations.data.erm_data import generate
 
 # n - r = 400 rows over m = 5 clients: s = 80 each
 RIDGE = dict(strategy="fedlrgd", dataset="erm-ridge", loss="ridge", l2=0.1, dimension=4, num_samples=404,
@@ -161,7 +161,7 @@ def test_fedave_one_round_is_the_weighted_average_of_local_sgd():
     cfg = dict(RIDGE, strategy="fedave", num_server_rounds=1, local_steps=5, step_schedule="const", step_max=0.05)
     s = run_app(**cfg)
     ref = s.reference
-    from simulations.erm_data import erm_split
+    from simulations.data.erm_data import erm_split
     from fl_strategies.config import validate_run_config
     from simulations.engines import fused_run_config
     full = validate_run_config(fused_run_config({k.replace("_", "-"): v for k, v in cfg.items()}))

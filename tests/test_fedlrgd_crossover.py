@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from conftest import run_app
 
-from simulations.fedlrgd_crossover import fedave_curve, fedlrgd_curve, first_stay_below, make_data, report, run
+from simulations.experiments.fedlrgd.fedlrgd_crossover import fedave_curve, fedlrgd_curve, first_stay_below, make_data, report, run
 
 
 def _file(tmp_path, p=2, m=5, s=20, r=6, seed=0):

@@ -12,9 +12,9 @@ from conftest import run_aborted, run_app
 from fl_strategies.config import validate_run_config
 from fl_strategies.fedmf_kernels import (MFReference, condition_number, exact_u, initial_u, local_gd, mf_loss,
                                          power_product, sketch_matrix, theorem1_bound)
-from simulations.datasets import load_dataset
+from simulations.data.datasets import load_dataset
 from simulations.engines import fused_run_config
-from simulations.federated_data import federated_dataset
+from simulations.data.federated_data import federated_dataset
 
 SMALL = dict(strategy="fedmf", dataset="mf-synthetic", num_samples=600, dimension=40, rank=4, num_clients=5,
              partitioner="iid", mf_noise=1e-3, local_iterations=60)
@@ -192,7 +192,7 @@ def test_a_missing_client_stops_the_run_without_a_result():
 
 def test_comparison_and_report_count_communications(tmp_path):
     from simulations.compare import run_comparison
-    from simulations.fedmf_report import main as report
+    from simulations.experiments.fedmf.fedmf_report import main as report
 
     config = tmp_path / "mf.toml"
     config.write_text("""

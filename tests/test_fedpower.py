@@ -14,7 +14,7 @@ from conftest import distances, run_app
 from fl_strategies.linalg import gaussian_basis, orth, subspace_distance, top_eigenvectors
 from fl_strategies.eigenspace import STREAM_INIT
 from simulations.engines import fused_run_config
-from simulations.federated_data import federated_dataset
+from simulations.data.federated_data import federated_dataset
 
 MODEL1 = dict(num_clients=20, num_samples=20_000, dimension=100, rank=4, iteration_rank=5)
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from simulations import gowalla
-from simulations.gowalla import (
+from simulations.data import gowalla
+from simulations.data.gowalla import (
     DEFAULT_PATH,
     PAPER_TABLE1,
     coherences,

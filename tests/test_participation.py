@@ -251,7 +251,7 @@ def test_the_floor_grows_as_fewer_clients_are_kept():
 def test_stragglers_report_floor_and_sampling_factor():
     import pandas as pd
 
-    from simulations.stragglers_report import floor_table, sampling_factor
+    from simulations.experiments.fedpower.stragglers_report import floor_table, sampling_factor
 
     assert sampling_factor(20, 20) == 0.0 and sampling_factor(1, 20) == pytest.approx(1.0)
     assert sampling_factor(5, 20) == pytest.approx(np.sqrt(15 / 95))

@@ -1,4 +1,4 @@
-"""Tests for :mod:`simulations.report` on small hand-built result frames."""
+"""Tests for :mod:`simulations.compare.report` on small hand-built result frames."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulations.report import (
+from simulations.compare.report import (
     plot_metric,
     rounds_to_reach,
     summarize,

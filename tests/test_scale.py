@@ -9,9 +9,9 @@ import pytest
 from conftest import distances, run_app
 
 from fl_strategies.config import ConfigError, validate_run_config
-from simulations.datasets import lazy_partition, lazy_partition_sizes, model1_basis
+from simulations.data.datasets import lazy_partition, lazy_partition_sizes, model1_basis
 from simulations.engines import fused_run_config
-from simulations.federated_data import (client_rows, data_shape, federated_dataset, local_covariance,
+from simulations.data.federated_data import (client_rows, data_shape, federated_dataset, local_covariance,
                                         partition_sizes, reference)
 
 LAZY = {"dataset": "fedpower-model1-lazy", "partitioner": "contiguous", "num-samples": 1003, "num-clients": 7,
@@ -176,7 +176,7 @@ def test_bench_scale_writes_its_table_with_both_floors(tmp_path):
     """The benchmark script runs end to end (numpy, numpy-rows and in-process engines, each in its own process)."""
     import pandas as pd
 
-    from simulations.bench_scale import main
+    from simulations.benchmarks.bench_scale import main
 
     assert main(["--clients", "4", "--rows", "30", "--dim", "6", "--rounds", "2", "--engines", "numpy", "numpy-rows",
                  "local", "--out", str(tmp_path)]) == 0
@@ -191,7 +191,7 @@ def test_bench_scale_writes_its_table_with_both_floors(tmp_path):
 
 def test_bench_messages_times_both_paths(capsys):
     """The per-stage message benchmark runs Flower's path and fedspectral's on the same clients."""
-    from simulations.bench_messages import main
+    from simulations.benchmarks.bench_messages import main
 
     assert main(["--clients", "3", "--rows", "20", "--dim", "6", "--repeats", "1"]) == 0
     out = capsys.readouterr().out

@@ -18,13 +18,13 @@ def fused_run_config(overrides: dict) -> dict:
 def engine_directory(run_config: dict, partition_of: dict[int, int]):
     """The :class:`fl_strategies.node_directory.NodeDirectory` of an engine's nodes (``discovery = "engine"``).
 
-    Row counts come from the data generator (:func:`simulations.federated_data.partition_sizes`: arithmetic for
+    Row counts come from the data generator (:func:`simulations.data.federated_data.partition_sizes`: arithmetic for
     a lazy data set); nothing is asked of the nodes.
     """
     from fl_strategies.config import validate_run_config
     from fl_strategies.node_directory import NodeDirectory
 
-    from ..federated_data import partition_sizes
+    from simulations.data.federated_data import partition_sizes
 
     sizes = partition_sizes(validate_run_config(run_config))
     return NodeDirectory(partition_of=dict(partition_of), sizes=dict(enumerate(sizes.tolist())))

@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print and plot what the engines cost (timings are machine-dependent)."""

@@ -1,0 +1,209 @@
+"""The data of a simulated federation: one data set split into partitions.
+
+Both sides of a simulation call :func:`federated_dataset` with the same run
+config: a client takes its own partition, the server's harness takes the
+pooled matrix to compute the exact reference (the top-k eigenvectors of
+``(1/n) M^T M``), which no client ever sends. The result is cached per
+process, so a Ray actor that plays many clients builds the data once.
+
+**Large populations.** With a lazy data set (``fedpower-model1-lazy``,
+:data:`simulations.data.datasets.LAZY_DATASETS`) nothing here builds the whole
+matrix: a client generates its own partition from ``(data-seed, partition
+id)`` (:func:`client_rows`; its ``A_i`` is cached per process), the
+partition sizes are arithmetic (:func:`partition_sizes`), and the server's
+reference accumulates ``sum_i M_i^T M_i`` one partition at a time
+(``O(d^2)`` memory). :func:`federated_dataset` still stacks the blocks, for
+small runs and tests (the partition built alone equals the block of the
+whole).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Mapping
+
+import numpy as np
+
+from fl_strategies.linalg import top_eigenvectors
+from fl_strategies.metrics import Reference
+
+from simulations.data.datasets import LAZY_DATASETS, Dataset, lazy_partition, lazy_partition_sizes, load_dataset
+from simulations.data.partitioners import partition
+
+__all__ = ["federated_dataset", "local_covariance", "reference", "pooled_reference", "mf_reference", "client_rows",
+           "partition_sizes", "data_shape"]
+
+DATA_KEYS = ("dataset", "num-samples", "dimension", "rank", "num-clients", "data-seed", "row-normalize",
+             "partitioner", "dirichlet-alpha", "xi", "kappa", "mf-noise")
+
+
+def federated_dataset(cfg: Mapping[str, Any]) -> tuple[Dataset, list[np.ndarray]]:
+    """Load the data set named by ``cfg`` and split it over ``num-clients`` partitions.
+
+    Parameters
+    ----------
+    cfg : mapping
+        Validated run config; only the keys in :data:`DATA_KEYS` are read.
+
+    Returns
+    -------
+    data : Dataset
+        ``data.X`` has shape (n, d).
+    parts : list of ndarray
+        ``parts[i]`` holds the row indices of partition ``i``.
+    """
+    return _cached(tuple(cfg[k] for k in DATA_KEYS))
+
+
+@lru_cache(maxsize=4)
+def _cached(values: tuple) -> tuple[Dataset, list[np.ndarray]]:
+    c = dict(zip(DATA_KEYS, values))
+    _check_lazy(c)
+    data = load_dataset(c["dataset"], num_samples=c["num-samples"], dimension=c["dimension"], rank=c["rank"],
+                        num_clients=c["num-clients"], seed=c["data-seed"], row_normalize=c["row-normalize"],
+                        xi=c["xi"], kappa=c["kappa"], mf_noise=c["mf-noise"])
+    parts = partition(c["partitioner"], data.X.shape[0], c["num-clients"], labels=data.labels,
+                      groups=data.groups, alpha=c["dirichlet-alpha"], seed=c["data-seed"])
+    return data, parts
+
+
+def local_covariance(cfg: Mapping[str, Any], partition_id: int) -> tuple[np.ndarray, int]:
+    """``A_i = M_i^T M_i / s_i`` of one partition and its row count ``s_i`` (cached).
+
+    Returns
+    -------
+    A : ndarray of shape (d, d)
+    num_rows : int
+    """
+    return _cached_covariance(tuple(cfg[k] for k in DATA_KEYS), partition_id)
+
+
+@lru_cache(maxsize=16384)  # every partition a worker plays at 10,000 clients: A_i is never rebuilt in a run
+def _cached_covariance(values: tuple, partition_id: int) -> tuple[np.ndarray, int]:
+    rows = _rows(values, partition_id)
+    return rows.T @ rows / rows.shape[0], rows.shape[0]
+
+
+def client_rows(cfg: Mapping[str, Any], partition_id: int) -> np.ndarray:
+    """Rows ``M_i`` of one partition, shape (s_i, d); a lazy data set generates only these."""
+    return _rows(tuple(cfg[k] for k in DATA_KEYS), partition_id)
+
+
+def _rows(values: tuple, partition_id: int) -> np.ndarray:
+    c = dict(zip(DATA_KEYS, values))
+    if c["dataset"] in LAZY_DATASETS:
+        _check_lazy(c)
+        return lazy_partition(c["dataset"], partition_id, num_samples=c["num-samples"], dimension=c["dimension"],
+                              rank=c["rank"], num_clients=c["num-clients"], seed=c["data-seed"],
+                              row_normalize=c["row-normalize"])
+    data, parts = _cached(values)
+    return data.X[parts[partition_id]]
+
+
+def _check_lazy(c: Mapping[str, Any]) -> None:
+    if c["dataset"] in LAZY_DATASETS and c["partitioner"] != "contiguous":
+        raise ValueError(f'"partitioner" is {c["partitioner"]!r} but the lazy data set {c["dataset"]!r} defines its '
+                         'own blocks: set partitioner = "contiguous"')
+
+
+def partition_sizes(cfg: Mapping[str, Any]) -> np.ndarray:
+    """Row count ``s_i`` of every partition, shape (num-clients,), without generating a lazy data set.
+
+    For FedLRGD / FedAve (``erm-*`` data and their split) the counts of
+    :func:`simulations.data.erm_data.erm_split`.
+    """
+    if cfg["strategy"] in ("fedlrgd", "fedave"):
+        from simulations.data.erm_data import erm_split  # late import: erm_data imports this package's datasets
+
+        return np.array([rows.shape[0] for rows in erm_split(cfg)[1]], dtype=np.int64)
+    if cfg["dataset"] in LAZY_DATASETS:
+        _check_lazy(cfg)
+        return lazy_partition_sizes(cfg["num-samples"], cfg["num-clients"])
+    _, parts = federated_dataset(cfg)
+    return np.array([p.size for p in parts], dtype=np.int64)
+
+
+def data_shape(cfg: Mapping[str, Any]) -> tuple[int, int]:
+    """``(n, d)`` of the pooled data (a lazy data set is not generated).
+
+    Raises
+    ------
+    ValueError
+        If the data set cannot be loaded (the message names the key).
+    """
+    if cfg["dataset"] in LAZY_DATASETS:
+        _check_lazy(cfg)
+        lazy_partition_sizes(cfg["num-samples"], cfg["num-clients"])  # checks the counts
+        client_rows({**cfg, "num-samples": cfg["num-clients"]}, 0)  # checks dimension and rank on one row
+        return int(cfg["num-samples"]), int(cfg["dimension"])
+    data, _ = federated_dataset(cfg)
+    return data.X.shape
+
+
+def reference(cfg: Mapping[str, Any]) -> Reference:
+    """Exact spectral reference of the configured data: pooled covariance and top eigenpairs (cached).
+
+    The covariance is ``(1/n) X^T X`` over all rows; its top ``iteration-rank``
+    eigenpairs come from scipy ``eigh``.
+    """
+    return _cached_reference(tuple(cfg[k] for k in DATA_KEYS), cfg["rank"], cfg["iteration-rank"])
+
+
+@lru_cache(maxsize=4)
+def _cached_reference(values: tuple, k: int, r: int) -> Reference:
+    c = dict(zip(DATA_KEYS, values))
+    if c["dataset"] in LAZY_DATASETS:  # sum_i M_i^T M_i one partition at a time: O(d^2) memory
+        d = c["dimension"]
+        C = np.zeros((d, d))
+        for i in range(c["num-clients"]):
+            rows = _rows(values, i)
+            C += rows.T @ rows
+        return Reference.from_covariance(C / c["num-samples"], k, r)
+    data, _ = _cached(values)
+    X = data.X
+    return Reference.from_covariance(X.T @ X / X.shape[0], k, r)
+
+
+def mf_reference(cfg: Mapping[str, Any]):
+    """Singular values of the pooled ``S`` (n, d) for fedmf and its baselines (``eps_min``, ``sigma_1``; cached).
+
+    Returns
+    -------
+    fl_strategies.fedmf_kernels.MFReference
+    """
+    return _cached_mf_reference(tuple(cfg[k] for k in DATA_KEYS), cfg["rank"])
+
+
+@lru_cache(maxsize=4)
+def _cached_mf_reference(values: tuple, r: int):
+    from fl_strategies.fedmf_kernels import MFReference
+
+    data, _ = _cached(values)
+    return MFReference.from_matrix(data.X, r)
+
+
+def erm_reference(cfg: Mapping[str, Any]):
+    """Server rows and ``F*`` (centralised solver on the pooled rows) for FedLRGD / FedAve.
+
+    See :func:`simulations.data.erm_data.erm_reference`; the split differs from
+    :func:`federated_dataset`: the server keeps the first ``server-samples`` rows.
+    """
+    from simulations.data.erm_data import erm_reference as build  # late import: erm_data imports this package's datasets
+
+    return build(cfg)
+
+
+def pooled_reference(X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k eigenpairs of the pooled covariance ``(1/n) X^T X`` (scipy ``eigh``).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    k : int
+
+    Returns
+    -------
+    values : ndarray of shape (k,)
+    vectors : ndarray of shape (d, k)
+    """
+    return top_eigenvectors(X.T @ X / X.shape[0], k)

@@ -1,0 +1,119 @@
+"""Certificates for a TLS deployment and SuperNode authentication keys.
+
+``python -m simulations.engines.credentials DIR [--nodes N]`` writes
+
+* ``DIR/ca.crt``: a self-signed certificate authority (give it to every SuperNode
+  and to ``flwr`` as ``root-certificates``);
+* ``DIR/server.pem``, ``DIR/server.key``: the SuperLink's certificate, signed by
+  the CA, valid for ``localhost`` and ``127.0.0.1`` (use ``--host`` to add the
+  SuperLink's real name or address);
+* ``DIR/node_<i>`` and ``DIR/node_<i>.pub``: one P-384 key pair per SuperNode in
+  OpenSSH format, the private key for ``flower-supernode
+  --auth-supernode-private-key`` and the public key for ``flwr supernode
+  register``.
+
+Everything is generated with the ``cryptography`` package (a dependency of
+Flower); nothing is downloaded. The keys are for testing and for small
+deployments: keep the CA key (``ca.key``) private, or delete it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import ipaddress
+import sys
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+__all__ = ["write_tls_files", "write_node_keys"]
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def write_tls_files(directory: Path, hosts: tuple[str, ...] = ("localhost", "127.0.0.1"), days: int = 30) -> None:
+    """Write ``ca.crt``, ``ca.key``, ``server.pem`` and ``server.key`` into ``directory``.
+
+    Parameters
+    ----------
+    directory : Path
+    hosts : tuple of str
+        Names and IP addresses the SuperLink's certificate is valid for.
+    days : int
+        Validity of both certificates.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP384R1())
+    ca = (x509.CertificateBuilder().subject_name(_name("fedspectral test CA")).issuer_name(_name("fedspectral test CA"))
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA384()))
+    server_key = ec.generate_private_key(ec.SECP384R1())
+    names = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    server = (x509.CertificateBuilder().subject_name(_name(hosts[0])).issuer_name(ca.subject)
+              .public_key(server_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+              .add_extension(x509.SubjectAlternativeName(names), critical=False)
+              .sign(ca_key, hashes.SHA384()))
+    (directory / "ca.key").write_bytes(_pem_key(ca_key))
+    (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (directory / "server.key").write_bytes(_pem_key(server_key))
+    (directory / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
+
+
+def write_node_keys(directory: Path, count: int, prefix: str = "node") -> list[Path]:
+    """Write ``count`` P-384 key pairs ``<prefix>_<i>`` / ``<prefix>_<i>.pub`` (OpenSSH format).
+
+    Returns
+    -------
+    list of Path
+        The private-key files.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        key = ec.generate_private_key(ec.SECP384R1())
+        private = directory / f"{prefix}_{i}"
+        private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                              serialization.NoEncryption()))
+        private.chmod(0o600)
+        (directory / f"{prefix}_{i}.pub").write_bytes(
+            key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
+        paths.append(private)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(prog="python -m simulations.engines.credentials", description=__doc__.split("\n\n")[0])
+    parser.add_argument("directory")
+    parser.add_argument("--nodes", type=int, default=0, help="number of SuperNode key pairs to write")
+    parser.add_argument("--host", action="append", default=[], help="extra name or IP of the SuperLink")
+    args = parser.parse_args(argv)
+    out = Path(args.directory)
+    write_tls_files(out, hosts=("localhost", "127.0.0.1", *args.host))
+    write_node_keys(out, args.nodes)
+    print(f"wrote ca.crt, server.pem, server.key and {args.nodes} node key pair(s) to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

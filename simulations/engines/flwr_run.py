@@ -1,0 +1,138 @@
+"""Run the app with ``flwr run .`` offline, check that the run succeeded, and clean up.
+
+``flwr run .`` in Flower 1.41/1.42 needs four things that are easy to get
+wrong on a machine without internet; this wrapper does them:
+
+* it sets ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (else the local
+  SuperLink tries to install the app's dependencies with uv),
+  ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1`` and a
+  project-local ``FLWR_HOME`` (``.flwr/``) unless they are already set;
+* it asks for as many simulated SuperNodes as the run config has clients
+  (Flower's default is 2);
+* ``flwr run`` exits 0 even when the run failed, so the run's final status is
+  read back with ``flwr ls`` and turned into the exit code;
+* the local SuperLink that ``flwr run`` starts outlives it; the wrapper stops
+  it again (unless it was already running before, or ``--keep-superlink``).
+
+Usage::
+
+    python -m simulations.engines.flwr_run [--run-config 'key=value ...' | --run-config FILE.toml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from simulations.engines import APP_DIR, fused_run_config
+
+SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py)
+
+
+def flower_env() -> dict[str, str]:
+    """The environment ``flwr`` needs offline (existing settings are kept)."""
+    env = dict(os.environ)
+    env.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+    env.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    env.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+    env.setdefault("FLWR_HOME", str(APP_DIR / ".flwr"))
+    bindir = str(Path(sys.executable).parent)  # flwr needs flower-superlink on PATH
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def superlink_running() -> bool:
+    """Whether a local SuperLink answers on its health endpoint."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{SUPERLINK_PORT}/health", timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def stop_superlink() -> None:
+    """Stop the local SuperLink started by ``flwr run`` (its SuperExec follows it)."""
+    out = subprocess.run(["pgrep", "-f", f"flower-superlink.*--port {SUPERLINK_PORT}"],
+                         capture_output=True, text=True).stdout
+    for pid in out.split():
+        try:
+            os.kill(int(pid), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 15
+    while superlink_running() and time.monotonic() < deadline:
+        time.sleep(0.3)
+
+
+def run_status(run_id: str, env: dict[str, str], wait: float = 30.0, connection: str | None = None) -> str:
+    """Final status of a run (e.g. ``finished:completed``), polling until it has finished.
+
+    ``connection`` names the SuperLink connection of ``$FLWR_HOME/config.toml``
+    (default: Flower's local one).
+    """
+    deadline = time.monotonic() + wait
+    status = "unknown"
+    while time.monotonic() < deadline:
+        cmd = ["flwr", "ls", *([connection] if connection else []), "--format", "json", "--run-id", run_id]
+        out = subprocess.run(cmd, capture_output=True,
+                             text=True, env=env, cwd=APP_DIR).stdout
+        try:
+            status = str(json.loads(out)["runs"][0]["status"])
+        except (ValueError, KeyError, IndexError):
+            status = "unknown"
+        if status.startswith("finished"):
+            break
+        time.sleep(1)
+    return status
+
+
+def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
+    """Run a ``flwr run ... --stream`` command, echo its output, and return the run id it started."""
+    run_id = None
+    with subprocess.Popen(cmd, env=env, cwd=APP_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as proc:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            match = re.search(r"Successfully started run (\d+)", line)
+            run_id = match.group(1) if match else run_id
+    return run_id
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns 0 only if the run finished successfully."""
+    parser = argparse.ArgumentParser(prog="python -m simulations.engines.flwr_run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-config", default="", help="overrides, as for `flwr run --run-config`")
+    parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
+    args = parser.parse_args(argv)
+
+    from flwr.common.config import parse_config_args
+
+    overrides = parse_config_args([args.run_config]) if args.run_config else {}
+    num_clients = int(fused_run_config(overrides)["num-clients"])
+    env = flower_env()
+    started_here = not superlink_running()
+    cmd = ["flwr", "run", str(APP_DIR), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
+    if args.run_config:
+        cmd += ["--run-config", args.run_config]
+    status = "not started"
+    try:
+        run_id = stream_run(cmd, env)
+        if run_id is not None:
+            status = run_status(run_id, env)
+    finally:
+        if started_here and not args.keep_superlink:
+            stop_superlink()
+    print(f"flwr run status: {status}")
+    return 0 if status == "finished:completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
