@@ -84,15 +84,29 @@ def test_check_array_accepts_good_floats_of_any_precision():
 @FAST
 @given(data=st.data())
 def test_check_array_fuzz_only_none_or_a_reason(data):
-    dtype = data.draw(st.one_of(hnp.scalar_dtypes(), hnp.unicode_string_dtypes(), hnp.byte_string_dtypes()))
+    dtype = data.draw(st.one_of(hnp.floating_dtypes(), hnp.scalar_dtypes(), hnp.unicode_string_dtypes(),
+                                hnp.byte_string_dtypes()))
     shape = data.draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5))
-    a = data.draw(hnp.arrays(dtype, shape))
+    if dtype.kind == "f" and data.draw(st.booleans()):  # often a valid (finite) float array
+        a = data.draw(hnp.arrays(np.float64, shape, elements=st.floats(-1e3, 1e3))).astype(dtype)
+    else:
+        a = data.draw(hnp.arrays(dtype, shape))
     if dtype.kind == "f" and a.size and data.draw(st.booleans()):
         a.flat[data.draw(st.integers(0, a.size - 1))] = data.draw(st.sampled_from([np.nan, np.inf, -np.inf, 1e300]))
     expected = data.draw(st.one_of(st.just(shape), hnp.array_shapes(min_dims=0, max_dims=3, max_side=5)))
     bound = data.draw(st.one_of(st.none(), st.floats(0, 1e6)))
+    if dtype.kind == "f" and data.draw(st.booleans()):  # often a bound just above the array's norm
+        with np.errstate(all="ignore"):
+            norm = float(np.linalg.norm(a.astype(np.float64).ravel()))
+        if math.isfinite(norm):
+            bound = norm * (1 + data.draw(st.floats(1e-6, 0.9))) + 1e-300
     reason = check_array(a, expected, max_norm=bound)
     assert reason is None or isinstance(reason, str)
+    with np.errstate(all="ignore"):
+        good = (a.shape == tuple(expected) and dtype.kind == "f" and bool(np.all(np.isfinite(a)))
+                and (bound is None or np.linalg.norm(a.astype(np.float64).ravel()) <= bound * (1 - 1e-9)))
+    if good:  # a valid array is accepted, whatever else the draw did
+        assert reason is None, reason
     if reason is None:
         assert a.shape == expected and dtype.kind == "f" and np.all(np.isfinite(a))
         assert bound is None or np.linalg.norm(a.astype(np.float64).ravel()) <= bound * (1 + 1e-12)
@@ -103,18 +117,35 @@ def test_check_array_fuzz_only_none_or_a_reason(data):
 @FAST
 @given(data=st.data())
 def test_decode_arrays_fuzz_only_arrays_or_a_reason(data):
-    tensors = []
+    tensors, originals = [], []
     for _ in range(data.draw(st.integers(0, 3))):
-        kind = data.draw(st.sampled_from(["array", "bytes", "truncated"]))
+        kind = data.draw(st.sampled_from(["array", "array", "bytes", "truncated"]))
         if kind == "bytes":
             tensors.append(data.draw(st.binary(max_size=64)))
+            originals.append(None)
             continue
         a = data.draw(hnp.arrays(hnp.scalar_dtypes(), hnp.array_shapes(min_dims=0, max_dims=2, max_side=4)))
         blob = ndarrays_to_parameters([a]).tensors[0]
         tensors.append(blob[: len(blob) // 2] if kind == "truncated" else blob)
-    out = decode_arrays(fitres(None, tensors=tensors), data.draw(st.integers(0, 3)),
-                        max_bytes=data.draw(st.one_of(st.none(), st.integers(0, 400))))
+        originals.append(a if kind == "array" else None)
+    count = data.draw(st.one_of(st.just(len(tensors)), st.integers(0, 3)))
+    max_bytes = data.draw(st.one_of(st.none(), st.integers(0, 400)))
+    out = decode_arrays(fitres(None, tensors=tensors), count, max_bytes=max_bytes)
     assert isinstance(out, str) or (isinstance(out, list) and all(isinstance(a, np.ndarray) for a in out))
+    if count != len(tensors):
+        assert out == f"{len(tensors)} arrays instead of {count}"
+        return
+    for i, (blob, a) in enumerate(zip(tensors, originals)):  # the first bad tensor gives the reason
+        if max_bytes is not None and len(blob) > max_bytes:
+            assert out == f"array {i} is {len(blob)} bytes, more than the {max_bytes} expected"
+            return
+        if a is None:  # random bytes or a truncated blob: never an array
+            assert isinstance(out, str) and out.startswith(f"array {i} ")
+            return
+    assert isinstance(out, list) and len(out) == count, out  # well-formed arrays within the limit decode to themselves
+    for got, a in zip(out, originals):
+        assert got.dtype == a.dtype and got.shape == a.shape
+        np.testing.assert_array_equal(got, a)
 
 
 def test_decode_arrays_reasons():
@@ -179,7 +210,7 @@ def test_malformed_replies_are_rejected_counted_and_logged(corrupt_replies, capl
     over = dict(num_clients=12, num_samples=2400, dimension=20, rank=3, iteration_rank=4, local_steps=2,
                 schedule="fixed", num_server_rounds=6)
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        strategy = run_app(**over)
+        strategy = run_app(expect_clean=False, **over)
     assert [r["rejected"] for r in strategy.records[1:]] == [8] * 6
     assert [r["participants"] for r in strategy.records[1:]] == [4] * 6
     assert all(r["failures"] == 0 for r in strategy.records)
@@ -322,7 +353,7 @@ def bad_data_on(monkeypatch, tmp_path):
 def test_a_node_with_bad_data_is_left_out_and_the_run_goes_on(bad_data_on, caplog):
     bad_data_on({2: np.full((30, 6), np.nan), 3: np.ones((30, 9))})
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        strategy = run_app(**TINY, local_steps=2)
+        strategy = run_app(expect_clean=False, **TINY, local_steps=2)
     assert sorted(strategy.proxies) == [0, 1]
     assert all(r["failures"] == 2 and r["participants"] == 2 for r in strategy.records[1:])
     assert_finite_records(strategy)
@@ -359,7 +390,7 @@ def test_duplicate_partition_ids_and_strict_strategies(monkeypatch, caplog):
 
     monkeypatch.setattr(client_app.app, "app", app)
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        strategy = run_app(**TINY)
+        strategy = run_app(expect_clean=False, **TINY)
     assert "node 1002 is left out of the run: it reports partition-id 1, which node 1001 already has" in caplog.text
     assert sorted(strategy.proxies) == [0, 1, 3] and strategy.records[-1]["failures"] == 1
     import dataclasses

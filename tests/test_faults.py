@@ -42,7 +42,7 @@ def test_corrupt_breaks_values_or_shapes():
 def test_garbage_replies_are_rejected_counted_and_never_averaged(faulty_nodes):
     over = dict(num_clients=4, num_samples=2000, dimension=15, num_server_rounds=4, local_steps=2)
     faulty_nodes.update({1: "nan", 2: "shape"})
-    garbage = run_app(**over)
+    garbage = run_app(expect_clean=False, **over)
     rows = garbage.records[1:]
     assert all(r["rejected"] == 2 and r["participants"] == 2 and r["failures"] == 0 for r in rows)
     assert all(np.isfinite(r["subspace_distance"]) for r in rows)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from conftest import run_app
 
 from simulations.experiments.fedlrgd.fedlrgd_crossover import fedave_curve, fedlrgd_curve, first_stay_below, make_data, report, run
@@ -39,7 +38,12 @@ def test_first_stay_below():
     assert first_stay_below(np.array([5.0, 2.0]), 1.0) is None
 
 
-def test_tiny_grid_and_report(tmp_path):
+def test_tiny_grid_and_report(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    figures, savefig = [], matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda self, *a, **k: (figures.append(self), savefig(self, *a, **k))[1])
     c = {"p": [1], "seeds": 1, "m": 4, "s": 10, "l2": 0.1, "ranks": [2, 3], "gd-factor": 30, "g-inverse": "pinv",
          "pinv-rcond": 1e-10, "fedave-server-samples": 3, "local-steps": [5], "step-max": [0.2], "max-epochs": 30,
          "eps": [1e-3, 1e-6], "phi": [1, 100]}
@@ -51,4 +55,14 @@ def test_tiny_grid_and_report(tmp_path):
     assert lrgd.gamma == r * r + r * 10 + r * S + 100 * 4 * r  # Gamma's closed form
     report(df, tmp_path, "t")
     assert (tmp_path / "oracle_complexity.png").exists() and "| 2 | 100 |" in (tmp_path / "summary.md").read_text()
-    assert isinstance(df, pd.DataFrame)
+    (fig,) = figures  # what the plot shows: one panel for p = 1, one curve per (algorithm, phi), eps on x
+    (ax,) = fig.axes
+    assert (ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) == (
+        "d = 2 (p = 1)", "target eps (F - F*)", "federated oracle complexity Gamma")
+    labels = ["FedLRGD, phi=1", "FedAve, phi=1", "FedLRGD, phi=100", "FedAve, phi=100"]
+    assert [ln.get_label() for ln in ax.get_lines()] == labels
+    assert [x.get_text() for x in ax.get_legend().get_texts()] == labels
+    curve = ax.get_lines()[2]  # FedLRGD at phi = 100: its Gamma at each eps
+    expected = df[(df.algorithm == "fedlrgd") & (df.phi == 100)].sort_values("eps")
+    np.testing.assert_allclose(curve.get_xdata(), expected.eps)
+    np.testing.assert_allclose(curve.get_ydata(), expected.gamma)

@@ -66,6 +66,19 @@ def _protocol(blocks, phi_blocks, u0_blocks, alpha, T, momentum, weights=None):
     return V, sum(local_gd(S, V, U0, T, momentum)[1] for S, U0 in zip(blocks, u0_blocks))
 
 
+def _gd_losses_by_hand(S, V, U0, T, momentum):
+    """Spec Algorithm 2: U_{k+1} = Y_k - gamma (Y_k V^T - S) V, Y_{k+1} = U_{k+1} + beta_k (U_{k+1} - U_k)."""
+    sv = np.linalg.svd(V, compute_uv=False)
+    gamma = 1 / sv[0] ** 2
+    U, Y, losses = U0, U0, [0.5 * np.linalg.norm(S - U0 @ V.T) ** 2]
+    for k in range(T):
+        U_next = Y - gamma * (Y @ V.T - S) @ V
+        beta = {"none": 0.0, "nesterov": k / (k + 3), "nesterov-sc": (sv[0] - sv[-1]) / (sv[0] + sv[-1])}[momentum]
+        Y, U = U_next + beta * (U_next - U), U_next
+        losses.append(0.5 * np.linalg.norm(S - U @ V.T) ** 2)
+    return np.array(losses)
+
+
 @pytest.mark.parametrize("momentum", ["none", "nesterov", "nesterov-sc"])
 def test_loss_trajectory_does_not_depend_on_the_row_partition(momentum):
     rng = np.random.default_rng(0)
@@ -73,8 +86,10 @@ def test_loss_trajectory_does_not_depend_on_the_row_partition(momentum):
                      row_normalize=False).X
     Phi, U0 = rng.standard_normal((300, 3)), rng.standard_normal((300, 3)) / 10
     V_c = S.T @ (S @ (S.T @ Phi))
-    _, ref = _protocol([S], [Phi], [U0], 1, 40, momentum)
-    np.testing.assert_allclose(ref, local_gd(S, V_c, U0, 40, momentum)[1], rtol=1e-12)
+    V_1, ref = _protocol([S], [Phi], [U0], 1, 40, momentum)
+    np.testing.assert_allclose(V_1, V_c, rtol=1e-12)
+    # the reference trajectory is Algorithm 2 written out here, not local_gd
+    np.testing.assert_allclose(ref, _gd_losses_by_hand(S, V_c, U0, 40, momentum), rtol=1e-10)
     for cuts in ([60, 120, 180, 240], [3, 250], sorted(rng.choice(np.arange(1, 300), 24, replace=False))):
         order = rng.permutation(len(cuts) + 1)  # any client order
         blocks = [np.split(a, cuts) for a in (S, Phi, U0)]
@@ -175,10 +190,21 @@ def test_ward_kolda_needs_tens_of_communications_on_the_synthetic_data(tmp_path)
 
 
 def test_simultaneous_gd_baseline_uses_a_matrix_gradient_and_the_predicted_count():
-    strategy = run_app(strategy="mf-simgd", dataset="mf-synthetic", num_samples=500, dimension=40, rank=3,
-                       num_clients=5, mf_noise=1e-6, num_server_rounds=5)
+    """Ye & Du's constants by hand (spec 2.7); the update rule itself is pinned in test_mf_update_rules.py."""
+    over = dict(strategy="mf-simgd", dataset="mf-synthetic", num_samples=500, dimension=40, rank=3,
+                num_clients=5, mf_noise=1e-6, num_server_rounds=5)
+    strategy = run_app(**over)
+    for data_over in ({}, dict(dataset="mf-decay", num_server_rounds=1)):  # sigma_1 = 1, then sigma_i = 100 / i
+        s_over = dict(over, **data_over)
+        st_ = strategy if not data_over else run_app(**s_over)
+        S, sizes, cfg = pooled(**s_over)
+        s = np.linalg.svd(S, compute_uv=False)
+        r, n, d = 3, S.shape[0], S.shape[1]
+        std = s[r - 1] / (np.sqrt(s[0] * r ** 3) * (d + n))
+        eta = s[r - 1] * std ** 2 / (r * s[0] ** 3)
+        assert st_.init_std == pytest.approx(std, rel=1e-9) and st_.eta == pytest.approx(eta, rel=1e-9)
     assert len(strategy.records) == 6 and strategy.predicted_iterations > 1e6
-    assert not np.allclose(strategy.V, strategy.V[0, 0])  # a matrix step, not a scalar (spec P16)
+    assert np.linalg.matrix_rank(strategy.V) == 3  # a matrix step, not a scalar (spec P16)
 
 
 def test_a_missing_client_stops_the_run_without_a_result():

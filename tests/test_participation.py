@@ -43,7 +43,13 @@ def replies_seen(strategy_runs):
 # -- sampling ---------------------------------------------------------------------------------------------------------
 
 def test_one_stream_tag_for_sampling():
-    assert STREAM_SAMPLING == EIGENSPACE_STREAM_SAMPLING
+    """Sampling draws from its own stream (tag 1), never the init (0), noise (2) or latency stream of the seed."""
+    from fl_strategies.eigenspace import STREAM_INIT, STREAM_NOISE
+    tags = [STREAM_INIT, STREAM_SAMPLING, STREAM_NOISE, STREAM_LATENCY]
+    assert len(set(tags)) == len(tags) and EIGENSPACE_STREAM_SAMPLING == 1
+    for seed, rnd in [(0, 1), (5, 3)]:  # the draw is the documented one: (seed, 1, round), K = 4 of m = 9
+        counts = np.bincount(np.random.default_rng([seed, 1, rnd]).integers(0, 9, size=4), minlength=9)
+        assert sample_partitions(seed, rnd, 9, 4, replace=True) == {p: int(c) for p, c in enumerate(counts) if c}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 7])

@@ -223,22 +223,66 @@ def test_markdown_table(frame, tmp_path):
 def _assert_png(path):
     data = path.read_bytes()
     assert data[:8] == PNG_MAGIC
-    assert len(data) > 5_000
 
 
-def test_plot_single_panel(frame, tmp_path):
+@pytest.fixture
+def saved_figures(monkeypatch):
+    """Every matplotlib figure saved during the test, inspected before it is closed."""
+    import matplotlib.figure
+
+    figures = []
+    savefig = matplotlib.figure.Figure.savefig
+
+    def recording_savefig(self, *args, **kwargs):
+        figures.append(self)
+        return savefig(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", recording_savefig)
+    return figures
+
+
+def _panels(fig):
+    """``[(title, xlabel, ylabel, [line labels], [legend texts], [line y data])]`` of the visible axes."""
+    out = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        legend = ax.get_legend()
+        out.append((ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), [ln.get_label() for ln in ax.get_lines()],
+                    [t.get_text() for t in legend.get_texts()] if legend else [], [ln.get_ydata() for ln in ax.get_lines()]))
+    return out
+
+
+def test_plot_single_panel(frame, tmp_path, saved_figures):
     path = tmp_path / "single.png"
     plot_metric(frame, path, title="single panel")
     _assert_png(path)
+    (fig,) = saved_figures
+    (panel,) = _panels(fig)
+    title, xlabel, ylabel, lines, legend, ys = panel
+    assert (xlabel, ylabel) == ("communication rounds", "subspace distance")
+    assert lines == ["fast", "slow"] and legend == ["fast", "slow"]
+    assert fig._suptitle.get_text() == "single panel"
+    # the line is the median over the seeds, round by round
+    np.testing.assert_allclose(ys[0], np.median(np.array(list(FAST.values())), axis=0))
+    np.testing.assert_allclose(ys[1], np.median(np.array(list(SLOW.values())), axis=0))
+    assert fig.axes[0].get_yscale() == "log"
 
 
-def test_plot_with_panels(tmp_path):
+def test_plot_with_panels(tmp_path, saved_figures):
     path = tmp_path / "panels.png"
     plot_metric(make_frame(with_panel=True), path, ylabel="distance")
     _assert_png(path)
+    (fig,) = saved_figures
+    panels = _panels(fig)
+    assert [p[0] for p in panels] == ["A", "B"]
+    assert [p[3] for p in panels] == [["fast"], ["slow"]] and [p[4] for p in panels] == [["fast"], ["slow"]]
+    assert [p[1] for p in panels] == ["communication rounds"] * 2
+    assert panels[0][2] == "distance"  # the y label on the first panel of the row only
+    assert fig._suptitle is None
 
 
-def test_plot_with_nan_and_zero(frame, tmp_path):
+def test_plot_with_nan_and_zero(frame, tmp_path, saved_figures):
     df = frame.copy()
     df.loc[(df["run"] == "fast") & (df["round"] == 4), "subspace_distance"] = 0.0
     df.loc[(df["run"] == "slow") & (df["round"] == 2), "subspace_distance"] = np.nan
@@ -248,9 +292,15 @@ def test_plot_with_nan_and_zero(frame, tmp_path):
     path = tmp_path / "nan_zero.png"
     plot_metric(df, path)
     _assert_png(path)
+    (fig,) = saved_figures
+    (panel,) = _panels(fig)
+    assert panel[0] == "" and panel[3] == ["fast", "slow"]
+    fast_y = np.asarray(panel[5][0], dtype=float)
+    assert fast_y[-1] == pytest.approx(1e-16)  # zeros are clipped to 1e-16 for the log axis
+    assert np.all(np.isfinite(fast_y)) and np.all(fast_y > 0)
 
 
-def test_plot_many_panels(tmp_path):
+def test_plot_many_panels(tmp_path, saved_figures):
     frames = []
     for i in range(4):
         df = make_frame()
@@ -261,6 +311,11 @@ def test_plot_many_panels(tmp_path):
     path = tmp_path / "many.png"
     plot_metric(df, path)
     _assert_png(path)
+    (fig,) = saved_figures
+    panels = _panels(fig)
+    assert [p[0] for p in panels] == ["p0", "p1", "p2", "p3"]
+    assert [p[3] for p in panels] == [[f"fast-{i}", f"slow-{i}"] for i in range(4)]
+    assert [p[2] for p in panels] == ["subspace distance", "", "", "subspace distance"]  # rows of at most three
     summary = summarize(df)
     assert len(summary) == 8
     assert list(summary["total_bytes"]) == [10_000, 12_000_000] * 4
