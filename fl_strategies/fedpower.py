@@ -204,14 +204,23 @@ class FedPowerStrategy(EigenspaceStrategy):
             reason = check_orthonormal(arrays[1], name="Z_prev")
         return reason
 
+    def intake(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], asked, steps: int,
+               Z: np.ndarray) -> tuple[dict[int, tuple[list[np.ndarray], dict[str, float]]], int]:
+        """The round's valid replies ``pid -> ([Y, Z_prev (p > 1)], {"f": ...})`` and how many were rejected.
+
+        :meth:`collect_replies` with FedPower's shapes (``d x r`` each), the
+        objective ``f`` under a stopping rule, and :meth:`_check_reply`.
+        """
+        return self.collect_replies(server_round, results, asked, [(self.d, self.r)] * (2 if steps > 1 else 1),
+                                    ("f",) if self.stop_tol > 0 else (), broadcast=Z, names=("Y", "Z_prev"),
+                                    check=self._check_reply)
+
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                       failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
         """Align, average with weights ``c_i s_i`` and orthonormalise (lines 10-12)."""
         pend = self._pending
         steps = pend["steps"]
-        valid, rejected = self.collect_replies(
-            server_round, results, pend["asked"], [(self.d, self.r)] * (2 if steps > 1 else 1),
-            ("f",) if self.stop_tol > 0 else (), broadcast=pend["Z"], names=("Y", "Z_prev"), check=self._check_reply)
+        valid, rejected = self.intake(server_round, results, pend["asked"], steps, pend["Z"])
         # (Y, Z_prev); with one step every Z_prev is the broadcast Z
         replies = {pid: (arrays[0], arrays[1] if steps > 1 else pend["Z"]) for pid, (arrays, _) in valid.items()}
         objective = sum(values["f"] for _, values in valid.values()) if self.stop_tol > 0 else 0.0

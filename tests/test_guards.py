@@ -7,6 +7,7 @@ tolerance, a key exempted from the comparison) fails a test.
 
 from __future__ import annotations
 
+import logging
 import json
 import math
 
@@ -118,7 +119,7 @@ def test_resume_refuses_data_whose_row_counts_changed(tmp_path, monkeypatch, sav
 
 @pytest.fixture(scope="module")
 def noisy_fedpower():
-    """A finished FedPower run with explicit noise (d = 10, r = 3) whose _decode we probe."""
+    """A finished FedPower run with explicit noise (d = 10, r = 3) whose reply intake we probe."""
     return run_app(**dict(TINY, noise_std=0.02, row_normalize=True, local_steps=2))
 
 
@@ -140,6 +141,20 @@ def test_fedpower_norm_bound_by_hand(noisy_fedpower, eps_fedpower):
     assert len(set(eps_fedpower.sizes.values())) == 3  # unequal: the bound depends on the partition
 
 
+def _decode(s, res, Z, pid=0):
+    """FedPower's reply intake on one reply of partition ``pid`` (two local steps): ``[Y, Z_prev]`` or the reason."""
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = logging.getLogger("flwr.fedspectral")
+    logger.addHandler(handler)
+    try:
+        valid, rejected = s.intake(1, [(s.proxies[pid], res)], {pid}, 2, Z)
+    finally:
+        logger.removeHandler(handler)
+    return seen[-1].split("rejected: ", 1)[1] if rejected else valid[pid][0]
+
+
 def _reply(strategy, Y, Z_prev=None, pid=0):
     arrays = [Y] if Z_prev is None else [Y, Z_prev]
     return fitres(arrays, strategy.sizes[pid], {"partition-id": pid})
@@ -152,7 +167,7 @@ def test_fedpower_reply_just_inside_and_outside_the_norm_bound(noisy_fedpower, f
     Y = np.random.default_rng(1).standard_normal((10, 3))
     Y *= factor * bound / np.linalg.norm(Y)
     Z = orth(np.random.default_rng(2).standard_normal((10, 3)))
-    out = s._decode(_reply(s, Y, Z), 2, Z, 0)
+    out = _decode(s, _reply(s, Y, Z), Z)
     if ok:
         assert not isinstance(out, str) and np.array_equal(out[0], Y)
     else:
@@ -164,7 +179,7 @@ def test_fedpower_z_prev_just_inside_and_outside_orthonormality(noisy_fedpower, 
     s = noisy_fedpower
     Z = orth(np.random.default_rng(2).standard_normal((10, 3)))
     Y = 0.5 * Z
-    out = s._decode(_reply(s, Y, factor * Z), 2, Z, 0)  # max |Z^T Z - I| = factor^2 - 1
+    out = _decode(s, _reply(s, Y, factor * Z), Z)  # max |Z^T Z - I| = factor^2 - 1
     assert (not isinstance(out, str)) == ok
     if not ok:
         assert "not orthonormal" in out
@@ -205,9 +220,9 @@ def test_fedpower_reply_size_limit(noisy_fedpower):
     blob = ndarrays_to_parameters([big]).tensors[0]
     assert len(blob) > 16 * 30 + 4096 >= len(blob) - 128
     zblob = ndarrays_to_parameters([Z]).tensors[0]
-    out = s._decode(fitres(tensors=[blob, zblob], num_examples=s.sizes[0], metrics={"partition-id": 0}), 2, Z, 0)
+    out = _decode(s, fitres(tensors=[blob, zblob], num_examples=s.sizes[0], metrics={"partition-id": 0}), Z)
     assert isinstance(out, str) and "bytes, more than the 4576 expected" in out
-    ok = s._decode(_reply(s, (0.1 * Z).astype(np.longdouble), Z), 2, Z, 0)
+    ok = _decode(s, _reply(s, (0.1 * Z).astype(np.longdouble), Z), Z)
     assert not isinstance(ok, str)
 
 

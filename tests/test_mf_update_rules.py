@@ -16,7 +16,7 @@ from conftest import run_app
 from fl_strategies.config import validate_run_config
 from fl_strategies.fedmf_kernels import altgd_step, local_gd, simgd_step, wk_init
 from simulations.engines import fused_run_config
-from simulations.federated_data import federated_dataset
+from simulations.data.federated_data import federated_dataset
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 The expected values are computed here from the formulas themselves (FedPower's Theorem 6 and eq. A.2; the DP
 power method's zCDP accounting, Bun & Steinke), never by calling fl_strategies.privacy or fl_strategies.zcdp: a
 bug in those modules, or in how a strategy feeds them (which client, how many steps), must show up as a wrong
-number here. The row counts of the partitions come from the data layer (simulations.federated_data), which does
+number here. The row counts of the partitions come from the data layer (simulations.data.federated_data), which does
 no accounting.
 """
 
@@ -18,7 +18,7 @@ from conftest import run_app
 from fl_strategies import checkpoint as ck
 from fl_strategies.config import validate_run_config
 from simulations.engines import fused_run_config
-from simulations.federated_data import federated_dataset
+from simulations.data.federated_data import federated_dataset
 
 # FedPower on unequal partitions ("linear": client j holds about j+1 shares), d = 20, r = 3
 UNEQUAL = dict(dataset="fedpower-model1", num_samples=2000, dimension=20, rank=2, iteration_rank=3, num_clients=4,
