@@ -51,7 +51,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fl_strategies.data_files import normalize_rows, read_samples
-from fl_strategies.harness import NODE_DATA, find_harness
+from fl_strategies.harness import find_harness, on_nodes, partition_file
 
 __all__ = ["NodeData", "partition_id", "load_client_rows", "load_client_covariance", "check_local_matrix"]
 
@@ -88,19 +88,22 @@ class NodeData:
     def __init__(self, cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> None:
         self.cfg, self.node_config = cfg, node_config
         self.partition_id = partition_id(cfg, node_config)
-        self._rows = self._covariance = None
+        self._rows = self._covariance = self._centered = None
 
     @classmethod
     def of(cls, partition_id: int, *, rows=None, covariance: tuple[np.ndarray, int] | None = None) -> "NodeData":
         """Data given directly (tests, notebooks): ``rows`` (s_i, d) and/or ``covariance`` ``(A_i, s_i)``."""
         data = cls.__new__(cls)
         data.cfg, data.node_config, data.partition_id = {}, {}, int(partition_id)
-        data._rows, data._covariance = rows, covariance
+        data._rows, data._covariance, data._centered = rows, covariance, None
         return data
 
     @property
     def source(self) -> str:
         """The source as error messages name it."""
+        folder_file = partition_file(self.cfg.get("dataset"), self.partition_id)
+        if "data-path" not in self.node_config and folder_file is not None:
+            return f"partition {self.partition_id}: dataset folder file {str(folder_file)!r}"
         if "data-path" in self.node_config:
             return f"partition {self.partition_id}: node config data-path {str(self.node_config['data-path'])!r}"
         return f"partition {self.partition_id} of dataset {self.cfg.get('dataset')!r}"
@@ -109,8 +112,11 @@ class NodeData:
     def rows(self):
         """``M_i``, shape (s_i, d): an ndarray (a scipy sparse matrix for a folder of interactions)."""
         if self._rows is None:
+            folder_file = partition_file(self.cfg["dataset"], self.partition_id)
             if "data-path" in self.node_config:
                 self._rows = _file_rows(self.cfg, self.partition_id, str(self.node_config["data-path"]))
+            elif folder_file is not None:  # a folder of per-client files: this client's own file only
+                self._rows = _file_rows(self.cfg, self.partition_id, str(folder_file), "dataset folder file")
             else:
                 self._rows = _harness(self.cfg, self.partition_id).client_rows(self.cfg, self.partition_id)
             if self._rows.shape[0] < 1:
@@ -118,10 +124,33 @@ class NodeData:
         return self._rows
 
     @property
+    def row_sum(self) -> np.ndarray:
+        """``sum`` of the rows, shape (d,) (what centring sends at discovery)."""
+        return np.asarray(self.rows.sum(axis=0), dtype=np.float64).ravel()
+
+    def covariance_for(self, config: Mapping[str, Any]) -> tuple[np.ndarray, int]:
+        """``(A_i, s_i)``, centred with the global mean when the server sends one (``config["mean"]``).
+
+        ``(M_i - 1 mu^T)^T (M_i - 1 mu^T) / s_i = A_i - m_i mu^T - mu m_i^T + mu mu^T`` with the client's row
+        mean ``m_i``; cached per mean.
+        """
+        A, s = self.covariance
+        mean = config.get("mean")
+        if mean is None:
+            return A, s
+        if not isinstance(mean, bytes) or len(mean) != 8 * A.shape[0]:
+            raise ValueError(f"{self.source}: the broadcast mean is not {A.shape[0]} float64 numbers")
+        if self._centered is None or self._centered[0] != mean:
+            mu = np.frombuffer(mean, dtype="<f8").astype(np.float64)
+            m = self.row_sum / s
+            self._centered = (mean, A - np.outer(m, mu) - np.outer(mu, m) + np.outer(mu, mu))
+        return self._centered[1], s
+
+    @property
     def covariance(self) -> tuple[np.ndarray, int]:
         """``(A_i = M_i^T M_i / s_i, s_i)``, checked by :func:`check_local_matrix` once per matrix and process."""
         if self._covariance is None:
-            if "data-path" in self.node_config:
+            if "data-path" in self.node_config or on_nodes(self.cfg):
                 rows = self.rows
                 with np.errstate(all="ignore"):
                     A, s = rows.T @ rows / max(rows.shape[0], 1), rows.shape[0]
@@ -147,16 +176,16 @@ def _harness(cfg: Mapping[str, Any], pid: int):
     return harness
 
 
-def _file_rows(cfg: Mapping[str, Any], pid: int, path: str) -> np.ndarray:
+def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node config data-path") -> np.ndarray:
     """The rows of a ``data-path`` file, checked and (with ``row-normalize``) normalised; cached per file version."""
     try:
         stat = Path(path).stat()
         version = (stat.st_mtime_ns, stat.st_size)
     except OSError:
         version = None  # read_samples names the problem
-    X = _read_cached(path, version, cfg["row-normalize"], f"partition {pid}: node config data-path")
-    if cfg["dataset"] != NODE_DATA and cfg["dimension"] > 0 and X.shape[1] != cfg["dimension"]:
-        raise ValueError(f"partition {pid}: node config data-path {path!r}: has {X.shape[1]} columns, but the "
+    X = _read_cached(path, version, cfg["row-normalize"], f"partition {pid}: {what}")
+    if not on_nodes(cfg) and cfg["dimension"] > 0 and X.shape[1] != cfg["dimension"]:
+        raise ValueError(f"partition {pid}: {what} {path!r}: has {X.shape[1]} columns, but the "
                          f"run's data have dimension d = {cfg['dimension']}")
     return X
 

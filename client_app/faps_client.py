@@ -10,6 +10,8 @@ from flwr.common import Array, ArrayRecord, ConfigRecord, Context
 
 from fl_strategies.faps import FapsState, faps_client_round
 
+from .fedpower_client import summary_reply
+
 __all__ = ["FapsClient"]
 
 ARRAYS, SCALARS = "faps-arrays", "faps-scalars"  # one RecordDict namespace for all record types
@@ -33,13 +35,17 @@ class FapsClient(NumPyClient):
     """
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
+        self.data = data
         A, self.s = data.covariance
-        self.M, self.d = A * self.s, A.shape[0]
+        self.d = A.shape[0]
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
 
     def get_properties(self, config):
-        """Report what the server needs to plan the run (no data)."""
-        return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
+        """Report what the server needs to plan the run: no data (with ``center``, the row sum)."""
+        props = {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
+        if self.cfg["center"]:
+            props["row-sum"] = self.data.row_sum.astype("<f8").tobytes()
+        return props
 
     def _load(self) -> FapsState | None:
         state = self.context.state  # not .array_records / .config_records: views of every record at every message
@@ -59,6 +65,9 @@ class FapsClient(NumPyClient):
         p = self.cfg["iteration-rank"]
         if Z.shape != (self.d, p) or not np.all(np.isfinite(Z)):
             raise ValueError(f"broadcast Z has shape {Z.shape} or non-finite values; expected ({self.d}, {p})")
-        Y, f, state, steps = faps_client_round(self.M, Z.astype(np.float64), self._load(), self.cfg)
+        A, _ = self.data.covariance_for(config)
+        if config.get("phase") == "summary":
+            return summary_reply(A, Z, self.s, 0.0, self.partition_id)
+        Y, f, state, steps = faps_client_round(A * self.s, Z.astype(np.float64), self._load(), self.cfg)
         self._save(state)
         return [Y], self.s, {"f": f, "inner-steps": steps}

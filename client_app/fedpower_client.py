@@ -12,7 +12,18 @@ from fl_strategies.config import total_iterations
 from fl_strategies.fedpower import STREAM_NOISE, local_power_iterations
 from fl_strategies.privacy import noise_std
 
-__all__ = ["FedPowerClient"]
+__all__ = ["FedPowerClient", "summary_reply"]
+
+
+def summary_reply(A: np.ndarray, Z: np.ndarray, s: int, noise_std: float, partition_id: int):
+    """The summary exchange's reply (:mod:`fl_strategies.pca`): ``[A_i Z]``, ``s_i`` and ``tr(A_i)``.
+
+    Refused when the client adds privacy noise: the summary is exact, its release would not be covered.
+    """
+    if noise_std > 0:
+        raise RuntimeError("a noisy client sends no summary: its exact A_i Z would not be covered by the privacy "
+                           "guarantee")
+    return [A @ Z], s, {"partition-id": partition_id, "trace": float(np.trace(A))}
 
 
 class FedPowerClient(NumPyClient):
@@ -34,6 +45,7 @@ class FedPowerClient(NumPyClient):
     """
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
+        self.data = data
         self.A, self.s = data.covariance
         self.d = self.A.shape[0]
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
@@ -47,19 +59,25 @@ class FedPowerClient(NumPyClient):
         self.budget = T
 
     def get_properties(self, config):
-        """Report what the server needs to plan the run (no data)."""
-        return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
+        """Report what the server needs to plan the run: no data (with ``center``, the row sum)."""
+        props = {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
+        if self.cfg["center"]:
+            props["row-sum"] = self.data.row_sum.astype("<f8").tobytes()
+        return props
 
     def _steps_done(self) -> int:
         state = self.context.state  # not .config_records: that builds a view of every record at every message
         return int(state["fedpower"]["steps"]) if "fedpower" in state else 0
 
     def fit(self, parameters, config):
-        """Run ``config['local-steps']`` local iterations from the broadcast ``Z``."""
+        """Run ``config['local-steps']`` local iterations from the broadcast ``Z`` (or answer the summary)."""
         (Z,) = parameters
         r = self.cfg["iteration-rank"]
         if Z.shape != (self.d, r) or not np.all(np.isfinite(Z)):
             raise ValueError(f"broadcast Z has shape {Z.shape} or non-finite values; expected ({self.d}, {r})")
+        A, _ = self.data.covariance_for(config)
+        if config.get("phase") == "summary":
+            return summary_reply(A, Z, self.s, self.noise_std, self.partition_id)
         steps = int(config["local-steps"])
         # steps this node counted, or (in a run resumed from a checkpoint, whose node state starts empty) the steps
         # the run had done before this round, whichever is larger
@@ -72,10 +90,10 @@ class FedPowerClient(NumPyClient):
                 rng = np.random.default_rng()
             else:
                 rng = np.random.default_rng([self.cfg["seed"], STREAM_NOISE, self.partition_id, int(config["round"])])
-        Y, Z_prev = local_power_iterations(self.A, Z, steps, self.noise_std, rng)
+        Y, Z_prev = local_power_iterations(A, Z, steps, self.noise_std, rng)
         self.context.state["fedpower"] = ConfigRecord({"steps": done + steps})
         arrays = [Y, Z_prev] if steps > 1 else [Y]
         metrics = {"partition-id": self.partition_id}
         if self.cfg["stop-tol"] > 0:  # the stopping rule's objective tr(Z^T M_i Z) at the received Z
-            metrics["f"] = float(self.s * np.sum(Z * (self.A @ Z)))
+            metrics["f"] = float(self.s * np.sum(Z * (A @ Z)))
         return arrays, self.s, metrics

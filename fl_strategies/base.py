@@ -121,6 +121,10 @@ class FederatedStrategy(Strategy):
         self.proxies: dict[int, ClientProxy] = {}
         self.sizes: dict[int, int] = {}
         self._pid_by_cid: dict[str, int] = {}
+        self._row_sums: dict[str, np.ndarray] = {}
+        self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
+        self.model: dict[str, Any] | None = None  # the PCA model of the summary exchange (fl_strategies.pca)
+        self.on_model: Callable[[dict], None] | None = None
         self.stopped = False
         self.failure: str | None = None
         self.on_round: Callable[[dict, np.ndarray], None] | None = None
@@ -157,6 +161,10 @@ class FederatedStrategy(Strategy):
         else:
             answers = self._ask(proxies)
         self._register(answers)
+        self.mean = np.zeros(self.d)
+        if self.cfg.get("center"):  # the global mean from the registered nodes' row sums and counts
+            self.mean = sum(self._row_sums[p.cid] for p in self.proxies.values()) / sum(self.sizes.values())
+            log.info("center = true: the mean of %d rows, from the clients' row sums", sum(self.sizes.values()))
 
     def _from_directory(self, proxies: list[ClientProxy], deadline: float) -> list[tuple[ClientProxy, Any]]:
         """``(proxy, (partition id, rows) or reason)`` from the engine's node directory; no message is sent."""
@@ -196,8 +204,25 @@ class FederatedStrategy(Strategy):
             answers = list(pool.map(ask, proxies))
         if self.d is None:
             self.d = self._agreed_dimension(answers)
-        return [(proxy, props if isinstance(props, str) else check_properties(props, self.m, self.d))
-                for proxy, props in answers]
+        checked = [(proxy, props if isinstance(props, str) else check_properties(props, self.m, self.d))
+                   for proxy, props in answers]
+        if self.cfg.get("center"):
+            checked = [(proxy, self._row_sum(proxy, props, info)) for (proxy, info), (_, props)
+                       in zip(checked, answers)]
+        return checked
+
+    def _row_sum(self, proxy: ClientProxy, props: Any, info: Any) -> Any:
+        """Keep a node's ``row-sum`` (d float64 as bytes, ``center = true``); a node without a valid one is left out."""
+        if isinstance(info, str):
+            return info
+        value = props.get("row-sum")
+        if not isinstance(value, bytes) or len(value) != 8 * self.d:
+            return f"no row-sum of {self.d} numbers in its properties (center = true)"
+        row_sum = np.frombuffer(value, dtype="<f8").astype(np.float64)
+        if not np.all(np.isfinite(row_sum)):
+            return "its row-sum is not finite"
+        self._row_sums[proxy.cid] = row_sum
+        return info
 
     def _agreed_dimension(self, answers: list[tuple[ClientProxy, Any]]) -> int:
         """``d`` as every node that reported one reports it; a ``ConfigError`` naming the nodes otherwise."""

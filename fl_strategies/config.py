@@ -60,10 +60,13 @@ KEYS: dict[str, Key] = {
     k.name: k
     for k in [
         _key("strategy", str, "algorithm to run", choices=STRATEGY_NAMES),
-        _key("dataset", str, "named generator or bundled set (fedpower-model1, fedpower-model1-lazy (per partition, for large "
-             "populations), fedpower-model2, digits, faps-geometric, "
-             "faps-arithmetic, mf-synthetic, mf-step, mf-decay, dp-haar, dp-coherent; erm-logistic, erm-ridge for FedLRGD/FedAve, label in the last column) or a path to a "
-             ".npy/.csv file whose rows are samples", allowed="a non-empty string"),
+        _key("dataset", str, "nodes: every node's own data-path file (the server holds no data); a folder holding "
+             "partition_0.npy ... partition_<m-1>.npy (or .csv): client i reads only its own file; in simulation a "
+             "named generator or bundled set (fedpower-model1, fedpower-model1-lazy (per partition, for large "
+             "populations), fedpower-model2, digits, faps-geometric, faps-arithmetic, mf-synthetic, mf-step, "
+             "mf-decay, dp-haar, dp-coherent; erm-logistic, erm-ridge for FedLRGD/FedAve, label in the last column), "
+             "a .npy/.csv file split by the partitioner, or a folder of user-item interactions (dp-power)",
+             allowed="a non-empty string"),
         _key("partitioner", str, "how rows are split over clients", choices=PARTITIONERS),
         _key("dirichlet-alpha", float, "concentration of the Dirichlet label skew",
              lambda v: v > 0, "a number > 0"),
@@ -220,6 +223,11 @@ KEYS: dict[str, Key] = {
              "the simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
+        _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
+             "and counts before round 1), as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
+        _key("variance-target", float, "PCA: keep the smallest number of components (<= iteration-rank) whose "
+             "explained-variance ratio reaches this fraction, as scikit-learn's fractional n_components; 0 = rank",
+             lambda v: 0 <= v < 1, "a number in [0, 1)"),
         _key("discovery", str, "how the server learns each node's partition id and row count before round 1: ask "
              "(a get_properties message to every node; deployment) or engine (from the in-process or Ray engine "
              "that created the nodes, and the data generator: nothing is sent, for large populations)",
@@ -394,12 +402,29 @@ def _apply_fixed(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     return overridden
 
 
+def _check_pca(cfg: dict[str, Any]) -> None:
+    """``center`` and ``variance-target``: strategies that write a PCA model, without noise, nodes asked."""
+    for key, active in (("center", cfg["center"]), ("variance-target", cfg["variance-target"] > 0)):
+        if not active:
+            continue
+        if not spec(cfg["strategy"]).pca:
+            raise ConfigError(f"{key} applies to the strategies that write a PCA model (fedpower, power, ssi, "
+                              f"localpower, faps), not {cfg['strategy']!r}")
+        if cfg["epsilon"] > 0 or cfg["noise-std"] > 0:
+            raise ConfigError(f"{key} is refused with epsilon or noise-std set: the clients' row sums (centring) "
+                              "and the final summary exchange (explained variance) are sent without noise, so "
+                              "the privacy guarantee would not cover them")
+    if cfg["center"] and cfg["discovery"] == "engine":
+        raise ConfigError('center = true needs discovery = "ask": the clients send their row sums at discovery')
+
+
 def _check_more(cfg: dict[str, Any]) -> None:
     """The checks :data:`KEYS` cannot express (see :func:`validate_run_config`, Notes)."""
     check_participation(cfg)
     for name in ("seed", "data-seed"):
         if cfg[name] < 0:
             raise ConfigError(f"{name} must be an integer >= 0 (it seeds numpy's generators), got {cfg[name]}")
+    _check_pca(cfg)
     if cfg["server-data"] and not is_data_file(cfg["server-data"]):
         raise ConfigError(f"server-data must be '' or a .npy/.csv file, got {cfg['server-data']!r}")
     if not cfg["dataset"].strip():

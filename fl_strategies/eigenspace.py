@@ -18,14 +18,17 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
-from flwr.common import Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
 
-from .base import FederatedStrategy, log
+from .base import FederatedStrategy, log, uploaded_bytes
 from .linalg import gaussian_basis
 from .metrics import round_metrics
+from .pca import choose_rank, pca_model
 from .participation import STREAM_SAMPLING
 
 __all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
@@ -95,3 +98,52 @@ class EigenspaceStrategy(FederatedStrategy):
                      "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g})")
         dist = row["subspace_distance"]
         return (float("nan") if dist is None else dist), {}
+
+    # -- centring and the summary exchange: the PCA model (fl_strategies.pca) ------------------------------
+    def center_config(self) -> dict[str, Scalar]:
+        """``{"mean": bytes}`` (d float64) for every instruction when centring, else ``{}``."""
+        if self.cfg.get("center") and self.mean is not None:
+            return {"mean": self.mean.astype("<f8").tobytes()}
+        return {}
+
+    def configure_summary(self) -> list[tuple[ClientProxy, FitIns]]:
+        """After the last round: the final estimate to every client, which answers ``A_i Z`` and ``tr(A_i)``.
+
+        Only for the strategies that write a PCA model (``spec.pca``), after a
+        run that was not aborted and adds no noise (the summary is exact).
+        """
+        noisy = self.cfg["epsilon"] > 0 or self.cfg["noise-std"] > 0
+        if not self.spec.pca or self.failure or noisy or not self.proxies or not self.iterates:
+            return []
+        self._summary_Z = self.estimate
+        ins = FitIns(ndarrays_to_parameters([self._summary_Z]), {"phase": "summary", **self.center_config()})
+        return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
+
+    def aggregate_summary(self, results: list[tuple[ClientProxy, FitRes]], failures: list) -> dict[str, Any] | None:
+        """The PCA model from the summary replies (every registered client must answer); ``on_model`` gets it."""
+        Z = self._summary_Z
+        valid, rejected = self.collect_replies(len(self.records), results, set(self.proxies), [(self.d, self.r)],
+                                               ("trace",), broadcast=Z)
+        if len(valid) < len(self.proxies):
+            log.warning("summary: %d of %d clients answered (%d rejected, %d failed); no PCA model is written",
+                        len(valid), len(self.proxies), rejected, len(failures))
+            return None
+        n = sum(self.sizes[pid] for pid in valid)
+        CZ = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
+        total = sum(self.sizes[pid] * values["trace"] for pid, (_, values) in valid.items()) / n
+        model = pca_model(Z, CZ, total, n, self.mean if self.mean is not None else np.zeros(self.d), self.r)
+        k = self.k
+        if self.cfg.get("variance-target", 0) > 0:
+            k = choose_rank(model["explained_variance_ratio"], self.cfg["variance-target"])
+            if model["explained_variance_ratio"].sum() < self.cfg["variance-target"]:
+                log.warning("variance-target = %g is not reached by the %d columns iterated (explained-variance "
+                            "ratio %.4g, a lower bound): all %d are kept; a larger iteration-rank may reach it",
+                            self.cfg["variance-target"], self.r, model["explained_variance_ratio"].sum(), self.r)
+        self.model = {key: (value[:k] if isinstance(value, np.ndarray) and key != "mean" else value)
+                      for key, value in model.items()}
+        self.model["summary_bytes"] = uploaded_bytes(results) + len(valid) * Z.nbytes
+        log.info("PCA model: %d component(s) explain %.4g of the variance (%d rows)", k,
+                 float(self.model["explained_variance_ratio"].sum()), n)
+        if self.on_model is not None:
+            self.on_model(self.model)
+        return self.model

@@ -213,7 +213,7 @@ class FapsStrategy(EigenspaceStrategy):
         plan = self.participation.plan(server_round, range(self.m))
         self._pending = {"start": time.perf_counter(), "Z": Z, "bytes_down": self.m * Z.nbytes,
                          "round_time": plan.round_time}
-        fit_ins = FitIns(parameters, {"round": server_round})
+        fit_ins = FitIns(parameters, {"round": server_round, **self.center_config()})
         return [(self.proxies[pid], fit_ins) for pid in range(self.m)]
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],

@@ -155,7 +155,7 @@ class FedPowerStrategy(EigenspaceStrategy):
                                        extra=[min(available)])
         multiplicity = {pid: c for pid, c in multiplicity.items() if pid in plan.kept or pid not in available}
         targets = sorted(set(plan.kept) | set(plan.extra))
-        config: dict[str, Scalar] = {"local-steps": steps, "round": server_round,
+        config: dict[str, Scalar] = {**self.center_config(), "local-steps": steps, "round": server_round,
                                      "iteration-offset": sum(self.lengths[: server_round - 1])}
         fit_ins = FitIns(parameters, config)
         Z = parameters_to_ndarrays(parameters)[0]

@@ -28,16 +28,44 @@ import logging
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, Mapping, Protocol
 
 import numpy as np
 
-__all__ = ["ENTRY_POINT_GROUP", "NODE_DATA", "Harness", "ServerData", "find_harness"]
+from .data_files import FILE_SUFFIXES
+
+__all__ = ["ENTRY_POINT_GROUP", "NODE_DATA", "Harness", "ServerData", "find_harness", "partition_file",
+           "on_nodes"]
 
 ENTRY_POINT_GROUP = "fedspectral.harness"
 
 NODE_DATA = "nodes"
 """``dataset`` of a run on the nodes' own files (``data-path``): no harness is looked up."""
+
+
+def partition_file(dataset: object, partition_id: int) -> Path | None:
+    """``DIR/partition_<i>.npy`` (or ``.csv``) when ``dataset`` is a folder of per-client files, else ``None``.
+
+    A folder of per-client files is the simulation of node data: each client
+    reads only its own file and the server reads none (as with
+    :data:`NODE_DATA`). A folder is one when it holds ``partition_0.npy`` or
+    ``partition_0.csv``.
+    """
+    if not isinstance(dataset, str) or not dataset.strip() or not Path(dataset).is_dir():
+        return None
+    folder = Path(dataset)
+    if not any((folder / f"partition_0{suffix}").is_file() for suffix in FILE_SUFFIXES):
+        return None
+    for suffix in FILE_SUFFIXES:
+        if (folder / f"partition_{partition_id}{suffix}").is_file():
+            return folder / f"partition_{partition_id}{suffix}"
+    return folder / f"partition_{partition_id}.npy"  # missing: the reader names it
+
+
+def on_nodes(cfg: Mapping[str, Any]) -> bool:
+    """Whether the run's rows live only with the clients (``dataset = "nodes"`` or a folder of per-client files)."""
+    return cfg["dataset"] == NODE_DATA or partition_file(cfg["dataset"], 0) is not None
 
 
 @dataclass(frozen=True)
@@ -83,12 +111,12 @@ class Harness(Protocol):
 
 
 def find_harness(cfg: Mapping[str, Any]) -> Harness | None:
-    """The installed harness that claims ``cfg["dataset"]``, or ``None`` (always for :data:`NODE_DATA`).
+    """The installed harness that claims ``cfg["dataset"]``, or ``None`` (always for data on the nodes).
 
     Entry points are loaded once per process; a harness that fails to load
     is skipped with a WARNING (a deployment without the simulation tooling still runs).
     """
-    if cfg["dataset"] == NODE_DATA:
+    if on_nodes(cfg):
         return None
     for harness in _installed():
         if harness.claims(cfg):

@@ -50,6 +50,10 @@ class StrategySpec:
         discovery).
     checkpoints : bool
         Whether a run can resume from a checkpoint (all state at the server).
+    pca : bool
+        Whether it estimates principal components and writes a PCA model
+        (``pca.npz``; ``center``, ``variance-target``) through the noise-free
+        summary exchange after its last round (:mod:`fl_strategies.pca`).
     server_inputs : tuple of str
         What it needs at the server besides the clients' replies:
         ``"server-rows"`` (its own samples: ``server-data``) or
@@ -66,6 +70,7 @@ class StrategySpec:
     sampling: str = "without-replacement"
     partial_ok: bool = False
     checkpoints: bool = False
+    pca: bool = False
     server_inputs: tuple[str, ...] = ()
 
 
@@ -89,21 +94,21 @@ _MF_CLIENT = "client_app.fedmf_client:FedMFClient"
 _MF_BASELINE = "fl_strategies.fedmf:MFBaselineStrategy"
 
 STRATEGIES: dict[str, StrategySpec] = {s.name: s for s in [
-    StrategySpec("fedpower", _POWER, _POWER_CLIENT, noise=True, stragglers="partial", sampling="with-replacement",
+    StrategySpec("fedpower", _POWER, _POWER_CLIENT, pca=True, noise=True, stragglers="partial", sampling="with-replacement",
                  partial_ok=True, checkpoints=True),
-    StrategySpec("power", _POWER, _POWER_CLIENT, stragglers="partial", sampling="with-replacement", partial_ok=True,
+    StrategySpec("power", _POWER, _POWER_CLIENT, pca=True, stragglers="partial", sampling="with-replacement", partial_ok=True,
                  checkpoints=True,
                  fixed=lambda c: {**_no_noise_all_clients(c), "local-steps": 1, "schedule": "fixed",
                                   "alignment": "none", "total-iterations": 0}),
-    StrategySpec("ssi", _POWER, _POWER_CLIENT, stragglers="partial", sampling="with-replacement", partial_ok=True,
+    StrategySpec("ssi", _POWER, _POWER_CLIENT, pca=True, stragglers="partial", sampling="with-replacement", partial_ok=True,
                  checkpoints=True,
                  fixed=lambda c: {**_no_noise_all_clients(c), "local-steps": 1, "schedule": "fixed",
                                   "alignment": "none", "total-iterations": 0, "iteration-rank": c["rank"]}),
-    StrategySpec("localpower", _POWER, _POWER_CLIENT, stragglers="partial", sampling="with-replacement",
+    StrategySpec("localpower", _POWER, _POWER_CLIENT, pca=True, stragglers="partial", sampling="with-replacement",
                  partial_ok=True, checkpoints=True,
                  fixed=lambda c: {**_no_noise_all_clients(c), "schedule": "halving", "alignment": "opt",
                                   "total-iterations": 0, "iteration-rank": c["rank"]}),
-    StrategySpec("faps", "fl_strategies.faps:FapsStrategy", "client_app.faps_client:FapsClient", stragglers="all",
+    StrategySpec("faps", "fl_strategies.faps:FapsStrategy", "client_app.faps_client:FapsClient", stragglers="all", pca=True,
                  fixed=lambda c: {**_no_noise_all_clients(c), "iteration-rank": c["rank"]}),
     StrategySpec("fedlrgd", "fl_strategies.fedlrgd:FedLrgdStrategy", "client_app.erm_client:FedLrgdClient",
                  family="erm", stragglers="all", server_inputs=("server-rows",),

@@ -75,6 +75,7 @@ class StoppingServer(Server):
         finish = getattr(self.strategy, "finish", None)
         if finish is not None:
             finish()
+        self.summary(num_rounds + 1, timeout)
         return history, timeit.default_timer() - start
 
     def fit_round(self, server_round: int, timeout: float | None):
@@ -90,6 +91,14 @@ class StoppingServer(Server):
         log(INFO, "aggregate_fit: received %s results and %s failures", len(results), len(failures))
         parameters_aggregated, metrics_aggregated = self.strategy.aggregate_fit(server_round, results, failures)
         return parameters_aggregated, metrics_aggregated, (results, failures)
+
+    def summary(self, server_round: int, timeout: float | None) -> None:
+        """The strategy's summary exchange after the last round, if it has one (the PCA model)."""
+        configure = getattr(self.strategy, "configure_summary", None)
+        instructions = configure() if configure is not None else []
+        if instructions:
+            results, failures = fit_in_one_batch(instructions, self.max_workers, timeout, server_round)
+            self.strategy.aggregate_summary(results, failures)
 
     def _save(self, server_round: int) -> None:
         if self.checkpoint is not None:

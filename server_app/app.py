@@ -25,7 +25,7 @@ from flwr.server.client_manager import SimpleClientManager
 from fl_strategies.config import ConfigError, effective_config
 from fl_strategies.data_files import read_samples
 from fl_strategies.base import RunFailed
-from fl_strategies.harness import NODE_DATA, ServerData, find_harness
+from fl_strategies.harness import ServerData, find_harness, on_nodes
 from fl_strategies.registry import load_class, spec
 from fl_strategies.checkpoint import checkpoint_for
 from fl_strategies.server_loop import StoppingServer
@@ -59,7 +59,9 @@ def build_strategy(run_config) -> tuple:
     strategy = load_class(what.server)(cfg, None if data is None else data.dimension,
                                        reference=None if data is None else data.reference, **inputs)
     if cfg["results-dir"]:
-        strategy.on_round = ResultsWriter(cfg["results-dir"], keep=cfg["resume"])
+        writer = ResultsWriter(cfg["results-dir"], keep=cfg["resume"])
+        strategy.on_round = writer
+        strategy.on_model = lambda model: writer.write_model(model, cfg)
         log.info("fedspectral: results in %s", Path(cfg["results-dir"]).resolve())
     log.info("fedspectral: %r", strategy)
     return strategy, strategy.num_rounds
@@ -77,13 +79,14 @@ def server_data(cfg) -> ServerData | None:
     """
     harness = find_harness(cfg)
     if harness is None:
-        if cfg["dataset"] != NODE_DATA:
+        if not on_nodes(cfg):
             raise ConfigError(f"dataset = {cfg['dataset']!r} is a simulation data set, but no simulation harness "
                               "is installed to build it; on real nodes use dataset = \"nodes\" (each node's "
                               "data-path file)")
         if cfg["evaluation"] == "reference":
-            raise ConfigError('evaluation = "reference" needs the pooled data, which the server does not have with '
-                              'dataset = "nodes": use evaluation = "none" (or "auto")')
+            raise ConfigError(f'evaluation = "reference" needs the pooled data, which the server does not have with '
+                              f'dataset = {cfg["dataset"]!r} (the rows live with the clients): use evaluation = '
+                              '"none" (or "auto")')
         return None
     try:
         return harness.server_data(cfg, evaluate=cfg["evaluation"] != "none")

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from fl_strategies.config import ConfigError, writable_directory
+from fl_strategies.pca import save_model
 
 __all__ = ["ResultsWriter", "csv_cell"]
 
@@ -85,6 +86,12 @@ class ResultsWriter:
         tmp = self.dir / "estimate.tmp.npy"
         np.save(tmp, estimate)
         tmp.replace(self.dir / "estimate.npy")
+
+    def write_model(self, model: dict, run_config: dict) -> None:
+        """Write the run's PCA model to ``pca.npz`` (:func:`fl_strategies.pca.save_model`)."""
+        path = save_model(self.dir / "pca.npz", model, run_config,
+                          privacy={"epsilon": 0.0, "note": "no noise: a PCA model is written for noise-free runs only"})
+        log.info("PCA model written to %s", path.resolve())
 
     def _drop_rows_from(self, first_round) -> None:
         """Drop the rows of ``first_round`` and later rounds from an existing ``rounds.csv`` (atomically)."""

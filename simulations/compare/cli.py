@@ -27,7 +27,8 @@ share a colour and a legend label across panels; default: the name), optional
 
 Every run and seed is validated before the first one starts. The command
 writes ``DIR/results.csv`` (one row per run, seed and round),
-``DIR/summary.md``, ``DIR/<metric>.png`` and ``DIR/estimates/<run>__seed<k>.npy``.
+``DIR/summary.md``, ``DIR/<metric>.png``, ``DIR/estimates/<run>__seed<k>.npy`` and, for a noise-free
+eigenspace run, its PCA model ``DIR/estimates/<run>__seed<k>.pca.npz``.
 """
 
 from __future__ import annotations
@@ -46,12 +47,11 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from fl_strategies.config import KEYS, ConfigError, check_against_data, validate_run_config
+from fl_strategies.config import KEYS, ConfigError, validate_run_config
+from fl_strategies.harness import find_harness
 from fl_strategies.base import RunFailed
 
 from simulations.engines import fused_run_config
-from simulations.data.federated_data import data_shape
-from simulations.data.interaction_data import interaction_rows, is_interaction_folder
 from simulations.compare.report import plot_metric, summarize, write_summary_markdown
 
 __all__ = ["Job", "load_comparison", "run_comparison", "main"]
@@ -186,16 +186,14 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
 
 
 def _check_data(jobs: list[Job]) -> None:
-    """Load every distinct data set once and check ranks and client counts against it."""
+    """Build every distinct data set once, as the server will (the harness), and check ranks and client counts."""
     for job in jobs:
         cfg = validate_run_config(fused_run_config(job.run_config))
+        harness = find_harness(cfg)
+        if harness is None:  # rows on the clients (a folder of per-client files): the nodes report them
+            continue
         try:  # a data set that cannot be loaded (missing file, rank above its dimension, ...) is a ValueError
-            if is_interaction_folder(cfg["dataset"]):
-                rows = interaction_rows(cfg)
-                check_against_data(cfg, rows.shape[1], rows.shape[0])
-                continue
-            n, d = data_shape(cfg)  # a lazy data set is not generated
-            check_against_data(cfg, d, n)
+            harness.server_data(cfg, evaluate=False)
         except (ValueError, MemoryError) as ex:
             raise ComparisonError(f"run {job.run!r} seed {job.seed}: {str(ex) or type(ex).__name__}") from None
 
@@ -254,6 +252,8 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
         bar.set_postfix_str(f"{job.run} seed {job.seed}")
         frames.append(_run_job(job, engine, workdir))
         shutil.copy(workdir / job.stem / "estimate.npy", out / "estimates" / f"{job.stem}.npy")
+        if (workdir / job.stem / "pca.npz").exists():  # the PCA model of a noise-free eigenspace run
+            shutil.copy(workdir / job.stem / "pca.npz", out / "estimates" / f"{job.stem}.pca.npz")
     shutil.rmtree(workdir, ignore_errors=True)
     results = pd.concat(frames, ignore_index=True)
     results.to_csv(out / "results.csv", index=False)

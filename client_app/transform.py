@@ -1,0 +1,50 @@
+"""Apply a run's PCA model to rows on this node: ``python -m client_app.transform --model pca.npz --data rows.npy
+--out scores.npy``.
+
+The rows never leave the node; the scores are ``(X - mean) @ components.T`` (shape ``(m, k)``), as scikit-learn's
+``PCA.transform``, after the same row normalisation as the run (:func:`fl_strategies.pca.transform`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from fl_strategies.data_files import read_samples
+from fl_strategies.pca import load_model, transform
+
+__all__ = ["main", "transform"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: exit 0 with the scores written, 2 with one line naming the argument at fault."""
+    parser = argparse.ArgumentParser(prog="python -m client_app.transform", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="the run's pca.npz")
+    parser.add_argument("--data", required=True, help="a .npy/.csv file of rows (samples) on this node")
+    parser.add_argument("--out", required=True, help="where to write the scores (.npy)")
+    args = parser.parse_args(argv)
+    try:
+        if not args.out.lower().endswith(".npy"):
+            raise ValueError(f"--out {args.out!r}: must name a .npy file")
+        model = load_model(args.model)
+        X = read_samples(args.data, "--data")
+        try:
+            scores = transform(model, X)
+        except ValueError as ex:
+            raise ValueError(f"--data {args.data!r}: {ex}") from None
+    except (ValueError, OSError) as ex:
+        print(f"error: {ex}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp.npy")
+    np.save(tmp, scores)
+    tmp.replace(out)
+    print(f"{scores.shape[0]} rows -> {scores.shape[1]} components: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

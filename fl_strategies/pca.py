@@ -1,0 +1,135 @@
+"""The PCA model an eigenspace run produces, in scikit-learn's names and shapes, and its use on new rows.
+
+After the last round the server sends the final basis ``Z`` (d x r) to every
+client once more (the *summary* exchange) and each client answers
+``A_i Z`` (d x r) and ``tr(A_i)`` (a scalar), where ``A_i = M_i^T M_i / s_i``
+is its (centred, with ``center = true``) second-moment matrix. With
+``C = (1/n) sum_i s_i A_i`` the server forms the Rayleigh-Ritz matrix
+``B = Z^T C Z`` (r x r) from those sums alone, and :func:`pca_model`
+rotates ``Z`` to the eigenvectors of ``B``: the components, sorted by
+explained variance. The Ritz values are the exact eigenvalues of ``C`` when
+``Z`` spans an invariant subspace, and lower bounds otherwise (Cauchy
+interlacing), so an explained-variance ratio is never overstated.
+
+Conventions follow :class:`sklearn.decomposition.PCA`: ``explained_variance``
+uses the ``n - 1`` denominator, ``singular_values`` are those of the centred
+data matrix, ``components`` has one component per row. Without centring the
+``mean`` is zero and the model is the uncentred PCA (the FedPower papers'
+covariance ``(1/n) X^T X``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .data_files import normalize_rows
+
+__all__ = ["MODEL_KEYS", "pca_model", "choose_rank", "save_model", "load_model", "transform"]
+
+MODEL_KEYS = ("components", "mean", "explained_variance", "explained_variance_ratio", "singular_values", "n_samples")
+
+
+def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: int, mean: np.ndarray,
+              k: int) -> dict[str, Any]:
+    """The first ``k`` principal components from a basis and the pooled products of the summary exchange.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (d, r)
+        The run's orthonormal estimate.
+    CZ : ndarray of shape (d, r)
+        ``C Z`` with ``C = (1/n) sum_i s_i A_i`` (the clients' replies, weighted by rows, summed, over ``n``).
+    total_variance : float
+        ``tr(C)``.
+    n_samples : int
+        ``n``, rows over all clients.
+    mean : ndarray of shape (d,)
+        The mean the clients centred their rows with (zeros without centring).
+    k : int
+        Components kept, ``1 <= k <= r``.
+
+    Returns
+    -------
+    dict
+        :data:`MODEL_KEYS`: ``components`` (k, d), ``mean`` (d,), ``explained_variance`` (k,),
+        ``explained_variance_ratio`` (k,), ``singular_values`` (k,), ``n_samples`` (int).
+    """
+    B = Z.T @ CZ
+    values, W = np.linalg.eigh((B + B.T) / 2.0)
+    order = np.argsort(values)[::-1][:k]
+    lam = np.clip(values[order], 0.0, None)
+    n = int(n_samples)
+    return {"components": np.ascontiguousarray((Z @ W[:, order]).T), "mean": np.asarray(mean, dtype=np.float64),
+            "explained_variance": lam * n / max(n - 1, 1),
+            "explained_variance_ratio": lam / total_variance if total_variance > 0 else np.zeros_like(lam),
+            "singular_values": np.sqrt(lam * n), "n_samples": n}
+
+
+def choose_rank(ratios: np.ndarray, target: float) -> int:
+    """The smallest ``k`` whose cumulative explained-variance ratio reaches ``target`` (``len(ratios)`` if none).
+
+    ``ratios`` are the Ritz ratios of the ``r = iteration-rank`` columns, lower
+    bounds of the exact ones: when the target is not reached within ``r``
+    columns the answer is ``r``, and a larger ``iteration-rank`` may be needed.
+    """
+    reached = np.nonzero(np.cumsum(ratios) >= target - 1e-15)[0]
+    return int(reached[0]) + 1 if reached.size else len(ratios)
+
+
+def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[str, Any],
+               privacy: Mapping[str, Any] | None = None) -> Path:
+    """Write ``model`` to ``path`` (``.npz``, written to a temporary file and renamed) with the run config.
+
+    The run config travels as JSON (``run_config``), with the privacy spent (``privacy``) and
+    ``row_normalize``, which :func:`transform` applies to new rows as the run did.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **{key: np.asarray(model[key]) for key in MODEL_KEYS},
+             row_normalize=np.asarray(bool(run_config.get("row-normalize", False))),
+             run_config=np.asarray(json.dumps(dict(run_config), sort_keys=True, default=str)),
+             privacy=np.asarray(json.dumps(dict(privacy or {}), sort_keys=True, default=str)))
+    tmp.replace(path)
+    return path
+
+
+def load_model(path: str | Path) -> dict[str, Any]:
+    """Read a model written by :func:`save_model`.
+
+    Raises
+    ------
+    ValueError
+        If the file is not such a model (missing keys, inconsistent shapes).
+    """
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            model = {key: f[key] for key in f.files}
+    except Exception as ex:  # noqa: BLE001  (corrupt file, not an npz, ...)
+        raise ValueError(f"--model {str(path)!r} is not a readable pca.npz: {ex}") from None
+    missing = [key for key in MODEL_KEYS if key not in model]
+    if missing:
+        raise ValueError(f"--model {str(path)!r} lacks {', '.join(missing)}: not a fedspectral pca.npz")
+    components, mean = model["components"], model["mean"]
+    if components.ndim != 2 or mean.shape != (components.shape[1],):
+        raise ValueError(f"--model {str(path)!r}: components {components.shape} and mean {mean.shape} do not fit")
+    model["n_samples"] = int(model["n_samples"])
+    model["row_normalize"] = bool(model.get("row_normalize", False))
+    return model
+
+
+def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
+    """Scores of rows ``X`` (m, d): ``(X - mean) @ components.T``, shape (m, k), as ``PCA.transform``.
+
+    Rows are scaled to unit norm first when the run did so (``row_normalize`` of the model).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    d = model["components"].shape[1]
+    if X.ndim != 2 or X.shape[1] != d:
+        raise ValueError(f"the rows have shape {X.shape}; the model needs {d} columns")
+    if model.get("row_normalize", False):
+        X = normalize_rows(X)
+    return (X - model["mean"]) @ model["components"].T

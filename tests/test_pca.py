@@ -1,0 +1,140 @@
+"""PCA as users expect it: centring, a pca.npz in scikit-learn's names, transform on a node, variance-target."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.decomposition import PCA
+
+from conftest import run_app
+from fl_strategies.config import ConfigError, validate_run_config
+from fl_strategies.linalg import subspace_distance
+from fl_strategies.pca import choose_rank, load_model
+from simulations.engines import fused_run_config
+
+D, K = 8, 3
+
+
+def node_files(folder, sizes=(60, 90, 150), seed=0):
+    """Per-client files ``partition_<i>.npy`` of one data set with a non-zero mean and a clear spectrum."""
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(rng.standard_normal((D, D)))[0]
+    scales = np.array([5.0, 4.0, 3.0, 1.0, 0.7, 0.5, 0.3, 0.2])
+    mean = rng.uniform(-3, 3, D)
+    blocks = [mean + (rng.standard_normal((s, D)) * scales) @ basis.T for s in sizes]
+    folder.mkdir(exist_ok=True)
+    for i, block in enumerate(blocks):
+        np.save(folder / f"partition_{i}.npy", block)
+    return blocks
+
+
+def folder_run(tmp_path, **over):
+    blocks = node_files(tmp_path / "data")
+    cfg = dict(strategy="power", dataset=str(tmp_path / "data"), num_clients=3, rank=K, iteration_rank=5,
+               num_server_rounds=60, center=True, row_normalize=False, results_dir=str(tmp_path / "out"))
+    cfg.update(over)
+    shapes = []
+    s = run_app(observer=lambda rnd, pid, broadcast, arrays: shapes.extend(a.shape for a in arrays), **cfg)
+    return s, np.vstack(blocks), shapes
+
+
+def test_folder_run_writes_the_pca_of_scikit_learn(tmp_path):
+    s, X, shapes = folder_run(tmp_path)
+    model = load_model(tmp_path / "out" / "pca.npz")
+    ref = PCA(n_components=K).fit(X)
+    assert s.reference is None and s.d == D  # the server read no file: d came from the clients
+    assert set(shapes) == {(D, 5)}  # every reply it saw: d x r products only
+    np.testing.assert_allclose(model["mean"], X.mean(axis=0), rtol=0, atol=1e-10)
+    assert subspace_distance(model["components"].T, ref.components_.T) < 1e-6
+    for key in ("explained_variance", "explained_variance_ratio", "singular_values"):
+        np.testing.assert_allclose(model[key], getattr(ref, key + "_"), rtol=1e-6)
+    assert model["n_samples"] == X.shape[0] == 300
+    # component by component, up to sign
+    signs = np.sign(np.sum(model["components"] * ref.components_, axis=1))
+    np.testing.assert_allclose(signs[:, None] * model["components"], ref.components_, atol=1e-6)
+
+
+def test_transform_on_a_node_gives_pca_transform(tmp_path):
+    from client_app.transform import main
+
+    _, X, _ = folder_run(tmp_path)
+    ref = PCA(n_components=K).fit(X)
+    new = np.random.default_rng(5).standard_normal((20, D)) * 3
+    np.save(tmp_path / "rows.npy", new)
+    assert main(["--model", str(tmp_path / "out" / "pca.npz"), "--data", str(tmp_path / "rows.npy"),
+                 "--out", str(tmp_path / "scores.npy")]) == 0
+    scores = np.load(tmp_path / "scores.npy")
+    expected = ref.transform(new)
+    signs = np.sign(np.sum(scores * expected, axis=0))
+    np.testing.assert_allclose(scores * signs, expected, atol=1e-8)
+
+
+def test_transform_refuses_rows_of_another_width(tmp_path, capsys):
+    from client_app.transform import main
+
+    folder_run(tmp_path, num_server_rounds=5)
+    np.save(tmp_path / "wide.npy", np.ones((4, D + 1)))
+    assert main(["--model", str(tmp_path / "out" / "pca.npz"), "--data", str(tmp_path / "wide.npy"),
+                 "--out", str(tmp_path / "s.npy")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --data") and f"needs {D} columns" in err and "\n" not in err
+    assert main(["--model", str(tmp_path / "wide.npy"), "--data", str(tmp_path / "wide.npy"),
+                 "--out", str(tmp_path / "s.npy")]) == 2
+
+
+def test_uncentred_model_has_a_zero_mean_and_the_papers_covariance(tmp_path):
+    _, X, _ = folder_run(tmp_path, center=False)
+    model = load_model(tmp_path / "out" / "pca.npz")
+    C = X.T @ X / len(X)
+    values = np.linalg.eigvalsh(C)[::-1][:K]
+    assert not model["mean"].any()
+    np.testing.assert_allclose(model["explained_variance"] * (len(X) - 1) / len(X), values, rtol=1e-8)
+
+
+@pytest.mark.parametrize("target", [0.5, 0.8, 0.95])
+def test_variance_target_keeps_the_components_of_scikit_learn(tmp_path, target):
+    _, X, _ = folder_run(tmp_path, variance_target=target, rank=1)
+    model = load_model(tmp_path / "out" / "pca.npz")
+    assert len(model["components"]) == PCA(n_components=target, svd_solver="full").fit(X).n_components_
+
+
+def test_choose_rank_when_the_target_is_not_reached():
+    assert choose_rank(np.array([0.5, 0.3]), 0.9) == 2
+    assert choose_rank(np.array([0.5, 0.3]), 0.8) == 2
+    assert choose_rank(np.array([0.5, 0.3]), 0.5) == 1
+
+
+@pytest.mark.parametrize("over, key", [
+    ({"variance-target": 1.5}, "variance-target"),
+    ({"center": True, "epsilon": 1.0}, "center"),
+    ({"center": True, "strategy": "dp-power"}, "center"),
+    ({"variance-target": 0.9, "noise-std": 0.1}, "variance-target"),
+    ({"center": True, "discovery": "engine"}, "center"),
+])
+def test_pca_settings_that_cannot_hold_are_refused(over, key):
+    with pytest.raises(ConfigError, match=rf"^{key}"):
+        validate_run_config(fused_run_config(over))
+
+
+def test_compare_writes_a_pca_model_per_run_and_seed(tmp_path):
+    from simulations.compare import run_comparison
+
+    blocks = node_files(tmp_path / "data")
+    (tmp_path / "c.toml").write_text(f'''title = "PCA on a folder"
+[defaults]
+dataset = "{tmp_path / 'data'}"
+num-clients = 3
+rank = {K}
+iteration-rank = 5
+num-server-rounds = 60
+center = true
+row-normalize = false
+[[runs]]
+name = "power"
+strategy = "power"
+''')
+    run_comparison(tmp_path / "c.toml", out=tmp_path / "out")
+    (path,) = sorted((tmp_path / "out" / "estimates").glob("*.pca.npz"))
+    model, ref = load_model(path), PCA(n_components=K).fit(np.vstack(blocks))
+    assert subspace_distance(model["components"].T, ref.components_.T) < 1e-6
+    np.testing.assert_allclose(model["explained_variance"], ref.explained_variance_, rtol=1e-6)
