@@ -12,7 +12,6 @@ import os
 
 from flwr.common import Context
 from flwr.server import Grid, ServerApp, ServerAppComponents, ServerConfig
-from flwr.server.compat.app import start_grid
 
 from fl_strategies.config import ConfigError, check_against_data, validate_run_config
 from fl_strategies.dp_power import DPRunStopped
@@ -21,6 +20,7 @@ from fl_strategies.checkpoint import checkpoint_for
 from fl_strategies.server_loop import StoppingServer
 from flwr.server.client_manager import SimpleClientManager
 from fl_strategies.fedmf import MF_STRATEGIES
+from fl_strategies.flower_compat import start_grid
 from simulations.federated_data import data_shape, erm_reference, mf_reference, reference
 from simulations.interaction_data import interaction_reference, interaction_rows, is_interaction_folder
 
