@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
-from flwr.app.message_type import MessageType
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.client import ClientApp
 from flwr.client.mod import secaggplus_mod
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from fl_strategies.config import validate_run_config
 from fl_strategies.fit_records import fit_reply_content, is_fitins_content
+from fl_strategies.flower_compat import RECORD_KEY_CONFIGS
 from fl_strategies.registry import load_class, spec
 
 from .data import NodeData

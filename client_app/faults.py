@@ -23,10 +23,10 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from flwr.app import Context, Message
-from flwr.app.message_type import MessageType
+from flwr.app import Context, Message, MessageType
 from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
-from flwr.compat.common import recorddict_compat as compat
+
+from fl_strategies.flower_compat import recorddict_compat as compat
 
 __all__ = ["FAULT_KEY", "FAULTS", "corrupt", "garbage_reply_mod"]
 

@@ -30,8 +30,12 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from flwr.common import Code, FitIns, FitRes, Parameters, Status, ndarrays_to_parameters
-from flwr.compat.client.numpy_client import EXCEPTION_MESSAGE_WRONG_RETURN_TYPE_FIT
-from flwr.compat.common import recorddict_compat as compat
+
+from .flower_compat import (
+    EXCEPTION_MESSAGE_WRONG_RETURN_TYPE_FIT,
+    check_mapping_from_recordscalartype_to_scalar,
+    recorddict_compat as compat,
+)
 
 __all__ = ["load_npy", "fitins_content", "fitres_from_content", "is_fitins_content", "fit_reply_content"]
 
@@ -94,7 +98,7 @@ def fitres_from_content(content: RecordDict) -> FitRes:
     return FitRes(status=Status(code=Code(int(status["code"])), message=str(status["message"])),
                   parameters=compat.arrayrecord_to_parameters(arrays, keep_input=True),
                   num_examples=int(content["fitres.num_examples"]["num_examples"]),
-                  metrics=compat._check_mapping_from_recordscalartype_to_scalar(metrics))
+                  metrics=check_mapping_from_recordscalartype_to_scalar(metrics))
 
 
 def is_fitins_content(content: RecordDict) -> bool:

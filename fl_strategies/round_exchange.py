@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import time
 
-from flwr.app import Message
-from flwr.app.message_type import MessageType
+from flwr.app import Message, MessageType
 from flwr.common import Code, FitIns, FitRes
 from flwr.server.client_proxy import ClientProxy
-from flwr.server.compat.grid_client_proxy import GridClientProxy
-from flwr.server.server import fit_clients
-from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
 from .fit_records import fitins_content, fitres_from_content
+from .flower_compat import GridClientProxy, InMemoryGrid, fit_clients
 
 __all__ = ["fit_in_one_batch", "send_and_receive", "MissingReply"]
 

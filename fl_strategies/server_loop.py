@@ -21,10 +21,8 @@ from __future__ import annotations
 import timeit
 from logging import INFO
 
-from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
-from flwr.common.logger import log
-from flwr.server import Server
-from flwr.server.history import History
+from flwr.common import log, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.server import History, Server
 
 from .round_exchange import fit_in_one_batch
 

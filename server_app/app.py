@@ -19,7 +19,6 @@ from pathlib import Path
 
 from flwr.common import Context
 from flwr.server import Grid, ServerApp, ServerAppComponents, ServerConfig
-from flwr.server.compat.app import start_grid
 from flwr.server.client_manager import SimpleClientManager
 
 from fl_strategies.config import ConfigError, effective_config
@@ -29,6 +28,7 @@ from fl_strategies.harness import ServerData, find_harness, on_nodes
 from fl_strategies.registry import load_class, spec
 from fl_strategies.checkpoint import checkpoint_for
 from fl_strategies.server_loop import StoppingServer
+from fl_strategies.flower_compat import start_grid
 
 from .results import ResultsWriter
 from .secure_loop import run_secure_aggregation

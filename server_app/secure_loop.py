@@ -14,15 +14,16 @@ import timeit
 
 from flwr.common import ConfigRecord, Context
 from flwr.server import Grid, LegacyContext, ServerConfig
-from flwr.server.compat.app_utils import start_update_client_manager_thread
 from flwr.server.workflow import SecAggPlusWorkflow
-from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, Key
-from flwr.server.workflow.default_workflows import (
-    default_centralized_evaluation_workflow,
-    default_init_params_workflow,
-)
 
 from fl_strategies.dp_power import QUANTIZATION_RANGE, num_shares
+from fl_strategies.flower_compat import (
+    MAIN_CONFIGS_RECORD,
+    WorkflowKey as Key,
+    default_centralized_evaluation_workflow,
+    default_init_params_workflow,
+    start_update_client_manager_thread,
+)
 
 log = logging.getLogger("flwr.fedspectral")
 

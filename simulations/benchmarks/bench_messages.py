@@ -41,11 +41,11 @@ def stage_times(path: str, clients: int, rows: int, dim: int, repeats: int) -> d
     from flwr.app import Message
     from flwr.client import ClientApp
     from flwr.common import FitIns, ndarrays_to_parameters
-    from flwr.compat.common import recorddict_compat as compat
     from threadpoolctl import threadpool_limits
 
     from client_app.app import app, client_fn, mods, numpy_fit_mod
     from fl_strategies.fit_records import fitins_content, fitres_from_content
+    from fl_strategies.flower_compat import recorddict_compat as compat
     from fl_strategies.replies import decode_arrays
 
     from simulations.benchmarks.bench_scale import _overrides

@@ -10,7 +10,7 @@ APP_DIR = Path(__file__).resolve().parents[2]
 
 def fused_run_config(overrides: dict) -> dict:
     """The default run config of ``pyproject.toml`` with ``overrides`` applied (unknown keys refused)."""
-    from flwr.common.config import get_fused_config_from_dir
+    from fl_strategies.flower_compat import get_fused_config_from_dir
 
     return get_fused_config_from_dir(APP_DIR, dict(overrides))
 

@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(node-config fault, see client_app/faults.py); repeatable")
     args = parser.parse_args(argv)
 
-    from flwr.common.config import parse_config_args
+    from fl_strategies.flower_compat import parse_config_args
 
     overrides = parse_config_args([args.run_config]) if args.run_config else {}
     cfg = validate_run_config(fused_run_config(overrides))

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
     args = parser.parse_args(argv)
 
-    from flwr.common.config import parse_config_args
+    from fl_strategies.flower_compat import parse_config_args
 
     overrides = parse_config_args([args.run_config]) if args.run_config else {}
     num_clients = int(fused_run_config(overrides)["num-clients"])

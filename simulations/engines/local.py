@@ -13,13 +13,18 @@ from collections.abc import Callable, Iterable
 from uuid import uuid4
 
 from flwr.app import Context, Error, Message, RecordDict
-from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY, SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid
-from flwr.supercore.run import Run
-from flwr.supercore.task_identity import TaskIdentity
 from threadpoolctl import threadpool_limits
 
 from fl_strategies import node_directory
+from fl_strategies.flower_compat import (
+    NUM_PARTITIONS_KEY,
+    PARTITION_ID_KEY,
+    SUPERLINK_NODE_ID,
+    ErrorCode,
+    Run,
+    TaskIdentity,
+)
 
 from . import engine_directory
 

@@ -16,12 +16,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from flwr.app import Context, RecordDict
-from flwr.common.constant import RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID
-from flwr.supercore.constant import NOOP_FEDERATION_ID
-from flwr.supercore.run import Run
-from flwr.supercore.task_identity import TaskIdentity
 
 from fl_strategies import node_directory
+from fl_strategies.flower_compat import NOOP_FEDERATION_ID, RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, Run, TaskIdentity
 
 from . import APP_DIR, engine_directory
 
@@ -51,9 +48,8 @@ def run_ray(overrides: dict, num_cpus_per_client: float = 1.0, address: str | No
     The ServerApp is fedspectral's own (SecAgg+ rounds included); its training
     rounds go out in one batch (:mod:`fl_strategies.round_exchange`).
     """
-    from flwr.common.config import get_fused_config_from_dir
-
     from client_app.app import app as client_app
+    from fl_strategies.flower_compat import get_fused_config_from_dir
     from server_app.app import app as server_app
 
     run_config = get_fused_config_from_dir(APP_DIR, dict(overrides))
@@ -89,7 +85,8 @@ def _init_ray(init_args: dict) -> bool:
     import sys
 
     import ray
-    from flwr.supercore.constant import DEFAULT_SIMULATION_CONFIG
+
+    from fl_strategies.flower_compat import DEFAULT_SIMULATION_CONFIG
 
     if ray.is_initialized():
         return False
@@ -104,8 +101,9 @@ def _init_ray(init_args: dict) -> bool:
 
 
 def _run(run_id, run_config, client_app, server_app, context, run, num_cpus_per_client, init_args) -> None:
-    from flwr.simulation.run_simulation import _run_simulation
-    from flwr.supercore.telemetry import EventType
+    from flwr.common import EventType
+
+    from fl_strategies.flower_compat import private_run_simulation as _run_simulation
 
     with _publish_directory(run_id, run_config), _one_pass_message_sweep():
         _run_simulation(
@@ -138,8 +136,9 @@ def _one_pass_message_sweep():
     ``get_message_ins`` does. A link state without these internals keeps
     Flower's sweep.
     """
-    from flwr.supercore.date import now
-    from flwr.server.superlink.fleet.vce import vce_api
+    from flwr.common import now
+
+    from fl_strategies.flower_compat import vce_api
 
     original = vce_api.add_messages_to_queue
 
@@ -187,7 +186,7 @@ def _publish_directory(run_id: int, run_config: dict):
     if run_config.get("discovery") != "engine":
         yield
         return
-    from flwr.server.superlink.fleet.vce import vce_api
+    from fl_strategies.flower_compat import vce_api
 
     original = vce_api._register_nodes
 
@@ -275,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     import pandas as pd
-    from flwr.common.config import parse_config_args
+
+    from fl_strategies.flower_compat import parse_config_args
 
     parser = argparse.ArgumentParser(prog="python -m simulations.engines.ray", description=main.__doc__.split("\n")[0])
     parser.add_argument("--run-config", default="", help="TOML overrides, e.g. 'num-clients=1000 strategy=\"faps\"'")
