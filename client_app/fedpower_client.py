@@ -12,7 +12,7 @@ from fl_strategies.config import total_iterations
 from fl_strategies.fedpower import STREAM_NOISE, local_power_iterations
 from fl_strategies.privacy import noise_std
 
-__all__ = ["FedPowerClient", "summary_reply"]
+__all__ = ["FedPowerClient", "CovarianceClient", "summary_reply"]
 
 
 def summary_reply(A: np.ndarray, Z: np.ndarray, s: int, noise_std: float, partition_id: int):
@@ -97,3 +97,14 @@ class FedPowerClient(NumPyClient):
         if self.cfg["stop-tol"] > 0:  # the stopping rule's objective tr(Z^T M_i Z) at the received Z
             metrics["f"] = float(self.s * np.sum(Z * (A @ Z)))
         return arrays, self.s, metrics
+
+
+class CovarianceClient(FedPowerClient):
+    """The ``covariance`` strategy's client: its (centred) ``A_i``, ``d x d``, once."""
+
+    def fit(self, parameters, config):
+        """Answer the ``gram`` phase with ``[A_i]``."""
+        if config.get("phase") != "gram":
+            raise ValueError(f"the covariance client answers the gram phase only, got {config.get('phase')!r}")
+        A, _ = self.data.covariance_for(config)
+        return [np.ascontiguousarray(A)], self.s, {"partition-id": self.partition_id}

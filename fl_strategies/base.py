@@ -36,6 +36,7 @@ from flwr.server.strategy import Strategy
 
 from . import node_directory
 from .config import ConfigError, check_against_data
+from .harness import on_nodes
 from .participation import Participation
 from .registry import spec
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
@@ -258,7 +259,7 @@ class FederatedStrategy(Strategy):
         if missing:
             problem = (f"no usable node for partition(s) {', '.join(map(str, missing))} of num-clients = {self.m}"
                        + (f" ({'; '.join(left_out)})" if left_out else ""))
-            if not self.proxies or not self.spec.partial_ok:
+            if not self.proxies or not self.spec.partial_ok or on_nodes(self.cfg):  # node data: all or none
                 raise ConfigError(problem)
             log.warning("%s; the run goes on without them (counted in 'failures' when sampled)", problem)
         log.info("%r: %d clients, %d rows in all", self, self.m, sum(self.sizes.values()))

@@ -409,7 +409,7 @@ def _check_pca(cfg: dict[str, Any]) -> None:
             continue
         if not spec(cfg["strategy"]).pca:
             raise ConfigError(f"{key} applies to the strategies that write a PCA model (fedpower, power, ssi, "
-                              f"localpower, faps), not {cfg['strategy']!r}")
+                              f"localpower, faps, covariance), not {cfg['strategy']!r}")
         if cfg["epsilon"] > 0 or cfg["noise-std"] > 0:
             raise ConfigError(f"{key} is refused with epsilon or noise-std set: the clients' row sums (centring) "
                               "and the final summary exchange (explained variance) are sent without noise, so "

@@ -26,7 +26,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from .base import FederatedStrategy, log, uploaded_bytes
-from .linalg import gaussian_basis
+from .linalg import gaussian_basis, subspace_distance
 from .metrics import round_metrics
 from .pca import choose_rank, pca_model
 from .participation import STREAM_SAMPLING
@@ -69,6 +69,8 @@ class EigenspaceStrategy(FederatedStrategy):
         statistic = None if previous is None else abs(objective - previous) / max(abs(objective), 1e-300)
         if self._held is not None:
             self._held[0].update(objective=objective, stop_statistic=statistic)
+            if "explained_variance" in self._held[0]:  # tr(Z^T C Z) of the held row's estimate
+                self._held[0]["explained_variance"] = objective / max(sum(self.sizes.values()), 1)
         if statistic is not None and statistic <= self.stop_tol:
             self.stopped = True
             log.info("stopping rule (27): |F_k - F_k-1| / F_k = %.2e <= %.1e after %d rounds",
@@ -89,12 +91,19 @@ class EigenspaceStrategy(FederatedStrategy):
                "wall_time": time.perf_counter() - pend["start"] if pend else 0.0}
         if self.stop_tol > 0:
             row.update(objective=None, stop_statistic=None)
+        if self.reference is None:  # progress a user can judge without pooled data: the server's own iterates
+            previous, self._previous_Z = getattr(self, "_previous_Z", None), Z
+            row["estimate_change"] = None if previous is None else subspace_distance(Z, previous)
+            if self.stop_tol > 0:
+                row["explained_variance"] = None  # F / n, once the next round's clients report F at this Z
         self._emit(row, Z)
         if server_round:
             dist = row["subspace_distance"]
             eps = row.get("epsilon_spent")
-            log.info("round %d/%d: subspace distance %s%s", server_round, self.num_rounds,
+            change = row.get("estimate_change")
+            log.info("round %d/%d: subspace distance %s%s%s", server_round, self.num_rounds,
                      "n/a" if dist is None else f"{dist:.3e}",
+                     "" if change is None else f", change of the estimate (sin theta) {change:.3e}",
                      "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g})")
         dist = row["subspace_distance"]
         return (float("nan") if dist is None else dist), {}
@@ -131,6 +140,14 @@ class EigenspaceStrategy(FederatedStrategy):
         n = sum(self.sizes[pid] for pid in valid)
         CZ = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
         total = sum(self.sizes[pid] * values["trace"] for pid, (_, values) in valid.items()) / n
+        return self.set_model(Z, CZ, total, n, summary_bytes=uploaded_bytes(results) + len(valid) * Z.nbytes)
+
+    def set_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int = 0
+                  ) -> dict[str, Any]:
+        """The run's PCA model (``k = rank``, or chosen by ``variance-target``); ``on_model`` receives it.
+
+        ``CZ`` is ``C Z`` and ``total`` is ``tr(C)`` for the pooled (centred) second-moment matrix ``C``.
+        """
         model = pca_model(Z, CZ, total, n, self.mean if self.mean is not None else np.zeros(self.d), self.r)
         k = self.k
         if self.cfg.get("variance-target", 0) > 0:
@@ -141,7 +158,7 @@ class EigenspaceStrategy(FederatedStrategy):
                             self.cfg["variance-target"], self.r, model["explained_variance_ratio"].sum(), self.r)
         self.model = {key: (value[:k] if isinstance(value, np.ndarray) and key != "mean" else value)
                       for key, value in model.items()}
-        self.model["summary_bytes"] = uploaded_bytes(results) + len(valid) * Z.nbytes
+        self.model["summary_bytes"] = summary_bytes
         log.info("PCA model: %d component(s) explain %.4g of the variance (%d rows)", k,
                  float(self.model["explained_variance_ratio"].sum()), n)
         if self.on_model is not None:

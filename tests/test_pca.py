@@ -138,3 +138,31 @@ strategy = "power"
     model, ref = load_model(path), PCA(n_components=K).fit(np.vstack(blocks))
     assert subspace_distance(model["components"].T, ref.components_.T) < 1e-6
     np.testing.assert_allclose(model["explained_variance"], ref.explained_variance_, rtol=1e-6)
+
+
+def test_covariance_is_eigh_of_the_pooled_data_in_one_round(tmp_path):
+    """The exact baseline: one round, d^2 numbers per client, the eigenvectors of the pooled (centred) matrix."""
+    s, X, shapes = folder_run(tmp_path, strategy="covariance", num_server_rounds=1)
+    assert len(s.records) == 2 and set(shapes) == {(D, D)}
+    Xc = X - X.mean(axis=0)
+    values, vectors = np.linalg.eigh(Xc.T @ Xc / len(X))
+    assert subspace_distance(s.estimate, vectors[:, -5:]) < 1e-12
+    model = load_model(tmp_path / "out" / "pca.npz")
+    np.testing.assert_allclose(model["explained_variance"], values[::-1][:K] * len(X) / (len(X) - 1), rtol=1e-12)
+    assert 3 * D * D * 8 < s.records[1]["bytes_up"] < 3 * (D * D * 8 + 256)  # three d x d float64 arrays
+
+
+def test_covariance_in_simulation_matches_the_reference():
+    s = run_app(strategy="covariance", dimension=20, num_samples=2000, rank=3, iteration_rank=3)
+    assert s.records[-1]["subspace_distance"] < 1e-12
+
+
+def test_covariance_crossover_script_measures_both_strategies():
+    from simulations.experiments.fedpower.covariance_crossover import markdown, run
+
+    table = run([16], tol=1e-6, max_rounds=40)
+    (row,) = table.to_dict("records")
+    assert row["covariance_distance"] < 1e-12 and 1 <= row["power_rounds"] <= 40
+    assert row["covariance_bytes_up"] > 10 * 16 * 16 * 8  # ten d x d float64 matrices
+    assert row["bytes_ratio"] == row["covariance_bytes_up"] / row["power_bytes_up"]
+    assert markdown(table).splitlines()[0].startswith("| d | covariance_rounds |")

@@ -13,12 +13,14 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 PRELUDE = """
 import json, sys, tomllib
 import numpy as np
+import pytest
 defaults = tomllib.loads(open("pyproject.toml", "rb").read().decode())["tool"]["flwr"]["app"]["config"]
 def loaded():
     return sorted(m for m in sys.modules if m == "simulations" or m.startswith("simulations."))
@@ -119,11 +121,44 @@ def test_node_data_runs_end_to_end_with_d_from_the_nodes(tmp_path):
 
 
 def test_nodes_that_disagree_on_d_are_named_before_round_1(tmp_path):
-    import pytest
+
 
     from fl_strategies.config import ConfigError
 
     blocks = [np.ones((5, 4)), np.ones((5, 4)), np.ones((5, 6))]
     with pytest.raises(ConfigError, match=r"disagree on the dimension d: d = 4: node 1000 \(partition 0\), node 1001 "
                                           r"\(partition 1\); d = 6: node 1002 \(partition 2\)"):
+        _node_run(tmp_path, blocks, **{"rank": 2, "iteration-rank": 2})
+
+
+def test_progress_without_a_reference_and_stop_tol_on_node_data(tmp_path):
+    """With no reference the rows carry the change of the estimate (sin theta between successive bases) and,
+    under a stopping rule, the explained variance tr(Z^T C Z) from the clients' sums: equal to the pooled value.
+    stop-tol ends the run before num-server-rounds."""
+    from fl_strategies.linalg import subspace_distance
+
+    rng = np.random.default_rng(4)
+    U = np.linalg.qr(rng.standard_normal((7, 2)))[0]
+    blocks = [rng.standard_normal((s, 2)) * [6.0, 3.0] @ U.T + 0.3 * rng.standard_normal((s, 7))
+              for s in (50, 80, 120)]
+    s = _node_run(tmp_path, blocks, **{"strategy": "fedpower", "rank": 2, "iteration-rank": 2, "local-steps": 1,
+                                       "num-server-rounds": 200, "row-normalize": False, "stop-tol": 1e-9})
+    assert s.failure is None and len(s.records) < 200  # the rule fired
+    pooled = np.vstack(blocks)
+    C = pooled.T @ pooled / len(pooled)
+    for row, Z in zip(s.records[1:], s.iterates[1:]):
+        assert row["estimate_change"] is not None
+        np.testing.assert_allclose(row["explained_variance"], np.trace(Z.T @ C @ Z), rtol=1e-10)
+    assert s.records[-1]["estimate_change"] < 1e-4
+    assert s.records[1]["estimate_change"] == pytest.approx(subspace_distance(s.iterates[1], s.iterates[0]))
+
+
+def test_a_node_with_an_empty_file_stops_a_node_data_run_before_round_1(tmp_path):
+
+
+    from fl_strategies.config import ConfigError
+
+    blocks = [np.ones((5, 4)), np.zeros((0, 4)), np.ones((5, 4))]
+    with pytest.raises(ConfigError, match=r"no usable node for partition\(s\) 1 .*node 1001: it failed to start: "
+                                          r".*partition 1: node config data-path .*at least 1 row"):
         _node_run(tmp_path, blocks, **{"rank": 2, "iteration-rank": 2})
