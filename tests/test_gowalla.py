@@ -1,4 +1,4 @@
-"""The Gowalla loader, normalisations, user split and Table 1 coefficients (simulations/gowalla.py)."""
+"""The Gowalla loader, normalisations, user split and Table 1 coefficients (simulations/data/gowalla.py)."""
 
 from __future__ import annotations
 
