@@ -169,7 +169,8 @@ def test_garbage_replies_and_a_killed_serverapp_resumed_from_its_checkpoint(tmp_
             self.contexts[nid].node_config["fault"] = {1: "nan", 2: "shape"}.get(pid, "")
 
     monkeypatch.setattr(LocalGrid, "__init__", init_with_faults)
-    local = run_app(**{k.replace("-", "_"): v for k, v in over.items()})
+    local = run_app(expect_clean=False, **{k.replace("-", "_"): v for k, v in over.items()})  # faults by design
     np.testing.assert_allclose(table["subspace_distance"].to_numpy(), distances(local), rtol=0, atol=1e-12)
+    assert [r["rejected"] for r in local.records[1:]] == list(table.loc[1:, "rejected"])
     out = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert out.strip() == ""
