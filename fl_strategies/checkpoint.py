@@ -53,7 +53,7 @@ log = logging.getLogger("flwr.fedspectral")
 CHECKPOINT_FILE = "checkpoint.npz"
 FORMAT_VERSION = 1
 
-SAME_KEYS_EXEMPT = ("resume", "round-timeout")
+SAME_KEYS_EXEMPT = ("resume", "round-timeout", "results-dir")
 """Run-config keys that may differ between the checkpointed run and its resumption."""
 
 NOT_RESUMABLE = {
