@@ -38,7 +38,6 @@ every job has finished; one process at a time per ``DIR`` (a lock).
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import fcntl
 import hashlib
@@ -61,7 +60,7 @@ from fl_strategies.config import KEYS, ConfigError, check_against_data, validate
 from fl_strategies.base import RunFailed
 from fl_strategies.registry import STRATEGY_NAMES, spec
 
-from simulations.engines import fused_run_config
+from simulations.engines import ArgumentParser, fused_run_config
 from simulations.data.federated_data import data_shape
 from simulations.data.interaction_data import interaction_rows, is_interaction_folder
 from simulations.compare.report import plot_metric, summarize, write_summary_markdown
@@ -575,7 +574,7 @@ def report_only(config: str | Path, out: str | Path) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: exit 0 on success, 2 on a bad file or argument (one line), 1 if a run failed."""
-    parser = argparse.ArgumentParser(prog="python -m simulations.compare", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m simulations.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="comparison file (TOML)")
     parser.add_argument("--engine", choices=("local", "ray"), default="local",
                         help="local: in-process (default); ray: Flower's Ray simulation engine")

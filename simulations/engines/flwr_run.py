@@ -21,7 +21,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -32,7 +31,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from simulations.engines import APP_DIR, fused_run_config
+from simulations.engines import APP_DIR, ArgumentError, ArgumentParser, checked_run_config, parse_run_config
 
 SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py)
 
@@ -107,16 +106,17 @@ def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns 0 only if the run finished successfully."""
-    parser = argparse.ArgumentParser(prog="python -m simulations.engines.flwr_run", description=__doc__.split("\n\n")[0])
+    """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line)."""
+    parser = ArgumentParser(prog="python -m simulations.engines.flwr_run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-config", default="", help="overrides, as for `flwr run --run-config`")
     parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
     args = parser.parse_args(argv)
-
-    from flwr.common.config import parse_config_args
-
-    overrides = parse_config_args([args.run_config]) if args.run_config else {}
-    num_clients = int(fused_run_config(overrides)["num-clients"])
+    try:  # the fused run config is validated (and checked against its data) before Flower starts anything
+        cfg = checked_run_config(parse_run_config(args.run_config))
+    except ArgumentError as ex:
+        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        return 2
+    num_clients = int(cfg["num-clients"])
     env = flower_env()
     started_here = not superlink_running()
     cmd = ["flwr", "run", str(APP_DIR), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
@@ -127,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         run_id = stream_run(cmd, env)
         if run_id is not None:
             status = run_status(run_id, env)
+    except KeyboardInterrupt:
+        status = "interrupted"
     finally:
         if started_here and not args.keep_superlink:
             stop_superlink()
