@@ -54,7 +54,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
+
+try:
+    import matplotlib  # noqa: F401  (the report's plots)
+    from tqdm import tqdm
+except ModuleNotFoundError as _missing:  # the extra "compare" is not installed
+    raise SystemExit(f"simulations.compare needs {_missing.name}: pip install 'fedspectral[compare]' (or "
+                     "pip install -e '.[compare]' in a clone)") from None
 
 from fl_strategies.config import KEYS, ConfigError, check_against_data, validate_run_config
 from fl_strategies.base import RunFailed

@@ -7,8 +7,13 @@ wrong on a machine without internet; this wrapper does them:
   SuperLink tries to install the app's dependencies with uv),
   ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1`` and a
   project-local ``FLWR_HOME`` (``.flwr/``) unless they are already set;
+* it validates the run config (and checks it against its data) before
+  Flower starts, so a bad value is one line, not a failed run;
 * it asks for as many simulated SuperNodes as the run config has clients
   (Flower's default is 2);
+* it makes relative paths (``results-dir``, ``checkpoint-dir``, a ``dataset``
+  or ``server-data`` file) absolute against the directory it is run from
+  (Flower's processes would resolve them against the SuperLink's);
 * ``flwr run`` exits 0 even when the run failed, so the run's final status is
   read back with ``flwr ls`` and turned into the exit code;
 * the local SuperLink that ``flwr run`` starts outlives it; the wrapper stops
@@ -105,6 +110,25 @@ def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
     return run_id
 
 
+PATH_KEYS = ("results-dir", "checkpoint-dir", "dataset", "server-data")
+
+
+def absolute_paths(cfg: dict) -> dict[str, str]:
+    """The run config's relative paths made absolute against the current directory.
+
+    ``results-dir`` and ``checkpoint-dir`` always (they are created); ``dataset`` and ``server-data`` when they
+    name an existing file or folder here (else ``dataset`` names a generator).
+    """
+    out = {}
+    for key in PATH_KEYS:
+        value = str(cfg.get(key) or "")
+        if not value or Path(value).is_absolute():
+            continue
+        if key in ("results-dir", "checkpoint-dir") or Path(value).exists():
+            out[key] = str(Path(value).resolve())
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line)."""
     parser = ArgumentParser(prog="python -m simulations.engines.flwr_run", description=__doc__.split("\n\n")[0])
@@ -122,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     cmd = ["flwr", "run", str(APP_DIR), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
     if args.run_config:
         cmd += ["--run-config", args.run_config]
+    absolute = absolute_paths(cfg)
+    if absolute:  # Flower's processes resolve relative paths against the SuperLink's directory, not this one
+        cmd += ["--run-config", " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items())]
     status = "not started"
     try:
         run_id = stream_run(cmd, env)
