@@ -69,13 +69,14 @@ def _refused(tmp_path, capsys, text, fragment, line=None, extra=()):
     (RUN + 'rank = {a = {b = {c = 1}}}\n', 4, "run 'a': rank must be a single number, string or boolean"),
     ('[defaults.a.b.c.d.e.f]\nx = 1\n' + RUN, 1, "unknown run-config key 'a' in [defaults]"),
     (RUN + 'strategy2 = "x"\n', 4, "unknown key 'strategy2'"),
+    ('[defaults]\nrank = 2\nepsilon = -2.0\n\n' + RUN, 3, "run 'a': epsilon must be a finite number >= 0"),
     ('[[runs]]\nname = "a"\nstrategy = "fedpowr"\n', 3, "Did you mean 'fedpower'?"),
     ('[[runs]]\nname = 7\nstrategy = "power"\n', 2, "name must be a string, got int"),
     ('[defaults]\nstrategy = "fedmf"\n[[runs]]\nname = "a"\nstrategy = "fedmf"\n[[runs]]\nname = "b"\n'
      'strategy = "fedave"\n', None, "the runs mix strategy families (erm, mf)"),
 ], ids=["thresholds-str", "thresholds-nan", "metric-nosuch", "metric-int", "title-table", "runs-ints",
         "name-5000", "name-empty", "seeds-dup", "run-seeds-dup", "seeds-negative", "seeds-bool", "seed-defaults",
-        "seed-run", "seed-top", "nested-array", "nested-table", "nested-defaults", "unknown-run-key",
+        "seed-run", "seed-top", "nested-array", "nested-table", "nested-defaults", "unknown-run-key", "bad-default",
         "strategy-typo", "name-int", "mixed-families"])
 def test_bad_comparison_files_are_one_line_before_anything_runs(tmp_path, capsys, text, line, fragment):
     _refused(tmp_path, capsys, text, fragment, line)

@@ -131,3 +131,14 @@ def test_report_scripts_refuse_bad_arguments_in_one_line(tmp_path, capsys, modul
         code = ex.code
     assert code == 2
     _one_line(capsys, fragment)
+
+
+def test_flwr_run_makes_relative_paths_absolute_against_where_it_is_run(tmp_path, monkeypatch):
+    """Flower's processes resolve paths against the SuperLink's directory: the wrapper sends absolute ones."""
+    from simulations.engines.flwr_run import absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.npy").write_bytes(b"")
+    cfg = {"results-dir": "out", "checkpoint-dir": "/abs/ck", "dataset": "rows.npy", "server-data": ""}
+    assert absolute_paths(cfg) == {"results-dir": str(tmp_path / "out"), "dataset": str(tmp_path / "rows.npy")}
+    assert absolute_paths({"results-dir": "", "dataset": "fedpower-model1"}) == {}
