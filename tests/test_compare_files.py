@@ -306,3 +306,8 @@ def test_resume_through_compare_keeps_every_earlier_row(tmp_path, monkeypatch):
     want = pd.read_csv(tmp_path / "whole" / "results.csv").drop(columns="wall_time")
     pd.testing.assert_frame_equal(got, want)
     assert "| p | fedpower | 2 | 6 |" in (tmp_path / "o" / "summary.md").read_text()
+
+
+def test_a_data_set_that_cannot_be_loaded_is_refused_at_its_run(tmp_path, capsys):
+    _refused(tmp_path, capsys, 'title = "x"\n\n[[runs]]\nname = "a"\nstrategy = "power"\ndataset = "missing.npy"\n',
+             "run 'a' seed 0: \"dataset\" is 'missing.npy': file not found", 3)

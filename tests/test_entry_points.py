@@ -35,6 +35,7 @@ def _no_flower(monkeypatch, module):
     (["--run-config", 'dataset="missing.npy"'], "'missing.npy': file not found"),
     (["--run-config", "epsilon=-1.0"], "epsilon must be a finite number >= 0"),
     (["--nosuch"], "unrecognized arguments: --nosuch"),
+    (["--run-config", "num-clients= rank=3"], "num-clients has no value"),
 ])
 def test_flwr_run_refuses_bad_arguments_in_one_line_before_flower(monkeypatch, capsys, argv, fragment):
     from simulations.engines import flwr_run

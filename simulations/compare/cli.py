@@ -113,6 +113,8 @@ class Job:
     seed: int
     run_config: dict
     series: str = ""
+    line: int = 0
+    """Line of the run's ``[[runs]]`` table in the comparison file (0: unknown)."""
 
     @property
     def stem(self) -> str:
@@ -349,7 +351,7 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
         families[name] = spec(cfg["strategy"]).family
         for seed in seeds:
             jobs.append(Job(name, cfg["strategy"], str(run.get("panel", "")), seed, {**raw, "seed": seed},
-                            str(run.get("series", name))))
+                            str(run.get("series", name)), _line_of(text, i, None)))
     kinds = sorted(set(families.values()))
     if "metric" in doc:
         metric = doc["metric"]
@@ -384,7 +386,7 @@ def _check_data(jobs: list[Job], config: str | Path = "") -> None:
             n, d = data_shape(cfg)  # a lazy data set is not generated
             check_against_data(cfg, d, n)
         except (ValueError, MemoryError) as ex:
-            where = f"{config}: " if config else ""
+            where = f"{config}:{job.line or 1}: " if config else ""
             raise ComparisonError(f"{where}run {job.run!r} seed {job.seed}: {str(ex) or type(ex).__name__}") from None
 
 

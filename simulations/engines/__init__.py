@@ -48,6 +48,13 @@ def parse_run_config(text: str, option: str = "--run-config") -> dict:
 
     if not text:
         return {}
+    if not text.strip().endswith(".toml"):  # Flower silently drops a key with no value ('num-clients=')
+        import re
+
+        empty = re.search(r"(?:^|\s)([A-Za-z0-9_.-]+)=(?=\s|$)", text)
+        if empty:
+            raise ArgumentError(f"{option} {text!r}: {empty.group(1)} has no value (e.g. {empty.group(1)}=10 or "
+                                f'{empty.group(1)}="text")')
     try:
         return dict(parse_config_args([text]))
     except Exception as ex:  # noqa: BLE001 (Flower raises ValueError, TOML errors or SystemExit-free typer errors)
