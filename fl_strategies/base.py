@@ -149,12 +149,24 @@ class FederatedStrategy(Strategy):
         return {}
 
     # -- set-up -------------------------------------------------------------------------------------
+    WAIT_LOG_EVERY = 10.0
+    """Seconds between two "waiting for N nodes, M connected" lines while the server waits for its nodes."""
+
     def _discover(self, client_manager: ClientManager) -> None:
-        deadline = time.monotonic() + self.wait_timeout
-        while client_manager.num_available() < self.m:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {client_manager.num_available()} of num-clients = {self.m} nodes "
-                                   f"connected within {self.wait_timeout:.0f} s")
+        start = time.monotonic()
+        deadline, next_log = start + self.wait_timeout, start + 1.0
+        hint = (f"each client is one node: in a simulation give one SuperNode per client (flwr run . "
+                f"--federation-config num-supernodes={self.m}), in a deployment start {self.m} SuperNodes, or "
+                "lower num-clients")
+        while (connected := client_manager.num_available()) < self.m:
+            now = time.monotonic()
+            if now > deadline:
+                raise RuntimeError(f"only {connected} of num-clients = {self.m} nodes connected within "
+                                   f"{self.wait_timeout:.0f} s; {hint}")
+            if now >= next_log:
+                log.warning("waiting for %d nodes, %d connected (giving up in %.0f s; %s)", self.m, connected,
+                            deadline - now, hint)
+                next_log = now + self.WAIT_LOG_EVERY
             time.sleep(0.2)
         proxies = sorted(client_manager.all().values(), key=lambda p: p.cid)
         if self.cfg.get("discovery", "ask") == "engine":

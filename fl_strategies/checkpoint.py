@@ -7,7 +7,13 @@ rows, estimates and stopping-rule state) and the run config. The file is
 replaced atomically (written to a temporary file, then renamed), so a kill at
 any moment leaves the previous or the new checkpoint, never a torn one. It holds
 only arrays and one JSON document (``numpy.load(..., allow_pickle=False)``):
-loading it cannot run code.
+loading it cannot run code. A SHA-256 checksum over the document and every
+array (dtype, shape and bytes) is stored beside them; on load a file that is
+truncated, damaged or altered, whose round is outside ``[0, num-server-rounds]``,
+whose estimates do not have the run's shape or whose rows do not match its round
+is refused with a :class:`~fl_strategies.config.ConfigError` saying which. A
+checkpoint that cannot be written (disk full, directory removed) is reported at
+ERROR and the run goes on; the previous checkpoint stays the one to resume from.
 
 A new run with the same run config plus ``resume = true`` (a new ``flwr run``)
 discovers the nodes again, checks that every partition still has the row count
@@ -36,9 +42,12 @@ runs with ``noise-source = "os"``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +60,9 @@ __all__ = ["CHECKPOINT_FILE", "NOT_RESUMABLE", "SAME_KEYS_EXEMPT", "Checkpoint",
 log = logging.getLogger("flwr.fedspectral")
 
 CHECKPOINT_FILE = "checkpoint.npz"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
-SAME_KEYS_EXEMPT = ("resume", "round-timeout")
+SAME_KEYS_EXEMPT = ("resume", "round-timeout", "results-dir")
 """Run-config keys that may differ between the checkpointed run and its resumption."""
 
 NOT_RESUMABLE = {
@@ -128,11 +137,17 @@ class Checkpoint:
         config (the message names the keys that differ).
     """
 
-    def __init__(self, directory: str | Path, cfg: dict) -> None:
+    def __init__(self, directory: str | Path, cfg: dict, num_rounds: int | None = None) -> None:
         self.dir = writable_directory(directory, "checkpoint-dir")
         self.path = self.dir / CHECKPOINT_FILE
         self.cfg = cfg
+        self.num_rounds = num_rounds
+        self.saved_round: int | None = None
         self.resumed = self._read() if cfg["resume"] else None
+
+    def _refuse(self, why: str) -> ConfigError:
+        return ConfigError(f"resume = true but the checkpoint {self.path} {why}; start the run again with "
+                           "resume = false (or restore an intact checkpoint)")
 
     def _read(self) -> dict:
         if not self.path.is_file():
@@ -141,34 +156,108 @@ class Checkpoint:
         try:
             with np.load(self.path, allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}
-            doc = json.loads(str(arrays.pop("state")))
-        except (OSError, ValueError, KeyError) as ex:
-            raise ConfigError(f"resume = true but the checkpoint {self.path} cannot be read: "
-                              f"{type(ex).__name__}: {ex}") from None
-        if doc.get("version") != FORMAT_VERSION:
-            raise ConfigError(f"the checkpoint {self.path} has format {doc.get('version')!r}, expected "
-                              f"{FORMAT_VERSION}")
-        saved, now = doc["config"], _comparable(self.cfg)
+            text = str(arrays.pop("state"))
+            stored = str(arrays.pop("checksum", ""))
+            doc = json.loads(text)
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as ex:
+            raise self._refuse(f"cannot be read (truncated or damaged: {type(ex).__name__}: {ex})") from None
+        if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
+            version = doc.get("version") if isinstance(doc, dict) else None
+            raise self._refuse(f"has format {version!r}, expected {FORMAT_VERSION}")
+        if stored != _checksum(text, [arrays[f"a{i}"] for i in range(len(arrays))] if _numbered(arrays) else None):
+            raise self._refuse("fails its checksum (the file was altered or damaged after it was written)")
+        saved, now = doc.get("config"), _comparable(self.cfg)
+        if not isinstance(saved, dict):
+            raise self._refuse("holds no run config")
         differ = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
         if differ:
             shown = "; ".join(f"{k} = {saved.get(k)!r} there, {now.get(k)!r} here" for k in differ[:5])
             raise ConfigError(f"resume = true: the checkpoint {self.path} was written by a run with another run "
                               f"config ({shown}); only {', '.join(SAME_KEYS_EXEMPT)} may change")
-        state = _decode(doc, arrays)
+        try:
+            state = _decode(doc, arrays)
+        except (KeyError, TypeError) as ex:
+            raise self._refuse(f"refers to a missing array ({ex})") from None
+        problem = self._problem(state)
+        if problem:
+            raise self._refuse(problem)
         log.info("resuming from %s: %d round(s) done", self.path, state["round"])
         return state
 
+    def _problem(self, state: dict) -> str | None:
+        """Why a checksummed state cannot be this run's (round, shapes, rows), or ``None``."""
+        rnd = state.get("round")
+        last = self.num_rounds if self.num_rounds is not None else self.cfg["num-server-rounds"]
+        if not isinstance(rnd, int) or isinstance(rnd, bool) or not 0 <= rnd <= last:
+            return f"has round {rnd!r}, outside [0, {last}] of this run"
+        params = state.get("parameters")
+        if not isinstance(params, list) or not params or not all(isinstance(a, np.ndarray) for a in params):
+            return "holds no parameters"
+        strat = state.get("strategy")
+        if not isinstance(strat, dict) or not all(k in strat for k in ("records", "iterates", "held", "sizes")):
+            return "holds no strategy state"
+        records, iterates = strat["records"], strat["iterates"]
+        if not isinstance(records, list) or not isinstance(iterates, list):
+            return "holds no rows or estimates"
+        rounds = [row.get("round") if isinstance(row, dict) else None for row in records]
+        if rounds != list(range(len(rounds))) or not rnd - 1 <= len(rounds) - 1 <= rnd:
+            return f"has rows of rounds {rounds[:3]}...{rounds[-2:]} for round {rnd}"
+        shape = params[0].shape
+        r = self.cfg["iteration-rank"]
+        est = [Z for Z in iterates] + ([strat["held"][1]] if strat["held"] else [])
+        for Z in est:
+            if not isinstance(Z, np.ndarray) or Z.shape != shape or not np.all(np.isfinite(Z)):
+                return (f"holds an estimate of shape {getattr(Z, 'shape', None)}, not {shape} like its "
+                        "parameters, or not finite")
+        if self.cfg["strategy"] in ("fedpower", "power", "ssi", "localpower") and (params[0].ndim != 2
+                                                                                 or shape[1] != r):
+            return f"holds an estimate of shape {shape}; this run iterates {r} columns (iteration-rank)"
+        return None
+
     def save(self, server_round: int, parameters: list[np.ndarray], strategy) -> None:
-        """Write the state after ``server_round`` (atomically replacing the previous checkpoint)."""
+        """Write the state after ``server_round`` (atomically replacing the previous checkpoint).
+
+        A write that fails (``OSError``: disk full, directory gone) is logged at ERROR and the run goes on:
+        the previous checkpoint is kept and stays the one a resumed run starts from.
+        """
         arrays: list[np.ndarray] = []
         doc = _encode({"version": FORMAT_VERSION, "round": server_round, "config": _comparable(self.cfg),
                        "parameters": list(parameters), "strategy": strategy.state_dict()}, arrays)
+        text = json.dumps(doc)
         tmp = self.dir / "checkpoint.tmp.npz"
-        with tmp.open("wb") as fh:
-            np.savez(fh, state=np.array(json.dumps(doc)), **{f"a{i}": a for i, a in enumerate(arrays)})
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(self.path)
+        try:
+            with tmp.open("wb") as fh:
+                np.savez(fh, state=np.array(text), checksum=np.array(_checksum(text, arrays)),
+                         **{f"a{i}": a for i, a in enumerate(arrays)})
+                fh.flush()
+                os.fsync(fh.fileno())
+            tmp.replace(self.path)
+        except OSError as ex:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            kept = "no checkpoint" if self.saved_round is None else f"the checkpoint of round {self.saved_round}"
+            log.error("checkpoint after round %d could not be written to %s (%s: %s); the run goes on and %s is "
+                      "kept for resume", server_round, self.path, type(ex).__name__, ex, kept)
+            return
+        self.saved_round = server_round
+
+
+def _numbered(arrays: dict[str, np.ndarray]) -> bool:
+    return set(arrays) == {f"a{i}" for i in range(len(arrays))}
+
+
+def _checksum(text: str, arrays: list[np.ndarray] | None) -> str:
+    """SHA-256 of the JSON document and of every array's dtype, shape and bytes (``""`` for unnumbered arrays)."""
+    if arrays is None:
+        return "invalid"
+    digest = hashlib.sha256(text.encode("utf-8"))
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        digest.update(f"{a.dtype.str}{a.shape}".encode())
+        digest.update(a.tobytes())
+    return digest.hexdigest()
 
 
 def checkpoint_for(strategy) -> Checkpoint | None:
@@ -195,4 +284,4 @@ def checkpoint_for(strategy) -> Checkpoint | None:
     problem = strategy.resume_problem()
     if problem:
         raise ConfigError(f"checkpoint-dir is set but this run cannot resume: {problem}")
-    return Checkpoint(cfg["checkpoint-dir"], cfg)
+    return Checkpoint(cfg["checkpoint-dir"], cfg, num_rounds=strategy.num_rounds)

@@ -56,6 +56,9 @@ class StoppingServer(Server):
             self.parameters = ndarrays_to_parameters(resumed["parameters"])
             first = resumed["round"] + 1
             log(INFO, "resuming after round %s", resumed["round"])
+            restore = getattr(getattr(self.strategy, "on_round", None), "restore", None)
+            if restore is not None:  # a results-dir without the rows of the checkpointed rounds gets them back
+                restore(self.strategy.records, self.strategy.iterates)
         else:
             self.strategy.evaluate(0, parameters=self.parameters)
             self._save(0)

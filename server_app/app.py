@@ -144,5 +144,10 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Flower's entry point."""
-    run_server(grid, context)
+    """Flower's entry point; its last log line says whether the run completed (``flwr run`` exits 0 either way)."""
+    try:
+        run_server(grid, context)
+    except Exception as ex:
+        log.error("fedspectral: run FAILED: %s: %s", type(ex).__name__, ex)
+        raise
+    log.info("fedspectral: run completed")

@@ -71,6 +71,10 @@ class ResultsWriter:
         if self._trim_pending:
             self._trim_pending = False
             self._drop_rows_from(record.get("round"))
+        self._append(record)
+        self._save_estimate(estimate)
+
+    def _append(self, record: dict) -> None:
         new = not self.csv_path.exists()
         with self.csv_path.open("a", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(record))
@@ -83,6 +87,8 @@ class ResultsWriter:
                 log.warning("round %s: non-finite %s written as empty cell(s)", record.get("round"),
                             ", ".join(blanked))
             writer.writerow(row)
+
+    def _save_estimate(self, estimate: np.ndarray) -> None:
         tmp = self.dir / "estimate.tmp.npy"
         np.save(tmp, estimate)
         tmp.replace(self.dir / "estimate.npy")
@@ -92,6 +98,20 @@ class ResultsWriter:
         path = save_model(self.dir / "pca.npz", model, run_config,
                           privacy={"epsilon": 0.0, "note": "no noise: a PCA model is written for noise-free runs only"})
         log.info("PCA model written to %s", path.resolve())
+
+    def restore(self, records: list[dict], iterates: list[np.ndarray]) -> None:
+        """A resumed run: write the checkpoint's rows if ``rounds.csv`` does not have them.
+
+        Without a ``rounds.csv`` (a new results-dir, e.g. each job of a comparison) the rows the checkpoint
+        holds are written first, so the resumed run's table starts at round 0, not after the checkpoint; an
+        existing file is kept as it is (:meth:`_drop_rows_from` trims it at the first new row).
+        """
+        if not self._trim_pending or not records or self.csv_path.exists():
+            return
+        log.info("resume: %d row(s) of the checkpoint written to %s", len(records), self.csv_path)
+        for record in records:
+            self._append(record)
+        self._save_estimate(iterates[len(records) - 1])
 
     def _drop_rows_from(self, first_round) -> None:
         """Drop the rows of ``first_round`` and later rounds from an existing ``rounds.csv`` (atomically)."""

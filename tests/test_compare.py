@@ -7,6 +7,7 @@ import pytest
 from fl_strategies.config import validate_run_config
 from fl_strategies.linalg import subspace_distance
 from simulations.compare import ComparisonError, load_comparison, main
+from simulations.compare.cli import estimate_stem
 from simulations.engines import fused_run_config
 from simulations.data.federated_data import reference
 
@@ -68,8 +69,7 @@ def test_compare_writes_results_summary_plot_and_estimates(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # each saved estimate reproduces its final row against an independent reference
     for (run, seed), rows in df.groupby(["run", "seed"]):
-        stem = f"{run.replace(', ', '_').replace(' ', '_')}__seed{seed}"
-        Z = np.load(out / "estimates" / f"{stem}.npy")
+        Z = np.load(out / "estimates" / f"{estimate_stem(run, seed)}.npy")
         cfg = validate_run_config(fused_run_config({"num-clients": 5, "num-samples": 2000, "dimension": 20,
                                                     "rank": 2, "iteration-rank": 3}))
         U = reference(cfg).vectors[:, :2]

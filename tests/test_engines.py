@@ -57,8 +57,71 @@ def test_flwr_run_wrapper_runs_the_app_and_reports_failure():
     if superlink_running():
         pytest.skip("a local SuperLink is already running; this test starts and stops its own")
     assert main(["--run-config", "num-server-rounds=2 num-clients=4"]) == 0
-    assert main(["--run-config", "rank=40 iteration-rank=3"]) == 1  # invalid: fails before round 1
+    assert main(["--run-config", "rank=40 iteration-rank=3"]) == 2  # invalid: refused before Flower starts
+    # a run that fails in the ServerApp (its results-dir cannot be written): flwr run exits 0, the wrapper 1
+    assert main(["--run-config", 'num-server-rounds=1 num-clients=2 results-dir="/proc/fedspectral"']) == 1
     # a run its strategy aborts (dp-power: a product outside secagg-clip halts SecAgg+ in round 1) ends failed
     assert main(["--run-config", 'strategy="dp-power" dataset="dp-haar" dimension=120 rank=4 iteration-rank=8 '
                  'num-server-rounds=2 num-clients=4 delta=1e-6 row-normalize=false secagg-clip=1.0']) == 1
     assert not superlink_running()
+
+
+def _stop_local_superlink(flwr_home) -> None:
+    """Stop the local SuperLink whose state lives in ``flwr_home`` (and the processes it started)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    links = [int(line.split()[0]) for line in ps.splitlines() if f"{flwr_home}/local-superlink" in line]
+    children = [int(line.split()[0]) for line in ps.splitlines()
+                if any(f"--parent-pid {pid}" in line for pid in links)]
+    for pid in children + links:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    time.sleep(3)
+    for pid in children + links:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(400)
+def test_plain_flwr_run_in_a_fresh_copy_finishes_and_says_so(tmp_path):
+    """The README's plain `flwr run .` (no wrapper; only the offline environment variables) in a fresh copy of the
+    repository: the run finishes, its log ends with the run's status, and the server named its results path."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from simulations.engines import APP_DIR
+    from simulations.engines.flwr_run import superlink_running
+
+    if superlink_running():
+        pytest.skip("a local SuperLink is already running; this test starts and stops its own")
+    clone = tmp_path / "fedspectral"
+    files = subprocess.run(["git", "ls-files"], cwd=APP_DIR, capture_output=True, text=True, check=True).stdout
+    for name in files.split("\n"):
+        if name and (APP_DIR / name).is_file() and "/results/" not in name:
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(APP_DIR / name, clone / name)
+    home = tmp_path / "flwr-home"
+    env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
+           "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_HOME": str(home),
+           "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    try:
+        done = subprocess.run(["flwr", "run", ".", "--stream", "--federation-config", "num-supernodes=10",
+                               "--run-config", 'num-server-rounds=3 results-dir="out"'], cwd=clone, env=env,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        _stop_local_superlink(home)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log
+    assert "round 3/3: subspace distance" in log and "fedspectral: run completed" in log, log
+    assert "fedspectral: results in /" in log  # the absolute path, wherever the SuperLink runs

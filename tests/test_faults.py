@@ -86,3 +86,26 @@ def test_deploy_refuses_a_bad_fault_option_before_starting_anything(tmp_path, ca
     assert main(["--run-config", "num-clients=3", "--out", str(tmp_path), "--fault", bad]) == 2
     assert f"--fault {bad!r}" in capsys.readouterr().err
     assert not (tmp_path / "logs").exists()
+
+
+def test_a_server_short_of_nodes_says_so_periodically_and_gives_up_after_its_stated_bound(monkeypatch, caplog):
+    """`flwr run .` with Flower's default 2 SuperNodes and num-clients = 10: no silent wait (issue 16)."""
+    import logging
+
+    from server_app.app import build_strategy
+    from simulations.engines import fused_run_config
+
+    class TwoNodes:
+        def num_available(self):
+            return 2
+
+    strategy, _ = build_strategy(fused_run_config({"num-clients": 10}))
+    strategy.wait_timeout = 1.5
+    monkeypatch.setattr(type(strategy), "WAIT_LOG_EVERY", 0.3)
+    with caplog.at_level(logging.WARNING, logger="flwr.fedspectral"), pytest.raises(RuntimeError) as info:
+        strategy._discover(TwoNodes())
+    waiting = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert len(waiting) >= 1 and waiting[0].startswith("waiting for 10 nodes, 2 connected (giving up in")
+    assert "flwr run . --federation-config num-supernodes=10" in waiting[0]
+    assert str(info.value).startswith("only 2 of num-clients = 10 nodes connected within 2 s")
+    assert "num-supernodes=10" in str(info.value)

@@ -244,7 +244,9 @@ name = "wk"
 strategy = "mf-altgd"
 """)
     results = run_comparison(config, out=tmp_path / "out")
-    assert np.load(tmp_path / "out" / "estimates" / "fedmf__seed0.npy").shape == (30, 3)
+    from simulations.compare.cli import estimate_stem
+
+    assert np.load(tmp_path / "out" / "estimates" / f"{estimate_stem('fedmf', 0)}.npy").shape == (30, 3)
     assert set(results["phase"]) >= {"init", "sketch", "power", "solve", "iterate"}
     assert report([str(tmp_path / "out"), "--target", "-3"]) == 0
     table = (tmp_path / "out" / "table2.md").read_text()

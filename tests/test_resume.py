@@ -87,3 +87,85 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, monkeypatch):
     # round-timeout may change; the run then finishes from the checkpoint
     done = run_app(checkpoint_dir=str(tmp_path), resume=True, round_timeout=30.0, **small)
     assert [r["round"] for r in done.records] == [0, 1, 2, 3]
+
+
+SMALL = dict(num_clients=3, num_samples=600, dimension=10, num_server_rounds=3)
+
+
+def _rewrite(path, edit, keep_checksum: bool = False) -> None:
+    """Rewrite a checkpoint after ``edit(doc, arrays)``, with a valid checksum (a deliberate, consistent edit)
+    or, with ``keep_checksum``, the old one (an edit that does not know about the checksum)."""
+    import json
+
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    doc = json.loads(str(arrays.pop("state")))
+    old = arrays.pop("checksum")
+    listed = [arrays[f"a{i}"] for i in range(len(arrays))]
+    edit(doc, listed)
+    text = json.dumps(doc)
+    np.savez(path, state=np.array(text), checksum=old if keep_checksum else np.array(ck._checksum(text, listed)),
+             **{f"a{i}": a for i, a in enumerate(listed)})
+
+
+def _set_round(value):
+    return lambda doc, arrays: doc.update(round=value)
+
+
+def _bad_shape(doc, arrays):
+    arrays[doc["parameters"][0]["__array__"]] = np.zeros((10, 7))
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "cannot be read \\(truncated or damaged"),
+    (lambda p: p.write_bytes(b""), "cannot be read"),
+    (lambda p: p.write_bytes(bytes(b ^ 0xFF if i == len(p.read_bytes()) // 2 else b
+                                   for i, b in enumerate(p.read_bytes()))), "cannot be read|fails its checksum"),
+    (lambda p: _rewrite(p, _set_round(-5), keep_checksum=True), "fails its checksum"),
+    (lambda p: _rewrite(p, _set_round(-5)), "has round -5, outside \\[0, 3\\]"),
+    (lambda p: _rewrite(p, _set_round(9)), "has round 9, outside \\[0, 3\\]"),
+    (lambda p: _rewrite(p, _set_round(1)), "has rows of rounds"),
+    (lambda p: _rewrite(p, _bad_shape), "estimate of shape"),
+    (lambda p: _rewrite(p, lambda doc, arrays: doc.update(version=1)), "has format 1, expected 2"),
+], ids=["truncated", "empty", "bit-flip", "edited-round", "round-negative", "round-beyond", "round-rows",
+        "shape", "version"])
+def test_a_damaged_or_tampered_checkpoint_is_refused_with_a_clear_error(tmp_path, damage, match):
+    run_app(checkpoint_dir=str(tmp_path), **SMALL)
+    path = tmp_path / ck.CHECKPOINT_FILE
+    damage(path)
+    with pytest.raises(ConfigError, match=match) as info:
+        run_app(checkpoint_dir=str(tmp_path), resume=True, **SMALL)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_intact_checkpoint_still_resumes(tmp_path):
+    run_app(checkpoint_dir=str(tmp_path), **SMALL)
+    _rewrite(tmp_path / ck.CHECKPOINT_FILE, lambda doc, arrays: None)  # same content, recomputed checksum
+    done = run_app(checkpoint_dir=str(tmp_path), resume=True, **SMALL)
+    assert [r["round"] for r in done.records] == [0, 1, 2, 3]
+
+
+def test_a_failing_checkpoint_write_is_reported_and_the_run_goes_on(tmp_path, monkeypatch, caplog):
+    import logging
+
+    savez = np.savez
+
+    def full_disk(fh, **arrays):
+        if int(str(arrays["state"]).split('"round": ')[1].split(",")[0]) >= 2:
+            raise OSError(28, "No space left on device")
+        savez(fh, **arrays)
+
+    over = dict(SMALL, num_server_rounds=4)
+    whole = run_app(**over)
+    with monkeypatch.context() as patch, caplog.at_level(logging.ERROR, logger="flwr.fedspectral"):
+        patch.setattr(ck.np, "savez", full_disk)
+        run = run_app(checkpoint_dir=str(tmp_path), **over)
+    assert [r["round"] for r in run.records] == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(run.estimate, whole.estimate)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 3 and "checkpoint after round 2 could not be written" in errors[0]
+    assert "No space left on device" in errors[0] and "the checkpoint of round 1 is kept" in errors[-1]
+    assert not (tmp_path / "checkpoint.tmp.npz").exists()
+    resumed = run_app(checkpoint_dir=str(tmp_path), resume=True, **over)  # from round 1
+    assert [r["round"] for r in resumed.records] == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(resumed.estimate, whole.estimate)

@@ -25,17 +25,27 @@ share a colour and a legend label across panels; default: the name), optional
     panel = "local steps"
     local-steps = 4
 
-Every run and seed is validated before the first one starts. The command
-writes ``DIR/results.csv`` (one row per run, seed and round),
-``DIR/summary.md``, ``DIR/<metric>.png``, ``DIR/estimates/<run>__seed<k>.npy`` and, for a noise-free
-eigenspace run, its PCA model ``DIR/estimates/<run>__seed<k>.pca.npz``.
+The whole file is validated before the first job starts (a bad file is one
+line ``file:line: message`` naming the key, exit status 2, nothing written).
+The seeds are ``seeds`` (a ``seed`` key is refused); the default ``metric``
+follows the runs' strategy family (eigenspace: ``subspace_distance``, mf:
+``excess_loss``, erm: ``loss_gap``). The command writes ``DIR/results.csv``
+(one row per run, seed and round), ``DIR/summary.md``, ``DIR/<metric>.png``,
+``DIR/estimates/<slug>-<hash>__seed<k>.npy`` (:func:`estimate_stem`) and, for a noise-free
+eigenspace run, its PCA model ``DIR/estimates/<slug>-<hash>__seed<k>.pca.npz``,
+through a staging directory that replaces the previous results only when
+every job has finished; one process at a time per ``DIR`` (a lock).
 """
 
 from __future__ import annotations
 
-import argparse
 import difflib
+import fcntl
+import hashlib
+import json
 import logging
+import math
+import os
 import re
 import shutil
 import sys
@@ -45,19 +55,48 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
+
+try:
+    import matplotlib  # noqa: F401  (the report's plots)
+    from tqdm import tqdm
+except ModuleNotFoundError as _missing:  # the extra "compare" is not installed
+    raise SystemExit(f"simulations.compare needs {_missing.name}: pip install 'fedspectral[compare]' (or "
+                     "pip install -e '.[compare]' in a clone)") from None
 
 from fl_strategies.config import KEYS, ConfigError, validate_run_config
 from fl_strategies.harness import find_harness
 from fl_strategies.base import RunFailed
+from fl_strategies.registry import STRATEGY_NAMES, spec
 
-from simulations.engines import fused_run_config
+from simulations.engines import ArgumentParser, fused_run_config
 from simulations.compare.report import plot_metric, summarize, write_summary_markdown
 
-__all__ = ["Job", "load_comparison", "run_comparison", "main"]
+__all__ = ["ComparisonError", "Job", "OutputDir", "estimate_stem", "load_comparison", "run_comparison", "main"]
 
 TOP_KEYS = ("title", "metric", "thresholds", "seeds", "defaults", "runs")
 RUN_KEYS = ("name", "strategy", "panel", "series", "seeds")
+
+MAX_SEEDS = 1000
+"""Most seeds a comparison file may list (top level or in one run); more is refused before anything runs."""
+MAX_RUNS = 1000
+"""Most ``[[runs]]`` tables of a comparison file."""
+MAX_NAME = 200
+"""Longest run name, panel or series (characters); the title may have twice as many."""
+MAX_FILE_BYTES = 16_000_000
+"""Largest comparison file read."""
+MAX_SEED = 2**32 - 1
+"""Largest seed (numpy's generators are seeded with it)."""
+
+METRICS = {
+    "eigenspace": ("subspace_distance", "subspace_distance_first_k", "kkt_violation", "singular_value_error",
+                   "misalignment", "epsilon_spent", "rho", "objective", "stop_statistic", "inner_steps"),
+    "mf": ("excess_loss", "loss", "log10_excess_loss", "exact_loss", "excess_fixed_v", "kappa_v"),
+    "erm": ("loss_gap", "oracle_complexity", "step_size"),
+}
+"""The metrics each strategy family (:attr:`fl_strategies.registry.StrategySpec.family`) writes; the first is
+the default ``metric`` of a file whose runs are all of that family."""
+COMMON_METRICS = ("bytes_up", "bytes_down", "participants", "rejected", "failures", "round_time", "wall_time")
+"""Columns every strategy writes (plottable too)."""
 
 
 class ComparisonError(ValueError):
@@ -74,31 +113,106 @@ class Job:
     seed: int
     run_config: dict
     series: str = ""
+    line: int = 0
+    """Line of the run's ``[[runs]]`` table in the comparison file (0: unknown)."""
 
     @property
     def stem(self) -> str:
-        """File-name stem ``<run>__seed<k>`` with unsafe characters replaced."""
-        return f"{re.sub(r'[^A-Za-z0-9._=+-]+', '_', self.run)}__seed{self.seed}"
+        """File-name stem ``<slug>-<hash>__seed<k>``, distinct for distinct run names.
+
+        The slug is the run name with every run of characters other than
+        letters, digits and ``.=+-`` replaced by ``_`` (at most 60 characters);
+        the hash is the first 8 hex digits of the SHA-256 of the exact name, so
+        ``"a/b"``, ``"a_b"`` and ``"a b"`` get three files.
+        """
+        return estimate_stem(self.run, self.seed)
 
 
-def _line_of(text: str, run_index: int | None, key: str | None) -> int | None:
-    """Line number (1-based) of ``key`` in the ``run_index``-th ``[[runs]]`` table (or at top level)."""
+def estimate_stem(run: str, seed: int) -> str:
+    """The file-name stem of a run and seed (:attr:`Job.stem`)."""
+    slug = re.sub(r"[^A-Za-z0-9.=+-]+", "_", run).strip("._")[:60] or "run"
+    return f"{slug}-{hashlib.sha256(run.encode('utf-8')).hexdigest()[:8]}__seed{seed}"
+
+
+def _sections(lines: list[str]) -> list[tuple[str, int, int]]:
+    """``(header, start, stop)`` of the top level (header ``""``) and of every table of a TOML text."""
+    heads = [(i, ln.strip()) for i, ln in enumerate(lines) if re.match(r"\s*\[", ln)]
+    out = [("", 0, heads[0][0] if heads else len(lines))]
+    for j, (i, head) in enumerate(heads):
+        out.append((head, i, heads[j + 1][0] if j + 1 < len(heads) else len(lines)))
+    return out
+
+
+def _line_of(text: str, where: int | str | None, key: str | None) -> int:
+    """Line number (1-based) of ``key`` in a part of a comparison file.
+
+    ``where``: the index of a ``[[runs]]`` table, ``"defaults"`` for ``[defaults]``, or ``None`` for the top
+    level (the lines before the first table).
+    """
     lines = text.splitlines()
-    start, stop = 0, len(lines)
-    headers = [i for i, ln in enumerate(lines) if ln.strip().startswith("[[runs]]")]
-    if run_index is not None and run_index < len(headers):
-        start = headers[run_index]
-        stop = headers[run_index + 1] if run_index + 1 < len(headers) else len(lines)
+    parts = _sections(lines)
+    if isinstance(where, int):
+        runs = [p for p in parts if p[0].startswith("[[runs]]")]
+        _, start, stop = runs[where] if where < len(runs) else ("", 0, len(lines))
+    elif where == "defaults":
+        _, start, stop = next((p for p in parts if p[0].startswith("[defaults]")), ("", 0, len(lines)))
+    else:
+        _, start, stop = parts[0]
+        if key is not None and key not in "\n".join(lines[start:stop]):  # e.g. [defaults] or [[runs]] itself
+            head = next((p for p in parts[1:] if re.match(rf"\[+\s*\"?{re.escape(key)}\b", p[0])), None)
+            if head is not None:
+                return head[1] + 1
     if key is None:
         return start + 1
     for i in range(start, stop):
-        if re.match(rf"\s*\"?{re.escape(key)}\"?\s*=", lines[i]):
+        if re.match(rf"\s*[\"']?{re.escape(key)}[\"']?\s*=", lines[i]):
             return i + 1
     return start + 1
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _text_problem(value, what: str, limit: int = MAX_NAME) -> str | None:
+    """Why ``value`` cannot be a name, panel, series or title, or ``None``."""
+    if not isinstance(value, str):
+        return f"{what} must be a string, got {type(value).__name__} {_short(value)}"
+    if not value.strip():
+        return f"{what} must not be empty"
+    if len(value) > limit:
+        return f"{what} has {len(value)} characters; at most {limit} are allowed"
+    if any(ord(c) < 32 for c in value):
+        return f"{what} must not contain control characters (e.g. a newline)"
+    return None
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _seeds_problem(seeds) -> str | None:
+    """Why ``seeds`` is not a usable list of seeds, or ``None``."""
+    if not isinstance(seeds, list) or not seeds:
+        return f"seeds must be a non-empty list of integers, got {_short(seeds)}"
+    if len(seeds) > MAX_SEEDS:
+        return f"seeds lists {len(seeds)} seeds; at most {MAX_SEEDS} are allowed"
+    bad = next((s for s in seeds if not isinstance(s, int) or isinstance(s, bool) or not 0 <= s <= MAX_SEED), None)
+    if bad is not None:
+        return f"seeds must be a non-empty list of integers in [0, {MAX_SEED}], got {_short(bad)}"
+    if len(set(seeds)) != len(seeds):
+        dup = next(s for i, s in enumerate(seeds) if s in seeds[:i])
+        return f"seeds lists seed {dup} twice (each seed would be run and counted twice)"
+    return None
+
+
+SEED_HINT = ("'seed' is not read from a comparison file: list the seeds with seeds = [...] (at the top level, "
+             "or in a run for that run only)")
+
+
 def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
-    """Read and validate a comparison file.
+    """Read and validate a comparison file, all of it, before anything runs.
 
     Parameters
     ----------
@@ -115,99 +229,177 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
     ------
     ComparisonError
         With ``file:line:`` and the offending key for a syntax error, an unknown
-        key (with the closest valid one), a missing name or strategy, a
-        duplicate run name, or a run config that fails validation.
+        key (with the closest valid one), a top-level value of the wrong type
+        (``title`` a string, ``metric`` a column the runs write, ``thresholds``
+        a list of finite numbers > 0, ``seeds`` a list of at most
+        :data:`MAX_SEEDS` distinct integers), ``runs`` that are not tables, a
+        missing, duplicate, empty or too long (:data:`MAX_NAME`) name, a
+        missing strategy, a ``seed`` key (the seeds are ``seeds``), a value
+        that is not a single number, string or boolean, or a run config that
+        fails validation.
     """
     path = Path(path)
     if not path.is_file():
         raise ComparisonError(f"{path}: no such comparison file")
-    text = path.read_text()
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise ComparisonError(f"{path}: {path.stat().st_size} bytes; a comparison file may have at most "
+                              f"{MAX_FILE_BYTES}")
     try:
+        text = path.read_text(encoding="utf-8")
         doc = tomllib.loads(text)
+    except UnicodeDecodeError as ex:
+        raise ComparisonError(f"{path}: not a UTF-8 text file ({ex.reason} at byte {ex.start})") from None
     except tomllib.TOMLDecodeError as ex:
-        raise ComparisonError(f"{path}: not valid TOML: {ex}") from None
+        line = re.search(r"at line (\d+)", str(ex))
+        raise ComparisonError(f"{path}:{line.group(1) if line else 1}: not valid TOML: {ex}") from None
+    except RecursionError:
+        raise ComparisonError(f"{path}: nested too deeply to be a comparison file (run-config values are "
+                              "single numbers, strings or booleans)") from None
 
-    def fail(msg: str, run_index: int | None = None, key: str | None = None):
-        raise ComparisonError(f"{path}:{_line_of(text, run_index, key)}: {msg}")
+    def fail(msg: str, where: int | str | None = None, key: str | None = None):
+        raise ComparisonError(f"{path}:{_line_of(text, where, key)}: {msg}")
 
     for key in doc:
         if key not in TOP_KEYS:
             close = difflib.get_close_matches(key, TOP_KEYS + tuple(KEYS), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             hint += " (run-config keys go in [defaults] or a [[runs]] table)" if key in KEYS else ""
-            fail(f"unknown top-level key {key!r}.{hint}", None, key)
+            if key == "seed":
+                hint = f" {SEED_HINT}"
+            fail(f"unknown top-level key {_short(key)}.{hint}", None, key)
+    problem = _text_problem(doc["title"], "title", 2 * MAX_NAME) if "title" in doc else None
+    if problem:
+        fail(problem, None, "title")
+    if "metric" in doc and not (isinstance(doc["metric"], str) and re.fullmatch(r"[a-z0-9_]{1,60}", doc["metric"])):
+        fail(f"metric must be the name of a results column, e.g. 'subspace_distance', got {_short(doc['metric'])}",
+             None, "metric")
+    thresholds = doc.get("thresholds", [1e-2, 1e-4, 1e-10])
+    if (not isinstance(thresholds, list) or len(thresholds) > 20
+            or not all(_is_number(t) and math.isfinite(t) and t > 0 for t in thresholds)):
+        fail(f"thresholds must be a list of at most 20 finite numbers > 0, got {_short(thresholds)}", None,
+             "thresholds")
+    seeds_default = doc.get("seeds", [0])
+    problem = _seeds_problem(seeds_default)
+    if problem:
+        fail(problem, None, "seeds")
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         fail("'defaults' must be a table ([defaults])", None, "defaults")
-    runs = doc.get("runs", [])
-    if not isinstance(runs, list) or not runs:
-        fail("the file defines no [[runs]] table")
-    seeds_default = doc.get("seeds", [0])
-    meta = {"title": doc.get("title", path.stem), "metric": doc.get("metric", "subspace_distance"),
-            "thresholds": tuple(doc.get("thresholds", (1e-2, 1e-4, 1e-10)))}
-    for key in defaults:
+    for key, value in defaults.items():
+        if key == "seed":
+            fail(f"seed in [defaults]: {SEED_HINT}", "defaults", key)
         if key not in KEYS:
             close = difflib.get_close_matches(key, KEYS, n=1)
-            fail(f"unknown run-config key {key!r} in [defaults].{' Did you mean %r?' % close[0] if close else ''}",
-                 None, key)
+            fail(f"unknown run-config key {_short(key)} in [defaults].{' Did you mean %r?' % close[0] if close else ''}",
+                 "defaults", key)
+        if not isinstance(value, (str, int, float, bool)):
+            fail(f"{key} in [defaults] must be a single number, string or boolean, got {type(value).__name__}",
+                 "defaults", key)
+    runs = doc.get("runs", [])
+    if not isinstance(runs, list) or not runs:
+        fail("the file defines no [[runs]] table", None, "runs" if "runs" in doc else None)
+    if len(runs) > MAX_RUNS:
+        fail(f"the file defines {len(runs)} runs; at most {MAX_RUNS} are allowed", None, "runs")
+    if not all(isinstance(run, dict) for run in runs):
+        fail("runs must be tables ([[runs]] with name = ..., strategy = ...), got "
+             f"{_short(next(r for r in runs if not isinstance(r, dict)))}", None, "runs")
 
-    jobs, names = [], set()
+    jobs, names, families = [], set(), {}
     for i, run in enumerate(runs):
         for key in ("name", "strategy"):
             if key not in run:
                 fail(f"run #{i + 1} has no {key!r}", i)
-        name = str(run["name"])
+        for key in ("name", "panel", "series"):
+            problem = _text_problem(run[key], f"run #{i + 1}: {key}") if key in run else None
+            if problem:
+                fail(problem, i, key)
+        name = run["name"]
         if name in names:
             fail(f"duplicate run name {name!r}", i, "name")
         names.add(name)
+        if not isinstance(run["strategy"], str) or run["strategy"] not in STRATEGY_NAMES:
+            close = difflib.get_close_matches(str(run["strategy"]), STRATEGY_NAMES, n=1)
+            fail(f"run {name!r}: strategy must be one of {', '.join(STRATEGY_NAMES)}, got {_short(run['strategy'])}."
+                 f"{' Did you mean %r?' % close[0] if close else ''}", i, "strategy")
         overrides = {}
         for key, value in run.items():
             if key in RUN_KEYS:
                 continue
+            if key == "seed":
+                fail(f"run {name!r}: {SEED_HINT}", i, key)
             if key not in KEYS:
                 close = difflib.get_close_matches(key, RUN_KEYS + tuple(KEYS), n=1)
-                fail(f"run {name!r}: unknown key {key!r}.{' Did you mean %r?' % close[0] if close else ''}", i, key)
+                fail(f"run {name!r}: unknown key {_short(key)}.{' Did you mean %r?' % close[0] if close else ''}",
+                     i, key)
+            if not isinstance(value, (str, int, float, bool)):
+                fail(f"run {name!r}: {key} must be a single number, string or boolean, got {type(value).__name__}",
+                     i, key)
             overrides[key] = value
         seeds = run.get("seeds", seeds_default)
-        if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-            fail(f"run {name!r}: seeds must be a non-empty list of integers", i, "seeds")
+        problem = _seeds_problem(seeds)
+        if problem:
+            fail(f"run {name!r}: {problem}", i, "seeds" if "seeds" in run else None)
+        raw = {**defaults, **overrides, "strategy": run["strategy"]}
+        try:  # the seed plays no part in validation beyond its range (checked above): validate once per run
+            cfg = validate_run_config(fused_run_config({**raw, "seed": seeds[0]}))
+        except ConfigError as ex:
+            bad = next((k for k in KEYS if str(ex).startswith(k)), None)
+            fail(f"run {name!r}: {ex}", i if bad is None or bad in run or bad not in defaults else "defaults",
+                 bad if bad in run or bad in defaults else None)
+        except ValueError as ex:  # Flower's own check of value types
+            fail(f"run {name!r}: {ex}", i)
+        families[name] = spec(cfg["strategy"]).family
         for seed in seeds:
-            raw = {**defaults, **overrides, "strategy": run["strategy"], "seed": seed}
-            try:
-                cfg = validate_run_config(fused_run_config(raw))
-            except ConfigError as ex:
-                bad = next((k for k in KEYS if str(ex).startswith(k)), None)
-                fail(f"run {name!r}: {ex}", i, bad if bad in run else None)
-            except ValueError as ex:  # Flower's own check of value types
-                fail(f"run {name!r}: {ex}", i)
-            jobs.append(Job(name, cfg["strategy"], str(run.get("panel", "")), seed, raw,
-                            str(run.get("series", name))))
+            jobs.append(Job(name, cfg["strategy"], str(run.get("panel", "")), seed, {**raw, "seed": seed},
+                            str(run.get("series", name)), _line_of(text, i, None)))
+    kinds = sorted(set(families.values()))
+    if "metric" in doc:
+        metric = doc["metric"]
+        wrong = [n for n, fam in families.items() if metric not in METRICS[fam] + COMMON_METRICS]
+        if wrong:
+            fam = families[wrong[0]]
+            fail(f"metric {metric!r} is not written by run {wrong[0]!r} ({fam} strategy); its columns are "
+                 f"{', '.join(METRICS[fam] + COMMON_METRICS)}", None, "metric")
+    elif len(kinds) > 1:
+        fail(f"the runs mix strategy families ({', '.join(kinds)}) with no common accuracy column: set metric to "
+             f"one of {', '.join(COMMON_METRICS)}, or compare each family in its own file", None, None)
+    else:
+        metric = METRICS[kinds[0]][0]
+    meta = {"title": doc.get("title", path.stem), "metric": metric, "thresholds": tuple(float(t) for t in thresholds)}
     return meta, jobs
 
 
-def _check_data(jobs: list[Job]) -> None:
+def _check_data(jobs: list[Job], config: str | Path = "") -> None:
     """Build every distinct data set once, as the server will (the harness), and check ranks and client counts."""
+    seen = set()
     for job in jobs:
         cfg = validate_run_config(fused_run_config(job.run_config))
+        key = json.dumps({k: v for k, v in cfg.items() if k != "seed"}, sort_keys=True, default=str)
+        if key in seen:  # the data do not depend on the run seed
+            continue
+        seen.add(key)
         harness = find_harness(cfg)
         if harness is None:  # rows on the clients (a folder of per-client files): the nodes report them
             continue
         try:  # a data set that cannot be loaded (missing file, rank above its dimension, ...) is a ValueError
             harness.server_data(cfg, evaluate=False)
         except (ValueError, MemoryError) as ex:
-            raise ComparisonError(f"run {job.run!r} seed {job.seed}: {str(ex) or type(ex).__name__}") from None
+            where = f"{config}:{job.line or 1}: " if config else ""
+            raise ComparisonError(f"{where}run {job.run!r} seed {job.seed}: {str(ex) or type(ex).__name__}") from None
 
 
 def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:
     out = workdir / job.stem
     overrides = {**job.run_config, "results-dir": str(out)}
+    if overrides.get("checkpoint-dir"):  # one checkpoint per run and seed, or they would overwrite each other
+        overrides["checkpoint-dir"] = str(Path(overrides["checkpoint-dir"]) / job.stem)
     if engine == "local":
         from simulations.engines.local import run_local
 
         try:
             run_local(fused_run_config(overrides))
         except RunFailed as ex:
-            raise ComparisonError(f"run {job.run!r} seed {job.seed} failed: {ex}") from None
+            raise RuntimeError(f"run {job.run!r} seed {job.seed} failed: {ex}") from None
     else:
         from simulations.engines.ray import run_ray
 
@@ -223,6 +415,96 @@ def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:
     return rows
 
 
+LOCK_FILE = ".compare.lock"
+MANIFEST = ".compare-outputs.json"
+"""What the last complete comparison wrote into its ``--out`` (replaced as a whole by the next one)."""
+
+
+def check_out_dir(out: str | Path) -> Path:
+    """``out`` as an output directory: refused (:class:`ComparisonError`) if it names a file or cannot be made."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ComparisonError(f"--out {out}: is a file, not a directory")
+    parent = next((p for p in (out, *out.parents) if p.exists()), Path("."))
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ComparisonError(f"--out {out}: {parent} is not a writable directory")
+    return out
+
+
+class OutputDir:
+    """An ``--out`` directory taken by one compare process at a time, written through a staging directory.
+
+    On entry it creates ``out``, takes an exclusive ``fcntl`` lock on ``out/.compare.lock`` (a second
+    process is refused at once with :class:`ComparisonError` naming the holder's pid) and removes what a
+    killed process left (``out/.staging-*``). Outputs are written into :attr:`staging`; :meth:`commit`
+    moves them into ``out`` (each by a rename) and removes what the previous comparison wrote there and this
+    one did not. Until then the previous complete results stay as they were: a failed or interrupted run
+    leaves them untouched. On exit the staging directory is removed and the lock released.
+    """
+
+    def __init__(self, out: str | Path) -> None:
+        self.out = check_out_dir(out)
+        self.staging = self.out / f".staging-{os.getpid()}"
+        self._lock = None
+
+    def __enter__(self) -> "OutputDir":
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self._lock = open(self.out / LOCK_FILE, "a+")  # noqa: SIM115 (closed in __exit__)
+        except OSError as ex:
+            raise ComparisonError(f"--out {self.out}: cannot be used: {ex.strerror or ex}") from None
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.seek(0)
+            holder = self._lock.read().strip() or "?"
+            self._lock.close()
+            self._lock = None
+            raise ComparisonError(f"--out {self.out} is in use by another compare process (pid {holder}); wait "
+                                  "for it to finish or choose another --out") from None
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(f"{os.getpid()}\n")
+        self._lock.flush()
+        for stale in self.out.glob(".staging-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        self.staging.mkdir()
+        return self
+
+    def commit(self) -> None:
+        """Move everything in :attr:`staging` into ``out``, replacing the previous comparison's outputs."""
+        manifest = self.out / MANIFEST
+        try:
+            before = set(json.loads(manifest.read_text())) if manifest.is_file() else set()
+        except ValueError:
+            before = set()
+        names = sorted(p.name for p in self.staging.iterdir())
+        trash = self.out / f".staging-{os.getpid()}-old"
+        trash.mkdir(exist_ok=True)
+        for name in names:  # directories (estimates/) first, results.csv last
+            if (self.out / name).is_dir() and not (self.out / name).is_symlink():
+                (self.out / name).rename(trash / name)
+        for name in sorted(names, key=lambda n: (n == "results.csv", n)):
+            os.replace(self.staging / name, self.out / name)
+        for name in sorted(before - set(names)):
+            target = self.out / name
+            if target.is_dir():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+        tmp = self.out / f"{MANIFEST}.tmp"
+        tmp.write_text(json.dumps(names))
+        os.replace(tmp, manifest)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+        if self._lock is not None:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+
 def run_comparison(config: str | Path, engine: str = "local", out: str | Path = "results") -> pd.DataFrame:
     """Run every run and seed of a comparison file and write its results.
 
@@ -233,7 +515,8 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
     engine : {"local", "ray"}
         In-process engine or Flower's Ray simulation engine.
     out : str or Path
-        Output directory (created; earlier results in it are replaced).
+        Output directory (created). One process at a time (:class:`OutputDir`): everything is written to a
+        staging directory first and replaces the earlier results only once every job has finished.
 
     Returns
     -------
@@ -241,37 +524,65 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
         The results table also written to ``out/results.csv``.
     """
     meta, jobs = load_comparison(config)
-    _check_data(jobs)
-    out = Path(out)
-    workdir = out / ".runs"
-    shutil.rmtree(workdir, ignore_errors=True)
-    (out / "estimates").mkdir(parents=True, exist_ok=True)
-    frames = []
-    bar = tqdm(jobs, desc="runs", unit="run", file=sys.stderr)
-    for job in bar:
-        bar.set_postfix_str(f"{job.run} seed {job.seed}")
-        frames.append(_run_job(job, engine, workdir))
-        shutil.copy(workdir / job.stem / "estimate.npy", out / "estimates" / f"{job.stem}.npy")
-        if (workdir / job.stem / "pca.npz").exists():  # the PCA model of a noise-free eigenspace run
-            shutil.copy(workdir / job.stem / "pca.npz", out / "estimates" / f"{job.stem}.pca.npz")
-    shutil.rmtree(workdir, ignore_errors=True)
-    results = pd.concat(frames, ignore_index=True)
-    results.to_csv(out / "results.csv", index=False)
-    write_report(results, meta, out)
+    check_out_dir(out)
+    _check_data(jobs, config)
+    with OutputDir(out) as target:
+        stage = target.staging
+        workdir = stage / ".runs"
+        (stage / "estimates").mkdir(parents=True)
+        frames = []
+        bar = tqdm(jobs, desc="runs", unit="run", file=sys.stderr)
+        for job in bar:
+            bar.set_postfix_str(f"{job.run} seed {job.seed}")
+            frames.append(_run_job(job, engine, workdir))
+            shutil.copy(workdir / job.stem / "estimate.npy", stage / "estimates" / f"{job.stem}.npy")
+            if (workdir / job.stem / "pca.npz").exists():  # the PCA model of a noise-free eigenspace run
+                shutil.copy(workdir / job.stem / "pca.npz", stage / "estimates" / f"{job.stem}.pca.npz")
+        shutil.rmtree(workdir, ignore_errors=True)
+        results = pd.concat(frames, ignore_index=True)
+        results.to_csv(stage / "results.csv", index=False)
+        write_report(results, meta, stage)
+        target.commit()
     return results
 
 
 def write_report(results: pd.DataFrame, meta: dict, out: Path) -> None:
     """Write ``summary.md`` and ``<metric>.png`` of a results table into ``out``."""
     metric = meta["metric"]
+    if metric not in results.columns:
+        raise ComparisonError(f"metric {metric!r} is not a column of the results (columns: "
+                              f"{', '.join(map(str, results.columns))})")
     summary = summarize(results, thresholds=meta["thresholds"], metric=metric)
     write_summary_markdown(summary, out / "summary.md", title=meta["title"], metric=metric)
     plot_metric(results, out / f"{metric}.png", metric=metric, title=meta["title"])
 
 
+def report_only(config: str | Path, out: str | Path) -> pd.DataFrame:
+    """Rewrite ``summary.md`` and the plot of ``out`` from its ``results.csv`` (under the ``--out`` lock)."""
+    meta, _ = load_comparison(config)
+    out = check_out_dir(out)
+    csv = out / "results.csv"
+    if not csv.is_file():
+        raise ComparisonError(f"--report-only: there are no results to report in {out} (no results.csv); run "
+                              "the comparison without --report-only first")
+    try:
+        results = pd.read_csv(csv)
+    except (ValueError, OSError) as ex:
+        raise ComparisonError(f"--report-only: {csv} cannot be read: {ex}") from None
+    missing = [c for c in ("run", "strategy", "seed", "round", "bytes_up", "bytes_down") if c not in results]
+    if missing or results.empty:
+        raise ComparisonError(f"--report-only: {csv} is not a comparison's results table "
+                              f"({'no rows' if results.empty else 'no column ' + ', '.join(missing)})")
+    with OutputDir(out) as target:
+        write_report(results, meta, target.staging)
+        for path in target.staging.iterdir():
+            os.replace(path, out / path.name)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point."""
-    parser = argparse.ArgumentParser(prog="python -m simulations.compare", description=__doc__.split("\n\n")[0])
+    """Command-line entry point: exit 0 on success, 2 on a bad file or argument (one line), 1 if a run failed."""
+    parser = ArgumentParser(prog="python -m simulations.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="comparison file (TOML)")
     parser.add_argument("--engine", choices=("local", "ray"), default="local",
                         help="local: in-process (default); ray: Flower's Ray simulation engine")
@@ -286,14 +597,18 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("flwr").setLevel(logging.WARNING)
     try:
         if args.report_only:
-            meta, _ = load_comparison(args.config)
-            results = pd.read_csv(Path(args.out) / "results.csv")
-            write_report(results, meta, Path(args.out))
+            results = report_only(args.config, args.out)
         else:
             results = run_comparison(args.config, engine=args.engine, out=args.out)
     except (ComparisonError, ConfigError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: the earlier results in {args.out} are unchanged", file=sys.stderr)
+        return 130
+    except (RuntimeError, OSError) as ex:
+        print(f"error: {ex}; the earlier results in {args.out} are unchanged", file=sys.stderr)
+        return 1
     print((Path(args.out) / "summary.md").read_text())
     print(f"{len(results)} rows written to {Path(args.out) / 'results.csv'}")
     return 0

@@ -102,8 +102,18 @@ def _threshold_column(threshold: float) -> str:
 
 
 def _final_values(df_run: pd.DataFrame, metric: str) -> pd.Series:
-    """Metric at each seed's last round, indexed by seed."""
-    last = df_run.sort_values("round").groupby("seed", sort=True).tail(1)
+    """Metric at each seed's last row, indexed by seed.
+
+    The last row is the one of the last round and, among rows of one round
+    (fedmf's local solve writes one row per local ``iteration``), the last
+    iteration; ties keep file order (a stable sort), so the choice never
+    depends on the sorting algorithm.
+    """
+    keys = ["round", "iteration"] if "iteration" in df_run.columns else ["round"]
+    order = df_run.assign(_pos=np.arange(len(df_run)))
+    for key in keys:
+        order[key] = pd.to_numeric(order[key], errors="coerce").fillna(-np.inf)
+    last = order.sort_values(keys + ["_pos"], kind="stable").groupby("seed", sort=True).tail(1)
     return last.set_index("seed")[metric].astype(float)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 APP_DIR = Path(__file__).resolve().parents[2]
@@ -28,3 +29,86 @@ def engine_directory(run_config: dict, partition_of: dict[int, int]):
 
     sizes = partition_sizes(validate_run_config(run_config))
     return NodeDirectory(partition_of=dict(partition_of), sizes=dict(enumerate(sizes.tolist())))
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose refusal of a bad argument is one line (``prog: error: argument ...``)."""
+
+    def error(self, message: str):  # noqa: D102
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class ArgumentError(ValueError):
+    """A command-line argument is unusable; the message names it (printed as one line, exit status 2)."""
+
+
+def parse_run_config(text: str, option: str = "--run-config") -> dict:
+    """``--run-config`` text (``'key=value ...'`` or a TOML file) as overrides; :class:`ArgumentError` if malformed."""
+    from fl_strategies.flower_compat import parse_config_args
+
+    if not text:
+        return {}
+    if not text.strip().endswith(".toml"):  # Flower silently drops a key with no value ('num-clients=')
+        import re
+
+        empty = re.search(r"(?:^|\s)([A-Za-z0-9_.-]+)=(?=\s|$)", text)
+        if empty:
+            raise ArgumentError(f"{option} {text!r}: {empty.group(1)} has no value (e.g. {empty.group(1)}=10 or "
+                                f'{empty.group(1)}="text")')
+    try:
+        return dict(parse_config_args([text]))
+    except Exception as ex:  # noqa: BLE001 (Flower raises ValueError, TOML errors or SystemExit-free typer errors)
+        raise ArgumentError(f"{option} {text!r}: {str(ex).strip() or type(ex).__name__}") from None
+
+
+def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
+    """The validated run config of ``overrides`` on ``pyproject.toml``'s defaults, checked against its data.
+
+    Everything that a run would refuse before round 1 and that needs no node is refused here, before any
+    Flower process starts: unknown keys, wrong types and ranges (:func:`fl_strategies.config.validate_run_config`),
+    and ranks or ``num-clients`` that the data set cannot hold (without generating a lazy data set).
+
+    Raises
+    ------
+    ArgumentError
+        One line naming the option and the key.
+    """
+    from fl_strategies.config import ConfigError, check_against_data, validate_run_config
+
+    try:
+        cfg = validate_run_config(fused_run_config(overrides))
+    except (ConfigError, ValueError) as ex:
+        raise ArgumentError(f"{option}: {ex}") from None
+    if cfg["dataset"] == "nodes":
+        return cfg
+    from simulations.data.federated_data import data_shape
+    from simulations.data.interaction_data import interaction_rows, is_interaction_folder
+
+    try:
+        if is_interaction_folder(cfg["dataset"]):
+            rows = interaction_rows(cfg)
+            n, d = rows.shape
+        else:
+            n, d = data_shape(cfg)
+        check_against_data(cfg, d, n)
+    except (ValueError, MemoryError) as ex:
+        raise ArgumentError(f"{option}: {str(ex) or type(ex).__name__}") from None
+    return cfg
+
+
+def read_results(directory: str | Path, columns: tuple[str, ...] = (), name: str = "results.csv"):
+    """``directory/name`` as a data frame with ``columns``; :class:`ArgumentError` naming the file otherwise."""
+    import pandas as pd
+
+    path = Path(directory) / name
+    if not path.is_file():
+        raise ArgumentError(f"{path}: no such file (give the --out directory of a finished simulations.compare run)")
+    try:
+        df = pd.read_csv(path)
+    except (ValueError, OSError) as ex:
+        raise ArgumentError(f"{path}: cannot be read: {ex}") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing or df.empty:
+        raise ArgumentError(f"{path}: " + ("has no rows" if df.empty else f"has no column {', '.join(missing)}"
+                                            + " (the results of another kind of comparison?)"))
+    return df

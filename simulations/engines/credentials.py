@@ -19,9 +19,9 @@ deployments: keep the CA key (``ca.key``) private, or delete it.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import ipaddress
+import re
 import sys
 from pathlib import Path
 
@@ -101,16 +101,41 @@ def write_node_keys(directory: Path, count: int, prefix: str = "node") -> list[P
     return paths
 
 
+MAX_NODES = 10_000
+"""Most SuperNode key pairs written in one call."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point."""
-    parser = argparse.ArgumentParser(prog="python -m simulations.engines.credentials", description=__doc__.split("\n\n")[0])
+    """Command-line entry point (2: a bad argument, one line)."""
+    from simulations.engines import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m simulations.engines.credentials", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory")
     parser.add_argument("--nodes", type=int, default=0, help="number of SuperNode key pairs to write")
     parser.add_argument("--host", action="append", default=[], help="extra name or IP of the SuperLink")
     args = parser.parse_args(argv)
+
+    def refuse(message: str) -> int:
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        return 2
+
     out = Path(args.directory)
-    write_tls_files(out, hosts=("localhost", "127.0.0.1", *args.host))
-    write_node_keys(out, args.nodes)
+    if not 0 <= args.nodes <= MAX_NODES:
+        return refuse(f"--nodes {args.nodes}: give a number of SuperNodes in [0, {MAX_NODES}]")
+    if out.exists() and not out.is_dir():
+        return refuse(f"directory {args.directory}: is a file, not a directory")
+    for host in args.host:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if not re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9*]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                                r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*", host):
+                return refuse(f"--host {host!r}: not an IP address or a DNS name (letters, digits, '-' and '.')")
+    try:
+        write_tls_files(out, hosts=("localhost", "127.0.0.1", *args.host))
+        write_node_keys(out, args.nodes)
+    except OSError as ex:
+        return refuse(f"directory {args.directory}: cannot be written: {ex.strerror or ex}")
     print(f"wrote ca.crt, server.pem, server.key and {args.nodes} node key pair(s) to {out}")
     return 0
 

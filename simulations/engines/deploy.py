@@ -26,7 +26,6 @@ against the exact reference, as the simulation harness does.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import signal
@@ -41,9 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from client_app.faults import FAULT_KEY, FAULTS
-from fl_strategies.config import validate_run_config
 
-from simulations.engines import APP_DIR, fused_run_config
+from simulations.engines import APP_DIR, ArgumentError, ArgumentParser, checked_run_config, parse_run_config
 from simulations.engines.credentials import write_node_keys, write_tls_files
 from simulations.data.federated_data import federated_dataset
 from simulations.engines.flwr_run import flower_env, run_status, stream_run
@@ -51,6 +49,8 @@ from simulations.engines.flwr_run import flower_env, run_status, stream_run
 __all__ = ["LocalDeployment", "write_node_files", "main"]
 
 CONNECTION = "fedspectral-deployment"
+MAX_NODES = 200
+"""Most SuperNodes (one process each) a deployment on one machine starts."""
 
 
 def write_node_files(cfg: dict, directory: Path) -> list[Path]:
@@ -284,13 +284,14 @@ class LocalDeployment:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns 0 only if the run finished successfully."""
-    parser = argparse.ArgumentParser(prog="python -m simulations.engines.deploy", description=__doc__.split("\n\n")[0])
+    """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line)."""
+    parser = ArgumentParser(prog="python -m simulations.engines.deploy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-config", default="", help="overrides, as for `flwr run --run-config`")
     parser.add_argument("--out", default="results/deployment", help="results, logs and node files")
     parser.add_argument("--data-dir", default="", help="existing node files partition_<i>.npy (default: "
                         "write the partitions of the configured data set to OUT/node-data)")
-    parser.add_argument("--port", type=int, default=0, help="the SuperLink's port (default: a free one)")
+    parser.add_argument("--port", type=int, default=0, help="the SuperLink's port (default: a free one); the "
+                        "SuperNodes use the ports after it (PORT + 10 + i)")
     parser.add_argument("--secure", action="store_true",
                         help="TLS and SuperNode authentication (credentials written to OUT/credentials)")
     parser.add_argument("--fault", action="append", default=[], metavar="PID=KIND",
@@ -298,30 +299,50 @@ def main(argv: list[str] | None = None) -> int:
                         "(node-config fault, see client_app/faults.py); repeatable")
     args = parser.parse_args(argv)
 
-    from fl_strategies.flower_compat import parse_config_args
+    def refuse(message: str) -> int:
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        return 2
 
-    overrides = parse_config_args([args.run_config]) if args.run_config else {}
-    cfg = validate_run_config(fused_run_config(overrides))
+    try:
+        cfg = checked_run_config(parse_run_config(args.run_config))
+    except ArgumentError as ex:
+        return refuse(str(ex))
+    m = cfg["num-clients"]
+    if m > MAX_NODES:
+        return refuse(f"--run-config: num-clients = {m}: a deployment on one machine starts one SuperNode process "
+                      f"per client; at most {MAX_NODES}")
+    top = args.port + 10 + m + 1  # the SuperLink, then one runtime-API port per SuperNode
+    if args.port and not (1024 <= args.port and top <= 65535):
+        return refuse(f"--port {args.port}: the SuperLink and its {m} SuperNodes need ports {args.port} to {top}; "
+                      f"give a port in [1024, {65535 - 11 - m}] (or leave --port out for a free one)")
+    if args.port and not all(_port_free(args.port + i) for i in (0, *range(10, 11 + m))):
+        return refuse(f"--port {args.port}: a port in {args.port}..{top} is in use on 127.0.0.1; choose another "
+                      "--port or leave it out")
     faults = {}
     for item in args.fault:
         pid, _, kind = item.partition("=")
-        if not pid.isdigit() or int(pid) >= cfg["num-clients"] or kind not in FAULTS:
-            print(f"error: --fault {item!r}: expected PID=KIND with PID < num-clients = {cfg['num-clients']} and "
-                  f"KIND one of {', '.join(FAULTS)}", file=sys.stderr)
-            return 2
+        if not pid.isdigit() or int(pid) >= m or kind not in FAULTS:
+            return refuse(f"--fault {item!r}: expected PID=KIND with PID < num-clients = {m} and KIND one of "
+                          f"{', '.join(FAULTS)}")
         faults[int(pid)] = f'{FAULT_KEY}="{kind}"'
     out = Path(args.out).resolve()
+    if out.exists() and not out.is_dir():
+        return refuse(f"--out {args.out}: is a file, not a directory")
     if args.data_dir:
-        files = [Path(args.data_dir) / f"partition_{i}.npy" for i in range(cfg["num-clients"])]
+        files = [Path(args.data_dir) / f"partition_{i}.npy" for i in range(m)]
         missing = [str(f) for f in files if not f.is_file()]
         if missing:
-            print(f"error: missing node files: {', '.join(missing)}", file=sys.stderr)
-            return 2
+            return refuse(f"--data-dir {args.data_dir}: missing node files: {', '.join(missing[:5])}"
+                          f"{' ...' if len(missing) > 5 else ''}")
     else:
         files = write_node_files(cfg, out / "node-data")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of this script still stops its processes
-    with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=faults) as deployment:
-        status = deployment.run(args.run_config, out)
+    try:
+        with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=faults) as deployment:
+            status = deployment.run(args.run_config, out)
+    except (RuntimeError, OSError) as ex:
+        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        return 1
     print(f"deployment run status: {status}; results in {out / 'rounds.csv'}")
     return 0 if status == "finished:completed" else 1
 

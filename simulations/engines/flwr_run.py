@@ -7,8 +7,13 @@ wrong on a machine without internet; this wrapper does them:
   SuperLink tries to install the app's dependencies with uv),
   ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1`` and a
   project-local ``FLWR_HOME`` (``.flwr/``) unless they are already set;
+* it validates the run config (and checks it against its data) before
+  Flower starts, so a bad value is one line, not a failed run;
 * it asks for as many simulated SuperNodes as the run config has clients
   (Flower's default is 2);
+* it makes relative paths (``results-dir``, ``checkpoint-dir``, a ``dataset``
+  or ``server-data`` file) absolute against the directory it is run from
+  (Flower's processes would resolve them against the SuperLink's);
 * ``flwr run`` exits 0 even when the run failed, so the run's final status is
   read back with ``flwr ls`` and turned into the exit code;
 * the local SuperLink that ``flwr run`` starts outlives it; the wrapper stops
@@ -21,7 +26,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -32,7 +36,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from simulations.engines import APP_DIR, fused_run_config
+from simulations.engines import APP_DIR, ArgumentError, ArgumentParser, checked_run_config, parse_run_config
 
 SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py)
 
@@ -106,27 +110,52 @@ def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
     return run_id
 
 
+PATH_KEYS = ("results-dir", "checkpoint-dir", "dataset", "server-data")
+
+
+def absolute_paths(cfg: dict) -> dict[str, str]:
+    """The run config's relative paths made absolute against the current directory.
+
+    ``results-dir`` and ``checkpoint-dir`` always (they are created); ``dataset`` and ``server-data`` when they
+    name an existing file or folder here (else ``dataset`` names a generator).
+    """
+    out = {}
+    for key in PATH_KEYS:
+        value = str(cfg.get(key) or "")
+        if not value or Path(value).is_absolute():
+            continue
+        if key in ("results-dir", "checkpoint-dir") or Path(value).exists():
+            out[key] = str(Path(value).resolve())
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns 0 only if the run finished successfully."""
-    parser = argparse.ArgumentParser(prog="python -m simulations.engines.flwr_run", description=__doc__.split("\n\n")[0])
+    """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line)."""
+    parser = ArgumentParser(prog="python -m simulations.engines.flwr_run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-config", default="", help="overrides, as for `flwr run --run-config`")
     parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
     args = parser.parse_args(argv)
-
-    from fl_strategies.flower_compat import parse_config_args
-
-    overrides = parse_config_args([args.run_config]) if args.run_config else {}
-    num_clients = int(fused_run_config(overrides)["num-clients"])
+    try:  # the fused run config is validated (and checked against its data) before Flower starts anything
+        cfg = checked_run_config(parse_run_config(args.run_config))
+    except ArgumentError as ex:
+        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        return 2
+    num_clients = int(cfg["num-clients"])
     env = flower_env()
     started_here = not superlink_running()
     cmd = ["flwr", "run", str(APP_DIR), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
     if args.run_config:
         cmd += ["--run-config", args.run_config]
+    absolute = absolute_paths(cfg)
+    if absolute:  # Flower's processes resolve relative paths against the SuperLink's directory, not this one
+        cmd += ["--run-config", " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items())]
     status = "not started"
     try:
         run_id = stream_run(cmd, env)
         if run_id is not None:
             status = run_status(run_id, env)
+    except KeyboardInterrupt:
+        status = "interrupted"
     finally:
         if started_here and not args.keep_superlink:
             stop_superlink()

@@ -19,7 +19,7 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -28,6 +28,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from simulations.engines import ArgumentError, ArgumentParser, read_results  # noqa: E402
 
 __all__ = ["table2", "plot_convergence", "main"]
 
@@ -105,12 +107,21 @@ def plot_convergence(results: pd.DataFrame, path: Path, title: str = "") -> None
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m simulations.experiments.fedmf.fedmf_report",
+                            description=__doc__.split("\n")[0])
     parser.add_argument("dir", type=Path)
     parser.add_argument("--target", type=float, default=-5.5, help="log10(F - eps_min) to reach")
     parser.add_argument("--title", default="")
     args = parser.parse_args(argv)
-    results = pd.read_csv(args.dir / "results.csv")
+    try:
+        if not np.isfinite(args.target):
+            raise ArgumentError(f"--target {args.target}: must be a finite number (a log10 of the excess loss)")
+        results = read_results(args.dir, ("run", "strategy", "seed", "round", "phase", "iteration", "communications",
+                                          "loss", "log10_excess_loss", "exact_loss", "eps_min", "kappa_v",
+                                          "predicted_iterations", "panel"))
+    except ArgumentError as ex:
+        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        return 2
     table = table2(results, args.target)
     header = f"# {args.title or args.dir.name}\n\nTarget: log10(F - eps_min) <= {args.target:g}; median [min, max] over seeds.\n\n"
     cols = list(table.columns)

@@ -27,7 +27,7 @@ ratio ``c`` of the first-K runs).
 
 from __future__ import annotations
 
-import argparse
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -36,6 +36,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from simulations.engines import ArgumentError, ArgumentParser, read_results  # noqa: E402
 
 __all__ = ["sampling_factor", "floor_table", "main"]
 
@@ -105,12 +107,21 @@ def _plot(table: pd.DataFrame, m: int, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m simulations.experiments.fedpower.stragglers_report",
+                        description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", type=Path, help="output directory of simulations.compare")
     ap.add_argument("--last", type=int, default=10, help="rounds over which the floor is the median")
     ap.add_argument("--num-clients", type=int, default=0, help="m (default: the largest number of clients kept)")
     args = ap.parse_args(argv)
-    df = pd.read_csv(args.dir / "results.csv")
+    try:
+        if args.last < 1:
+            raise ArgumentError(f"--last {args.last}: must be at least 1 round")
+        if args.num_clients < 0:
+            raise ArgumentError(f"--num-clients {args.num_clients}: must be >= 0 (0: from the results)")
+        df = read_results(args.dir, ("run", "round", "subspace_distance", "distinct_participants", "round_time"))
+    except ArgumentError as ex:
+        print(f"{ap.prog}: error: {ex}", file=sys.stderr)
+        return 2
     m = args.num_clients or int(df["distinct_participants"].max())
     table = floor_table(df, m, args.last)
     text = _markdown(table, args.last)
