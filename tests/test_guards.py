@@ -38,13 +38,14 @@ def fitres(arrays=None, num_examples=10, metrics=None, tensors=None):
 # -- resume ---------------------------------------------------------------------------------------------------------
 
 class _State:
-    def state_dict(self):
-        return {"records": [], "iterates": [], "held": None, "last_objective": None, "sizes": [[0, 5]]}
+    def state_dict(self):  # the state after round 1: rows and estimates of rounds 0 and 1
+        return {"records": [{"round": 0}, {"round": 1}], "iterates": [np.zeros((10, 3)), np.zeros((10, 3))],
+                "held": None, "last_objective": None, "sizes": [[0, 5]]}
 
 
 def _saved_checkpoint(tmp_path, **over):
     cfg = cfg_of(checkpoint_dir=str(tmp_path), **over)
-    ck.Checkpoint(tmp_path, cfg).save(1, [np.zeros((3, 2))], _State())
+    ck.Checkpoint(tmp_path, cfg).save(1, [np.zeros((10, 3))], _State())
     return cfg
 
 
@@ -95,7 +96,9 @@ def _edit_saved_sizes(directory, sizes):
         arrays = {k: npz[k] for k in npz.files}
     doc = json.loads(str(arrays["state"]))
     doc["strategy"]["sizes"] = [[pid, n] for pid, n in enumerate(sizes)]
-    arrays["state"] = np.array(json.dumps(doc))
+    text = json.dumps(doc)
+    arrays["state"] = np.array(text)  # a valid checkpoint of that (other) data: its checksum recomputed
+    arrays["checksum"] = np.array(ck._checksum(text, [arrays[f"a{i}"] for i in range(len(arrays) - 2)]))
     np.savez(path, **arrays)
 
 
