@@ -26,6 +26,7 @@ from flwr.server.client_manager import ClientManager
 from .base import FederatedStrategy, log
 from .linalg import gaussian_basis
 from .metrics import round_metrics
+from .noise import run_noise_source
 from .participation import STREAM_SAMPLING
 
 __all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
@@ -44,6 +45,11 @@ class EigenspaceStrategy(FederatedStrategy):
         Z0 = gaussian_basis(self.d, self.r, np.random.default_rng([self.cfg["seed"], STREAM_INIT]))
         self.iterates = [Z0]
         return ndarrays_to_parameters([Z0])
+
+    def noise_source(self) -> str | None:
+        """Where the run's noise comes from (:func:`fl_strategies.noise.run_noise_source`); ``None`` without."""
+        reported = {cid: props for cid, props in self.node_properties.items() if cid in self._pid_by_cid}
+        return run_noise_source(self.cfg, reported)
 
     # -- stopping rule ------------------------------------------------------------------------------
     def check_stop(self, server_round: int, objective: float) -> bool:
@@ -92,6 +98,7 @@ class EigenspaceStrategy(FederatedStrategy):
             eps = row.get("epsilon_spent")
             log.info("round %d/%d: subspace distance %s%s", server_round, self.num_rounds,
                      "n/a" if dist is None else f"{dist:.3e}",
-                     "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g})")
+                     "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g}), noise "
+                     f"{row.get('noise_source')}")
         dist = row["subspace_distance"]
         return (float("nan") if dist is None else dist), {}
