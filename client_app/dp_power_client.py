@@ -1,9 +1,9 @@
 """The dp-power client: ``Y^(i) = M_i^T (M_i X) + N(0, nu^2)`` with noise of its own (DP power-method paper, Alg. 2).
 
 The client computes ``Delta_l`` from the public broadcast ``X`` exactly as the server does, and draws its noise
-from the operating system's entropy (``noise-source = "os"``) or, for reproducible experiments, from
-``(seed, STREAM_NOISE, partition id, round)``, which the server could recompute: a real deployment must use
-``os``. In a SecAgg+ round it reports one example (SecAgg+'s weights are then exactly 1, so the server recovers the
+from its node's secret (``noise-source = "node-secret"``, the default on a SuperNode), the operating system's
+entropy (``os``) or, for reproducible simulations, from ``(seed, STREAM_NOISE, partition id, round)``, which the
+server could recompute (``seeded``, refused on a SuperNode; :mod:`fl_strategies.noise`). In a SecAgg+ round it reports one example (SecAgg+'s weights are then exactly 1, so the server recovers the
 sum) and refuses to upload a product with an entry outside the clipping range ``C`` the server announced:
 clipping would bias the sum. Its reply metrics hold only its partition id (metrics travel in plaintext).
 """
@@ -19,6 +19,7 @@ from flwr.common import ConfigRecord, Context
 from fl_strategies.dp_power import client_noise_std
 from fl_strategies.dp_sensitivity import sensitivity
 from fl_strategies.eigenspace import STREAM_NOISE
+from fl_strategies.noise import ClientNoise
 from fl_strategies.zcdp import calibrate
 
 __all__ = ["DPPowerClient"]
@@ -48,10 +49,13 @@ class DPPowerClient(NumPyClient):
         self.s, self.n = rows.shape
         self.calibration = (calibrate(cfg["epsilon"], cfg["delta"], cfg["num-server-rounds"], cfg["dp-calibration"])
                             if cfg["epsilon"] > 0 else None)
+        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, context.state,
+                                 self.calibration is not None, STREAM_NOISE)
 
     def get_properties(self, config):
         """Partition id, row count and dimension (no data)."""
-        return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.n}
+        return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.n,
+                **self.noise.properties()}
 
     def _released(self) -> int:
         state = self.context.state  # not .config_records: that builds a view of every record at every message
@@ -70,10 +74,7 @@ class DPPowerClient(NumPyClient):
         Y = self.rows.T @ (self.rows @ X)
         nu = client_noise_std(self.cfg, self.calibration, sensitivity(X, self.cfg["dp-sensitivity"]))
         if nu > 0:
-            if self.cfg["noise-source"] == "os":
-                rng = np.random.default_rng()
-            else:
-                rng = np.random.default_rng([self.cfg["seed"], STREAM_NOISE, self.partition_id, int(config["round"])])
+            rng = self.noise.generator(int(config["round"]), X, self.rows, nu)
             Y += nu * rng.standard_normal(Y.shape)
         self.context.state[STATE] = ConfigRecord({"released": released + 1})
         secure = self.cfg["dp-channel"] == "secagg"

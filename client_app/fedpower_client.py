@@ -10,6 +10,7 @@ from flwr.common import ConfigRecord, Context
 
 from fl_strategies.config import total_iterations
 from fl_strategies.fedpower import STREAM_NOISE, local_power_iterations
+from fl_strategies.noise import ClientNoise
 from fl_strategies.privacy import noise_std
 
 __all__ = ["FedPowerClient", "CovarianceClient", "summary_reply"]
@@ -57,10 +58,14 @@ class FedPowerClient(NumPyClient):
         else:
             self.noise_std = 0.0
         self.budget = T
+        # refuses seeded noise on a SuperNode; draws (once) or reads the node's secret (fl_strategies.noise)
+        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, context.state, self.noise_std > 0,
+                                 STREAM_NOISE)
 
     def get_properties(self, config):
         """Report what the server needs to plan the run: no data (with ``center``, the row sum)."""
-        props = {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
+        props = {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d,
+                 **self.noise.properties()}
         if self.cfg["center"]:
             props["row-sum"] = self.data.row_sum.astype("<f8").tobytes()
         return props
@@ -85,11 +90,8 @@ class FedPowerClient(NumPyClient):
         if self.noise_std > 0 and done + steps > self.budget:
             raise RuntimeError(f"privacy budget exhausted: {done} + {steps} local steps exceed T = {self.budget}")
         rng = None
-        if self.noise_std > 0:
-            if self.cfg["noise-source"] == "os":
-                rng = np.random.default_rng()
-            else:
-                rng = np.random.default_rng([self.cfg["seed"], STREAM_NOISE, self.partition_id, int(config["round"])])
+        if self.noise_std > 0:  # node-secret: a function of everything this release depends on
+            rng = self.noise.generator(int(config["round"]), Z, A, self.noise_std, steps)
         Y, Z_prev = local_power_iterations(A, Z, steps, self.noise_std, rng)
         self.context.state["fedpower"] = ConfigRecord({"steps": done + steps})
         arrays = [Y, Z_prev] if steps > 1 else [Y]

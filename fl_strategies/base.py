@@ -121,6 +121,7 @@ class FederatedStrategy(Strategy):
         self.iterates: list[np.ndarray] = []
         self.proxies: dict[int, ClientProxy] = {}
         self.sizes: dict[int, int] = {}
+        self.node_properties: dict[str, Any] = {}  # what each node answered at discovery (by node id)
         self._pid_by_cid: dict[str, int] = {}
         self._row_sums: dict[str, np.ndarray] = {}
         self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
@@ -215,6 +216,7 @@ class FederatedStrategy(Strategy):
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             answers = list(pool.map(ask, proxies))
+        self.node_properties = {proxy.cid: dict(props) for proxy, props in answers if hasattr(props, "keys")}
         if self.d is None:
             self.d = self._agreed_dimension(answers)
         checked = [(proxy, props if isinstance(props, str) else check_properties(props, self.m, self.d))

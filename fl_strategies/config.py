@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 from .data_files import is_data_file
 from .dp_sensitivity import SENSITIVITIES
+from .noise import NOISE_SOURCES
 from .privacy import achieved_epsilon, noise_multiplier
 from .zcdp import CALIBRATIONS, calibrate
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
@@ -91,8 +92,11 @@ KEYS: dict[str, Key] = {
         _key("delta", float, "privacy target delta", lambda v: 0 < v < 1, "a number in (0, 1)"),
         _key("noise-std", float, "explicit noise standard deviation nu; overrides the calibration (0 = off)",
              lambda v: v >= 0 and math.isfinite(v), "a finite number >= 0"),
-        _key("noise-source", str, "seeded: reproducible from seed; os: operating-system entropy (private "
-             "from the server)", choices=("seeded", "os")),
+        _key("noise-source", str, "auto: node-secret on a SuperNode (node config with data-path), seeded in a "
+             "simulation; node-secret: from a secret the node draws once from OS entropy and keeps (node-config "
+             "noise-secret file, else node state), private and the same when a round is repeated; os: fresh OS "
+             "entropy (private; no resume); seeded: reproducible from seed, known to the server, refused on a "
+             "SuperNode; seeded-not-private: seeded, also on a SuperNode", choices=NOISE_SOURCES),
         _key("seed", int, "run seed: initialisation, sampling and seeded noise derive from it", allowed="an integer >= 0"),
         _key("data-seed", int, "seed of the synthetic data and of the partition", allowed="an integer >= 0"),
         _key("num-samples", int, "rows of a generated data set (m for the FAPS generators); for digits and files "

@@ -132,10 +132,10 @@ class DPPowerStrategy(EigenspaceStrategy):
         self.clip = cfg["secagg-clip"]
         self.aggregated: set[int] = set()
         self.last_sum: np.ndarray | None = None
-        if self.calibration is not None and cfg["noise-source"] == "seeded" and self.m > 1:
-            log.warning("dp-power: noise-source = \"seeded\" derives every client's noise from the run seed, which "
+        if self.calibration is not None and cfg["noise-source"] in ("seeded", "seeded-not-private") and self.m > 1:
+            log.warning("dp-power: noise-source = \"%s\" derives every client's noise from the run seed, which "
                         "the server knows (reproducible experiments only); a deployment must use "
-                        "noise-source = \"os\"")
+                        "noise-source = \"auto\", \"node-secret\" or \"os\"", cfg["noise-source"])
 
     @property
     def num_rounds(self) -> int:
@@ -240,10 +240,11 @@ class DPPowerStrategy(EigenspaceStrategy):
             return {"delta_a": None, "delta_b": None, "sensitivity": None, "client_noise_std": None,
                     "rho": 0.0 if self.calibration else None,
                     "epsilon_spent": 0.0 if self.calibration else None,
-                    "delta": self.cfg["delta"] if self.calibration else None}
+                    "delta": self.cfg["delta"] if self.calibration else None, "noise_source": self.noise_source()}
         X = self._pending["X"]
         Delta = self._pending["Delta"]
         rho, eps = self.calibration.spent(server_round) if self.calibration else (None, None)
         return {"delta_a": delta_a(X), "delta_b": delta_b(X), "sensitivity": Delta,
                 "client_noise_std": client_noise_std(self.cfg, self.calibration, Delta),
-                "rho": rho, "epsilon_spent": eps, "delta": self.cfg["delta"] if self.calibration else None}
+                "rho": rho, "epsilon_spent": eps, "delta": self.cfg["delta"] if self.calibration else None,
+                "noise_source": self.noise_source()}

@@ -28,6 +28,7 @@ from flwr.server.client_proxy import ClientProxy
 from .base import FederatedStrategy, log, uploaded_bytes
 from .linalg import gaussian_basis, subspace_distance
 from .metrics import round_metrics
+from .noise import run_noise_source
 from .pca import choose_rank, pca_model
 from .participation import STREAM_SAMPLING
 
@@ -47,6 +48,11 @@ class EigenspaceStrategy(FederatedStrategy):
         Z0 = gaussian_basis(self.d, self.r, np.random.default_rng([self.cfg["seed"], STREAM_INIT]))
         self.iterates = [Z0]
         return ndarrays_to_parameters([Z0])
+
+    def noise_source(self) -> str | None:
+        """Where the run's noise comes from (:func:`fl_strategies.noise.run_noise_source`); ``None`` without."""
+        reported = {cid: props for cid, props in self.node_properties.items() if cid in self._pid_by_cid}
+        return run_noise_source(self.cfg, reported)
 
     # -- stopping rule ------------------------------------------------------------------------------
     def check_stop(self, server_round: int, objective: float) -> bool:
@@ -104,7 +110,8 @@ class EigenspaceStrategy(FederatedStrategy):
             log.info("round %d/%d: subspace distance %s%s%s", server_round, self.num_rounds,
                      "n/a" if dist is None else f"{dist:.3e}",
                      "" if change is None else f", change of the estimate (sin theta) {change:.3e}",
-                     "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g})")
+                     "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g}), noise "
+                     f"{row.get('noise_source')}")
         dist = row["subspace_distance"]
         return (float("nan") if dist is None else dist), {}
 

@@ -277,7 +277,8 @@ class FedPowerStrategy(EigenspaceStrategy):
         eps = self._epsilon_spent(steps)
         return {"local_iterations": steps,
                 "misalignment": self._pending.get("misalignment", 0.0) if server_round else 0.0,
-                "epsilon_spent": eps, "delta": None if eps is None else self.cfg["delta"]}
+                "epsilon_spent": eps, "delta": None if eps is None else self.cfg["delta"],
+                "noise_source": self.noise_source()}
 
     # -- checkpoints (fl_strategies.checkpoint) -------------------------------------------------------
 
@@ -286,5 +287,21 @@ class FedPowerStrategy(EigenspaceStrategy):
         cfg = self.cfg
         if (cfg["noise-std"] > 0 or cfg["epsilon"] > 0) and cfg["noise-source"] == "os":
             return ("with noise-source = \"os\" the round in flight at a crash would be repeated with fresh noise, "
-                    "spending its privacy budget twice; use noise-source = \"seeded\"")
+                    "spending its privacy budget twice; use noise-source = \"node-secret\" (or \"auto\") with a "
+                    "noise-secret file on every node")
         return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume only when every node re-draws a repeated round's noise: a node whose noise secret lived in
+        the old run's node state (no ``noise-secret`` file) would answer the round in flight with fresh noise."""
+        from .config import ConfigError
+
+        lost = sorted(f"node {cid} (partition {pid})" for cid, pid in self._pid_by_cid.items()
+                      if self.node_properties.get(cid, {}).get("noise-persistent") is False
+                      and (self.cfg["noise-std"] > 0 or self.cfg["epsilon"] > 0))
+        if lost:
+            raise ConfigError(f"resume: {', '.join(lost)} kept its noise secret in the node state of the old run, "
+                              "so the round in flight at the crash would be answered again with fresh noise, "
+                              "spending its privacy budget twice; start those SuperNodes with --node-config "
+                              "noise-secret=\"<file>\" (a file that survives the run), or start a new run")
+        super().load_state_dict(state)

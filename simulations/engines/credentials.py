@@ -15,12 +15,17 @@
 Everything is generated with the ``cryptography`` package (a dependency of
 Flower); nothing is downloaded. The keys are for testing and for small
 deployments: keep the CA key (``ca.key``) private, or delete it.
+
+Every private key (``ca.key``, ``server.key``, ``node_<i>``) is created with mode 600 from its first byte
+(:func:`write_private` opens it with that mode; nothing is restricted afterwards); a directory the module
+creates is mode 700.
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import re
 import sys
 from pathlib import Path
@@ -30,7 +35,24 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-__all__ = ["write_tls_files", "write_node_keys"]
+__all__ = ["write_tls_files", "write_node_keys", "write_private"]
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file ``path`` readable and writable by its owner only (mode 600).
+
+    The file is opened with ``O_CREAT | O_EXCL`` and mode ``0o600``, so no byte of the key is ever in a file
+    that others may read; an existing file is removed first (its mode could be wider, and ``O_CREAT`` keeps the
+    mode of an existing file).
+    """
+    path = Path(path)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 def _name(common_name: str) -> x509.Name:
@@ -53,7 +75,7 @@ def write_tls_files(directory: Path, hosts: tuple[str, ...] = ("localhost", "127
     days : int
         Validity of both certificates.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP384R1())
     ca = (x509.CertificateBuilder().subject_name(_name("fedspectral test CA")).issuer_name(_name("fedspectral test CA"))
@@ -73,9 +95,9 @@ def write_tls_files(directory: Path, hosts: tuple[str, ...] = ("localhost", "127
               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
               .add_extension(x509.SubjectAlternativeName(names), critical=False)
               .sign(ca_key, hashes.SHA384()))
-    (directory / "ca.key").write_bytes(_pem_key(ca_key))
+    write_private(directory / "ca.key", _pem_key(ca_key))
     (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (directory / "server.key").write_bytes(_pem_key(server_key))
+    write_private(directory / "server.key", _pem_key(server_key))
     (directory / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
 
 
@@ -87,14 +109,13 @@ def write_node_keys(directory: Path, count: int, prefix: str = "node") -> list[P
     list of Path
         The private-key files.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     paths = []
     for i in range(count):
         key = ec.generate_private_key(ec.SECP384R1())
         private = directory / f"{prefix}_{i}"
-        private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                              serialization.NoEncryption()))
-        private.chmod(0o600)
+        write_private(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                                 serialization.NoEncryption()))
         (directory / f"{prefix}_{i}.pub").write_bytes(
             key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
         paths.append(private)
