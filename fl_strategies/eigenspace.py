@@ -98,7 +98,7 @@ class EigenspaceStrategy(FederatedStrategy):
         if self.stop_tol > 0:
             row.update(objective=None, stop_statistic=None)
         if self.reference is None:  # progress a user can judge without pooled data: the server's own iterates
-            previous, self._previous_Z = getattr(self, "_previous_Z", None), Z
+            previous = self.iterates[-2] if server_round and len(self.iterates) >= 2 else None  # restored on resume
             row["estimate_change"] = None if previous is None else subspace_distance(Z, previous)
             if self.stop_tol > 0:
                 row["explained_variance"] = None  # F / n, once the next round's clients report F at this Z
