@@ -54,7 +54,8 @@ class FedPowerClient(NumPyClient):
         if cfg["noise-std"] > 0:
             self.noise_std = cfg["noise-std"]
         elif cfg["epsilon"] > 0:
-            self.noise_std = noise_std(cfg["epsilon"], cfg["delta"], T, cfg["iteration-rank"], self.s)
+            self.noise_std = noise_std(cfg["epsilon"], cfg["delta"], T, cfg["iteration-rank"], self.s,
+                                       cfg["dp-calibration"])
         else:
             self.noise_std = 0.0
         self.budget = T

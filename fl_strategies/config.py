@@ -25,7 +25,8 @@ from typing import Any, Callable, Mapping
 from .data_files import is_data_file
 from .dp_sensitivity import SENSITIVITIES
 from .noise import NOISE_SOURCES
-from .privacy import achieved_epsilon, noise_multiplier
+from .accounting import AccountantUnavailable
+from .privacy import achieved_epsilon, epsilon_spent, noise_multiplier
 from .zcdp import CALIBRATIONS, calibrate
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
 from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
@@ -175,8 +176,11 @@ KEYS: dict[str, Key] = {
              "SecAgg+, each client adds noise sigma/sqrt(s)), plaintext (same noise, summed in the clear: a test "
              "mode, private only with one client) or public (each client adds the full central noise, no SecAgg)",
              choices=("secagg", "plaintext", "public")),
-        _key("dp-calibration", str, "dp-power: paper (sigma = sqrt(4 L ln(1/delta))/epsilon) or tight (exact zCDP "
-             "conversion, less noise)", choices=CALIBRATIONS),
+        _key("dp-calibration", str, "fedpower, dp-power: the noise for the target (epsilon, delta): paper "
+             "(fedpower: Theorem 6; dp-power: sigma = sqrt(4 L ln(1/delta))/epsilon), tight (exact zCDP "
+             "conversion, less noise), pld or rdp (the smallest noise that dp-accounting's privacy-loss-"
+             "distribution or Renyi accountant certifies over the run's releases; needs the privacy extra); "
+             "epsilon_spent is by the same accountant", choices=CALIBRATIONS),
         _key("secagg-clip", float, "dp-power with SecAgg+: clipping range C of each uploaded entry (quantisation step "
              "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data",
              lambda v: v >= 0, "a finite number >= 0"),
@@ -449,14 +453,31 @@ def _check_more(cfg: dict[str, Any]) -> None:
     elif cfg["strategy"] == "dp-power":
         _check_dp_power(cfg)
     elif cfg["epsilon"] > 0:
-        sigma_g = noise_multiplier(cfg["epsilon"], cfg["delta"], T)
-        if not math.isfinite(2.0 * math.sqrt(cfg["iteration-rank"]) * sigma_g):
-            raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too small: "
-                              f"Theorem 6's noise standard deviation over T = {T} steps is not a finite number")
+        _check_fedpower_privacy(cfg, T)
 
 
 MAX_SECAGG_CLIENTS = 1000
 """SecAgg+ sums ``s`` entries quantised to ``[0, 2^22)`` modulo ``2^32``: more than 1024 clients would overflow."""
+
+
+def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
+    """FedPower's noise for (epsilon, delta) over T steps: a positive finite multiplier whose accounting is finite."""
+    calibration = cfg["dp-calibration"]
+    try:
+        sigma_g = noise_multiplier(cfg["epsilon"], cfg["delta"], T, calibration)
+    except AccountantUnavailable as ex:
+        raise ConfigError(f"dp-calibration = {calibration!r}: {ex}") from None
+    except (ValueError, ArithmeticError) as ex:
+        raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}, dp-calibration = "
+                          f"{calibration!r}): {ex}") from None
+    if not math.isfinite(2.0 * math.sqrt(cfg["iteration-rank"]) * sigma_g):
+        raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too small: "
+                          f"Theorem 6's noise standard deviation over T = {T} steps is not a finite number")
+    spent = epsilon_spent(sigma_g, T, cfg["delta"], calibration)
+    if not (sigma_g > 0 and math.isfinite(spent)):
+        raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too large: the "
+                          f"calibrated noise (sigma_g = {sigma_g:.3g}) is so small that the epsilon spent over "
+                          f"T = {T} steps is not a finite number")
 
 
 def _check_dp_power(cfg: dict[str, Any]) -> None:
@@ -464,7 +485,9 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
     if cfg["epsilon"] > 0:
         try:
             calibrate(cfg["epsilon"], cfg["delta"], cfg["num-server-rounds"], cfg["dp-calibration"])
-        except ValueError as ex:
+        except AccountantUnavailable as ex:
+            raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
+        except (ValueError, ArithmeticError) as ex:
             raise ConfigError(str(ex)) from None
     if cfg["dp-channel"] == "secagg":
         if not 2 <= cfg["num-clients"] <= MAX_SECAGG_CLIENTS:

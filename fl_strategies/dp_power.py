@@ -53,7 +53,8 @@ from .base import log, uploaded_bytes
 from .eigenspace import EigenspaceStrategy
 from .linalg import orth
 from .replies import check_array, check_origin, decode_arrays
-from .zcdp import Calibration, calibrate
+from . import accounting
+from .zcdp import Calibration, calibrate, spent_epsilon
 
 __all__ = ["DPPowerStrategy", "client_noise_std", "num_shares", "secagg_tolerance",
            "QUANTIZATION_RANGE"]
@@ -238,13 +239,21 @@ class DPPowerStrategy(EigenspaceStrategy):
         """Sensitivities of the broadcast iterate, the noise, and the privacy spent after the round."""
         if not server_round:
             return {"delta_a": None, "delta_b": None, "sensitivity": None, "client_noise_std": None,
-                    "rho": 0.0 if self.calibration else None,
-                    "epsilon_spent": 0.0 if self.calibration else None,
-                    "delta": self.cfg["delta"] if self.calibration else None, "noise_source": self.noise_source()}
+                    **self.privacy_columns(0), "noise_source": self.noise_source()}
         X = self._pending["X"]
         Delta = self._pending["Delta"]
-        rho, eps = self.calibration.spent(server_round) if self.calibration else (None, None)
         return {"delta_a": delta_a(X), "delta_b": delta_b(X), "sensitivity": Delta,
                 "client_noise_std": client_noise_std(self.cfg, self.calibration, Delta),
-                "rho": rho, "epsilon_spent": eps, "delta": self.cfg["delta"] if self.calibration else None,
-                "noise_source": self.noise_source()}
+                **self.privacy_columns(server_round), "noise_source": self.noise_source()}
+
+    def privacy_columns(self, releases: int) -> dict[str, Any]:
+        """``rho``, ``epsilon_spent`` (by the calibration's accountant) and ``delta`` after ``releases`` products,
+        and beside them the paper's zCDP bound (``epsilon_zcdp``) and ``dp-accounting``'s PLD accountant
+        (``epsilon_pld``, empty without the package) for the same noise; all empty without noise."""
+        c = self.calibration
+        if c is None:
+            return {"rho": None, "epsilon_spent": None, "delta": None, "epsilon_zcdp": None, "epsilon_pld": None}
+        rho, eps = c.spent(releases)
+        pld = accounting.epsilon("pld", c.sigma, releases, c.delta) if accounting.available() else None
+        return {"rho": rho, "epsilon_spent": eps, "delta": c.delta, "epsilon_zcdp": spent_epsilon(c.sigma, releases,
+                c.delta) if releases else 0.0, "epsilon_pld": pld if pld is not None and math.isfinite(pld) else None}

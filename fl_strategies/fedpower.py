@@ -47,7 +47,8 @@ from .config import total_iterations
 from .base import log, uploaded_bytes
 from .eigenspace import STREAM_NOISE, EigenspaceStrategy
 from .linalg import orth, procrustes
-from .privacy import achieved_epsilon, noise_multiplier, noise_std
+from . import accounting
+from .privacy import achieved_epsilon, epsilon_spent, noise_multiplier, noise_std
 from .replies import check_array, check_orthonormal
 from .schedule import round_lengths
 
@@ -191,7 +192,8 @@ class FedPowerStrategy(EigenspaceStrategy):
         if cfg["noise-std"] > 0:
             nu = cfg["noise-std"]
         elif cfg["epsilon"] > 0 and partition_id in self.sizes:
-            nu = noise_std(cfg["epsilon"], cfg["delta"], self.T, self.r, self.sizes[partition_id])
+            nu = noise_std(cfg["epsilon"], cfg["delta"], self.T, self.r, self.sizes[partition_id],
+                           cfg["dp-calibration"])
         else:
             nu = 0.0
         return float(np.sqrt(self.r) + 1e-6 + 8.0 * nu * np.sqrt(self.d * self.r))
@@ -260,25 +262,44 @@ class FedPowerStrategy(EigenspaceStrategy):
         return ndarrays_to_parameters([Z_new]), {}
 
     # -- results ------------------------------------------------------------------------------------
-    def _epsilon_spent(self, steps: int) -> float | None:
-        """Worst-case epsilon over clients after ``steps`` local steps; ``None`` when no noise is added."""
+    def _noise_multiplier(self) -> float | None:
+        """``sigma_g`` of the client that spends the most; ``None`` when no noise is added."""
         cfg = self.cfg
         if cfg["noise-std"] > 0:  # explicit nu: the client with the fewest rows spends the most
-            sigma_g = cfg["noise-std"] * min(self.sizes.values()) / (2.0 * np.sqrt(self.r))
-        elif cfg["epsilon"] > 0:
-            sigma_g = noise_multiplier(cfg["epsilon"], cfg["delta"], self.T)
-        else:
+            return float(cfg["noise-std"] * min(self.sizes.values()) / (2.0 * np.sqrt(self.r)))
+        if cfg["epsilon"] > 0:
+            return noise_multiplier(cfg["epsilon"], cfg["delta"], self.T, cfg["dp-calibration"])
+        return None
+
+    def _epsilon_spent(self, steps: int) -> float | None:
+        """Worst-case epsilon over clients after ``steps`` local steps, by the accountant of ``dp-calibration``
+        (the paper's zCDP bound for ``paper`` and ``tight``, and with an explicit ``noise-std``); ``None`` when no
+        noise is added."""
+        sigma_g = self._noise_multiplier()
+        if sigma_g is None:
             return None
-        return achieved_epsilon(sigma_g, steps, cfg["delta"])
+        calibration = self.cfg["dp-calibration"] if self.cfg["noise-std"] == 0 else "paper"
+        return epsilon_spent(sigma_g, steps, self.cfg["delta"], calibration)
+
+    def privacy_columns(self, steps: int) -> dict[str, Any]:
+        """``epsilon_spent`` (the calibration's accountant), ``delta``, and beside them the paper's zCDP bound
+        (``epsilon_zcdp``) and ``dp-accounting``'s PLD accountant (``epsilon_pld``, empty without the package)
+        for the same noise after ``steps`` local steps; all empty without noise."""
+        sigma_g = self._noise_multiplier()
+        if sigma_g is None:
+            return {"epsilon_spent": None, "delta": None, "epsilon_zcdp": None, "epsilon_pld": None}
+        delta = self.cfg["delta"]
+        pld = accounting.epsilon("pld", sigma_g, steps, delta) if accounting.available() else None
+        return {"epsilon_spent": self._epsilon_spent(steps), "delta": delta,
+                "epsilon_zcdp": achieved_epsilon(sigma_g, steps, delta),
+                "epsilon_pld": pld if pld is not None and np.isfinite(pld) else None}
 
     def round_columns(self, server_round: int) -> dict[str, Any]:
         """Local iterations so far, the misalignment rho of the aggregation, privacy spent."""
         steps = sum(self.lengths[:server_round])
-        eps = self._epsilon_spent(steps)
         return {"local_iterations": steps,
                 "misalignment": self._pending.get("misalignment", 0.0) if server_round else 0.0,
-                "epsilon_spent": eps, "delta": None if eps is None else self.cfg["delta"],
-                "noise_source": self.noise_source()}
+                **self.privacy_columns(steps), "noise_source": self.noise_source()}
 
     # -- checkpoints (fl_strategies.checkpoint) -------------------------------------------------------
 

@@ -16,7 +16,15 @@ Theorem 6 asks each of the two terms to be at most ``eps / 2``::
     sigma_g = max( sqrt(T / eps), 2 sqrt(2 T log(1/delta)) / eps ),
 
 which is conservative by about a factor 2 in ``eps``; the epsilon actually
-achieved is reported by :func:`achieved_epsilon`. The guarantee is record-level
+achieved is reported by :func:`achieved_epsilon`. Eq. A.2 is the zCDP
+conversion ``rho + 2 sqrt(rho log(1/delta))`` with ``rho = T / (2 sigma_g^2)``:
+it is computed by :mod:`fl_strategies.zcdp`, the code base's one conversion.
+
+``dp-calibration`` chooses ``sigma_g`` (:func:`noise_multiplier`): ``paper``
+(Theorem 6), ``tight`` (the exact zCDP conversion) or ``pld`` / ``rdp`` (the
+smallest ``sigma_g`` that ``dp-accounting``'s accountant certifies for the
+``T`` releases, :mod:`fl_strategies.accounting`); :func:`epsilon_spent` is
+the epsilon by the calibration's own accountant. The guarantee is record-level
 and per client, against an honest-but-curious server; it holds for every
 client whatever ``p``, ``K`` or the alignment, because every local step is
 counted (not only the communicated ones).
@@ -26,11 +34,13 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["noise_multiplier", "noise_std", "achieved_epsilon", "sensitivity"]
+from . import zcdp
+
+__all__ = ["noise_multiplier", "noise_std", "achieved_epsilon", "epsilon_spent", "sensitivity"]
 
 
-def noise_multiplier(epsilon: float, delta: float, total_iterations: int) -> float:
-    """Theorem 6's ``sigma_g`` for ``T`` Gaussian steps at target ``(eps, delta)``.
+def noise_multiplier(epsilon: float, delta: float, total_iterations: int, calibration: str = "paper") -> float:
+    """``sigma_g`` for ``T`` Gaussian steps at target ``(eps, delta)``.
 
     Parameters
     ----------
@@ -40,6 +50,9 @@ def noise_multiplier(epsilon: float, delta: float, total_iterations: int) -> flo
         Target ``delta`` in ``(0, 1)``.
     total_iterations : int
         ``T``, the number of noisy local steps each client performs.
+    calibration : {"paper", "tight", "pld", "rdp"}
+        ``paper``: Theorem 6's max rule; the others as in :func:`fl_strategies.zcdp.noise_multiplier` (the same
+        composition of ``T`` Gaussian mechanisms).
 
     Returns
     -------
@@ -51,7 +64,9 @@ def noise_multiplier(epsilon: float, delta: float, total_iterations: int) -> flo
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     T = total_iterations
-    return max(math.sqrt(T / epsilon), 2.0 * math.sqrt(2.0 * T * math.log(1.0 / delta)) / epsilon)
+    if calibration != "paper":
+        return zcdp.noise_multiplier(epsilon, delta, T, calibration)
+    return max(math.sqrt(T / epsilon), 2.0 * math.sqrt(2.0 * T * zcdp.log_inverse(delta)) / epsilon)
 
 
 def sensitivity(rank: int, num_rows: int) -> float:
@@ -67,8 +82,9 @@ def sensitivity(rank: int, num_rows: int) -> float:
     return 2.0 * math.sqrt(rank) / num_rows
 
 
-def noise_std(epsilon: float, delta: float, total_iterations: int, rank: int, num_rows: int) -> float:
-    """Per-entry noise standard deviation ``nu`` of Theorem 6.
+def noise_std(epsilon: float, delta: float, total_iterations: int, rank: int, num_rows: int,
+              calibration: str = "paper") -> float:
+    """Per-entry noise standard deviation ``nu`` of Theorem 6 (or of another ``dp-calibration``).
 
     ``nu = 2 sqrt(r) sigma_g / s_i`` (``= (2 sqrt(r) m / n) sigma_g`` for an
     equal split). Note that the paper calls ``nu`` a variance; it is used as
@@ -78,11 +94,11 @@ def noise_std(epsilon: float, delta: float, total_iterations: int, rank: int, nu
     -------
     float
     """
-    return sensitivity(rank, num_rows) * noise_multiplier(epsilon, delta, total_iterations)
+    return sensitivity(rank, num_rows) * noise_multiplier(epsilon, delta, total_iterations, calibration)
 
 
 def achieved_epsilon(sigma_g: float, steps: int, delta: float) -> float:
-    """Epsilon actually spent after ``steps`` Gaussian steps (eq. A.2).
+    """Epsilon spent after ``steps`` Gaussian steps by the paper's bound (eq. A.2, the zCDP conversion).
 
     Parameters
     ----------
@@ -103,11 +119,12 @@ def achieved_epsilon(sigma_g: float, steps: int, delta: float) -> float:
     """
     if steps == 0:
         return 0.0
-    sigma_g = float(sigma_g)  # a numpy scalar would overflow with a warning instead of an exception
-    if not sigma_g > 0:
-        return math.inf
-    try:
-        first = steps / (2.0 * sigma_g**2)
-    except (OverflowError, ZeroDivisionError):  # sigma_g**2 overflows (term -> 0) or underflows to 0 (-> inf)
-        first = 0.0 if sigma_g > 1 else math.inf
-    return first + math.sqrt(2.0 * steps * math.log(1.0 / delta)) / sigma_g
+    return zcdp.spent_epsilon(sigma_g, steps, delta, "zcdp")
+
+
+def epsilon_spent(sigma_g: float, steps: int, delta: float, calibration: str = "paper") -> float:
+    """Epsilon spent after ``steps`` steps by the accountant of ``calibration``: the zCDP bound for ``paper`` and
+    ``tight``, ``dp-accounting``'s PLD or RDP accountant for ``pld`` and ``rdp``."""
+    if steps == 0:
+        return 0.0
+    return zcdp.spent_epsilon(sigma_g, steps, delta, calibration if calibration in ("pld", "rdp") else "zcdp")

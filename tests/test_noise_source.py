@@ -7,6 +7,7 @@ means ``node-secret`` as in a deployment.
 
 from __future__ import annotations
 
+import os
 import stat
 
 import numpy as np
@@ -53,16 +54,17 @@ def _nodes(tmp_path, blocks, secrets: bool = False, observer=None, **over):
                       observer=observer)
 
 
-def _replies(tmp_path, blocks, **over) -> tuple[object, list]:
+def _replies(tmp_path, blocks, secrets=False, **over) -> tuple[object, list]:
     seen = []
-    strategy = _nodes(tmp_path, blocks, observer=lambda rnd, pid, Z, arrays: seen.append(
+    strategy = _nodes(tmp_path, blocks, secrets=secrets, observer=lambda rnd, pid, Z, arrays: seen.append(
         (rnd, pid, Z.copy(), arrays[0].copy())), **over)
     return strategy, seen
 
 
 def _best_reconstruction(blocks, replies, cfg) -> list[tuple[float, float]]:
     """Play the server: for every reply ``Y = A_i Z + N`` it received, its best guess of ``A_i Z`` from what it
-    knows (the run config, seed, partition id, round, ``Z`` and the noise level), and the error that guess makes,
+    knows (the run config, seed, partition id, round, ``Z`` and the noise level): the reply itself, the reply minus
+    the seeded noise, and the reply shrunk by the James-Stein factor; and the error of the best of them,
     beside the noise-to-signal ratio ``||N|| / ||A_i Z||``. Returns ``(relative error, ratio)`` per reply."""
     from fl_strategies.eigenspace import STREAM_NOISE
     from fl_strategies.privacy import noise_std
@@ -74,7 +76,8 @@ def _best_reconstruction(blocks, replies, cfg) -> list[tuple[float, float]]:
         target = B.T @ (B @ Z) / len(B)  # what it would like to know
         nu = noise_std(cfg["epsilon"], cfg["delta"], T, R, len(B))  # public: s_i was reported at discovery
         recipe = np.random.default_rng([0, STREAM_NOISE, pid, rnd]).standard_normal(Y.shape)  # the seeded noise
-        candidates = [Y, Y - nu * recipe, Y * (np.sum(Y * target) / np.sum(Y * Y))]  # the last with an oracle
+        shrink = max(0.0, 1.0 - nu**2 * Y.size / np.sum(Y * Y))  # James-Stein: public noise level, ||Y||
+        candidates = [Y, Y - nu * recipe, shrink * Y]
         norm = np.linalg.norm(target)
         best = min(np.linalg.norm(c - target) / norm for c in candidates)
         out.append((best, np.linalg.norm(Y - target) / norm))
@@ -82,11 +85,16 @@ def _best_reconstruction(blocks, replies, cfg) -> list[tuple[float, float]]:
 
 
 def test_the_server_cannot_rebuild_a_clients_product_from_node_secret_noise(tmp_path):
-    """Default settings on SuperNodes (``noise-source = "auto"``, i.e. node-secret), epsilon = 1: the server's best
+    """Default run config on SuperNodes (``noise-source = "auto"``, i.e. node-secret; here with secret files of fixed
+    content for a deterministic test), epsilon = 1: the server's best
     reconstruction of every ``A_i Z`` errs by at least half the noise-to-signal ratio. With seeded noise (asked
     for explicitly) the same attack rebuilds it to round-off, so the test can fail."""
     blocks = _blocks()
-    strategy, replies = _replies(tmp_path, blocks, **PRIVATE)
+    for i in range(len(blocks)):  # fixed secrets, so that the test is deterministic (as if drawn earlier)
+        fd = os.open(tmp_path / f"secret{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, bytes(range(i, i + 32)))
+        os.close(fd)
+    strategy, replies = _replies(tmp_path, blocks, secrets=True, **PRIVATE)
     assert strategy.failure is None and {r["noise_source"] for r in strategy.records} == {"node-secret"}
     attack = _best_reconstruction(blocks, replies, PRIVATE)
     assert len(attack) == 3 * len(blocks)
