@@ -105,7 +105,8 @@ KEYS: dict[str, Key] = {
              lambda v: v >= 0, "an integer >= 0"),
         _key("dimension", int, "d of a generated data set; for files and bundled sets 0 or their width",
              lambda v: v >= 0, "an integer >= 0"),
-        _key("row-normalize", bool, "scale every row to unit L2 norm (required by the privacy calibration)"),
+        _key("row-normalize", bool,
+             "scale every row to unit L2 norm on its node (never done unless set; required by epsilon / noise-std)"),
         _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy ('' = none)",
              allowed="string (a writable directory)"),
         _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
@@ -388,7 +389,9 @@ def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
                           "client's exact objective, which the noise is there to hide")
     if noisy and not cfg["row-normalize"] and cfg["strategy"] != "dp-power":
         raise ConfigError("row-normalize must be true when epsilon or noise-std is set: the privacy "
-                          "calibration (Theorem 6) assumes rows of unit L2 norm")
+                          "calibration (Theorem 6) assumes rows of unit L2 norm, and fedspectral does not "
+                          "rescale a node's rows unless the run config asks for it (row-normalize = true "
+                          "scales every row to unit norm on its node)")
     _check_more(cfg)
     return cfg, overridden
 

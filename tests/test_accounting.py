@@ -63,7 +63,7 @@ def test_pld_needs_less_noise_than_tight_and_tight_less_than_the_paper(epsilon, 
 
 def test_fedpower_pld_run_reports_the_accountants_epsilon_beside_the_papers_bound():
     over = dict(num_clients=3, num_samples=900, dimension=10, rank=2, iteration_rank=2, num_server_rounds=4,
-                local_steps=2, epsilon=1.0, delta=1e-5, dp_calibration="pld")
+                local_steps=2, epsilon=1.0, delta=1e-5, dp_calibration="pld", row_normalize=True)
     strategy = run_app(**over)
     cfg = strategy.cfg
     T = strategy.T
@@ -120,9 +120,10 @@ def test_pld_without_dp_accounting_is_refused_naming_the_extra(monkeypatch):
     assert not accounting.available()
     for strategy in ("fedpower", "dp-power"):
         with pytest.raises(ConfigError, match=r"dp-calibration = 'pld': .*dp-accounting.*fedspectral\[privacy\]"):
-            validate_run_config(fused(strategy=strategy, epsilon=0.7312, dp_calibration="pld",
+            validate_run_config(fused(strategy=strategy, epsilon=0.7312, dp_calibration="pld", row_normalize=True,
                                       **({"dp-channel": "plaintext"} if strategy == "dp-power" else {})))
-    strategy = run_app(num_clients=2, num_samples=400, dimension=8, rank=2, num_server_rounds=2, epsilon=1.0)
+    strategy = run_app(num_clients=2, num_samples=400, dimension=8, rank=2, num_server_rounds=2, epsilon=1.0,
+                       row_normalize=True)
     assert strategy.records[-1]["epsilon_spent"] > 0 and strategy.records[-1]["epsilon_pld"] is None
 
 

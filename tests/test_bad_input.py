@@ -208,7 +208,7 @@ def corrupt_replies(monkeypatch):
 def test_malformed_replies_are_rejected_counted_and_logged(corrupt_replies, caplog):
     corrupt_replies(set(CORRUPTIONS))
     over = dict(num_clients=12, num_samples=2400, dimension=20, rank=3, iteration_rank=4, local_steps=2,
-                schedule="fixed", num_server_rounds=6)
+                schedule="fixed", num_server_rounds=6, row_normalize=True)  # unit rows: the norm bound applies
     with caplog.at_level(logging.WARNING, logger="flwr"):
         strategy = run_app(expect_clean=False, **over)
     assert [r["rejected"] for r in strategy.records[1:]] == [8] * 6
@@ -226,12 +226,12 @@ def test_malformed_replies_are_rejected_counted_and_logged(corrupt_replies, capl
 
 def test_norm_bound_never_rejects_honest_noisy_replies():
     """Theorem 6's noise at a tiny s_i is huge; the bound sqrt(r) + 8 nu sqrt(d r) still lets it through."""
-    strategy = run_app(**TINY, epsilon=0.5, local_steps=2, total_iterations=6)
+    strategy = run_app(**TINY, epsilon=0.5, local_steps=2, total_iterations=6, row_normalize=True)
     assert all(r["rejected"] == 0 for r in strategy.records)
-    strategy = run_app(**TINY, noise_std=1e300)  # entries near 1e300: the norm is computed without overflow
+    strategy = run_app(**TINY, noise_std=1e300, row_normalize=True)  # entries near 1e300: the norm is computed without overflow
     assert all(r["rejected"] == 0 for r in strategy.records)
     assert_finite_records(strategy)
-    strategy = run_app(**TINY, noise_std=0.5, local_steps=1)
+    strategy = run_app(**TINY, noise_std=0.5, local_steps=1, row_normalize=True)
     assert all(r["rejected"] == 0 for r in strategy.records)
     assert_finite_records(strategy)
 
@@ -308,16 +308,17 @@ def test_bad_partition_ids_and_missing_files_are_clear(tmp_path):
 
 
 def test_deployment_rows_are_normalised_even_when_huge_and_few(tmp_path):
-    """Rows of norm ~1e200 are scaled to unit norm (no overflow); fewer rows than r are accepted."""
+    """With row-normalize, rows of norm ~1e200 are scaled to unit norm (no overflow); fewer rows than r are
+    accepted; without it (the default) the same rows overflow M^T M and are refused naming the file."""
     from client_app.data import load_client_covariance
 
     rows = np.array([[1e200, 2e200, 0, 0, 0, 0], [0, 0, 3.0, 0, 0, 4.0]])
-    A, s, pid = load_client_covariance(client_cfg(), {"partition-id": 0, "data-path": write(tmp_path / "r.npy", rows)})
+    A, s, pid = load_client_covariance(client_cfg(row_normalize=True),
+                                       {"partition-id": 0, "data-path": write(tmp_path / "r.npy", rows)})
     assert (s, pid) == (2, 0) and np.linalg.matrix_rank(A) == 2 < 3  # s_i = 2 < iteration-rank = 3
     assert np.trace(A) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="partition 0: node config data-path .*non-finite entries"):
-        load_client_covariance(client_cfg(row_normalize=False),
-                               {"partition-id": 0, "data-path": write(tmp_path / "r.npy", rows)})
+        load_client_covariance(client_cfg(), {"partition-id": 0, "data-path": write(tmp_path / "r.npy", rows)})
 
 
 def test_deployment_without_row_normalisation_but_with_noise_is_refused(tmp_path):
@@ -423,8 +424,8 @@ def test_no_usable_node_refuses_the_run_before_round_one(bad_data_on):
     ({"num-server-rounds": 10**12}, f"num-server-rounds must be at most {MAX_ITERATIONS}, got 1000000000000"),
     ({"total-iterations": 10**9}, f"total-iterations must be at most {MAX_ITERATIONS}"),
     ({"local-steps": 10**6, "schedule": "fixed"}, "means T = 10000000 local iterations; at most 1000000"),
-    ({"epsilon": 1e-320}, "epsilon = 1e-320 (with delta = 0.0001) is too small"),
-    ({"noise-std": 1e-200}, "noise-std = 1e-200 is too small to account for"),
+    ({"epsilon": 1e-320, "row-normalize": True}, "epsilon = 1e-320 (with delta = 0.0001) is too small"),
+    ({"noise-std": 1e-200, "row-normalize": True}, "noise-std = 1e-200 is too small to account for"),
     ({"rank": float("nan")}, "rank must be an integer >= 1, got nan"),
     ({"strategy": 3}, "strategy must be a string, got 3"),
 ])

@@ -78,7 +78,7 @@ def test_power_baseline_fixes_its_settings_and_says_so():
     ("power", {"clients-per-round": 3}, "clients-per-round"),
     ("faps", {"noise-std": 0.1}, "noise-std"),
     ("fedmf", {"epsilon": 1.0}, "epsilon"),
-    ("dp-power", {"noise-std": 0.1}, "noise-std"),
+    ("dp-power", {"noise-std": 0.1, "row-normalize": True}, "noise-std"),
     ("fedlrgd", {"frac-active": 0.5}, "frac-active"),
 ])
 def test_a_setting_that_would_weaken_a_promise_is_refused(strategy, over, key):

@@ -18,7 +18,7 @@ def test_ray_engine_equals_local_engine(tmp_path):
     from simulations.engines.ray import run_ray
 
     overrides = {"num-clients": 6, "clients-per-round": 4, "local-steps": 3, "num-server-rounds": 4,
-                 "noise-std": 1e-3, "seed": 11, "num-samples": 3000, "dimension": 30}
+                 "noise-std": 1e-3, "seed": 11, "num-samples": 3000, "dimension": 30, "row-normalize": True}
     local = run_app(**overrides)
     run_ray({**overrides, "results-dir": str(tmp_path)})
     ray_rows = pd.read_csv(tmp_path / "rounds.csv")

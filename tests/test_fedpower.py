@@ -16,7 +16,8 @@ from fl_strategies.eigenspace import STREAM_INIT
 from simulations.engines import fused_run_config
 from simulations.data.federated_data import federated_dataset
 
-MODEL1 = dict(num_clients=20, num_samples=20_000, dimension=100, rank=4, iteration_rank=5)
+MODEL1 = dict(num_clients=20, num_samples=20_000, dimension=100, rank=4, iteration_rank=5,
+              row_normalize=True)  # the paper's Model I has unit-norm rows
 
 
 def centralised_power(cfg_overrides, rounds):
@@ -125,7 +126,8 @@ def test_theorem6_noise_is_what_the_clients_add_and_what_is_reported():
     from client_app.fedpower_client import FedPowerClient
     from flwr.common import Context, RecordDict
 
-    cfg = dict(fused_run_config({"epsilon": 0.5, "total-iterations": 10, "iteration-rank": 5}))
+    cfg = dict(fused_run_config({"epsilon": 0.5, "total-iterations": 10, "iteration-rank": 5,
+                                       "row-normalize": True}))
     from fl_strategies.config import validate_run_config
 
     cfg = validate_run_config(cfg)
@@ -208,7 +210,8 @@ def test_client_refuses_steps_beyond_its_privacy_budget():
     from fl_strategies.config import validate_run_config
     from flwr.common import Context, RecordDict
 
-    cfg = validate_run_config(fused_run_config({"epsilon": 1.0, "total-iterations": 3, "local-steps": 2}))
+    cfg = validate_run_config(fused_run_config({"epsilon": 1.0, "total-iterations": 3, "local-steps": 2,
+                                                         "row-normalize": True}))
     client = FedPowerClient(NodeData.of(0, covariance=(np.eye(50), 100)), cfg, Context(1, 1, {}, RecordDict(), {}))
     Z = orth(np.random.default_rng(0).standard_normal((50, 5)))
     client.fit([Z], {"local-steps": 2, "round": 1})

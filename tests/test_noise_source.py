@@ -18,7 +18,7 @@ from fl_strategies.config import ConfigError
 
 D, R = 10, 2
 PRIVATE = {"strategy": "fedpower", "rank": R, "iteration-rank": R, "num-server-rounds": 3, "local-steps": 1,
-           "schedule": "fixed", "epsilon": 1.0, "delta": 1e-4}
+           "schedule": "fixed", "epsilon": 1.0, "delta": 1e-4, "row-normalize": True}
 
 
 def _blocks(sizes=(800, 600, 1000), seed=4) -> list[np.ndarray]:
@@ -130,7 +130,7 @@ def test_seeded_noise_is_refused_on_supernodes_unless_its_name_says_it_is_not_pr
 
 def test_simulations_keep_seeded_noise_and_say_so():
     strategy = run_app(num_clients=3, num_samples=600, dimension=D, rank=R, iteration_rank=R, num_server_rounds=2,
-                       epsilon=1.0)
+                       epsilon=1.0, row_normalize=True)
     assert {r["noise_source"] for r in strategy.records} == {"seeded"}
     assert run_app(num_clients=3, num_samples=600, dimension=D, rank=R, num_server_rounds=1).records[-1][
         "noise_source"] is None

@@ -77,7 +77,7 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="fedlrgd' cannot resume"):
         run_app(strategy="fedlrgd", dataset="erm-ridge", checkpoint_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="noise-source = \"os\".*twice"):
-        run_app(checkpoint_dir=str(tmp_path), noise_source="os", noise_std=0.01, **small)
+        run_app(checkpoint_dir=str(tmp_path), noise_source="os", noise_std=0.01, row_normalize=True, **small)
     with monkeypatch.context() as patch:
         kill_server(patch, 1, False)
         with pytest.raises(Killed):

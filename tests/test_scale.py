@@ -15,7 +15,7 @@ from simulations.data.federated_data import (client_rows, data_shape, federated_
                                         partition_sizes, reference)
 
 LAZY = {"dataset": "fedpower-model1-lazy", "partitioner": "contiguous", "num-samples": 1003, "num-clients": 7,
-        "dimension": 12, "rank": 3}
+        "dimension": 12, "rank": 3, "row-normalize": True}
 
 
 def cfg(**over):

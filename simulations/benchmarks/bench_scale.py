@@ -48,7 +48,7 @@ ENGINES = ("numpy", "numpy-rows", "local", "ray")
 def _overrides(m: int, rows: int, dim: int, rounds: int) -> dict:
     return {"num-clients": m, "num-samples": m * rows, "dimension": dim, "rank": 4, "iteration-rank": 5,
             "local-steps": 1, "schedule": "fixed", "num-server-rounds": rounds, "partitioner": "contiguous",
-            "dataset": "fedpower-model1-lazy", "discovery": "engine", "clients-per-round": 0}
+            "dataset": "fedpower-model1-lazy", "discovery": "engine", "clients-per-round": 0, "row-normalize": True}
 
 
 def _timed_loop(step, dim: int, r: int, rounds: int) -> tuple[list[float], list[float]]:

@@ -29,7 +29,7 @@ def run(dimensions=DEFAULT_DIMENSIONS, tol: float = 1e-6, max_rounds: int = 100)
     rows = []
     for d in dimensions:
         base = {"dataset": "fedpower-model1", "dimension": d, "num-samples": 10 * d, "num-clients": 10, "rank": 4,
-                "iteration-rank": 4, "seed": 0, "data-seed": 0}
+                "iteration-rank": 4, "seed": 0, "data-seed": 0, "row-normalize": True}
         cov = run_local(fused_run_config({**base, "strategy": "covariance"}))
         power = run_local(fused_run_config({**base, "strategy": "power", "num-server-rounds": max_rounds}))
         reached = next((r for r in power.records if r["subspace_distance"] <= tol), None)
