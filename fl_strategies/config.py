@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .data_files import is_data_file
+from .harness import folder_partitions
 from .dp_sensitivity import SENSITIVITIES
 from .noise import NOISE_SOURCES
 from .accounting import AccountantUnavailable
@@ -440,6 +441,11 @@ def _check_more(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"server-data must be '' or a .npy/.csv file, got {cfg['server-data']!r}")
     if not cfg["dataset"].strip():
         raise ConfigError(f"dataset must name a data set or a .npy/.csv file, got {cfg['dataset']!r}")
+    files = folder_partitions(cfg["dataset"])
+    if files is not None and files != cfg["num-clients"]:
+        raise ConfigError(f"num-clients = {cfg['num-clients']}, but the dataset folder {cfg['dataset']!r} holds "
+                          f"{files} per-client file(s) (partition_0 .. partition_{files - 1}): set num-clients = "
+                          f"{files}, one client per file")
     for name in ("num-server-rounds", "total-iterations"):
         if cfg[name] > MAX_ITERATIONS:
             raise ConfigError(f"{name} must be at most {MAX_ITERATIONS}, got {cfg[name]}")

@@ -36,7 +36,7 @@ import numpy as np
 from .data_files import FILE_SUFFIXES
 
 __all__ = ["ENTRY_POINT_GROUP", "NODE_DATA", "Harness", "ServerData", "find_harness", "partition_file",
-           "on_nodes"]
+           "folder_partitions", "on_nodes"]
 
 ENTRY_POINT_GROUP = "fedspectral.harness"
 
@@ -61,6 +61,17 @@ def partition_file(dataset: object, partition_id: int) -> Path | None:
         if (folder / f"partition_{partition_id}{suffix}").is_file():
             return folder / f"partition_{partition_id}{suffix}"
     return folder / f"partition_{partition_id}.npy"  # missing: the reader names it
+
+
+def folder_partitions(dataset: object) -> int | None:
+    """How many per-client files ``partition_0 .. partition_<m-1>`` (``.npy`` or ``.csv``) a folder data set holds
+    without a gap; ``None`` when ``dataset`` is not such a folder."""
+    if partition_file(dataset, 0) is None:
+        return None
+    folder, count = Path(dataset), 0
+    while any((folder / f"partition_{count}{suffix}").is_file() for suffix in FILE_SUFFIXES):
+        count += 1
+    return count
 
 
 def on_nodes(cfg: Mapping[str, Any]) -> bool:

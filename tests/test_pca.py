@@ -166,3 +166,19 @@ def test_covariance_crossover_script_measures_both_strategies():
     assert row["covariance_bytes_up"] > 10 * 16 * 16 * 8  # ten d x d float64 matrices
     assert row["bytes_ratio"] == row["covariance_bytes_up"] / row["power_bytes_up"]
     assert markdown(table).splitlines()[0].startswith("| d | covariance_rounds |")
+
+
+def test_a_folder_data_set_needs_one_client_per_file_and_is_not_checked_by_the_harness(tmp_path):
+    """A folder of per-client files fixes num-clients (refused naming the key, not silently changed), and the
+    command-line check (`flwr_run`, `deploy`) accepts the folder without looking for a harness data set."""
+    from simulations.engines import ArgumentError, checked_run_config
+
+    node_files(tmp_path / "data")
+    with pytest.raises(ConfigError, match=r"^num-clients = 10, but the dataset folder .* holds 3 per-client "
+                                          r"file\(s\) \(partition_0 \.\. partition_2\): set num-clients = 3"):
+        validate_run_config(fused_run_config({"dataset": str(tmp_path / "data")}))
+    cfg = checked_run_config({"dataset": str(tmp_path / "data"), "num-clients": 3, "rank": 2})
+    assert cfg["num-clients"] == 3 and cfg["dimension"] == 50  # the folder's width comes from the nodes at run time
+    (tmp_path / "data" / "partition_1.npy").unlink()  # a gap: only partition_0 counts
+    with pytest.raises(ArgumentError, match="holds 1 per-client file"):
+        checked_run_config({"dataset": str(tmp_path / "data"), "num-clients": 3, "rank": 2})

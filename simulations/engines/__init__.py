@@ -79,7 +79,9 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
         cfg = validate_run_config(fused_run_config(overrides))
     except (ConfigError, ValueError) as ex:
         raise ArgumentError(f"{option}: {ex}") from None
-    if cfg["dataset"] == "nodes":
+    from fl_strategies.harness import on_nodes
+
+    if on_nodes(cfg):  # the nodes' own files (or a folder of per-client files): nothing to check here
         return cfg
     from simulations.data.federated_data import data_shape
     from simulations.data.interaction_data import interaction_rows, is_interaction_folder
