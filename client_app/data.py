@@ -128,6 +128,21 @@ class NodeData:
         """``sum`` of the rows, shape (d,) (what centring sends at discovery)."""
         return np.asarray(self.rows.sum(axis=0), dtype=np.float64).ravel()
 
+    def sum_of_squares(self, centered: bool) -> float:
+        """``sum_j ||x_j||^2`` over the rows, or about their own mean ``m_i`` when ``centered``.
+
+        What a node reports as ``sq-sum`` at discovery (the total variance of reference-free progress);
+        ``s_i tr(A_i)``, and with ``centered`` the rows' deviations summed directly (no cancellation).
+        """
+        A, s = self.covariance
+        if not centered:
+            return float(s * np.trace(A))
+        rows = self.rows
+        m = self.row_sum / s
+        if hasattr(rows, "toarray"):  # sparse rows: the identity sum ||x - m||^2 = sum ||x||^2 - s ||m||^2
+            return max(float(s * np.trace(A) - s * m @ m), 0.0)
+        return float(np.sum((np.asarray(rows, dtype=np.float64) - m) ** 2))
+
     def covariance_for(self, config: Mapping[str, Any]) -> tuple[np.ndarray, int]:
         """``(A_i, s_i)``, centred with the global mean when the server sends one (``config["mean"]``).
 

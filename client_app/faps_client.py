@@ -45,6 +45,7 @@ class FapsClient(NumPyClient):
         props = {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
         if self.cfg["center"]:
             props["row-sum"] = self.data.row_sum.astype("<f8").tobytes()
+        props["sq-sum"] = self.data.sum_of_squares(self.cfg["center"])  # FAPS adds no noise
         return props
 
     def _load(self) -> FapsState | None:

@@ -69,6 +69,8 @@ class FedPowerClient(NumPyClient):
                  **self.noise.properties()}
         if self.cfg["center"]:
             props["row-sum"] = self.data.row_sum.astype("<f8").tobytes()
+        if self.noise_std == 0:  # the total variance, for reference-free progress (never released with noise)
+            props["sq-sum"] = self.data.sum_of_squares(self.cfg["center"])
         return props
 
     def _steps_done(self) -> int:
@@ -97,7 +99,10 @@ class FedPowerClient(NumPyClient):
         self.context.state["fedpower"] = ConfigRecord({"steps": done + steps})
         arrays = [Y, Z_prev] if steps > 1 else [Y]
         metrics = {"partition-id": self.partition_id}
-        if self.cfg["stop-tol"] > 0:  # the stopping rule's objective tr(Z^T M_i Z) at the received Z
+        if self.cfg["stop-tol"] > 0 or config.get("objective"):  # f_i = tr(Z^T M_i Z) at the received Z
+            if self.noise_std > 0:
+                raise RuntimeError("the server asks for the objective tr(Z^T M_i Z) in a noisy run: it would be "
+                                   "released without noise, so this client does not answer")
             metrics["f"] = float(self.s * np.sum(Z * (A @ Z)))
         return arrays, self.s, metrics
 

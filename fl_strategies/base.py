@@ -13,8 +13,8 @@
   shapes, finiteness, metrics and the strategy's own checks; every rejection
   counted and logged. :func:`uploaded_bytes` counts the traffic.
 * **Results.** One row per round; ``on_round(row, estimate)`` receives each
-  row (the ServerApp writes them to ``results-dir``). With a stopping rule a
-  row may be held until the next round knows its objective.
+  row (the ServerApp writes them to ``results-dir``). A row may be held until
+  the next round knows its objective (:attr:`FederatedStrategy.holds_rows`).
 * **Abort.** :meth:`FederatedStrategy.abort`: the one way a strategy ends a
   run it cannot continue; the ServerApp then raises :class:`RunFailed`.
 * **Checkpoints.** :meth:`FederatedStrategy.state_dict` /
@@ -124,7 +124,9 @@ class FederatedStrategy(Strategy):
         self.node_properties: dict[str, Any] = {}  # what each node answered at discovery (by node id)
         self._pid_by_cid: dict[str, int] = {}
         self._row_sums: dict[str, np.ndarray] = {}
+        self._sq_sums: dict[str, float] = {}  # each node's sum of squared row norms (reference-free progress)
         self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
+        self.total_variance: float | None = None  # tr(C) from the nodes' sq-sum (noise-free), set at discovery
         self.model: dict[str, Any] | None = None  # the PCA model of the summary exchange (fl_strategies.pca)
         self.on_model: Callable[[dict], None] | None = None
         self.stopped = False
@@ -179,6 +181,27 @@ class FederatedStrategy(Strategy):
         if self.cfg.get("center"):  # the global mean from the registered nodes' row sums and counts
             self.mean = sum(self._row_sums[p.cid] for p in self.proxies.values()) / sum(self.sizes.values())
             log.info("center = true: the mean of %d rows, from the clients' row sums", sum(self.sizes.values()))
+        self.total_variance = self._total_variance()
+
+    def _total_variance(self) -> float | None:
+        """``tr(C)`` of the pooled (centred) second-moment matrix from the nodes' ``sq-sum``, or ``None``.
+
+        A node reports ``sq-sum`` at discovery in a noise-free run: ``sum_j ||x_j||^2`` over its rows, or with
+        ``center = true`` ``sum_j ||x_j - m_i||^2`` about its own mean ``m_i``; the server combines the latter
+        with the row sums as Chan et al.'s pairwise variance does,
+        ``tr(C) = (sum_i sq_i + sum_i s_i ||m_i - mu||^2) / n``, free of the cancellation of
+        ``sum ||x||^2 - n ||mu||^2``. ``None`` unless every registered node reported a finite value >= 0.
+        """
+        sums = [self.node_properties.get(proxy.cid, {}).get("sq-sum") for proxy in self.proxies.values()]
+        if not sums or not all(isinstance(v, (int, float)) and np.isfinite(v) and v >= 0 for v in sums):
+            return None
+        n = sum(self.sizes.values())
+        total = float(sum(sums))
+        if self.cfg.get("center"):
+            for pid, proxy in self.proxies.items():
+                gap = self._row_sums[proxy.cid] / self.sizes[pid] - self.mean
+                total += self.sizes[pid] * float(gap @ gap)
+        return total / n
 
     def _from_directory(self, proxies: list[ClientProxy], deadline: float) -> list[tuple[ClientProxy, Any]]:
         """``(proxy, (partition id, rows) or reason)`` from the engine's node directory; no message is sent."""
@@ -357,9 +380,14 @@ class FederatedStrategy(Strategy):
         self.iterates.append(estimate)
 
     # -- results ------------------------------------------------------------------------------------
+    @property
+    def holds_rows(self) -> bool:
+        """Whether each row waits for the next round, which reports its objective (here: a stopping rule)."""
+        return self.stop_tol > 0
+
     def _emit(self, row: dict, Z: np.ndarray) -> None:
-        """Write a row now, or (with a stopping rule) when its objective is known."""
-        if self.stop_tol <= 0:
+        """Write a row now, or (:attr:`holds_rows`) when its objective is known."""
+        if not self.holds_rows:
             self._write(row, Z)
             return
         if self._held is not None:

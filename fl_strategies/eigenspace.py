@@ -5,6 +5,16 @@
 * **Results.** One row per round: accuracy against the exact reference
   (:mod:`fl_strategies.metrics`; empty without one), traffic, participation and
   what the subclass adds.
+* **Progress without a reference.** With no exact reference (data on the
+  nodes) every row has ``estimate_change`` (sin theta between successive
+  estimates) and, in a noise-free run of a strategy whose clients can report
+  ``f_i`` (FedPower's and FAPS's), ``explained_variance`` = ``F / n`` =
+  ``tr(Z^T C Z)`` of the row's estimate and ``explained_variance_ratio`` =
+  that over ``tr(C)`` (``total_variance``, from the nodes' ``sq-sum`` at
+  discovery): the clients report ``f_i`` every round, so the rows are held one
+  round as under the stopping rule, and the last row takes its value from the
+  summary exchange. Under noise neither ``f_i`` nor ``sq-sum`` is sent (they
+  would be released without noise) and these columns are empty.
 * **Stopping rule** (FAPS paper, eq. 27). With ``stop-tol > 0`` clients also
   report ``f_i = tr(Z^T M_i Z)`` at the estimate they received; the run stops
   once ``|F_k - F_{k-1}| <= stop-tol * F_k`` with ``F = sum_i f_i``. ``F_k``
@@ -42,6 +52,21 @@ class EigenspaceStrategy(FederatedStrategy):
     """Base class of the strategies that estimate a ``d x r`` orthonormal basis (``reference``: a
     :class:`fl_strategies.metrics.Reference`)."""
 
+    #: whether the strategy's clients can report ``f_i = tr(Z^T M_i Z)`` at the estimate they receive
+    REPORTS_OBJECTIVE = False
+
+    @property
+    def tracks_objective(self) -> bool:
+        """Whether the clients report ``f_i`` every round: under a stopping rule, or, for the explained variance,
+        in a noise-free run with no exact reference (data on the nodes)."""
+        noisy = self.cfg["epsilon"] > 0 or self.cfg["noise-std"] > 0
+        return self.stop_tol > 0 or (self.REPORTS_OBJECTIVE and self.reference is None and not noisy)
+
+    @property
+    def holds_rows(self) -> bool:
+        """Rows wait for the next round's ``F`` whenever the clients report it (:attr:`tracks_objective`)."""
+        return self.tracks_objective
+
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
         """Wait for all clients, learn their partition ids and sizes, and draw ``Z_0``."""
         self._discover(client_manager)
@@ -74,14 +99,21 @@ class EigenspaceStrategy(FederatedStrategy):
         previous, self._last_objective = self._last_objective, objective
         statistic = None if previous is None else abs(objective - previous) / max(abs(objective), 1e-300)
         if self._held is not None:
-            self._held[0].update(objective=objective, stop_statistic=statistic)
-            if "explained_variance" in self._held[0]:  # tr(Z^T C Z) of the held row's estimate
-                self._held[0]["explained_variance"] = objective / max(sum(self.sizes.values()), 1)
-        if statistic is not None and statistic <= self.stop_tol:
+            if self.stop_tol > 0:
+                self._held[0].update(objective=objective, stop_statistic=statistic)
+            self._fill_explained_variance(self._held[0], objective / max(sum(self.sizes.values()), 1))
+        if self.stop_tol > 0 and statistic is not None and statistic <= self.stop_tol:
             self.stopped = True
             log.info("stopping rule (27): |F_k - F_k-1| / F_k = %.2e <= %.1e after %d rounds",
                      statistic, self.stop_tol, server_round - 1)
         return self.stopped
+
+    def _fill_explained_variance(self, row: dict, explained: float) -> None:
+        """Set a held row's ``explained_variance`` (``tr(Z^T C Z)``) and its ratio to ``total_variance``."""
+        if "explained_variance" in row:
+            row["explained_variance"] = explained
+            total = self.total_variance
+            row["explained_variance_ratio"] = explained / total if total else None
 
     # -- results ------------------------------------------------------------------------------------
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
@@ -100,8 +132,8 @@ class EigenspaceStrategy(FederatedStrategy):
         if self.reference is None:  # progress a user can judge without pooled data: the server's own iterates
             previous = self.iterates[-2] if server_round and len(self.iterates) >= 2 else None  # restored on resume
             row["estimate_change"] = None if previous is None else subspace_distance(Z, previous)
-            if self.stop_tol > 0:
-                row["explained_variance"] = None  # F / n, once the next round's clients report F at this Z
+            if self.tracks_objective:  # F / n, once the next round's clients report F at this Z
+                row.update(explained_variance=None, explained_variance_ratio=None)
         self._emit(row, Z)
         if server_round:
             dist = row["subspace_distance"]
@@ -131,7 +163,8 @@ class EigenspaceStrategy(FederatedStrategy):
         noisy = self.cfg["epsilon"] > 0 or self.cfg["noise-std"] > 0
         if not self.spec.pca or self.failure or noisy or not self.proxies or not self.iterates:
             return []
-        self._summary_Z = self.estimate
+        # the result: the held last row's estimate (the summary runs before finish() writes it), else the last row's
+        self._summary_Z = self._held[1] if self._held is not None else self.estimate
         ins = FitIns(ndarrays_to_parameters([self._summary_Z]), {"phase": "summary", **self.center_config()})
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
 
@@ -147,6 +180,8 @@ class EigenspaceStrategy(FederatedStrategy):
         n = sum(self.sizes[pid] for pid in valid)
         CZ = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
         total = sum(self.sizes[pid] * values["trace"] for pid, (_, values) in valid.items()) / n
+        if self._held is not None and self._held[1] is Z:  # the last row's explained variance, from the same sums
+            self._fill_explained_variance(self._held[0], float(np.sum(Z * CZ)))
         return self.set_model(Z, CZ, total, n, summary_bytes=uploaded_bytes(results) + len(valid) * Z.nbytes)
 
     def set_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int = 0

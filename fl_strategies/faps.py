@@ -192,6 +192,7 @@ class FapsStrategy(EigenspaceStrategy):
     (``dropout`` and a ``round-policy`` other than ``all`` are refused).
     """
 
+    REPORTS_OBJECTIVE = True  # the clients report f_i = tr(Z^T A_i A_i^T Z) every round
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)

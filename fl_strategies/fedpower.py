@@ -116,6 +116,7 @@ class FedPowerStrategy(EigenspaceStrategy):
     count than the node registered with, or fails :meth:`_check_reply`.
     """
 
+    REPORTS_OBJECTIVE = True  # the clients report f_i = tr(Z^T M_i Z) when asked
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
@@ -158,6 +159,8 @@ class FedPowerStrategy(EigenspaceStrategy):
         targets = sorted(set(plan.kept) | set(plan.extra))
         config: dict[str, Scalar] = {**self.center_config(), "local-steps": steps, "round": server_round,
                                      "iteration-offset": sum(self.lengths[: server_round - 1])}
+        if self.tracks_objective:
+            config["objective"] = True  # f_i = tr(Z^T M_i Z) at this Z, for the stopping rule / explained variance
         fit_ins = FitIns(parameters, config)
         Z = parameters_to_ndarrays(parameters)[0]
         self._pending = {"start": time.perf_counter(), "multiplicity": multiplicity, "steps": steps, "Z": Z,
@@ -214,7 +217,7 @@ class FedPowerStrategy(EigenspaceStrategy):
         objective ``f`` under a stopping rule, and :meth:`_check_reply`.
         """
         return self.collect_replies(server_round, results, asked, [(self.d, self.r)] * (2 if steps > 1 else 1),
-                                    ("f",) if self.stop_tol > 0 else (), broadcast=Z, names=("Y", "Z_prev"),
+                                    ("f",) if self.tracks_objective else (), broadcast=Z, names=("Y", "Z_prev"),
                                     check=self._check_reply)
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
@@ -225,11 +228,12 @@ class FedPowerStrategy(EigenspaceStrategy):
         valid, rejected = self.intake(server_round, results, pend["asked"], steps, pend["Z"])
         # (Y, Z_prev); with one step every Z_prev is the broadcast Z
         replies = {pid: (arrays[0], arrays[1] if steps > 1 else pend["Z"]) for pid, (arrays, _) in valid.items()}
-        objective = sum(values["f"] for _, values in valid.values()) if self.stop_tol > 0 else 0.0
+        objective = sum(values["f"] for _, values in valid.values()) if self.tracks_objective else 0.0
         sampled = {pid: c for pid, c in pend["multiplicity"].items() if pid in replies}
         pend.update(bytes_up=uploaded_bytes(results), rejected=rejected, failures=len(failures) + pend.get("unavailable", 0),
                     participants=sum(sampled.values()), distinct=len(sampled), misalignment=0.0)
-        if self.stop_tol > 0 and len(sampled) == self.m and self.check_stop(server_round, objective):
+        # F at the broadcast Z is known only when every partition answered once (no sampling, no multiplicity)
+        if self.tracks_objective and len(sampled) == self.m and self.check_stop(server_round, objective):
             return None, {}
         if not sampled:
             log.warning("round %d: no usable reply from a sampled client; Z is kept", server_round)

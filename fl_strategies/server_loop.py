@@ -3,8 +3,8 @@
 Flower's ``Server.fit`` runs a fixed number of rounds. Algorithms with a
 convergence test (the FAPS paper's rule (27), used by ``faps``, ``ssi`` and
 ``localpower``) set ``strategy.stopped`` in ``aggregate_fit``; this server then
-ends the run, and calls ``strategy.finish()`` so the strategy can write its last
-results row.
+ends the run, runs the strategy's summary exchange (the PCA model), and calls
+``strategy.finish()`` so the strategy can write its last results row.
 
 With a :class:`~fl_strategies.checkpoint.Checkpoint` it saves the state after
 every round, and a run with ``resume = true`` starts after the checkpointed
@@ -73,10 +73,10 @@ class StoppingServer(Server):
                 self.parameters = res_fit[0]
             self.strategy.evaluate(current_round, parameters=self.parameters)
             self._save(current_round)
+        self.summary(num_rounds + 1, timeout)  # before finish(): the summary completes the held last row
         finish = getattr(self.strategy, "finish", None)
         if finish is not None:
             finish()
-        self.summary(num_rounds + 1, timeout)
         return history, timeit.default_timer() - start
 
     def fit_round(self, server_round: int, timeout: float | None):

@@ -153,6 +153,67 @@ def test_progress_without_a_reference_and_stop_tol_on_node_data(tmp_path):
     assert s.records[1]["estimate_change"] == pytest.approx(subspace_distance(s.iterates[1], s.iterates[0]))
 
 
+def _spiked_blocks(seed: int, sizes=(50, 80, 120), d: int = 7, offset: float = 0.0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((d, 2)))[0]
+    mean = offset * rng.standard_normal(d)
+    return [mean + rng.standard_normal((s, 2)) * [6.0, 3.0] @ U.T + 0.3 * rng.standard_normal((s, d)) for s in sizes]
+
+
+@pytest.mark.parametrize("strategy, extra", [
+    ("fedpower", {"local-steps": 2, "schedule": "fixed", "center": True}),
+    ("power", {"center": False}),
+    ("faps", {"center": True}),
+])
+def test_explained_variance_on_every_round_without_a_stopping_rule(tmp_path, strategy, extra):
+    """Node data, no stop-tol: every row's explained variance (from the clients' f_i, one round late; the last
+    from the summary) equals tr(Z^T C Z) of the pooled (centred) rows to 1e-10, and its ratio uses the total
+    variance of the nodes' sq-sum, which equals scikit-learn's."""
+    from sklearn.decomposition import PCA
+
+    blocks = _spiked_blocks(5, offset=4.0 if extra["center"] else 0.0)
+    s = _node_run(tmp_path, blocks, **{"strategy": strategy, "rank": 2, "iteration-rank": 2,
+                                       "num-server-rounds": 6, "row-normalize": False, **extra})
+    assert s.failure is None and len(s.records) == 7
+    pooled = np.vstack(blocks)
+    X = pooled - pooled.mean(axis=0) if extra["center"] else pooled
+    C = X.T @ X / len(X)
+    total = np.trace(C)
+    if extra["center"]:  # scikit-learn's total variance, with its n - 1
+        full = PCA().fit(pooled)
+        assert total == pytest.approx(full.explained_variance_.sum() * (len(X) - 1) / len(X), rel=1e-12)
+    assert s.total_variance == pytest.approx(total, rel=1e-12)
+    for row, Z in zip(s.records, s.iterates):
+        np.testing.assert_allclose(row["explained_variance"], np.trace(Z.T @ C @ Z), rtol=1e-10)
+        np.testing.assert_allclose(row["explained_variance_ratio"], np.trace(Z.T @ C @ Z) / total, rtol=1e-10)
+    assert s.records[-1]["explained_variance_ratio"] == pytest.approx(s.model["explained_variance_ratio"].sum(),
+                                                                      rel=1e-10)
+    assert 0.9 < s.records[-1]["explained_variance_ratio"] < 1  # the planted spike holds most of the variance
+
+
+def test_no_objective_or_total_variance_leaves_a_noisy_node(tmp_path):
+    """With noise the clients release neither f_i nor sq-sum (they carry no noise): the columns are empty, and a
+    client asked for f_i in a noisy run refuses."""
+    from client_app.data import NodeData
+    from client_app.fedpower_client import FedPowerClient
+    from fl_strategies.config import validate_run_config
+    from flwr.common import Context, RecordDict
+    from simulations.engines import fused_run_config
+
+    blocks = [b / np.linalg.norm(b, axis=1, keepdims=True) for b in _spiked_blocks(6)]
+    s = _node_run(tmp_path, blocks, **{"strategy": "fedpower", "rank": 2, "iteration-rank": 2, "epsilon": 2.0,
+                                       "num-server-rounds": 3, "row-normalize": True})
+    assert s.failure is None and s.total_variance is None
+    assert all("sq-sum" not in props for props in s.node_properties.values())
+    assert all(r.get("explained_variance") is None and r["estimate_change"] is not None for r in s.records[1:])
+    cfg = validate_run_config(fused_run_config({"epsilon": 1.0, "row-normalize": True, "dimension": 7,
+                                                "rank": 2, "iteration-rank": 2}))
+    client = FedPowerClient(NodeData.of(0, covariance=(np.eye(7), 100)), cfg, Context(1, 1, {}, RecordDict(), {}))
+    Z = np.linalg.qr(np.random.default_rng(0).standard_normal((7, 2)))[0]
+    with pytest.raises(RuntimeError, match="released without noise"):
+        client.fit([Z], {"local-steps": 1, "round": 1, "objective": True})
+
+
 def test_a_node_with_an_empty_file_stops_a_node_data_run_before_round_1(tmp_path):
 
 
