@@ -10,7 +10,7 @@ from flwr.common import Array, ArrayRecord, ConfigRecord, Context
 
 from fl_strategies.faps import FapsState, faps_client_round
 
-from .fedpower_client import summary_reply
+from .pca_replies import discovery_properties, summary_reply
 
 __all__ = ["FapsClient"]
 
@@ -41,12 +41,8 @@ class FapsClient(NumPyClient):
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
 
     def get_properties(self, config):
-        """Report what the server needs to plan the run: no data (with ``center``, the row sum)."""
-        props = {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
-        if self.cfg["center"]:
-            props["row-sum"] = self.data.row_sum.astype("<f8").tobytes()
-        props["sq-sum"] = self.data.sum_of_squares(self.cfg["center"])  # FAPS adds no noise
-        return props
+        """Report what the server needs to plan the run: no data (:func:`discovery_properties`; FAPS adds no noise)."""
+        return discovery_properties(self.data, self.cfg, self.d, noisy=False)
 
     def _load(self) -> FapsState | None:
         state = self.context.state  # not .array_records / .config_records: views of every record at every message

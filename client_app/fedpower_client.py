@@ -13,18 +13,9 @@ from fl_strategies.fedpower import STREAM_NOISE, local_power_iterations
 from fl_strategies.noise import ClientNoise
 from fl_strategies.privacy import noise_std
 
-__all__ = ["FedPowerClient", "CovarianceClient", "summary_reply"]
+from .pca_replies import discovery_properties, summary_reply
 
-
-def summary_reply(A: np.ndarray, Z: np.ndarray, s: int, noise_std: float, partition_id: int):
-    """The summary exchange's reply (:mod:`fl_strategies.pca`): ``[A_i Z]``, ``s_i`` and ``tr(A_i)``.
-
-    Refused when the client adds privacy noise: the summary is exact, its release would not be covered.
-    """
-    if noise_std > 0:
-        raise RuntimeError("a noisy client sends no summary: its exact A_i Z would not be covered by the privacy "
-                           "guarantee")
-    return [A @ Z], s, {"partition-id": partition_id, "trace": float(np.trace(A))}
+__all__ = ["FedPowerClient", "CovarianceClient"]
 
 
 class FedPowerClient(NumPyClient):
@@ -64,14 +55,8 @@ class FedPowerClient(NumPyClient):
                                  STREAM_NOISE)
 
     def get_properties(self, config):
-        """Report what the server needs to plan the run: no data (with ``center``, the row sum)."""
-        props = {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d,
-                 **self.noise.properties()}
-        if self.cfg["center"]:
-            props["row-sum"] = self.data.row_sum.astype("<f8").tobytes()
-        if self.noise_std == 0:  # the total variance, for reference-free progress (never released with noise)
-            props["sq-sum"] = self.data.sum_of_squares(self.cfg["center"])
-        return props
+        """Report what the server needs to plan the run: no data (:func:`discovery_properties`, the noise's)."""
+        return {**discovery_properties(self.data, self.cfg, self.d, self.noise_std > 0), **self.noise.properties()}
 
     def _steps_done(self) -> int:
         state = self.context.state  # not .config_records: that builds a view of every record at every message

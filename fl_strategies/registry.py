@@ -83,6 +83,17 @@ def _no_noise_all_clients(c: dict) -> dict:
     return {"epsilon": 0.0, "noise-std": 0.0, "clients-per-round": c["num-clients"]}
 
 
+def _power_baseline(**settings) -> Callable[[dict], dict]:
+    """What a noise-free power-method baseline fixes: no noise, every client, ``total-iterations`` from the
+    rounds, plus ``settings`` (``iteration-rank = "rank"`` fixes it to the run's ``rank``)."""
+
+    def fixed(c: dict) -> dict:
+        own = {key: (c["rank"] if value == "rank" else value) for key, value in settings.items()}
+        return {**_no_noise_all_clients(c), "total-iterations": 0, **own}
+
+    return fixed
+
+
 def _mf_fixed(c: dict) -> dict:
     return {**_no_noise_all_clients(c), "iteration-rank": c["rank"], "row-normalize": False, "stop-tol": 0.0,
             "total-iterations": 0}
@@ -98,16 +109,14 @@ STRATEGIES: dict[str, StrategySpec] = {s.name: s for s in [
                  partial_ok=True, checkpoints=True),
     StrategySpec("power", _POWER, _POWER_CLIENT, pca=True, stragglers="partial", sampling="with-replacement", partial_ok=True,
                  checkpoints=True,
-                 fixed=lambda c: {**_no_noise_all_clients(c), "local-steps": 1, "schedule": "fixed",
-                                  "alignment": "none", "total-iterations": 0}),
+                 fixed=_power_baseline(**{"local-steps": 1, "schedule": "fixed", "alignment": "none"})),
     StrategySpec("ssi", _POWER, _POWER_CLIENT, pca=True, stragglers="partial", sampling="with-replacement", partial_ok=True,
                  checkpoints=True,
-                 fixed=lambda c: {**_no_noise_all_clients(c), "local-steps": 1, "schedule": "fixed",
-                                  "alignment": "none", "total-iterations": 0, "iteration-rank": c["rank"]}),
+                 fixed=_power_baseline(**{"local-steps": 1, "schedule": "fixed", "alignment": "none",
+                                          "iteration-rank": "rank"})),
     StrategySpec("localpower", _POWER, _POWER_CLIENT, pca=True, stragglers="partial", sampling="with-replacement",
                  partial_ok=True, checkpoints=True,
-                 fixed=lambda c: {**_no_noise_all_clients(c), "schedule": "halving", "alignment": "opt",
-                                  "total-iterations": 0, "iteration-rank": c["rank"]}),
+                 fixed=_power_baseline(**{"schedule": "halving", "alignment": "opt", "iteration-rank": "rank"})),
     StrategySpec("faps", "fl_strategies.faps:FapsStrategy", "client_app.faps_client:FapsClient", stragglers="all", pca=True,
                  fixed=lambda c: {**_no_noise_all_clients(c), "iteration-rank": c["rank"]}),
     StrategySpec("fedlrgd", "fl_strategies.fedlrgd:FedLrgdStrategy", "client_app.erm_client:FedLrgdClient",

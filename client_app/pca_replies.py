@@ -1,0 +1,54 @@
+"""What an eigenspace client tells the server besides its products: discovery properties and the summary.
+
+Shared by the FedPower-family client and the FAPS client (:mod:`client_app.fedpower_client`,
+:mod:`client_app.faps_client`). Everything here is a count, a ``d``-vector or a scalar: never a row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["discovery_properties", "summary_reply"]
+
+
+def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool) -> dict[str, Any]:
+    """The node's answer to discovery: partition id, row count and ``d``; with ``center`` its row sum; without
+    noise its sum of squares ``sq-sum`` (the total variance of reference-free progress).
+
+    Parameters
+    ----------
+    data : client_app.data.NodeData
+        The node's data.
+    cfg : dict
+        Effective run config.
+    dimension : int
+        ``d``, the width of the node's rows.
+    noisy : bool
+        Whether the client adds privacy noise: then no ``sq-sum`` is sent (it would be released without noise).
+
+    Returns
+    -------
+    dict
+        Flower properties (scalars and bytes): ``partition-id``, ``num-examples``, ``dimension``, and
+        ``row-sum`` (``d`` float64 as bytes) / ``sq-sum`` (float) as above.
+    """
+    _, s = data.covariance
+    props: dict[str, Any] = {"partition-id": data.partition_id, "num-examples": s, "dimension": dimension}
+    if cfg["center"]:
+        props["row-sum"] = data.row_sum.astype("<f8").tobytes()
+    if not noisy:
+        props["sq-sum"] = data.sum_of_squares(cfg["center"])
+    return props
+
+
+def summary_reply(A: np.ndarray, Z: np.ndarray, s: int, noise_std: float, partition_id: int):
+    """The summary exchange's reply (:mod:`fl_strategies.pca`): ``[A_i Z]``, ``s_i`` and ``tr(A_i)``.
+
+    Refused when the client adds privacy noise: the summary is exact, its release would not be covered.
+    """
+    if noise_std > 0:
+        raise RuntimeError("a noisy client sends no summary: its exact A_i Z would not be covered by the privacy "
+                           "guarantee")
+    return [A @ Z], s, {"partition-id": partition_id, "trace": float(np.trace(A))}
