@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -49,6 +50,26 @@ log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
 def uploaded_bytes(results: list) -> int:
     """Bytes of the arrays in a round's ``(proxy, FitRes)`` replies, as they travelled (``bytes_up``)."""
     return sum(sum(len(t) for t in res.parameters.tensors) for _, res in results)
+
+
+_ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
+
+
+def failure_reason(ex: BaseException, limit: int = 500) -> str:
+    """The innermost ``SomeError: message`` of a node's failure, without the engine's wrapping.
+
+    A ClientApp's exception reaches the server wrapped by Flower (and, in the Ray engine, in a
+    ``RayTaskError`` with the actor's repr and a traceback); the last ``...Error: ...`` line that is not a
+    wrapper is the node's own message (e.g. ``ValueError: partition 2: ... has shape (0, 1)``). Falls back to
+    the whole text, cut at ``limit`` characters.
+    """
+    text = str(ex)
+    found = [m for line in text.splitlines() for m in [_ERROR_LINE.search(line)]
+             if m and not m.group(1).endswith(("ClientAppException", "RayTaskError"))]
+    if found:
+        kind, message = found[-1].group(1).rsplit(".", 1)[-1], found[-1].group(2).rstrip("'>) ")
+        return f"{kind}: {message}"
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 class RunFailed(RuntimeError):
@@ -234,7 +255,7 @@ class FederatedStrategy(Strategy):
             try:
                 res = proxy.get_properties(GetPropertiesIns(config={}), timeout=self.timeout, group_id=0)
             except Exception as ex:  # noqa: BLE001
-                return proxy, f"it failed to start: {ex}"
+                return proxy, f"it failed to start: {failure_reason(ex)}"
             return proxy, getattr(res, "properties", None)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
@@ -380,6 +401,11 @@ class FederatedStrategy(Strategy):
         self.iterates.append(estimate)
 
     # -- results ------------------------------------------------------------------------------------
+    @property
+    def d_repr(self) -> str:
+        """``d=<d>`` for a strategy's repr, or ``d from the nodes`` before discovery has learnt it."""
+        return "d from the nodes" if self.d is None else f"d={self.d}"
+
     @property
     def holds_rows(self) -> bool:
         """Whether each row waits for the next round, which reports its objective (here: a stopping rule)."""

@@ -36,7 +36,7 @@ class CovarianceStrategy(EigenspaceStrategy):
         return 1
 
     def __repr__(self) -> str:
-        return f"CovarianceStrategy(d={self.d}, r={self.r}, m={self.m}, center={self.cfg['center']})"
+        return f"CovarianceStrategy({self.d_repr}, r={self.r}, m={self.m}, center={self.cfg['center']})"
 
     def configure_fit(self, server_round: int, parameters: Parameters,
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:

@@ -139,9 +139,9 @@ class EigenspaceStrategy(FederatedStrategy):
             dist = row["subspace_distance"]
             eps = row.get("epsilon_spent")
             change = row.get("estimate_change")
-            log.info("round %d/%d: subspace distance %s%s%s", server_round, self.num_rounds,
-                     "n/a" if dist is None else f"{dist:.3e}",
-                     "" if change is None else f", change of the estimate (sin theta) {change:.3e}",
+            parts = ([] if dist is None else [f"subspace distance {dist:.3e}"]) + (
+                [] if change is None else [f"change of the estimate (sin theta) {change:.3e}"])
+            log.info("round %d/%d: %s%s", server_round, self.num_rounds, ", ".join(parts) or "no measure",
                      "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g}), noise "
                      f"{row.get('noise_source')}")
         dist = row["subspace_distance"]

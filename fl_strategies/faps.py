@@ -205,7 +205,7 @@ class FapsStrategy(EigenspaceStrategy):
         c = self.cfg
         inner = "exact" if c["inner-solver"] == "exact" else (
             f"{c['inner-steps']} inner steps" if c["inner-steps"] else f"inner-tol {c['inner-tol']:g}")
-        return f"FapsStrategy(d={self.d}, p={self.r}, m={self.m}, {inner}, stop-tol={c['stop-tol']:g})"
+        return f"FapsStrategy({self.d_repr}, p={self.r}, m={self.m}, {inner}, stop-tol={c['stop-tol']:g})"
 
     def configure_fit(self, server_round: int, parameters: Parameters,
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:

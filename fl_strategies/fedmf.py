@@ -160,7 +160,7 @@ class FedMFStrategy(_MFBase):
 
     def __repr__(self) -> str:
         c = self.cfg
-        return (f"FedMFStrategy(d={self.d}, r={self.r}, N={self.m}, alpha={self.alpha}, m={self.num_sketches}, "
+        return (f"FedMFStrategy({self.d_repr}, r={self.r}, N={self.m}, alpha={self.alpha}, m={self.num_sketches}, "
                 f"{c['u-solver']}, T={self.T}, momentum={c['momentum']})")
 
     def configure_fit(self, server_round: int, parameters: Parameters,
@@ -259,7 +259,7 @@ class MFBaselineStrategy(_MFBase):
         return self.cap + 1
 
     def __repr__(self) -> str:
-        return (f"MFBaselineStrategy({self.cfg['strategy']}, d={self.d}, r={self.r}, N={self.m}, eta={self.eta:.3g}, "
+        return (f"MFBaselineStrategy({self.cfg['strategy']}, {self.d_repr}, r={self.r}, N={self.m}, eta={self.eta:.3g}, "
                 f"cap={self.cap}, target={self.target:g})")
 
     def configure_fit(self, server_round: int, parameters: Parameters,

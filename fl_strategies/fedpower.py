@@ -132,7 +132,7 @@ class FedPowerStrategy(EigenspaceStrategy):
 
     def __repr__(self) -> str:
         c = self.cfg
-        return (f"FedPowerStrategy({c['strategy']}: d={self.d}, k={self.k}, r={self.r}, m={self.m}, K={self.K}, "
+        return (f"FedPowerStrategy({c['strategy']}: {self.d_repr}, k={self.k}, r={self.r}, m={self.m}, K={self.K}, "
                 f"p={c['local-steps']}, schedule={c['schedule']}, T={self.T}, alignment={c['alignment']})")
 
     # -- one round ----------------------------------------------------------------------------------

@@ -182,3 +182,41 @@ def test_a_folder_data_set_needs_one_client_per_file_and_is_not_checked_by_the_h
     (tmp_path / "data" / "partition_1.npy").unlink()  # a gap: only partition_0 counts
     with pytest.raises(ArgumentError, match="holds 1 per-client file"):
         checked_run_config({"dataset": str(tmp_path / "data"), "num-clients": 3, "rank": 2})
+
+
+def test_a_bad_folder_file_is_one_line_before_flower_starts(tmp_path):
+    """flwr_run / deploy read a folder data set's files before any Flower process: an empty file, a NaN, files of
+    different widths and a rank above the width are each one line naming the partition, file or key."""
+    from simulations.engines import ArgumentError, checked_run_config
+
+    blocks = node_files(tmp_path / "data")
+    over = {"dataset": str(tmp_path / "data"), "num-clients": 3, "rank": 2}
+    np.save(tmp_path / "data" / "partition_1.npy", blocks[1][:, :5])
+    with pytest.raises(ArgumentError, match=r"disagree on the number of columns: d = 5: partition 1 "
+                                            r"\(partition_1.npy\); d = 8: partition 0 \(partition_0.npy\), partition 2"):
+        checked_run_config(over)
+    bad = blocks[1].copy()
+    bad[3, 2] = np.nan
+    np.save(tmp_path / "data" / "partition_1.npy", bad)
+    with pytest.raises(ArgumentError, match=r"partition 1: dataset folder file .*partition_1.npy'.*non-finite.*row 3"):
+        checked_run_config(over)
+    np.save(tmp_path / "data" / "partition_1.npy", np.zeros((0, D)))
+    with pytest.raises(ArgumentError, match=r"partition 1: dataset folder file .*at least 1 row"):
+        checked_run_config(over)
+    np.save(tmp_path / "data" / "partition_1.npy", blocks[1])
+    with pytest.raises(ArgumentError, match=rf"rank must be at most the data dimension d = {D}, got 9"):
+        checked_run_config({**over, "rank": 9, "iteration-rank": 9})
+    assert checked_run_config(over)["num-clients"] == 3
+
+
+def test_a_nodes_failure_is_its_own_message_without_the_engines_wrapping():
+    from fl_strategies.base import failure_reason
+
+    wrapped = ("Message contains an Error (reason: <class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'ray::"
+               "ClientAppActor.run() (pid=4242, actor_id=ab12)\n  File \"/x/app.py\", line 3, in run\n"
+               "flwr.clientapp.ClientAppException: \nValueError: partition 2: dataset folder file '/d/partition_2.csv':"
+               " has shape (0, 1); at least 1 row and 1 column are required'>)")
+    assert failure_reason(RuntimeError(wrapped)) == ("ValueError: partition 2: dataset folder file '/d/partition_2.csv':"
+                                                     " has shape (0, 1); at least 1 row and 1 column are required")
+    assert failure_reason(ValueError("no such file")) == "no such file"
+    assert failure_reason(RuntimeError("x" * 2000)).endswith(" ...") and len(failure_reason(RuntimeError("x" * 2000))) == 504

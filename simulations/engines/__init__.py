@@ -79,9 +79,12 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
         cfg = validate_run_config(fused_run_config(overrides))
     except (ConfigError, ValueError) as ex:
         raise ArgumentError(f"{option}: {ex}") from None
-    from fl_strategies.harness import on_nodes
+    from fl_strategies.harness import NODE_DATA, folder_partitions
 
-    if on_nodes(cfg):  # the nodes' own files (or a folder of per-client files): nothing to check here
+    if cfg["dataset"] == NODE_DATA:  # the nodes' own files: they are checked on the nodes
+        return cfg
+    if folder_partitions(cfg["dataset"]) is not None:
+        _check_folder(cfg, option)
         return cfg
     from simulations.data.federated_data import data_shape
     from simulations.data.interaction_data import interaction_rows, is_interaction_folder
@@ -96,6 +99,41 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     except (ValueError, MemoryError) as ex:
         raise ArgumentError(f"{option}: {str(ex) or type(ex).__name__}") from None
     return cfg
+
+
+def _check_folder(cfg: dict, option: str) -> None:
+    """Read every per-client file of a folder data set (as its client will) and check them against the run config.
+
+    The simulated clients read the same files again; here a bad file is one line before Flower starts, naming
+    the partition and the file (empty, non-finite, unparsable), and so are files of different widths and ranks
+    above the common width.
+
+    Raises
+    ------
+    ArgumentError
+        One line naming the option, the partition and the file, or the key.
+    """
+    from fl_strategies.config import ConfigError, check_against_data
+    from fl_strategies.data_files import read_samples
+    from fl_strategies.harness import partition_file
+
+    widths: dict[int, list[str]] = {}
+    rows = 0
+    for pid in range(cfg["num-clients"]):
+        path = partition_file(cfg["dataset"], pid)
+        try:
+            X = read_samples(path, f"partition {pid}: dataset folder file")
+        except ValueError as ex:
+            raise ArgumentError(f"{option}: {ex}") from None
+        widths.setdefault(X.shape[1], []).append(f"partition {pid} ({path.name})")
+        rows += X.shape[0]
+    if len(widths) > 1:
+        raise ArgumentError(f"{option}: the files of dataset folder {cfg['dataset']!r} disagree on the number of "
+                            "columns: " + "; ".join(f"d = {d}: {', '.join(parts)}" for d, parts in sorted(widths.items())))
+    try:
+        check_against_data(cfg, next(iter(widths)), rows)
+    except ConfigError as ex:
+        raise ArgumentError(f"{option}: {ex}") from None
 
 
 def read_results(directory: str | Path, columns: tuple[str, ...] = (), name: str = "results.csv"):
