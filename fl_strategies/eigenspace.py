@@ -7,7 +7,7 @@
   what the subclass adds.
 * **Progress without a reference.** With no exact reference (data on the
   nodes) every row has ``estimate_change`` (sin theta between successive
-  estimates) and, in a noise-free run of a strategy whose clients can report
+  estimates; ``estimate_change_first_k`` for their first ``rank`` columns) and, in a noise-free run of a strategy whose clients can report
   ``f_i`` (FedPower's and FAPS's), ``explained_variance`` = ``F / n`` =
   ``tr(Z^T C Z)`` of the row's estimate and ``explained_variance_ratio`` =
   that over ``tr(C)`` (``total_variance``, from the nodes' ``sq-sum`` at
@@ -132,6 +132,10 @@ class EigenspaceStrategy(FederatedStrategy):
         if self.reference is None:  # progress a user can judge without pooled data: the server's own iterates
             previous = self.iterates[-2] if server_round and len(self.iterates) >= 2 else None  # restored on resume
             row["estimate_change"] = None if previous is None else subspace_distance(Z, previous)
+            # the leading k = rank columns alone: with iteration-rank > rank the trailing columns converge at the
+            # slower rate lambda_{r+1} / lambda_r, the leading ones (nested, as orth is QR) at lambda_{k+1} / lambda_k
+            row["estimate_change_first_k"] = (None if previous is None else
+                                              subspace_distance(Z[:, : self.k], previous[:, : self.k]))
             if self.tracks_objective:  # F / n, once the next round's clients report F at this Z
                 row.update(explained_variance=None, explained_variance_ratio=None)
         self._emit(row, Z)
@@ -139,8 +143,10 @@ class EigenspaceStrategy(FederatedStrategy):
             dist = row["subspace_distance"]
             eps = row.get("epsilon_spent")
             change = row.get("estimate_change")
+            change_k = row.get("estimate_change_first_k")
             parts = ([] if dist is None else [f"subspace distance {dist:.3e}"]) + (
-                [] if change is None else [f"change of the estimate (sin theta) {change:.3e}"])
+                [] if change is None else [f"change of the estimate (sin theta) {change:.3e}"]) + (
+                [] if change is None or self.k == self.r else [f"of its first {self.k} columns {change_k:.3e}"])
             log.info("round %d/%d: %s%s", server_round, self.num_rounds, ", ".join(parts) or "no measure",
                      "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g}), noise "
                      f"{row.get('noise_source')}")

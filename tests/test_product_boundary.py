@@ -151,6 +151,8 @@ def test_progress_without_a_reference_and_stop_tol_on_node_data(tmp_path):
         np.testing.assert_allclose(row["explained_variance"], np.trace(Z.T @ C @ Z), rtol=1e-10)
     assert s.records[-1]["estimate_change"] < 1e-4
     assert s.records[1]["estimate_change"] == pytest.approx(subspace_distance(s.iterates[1], s.iterates[0]))
+    assert s.records[-1]["estimate_change_first_k"] == pytest.approx(
+        subspace_distance(s.iterates[-1][:, :2], s.iterates[-2][:, :2]))
 
 
 def _spiked_blocks(seed: int, sizes=(50, 80, 120), d: int = 7, offset: float = 0.0) -> list[np.ndarray]:
@@ -189,6 +191,19 @@ def test_explained_variance_on_every_round_without_a_stopping_rule(tmp_path, str
     assert s.records[-1]["explained_variance_ratio"] == pytest.approx(s.model["explained_variance_ratio"].sum(),
                                                                       rel=1e-10)
     assert 0.9 < s.records[-1]["explained_variance_ratio"] < 1  # the planted spike holds most of the variance
+
+
+def test_the_kept_components_converge_before_the_trailing_columns(tmp_path):
+    """rank 2 of iteration-rank 4 on a planted rank-2 spike: the leading columns settle (sin theta ~1e-15 per round)
+    while the trailing noise columns still turn; estimate_change_first_k tells them apart."""
+    from fl_strategies.linalg import subspace_distance
+
+    s = _node_run(tmp_path, _spiked_blocks(7), **{"strategy": "power", "rank": 2, "iteration-rank": 4,
+                                                  "num-server-rounds": 30, "row-normalize": False})
+    last = s.records[-1]
+    assert last["estimate_change_first_k"] == pytest.approx(
+        subspace_distance(s.iterates[-1][:, :2], s.iterates[-2][:, :2]), abs=1e-15)
+    assert last["estimate_change_first_k"] < 1e-12 < 1e-3 < last["estimate_change"]
 
 
 def test_no_objective_or_total_variance_leaves_a_noisy_node(tmp_path):
