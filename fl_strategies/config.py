@@ -101,10 +101,10 @@ KEYS: dict[str, Key] = {
              "SuperNode; seeded-not-private: seeded, also on a SuperNode", choices=NOISE_SOURCES),
         _key("seed", int, "run seed: initialisation, sampling and seeded noise derive from it", allowed="an integer >= 0"),
         _key("data-seed", int, "seed of the synthetic data and of the partition", allowed="an integer >= 0"),
-        _key("num-samples", int, "rows of a generated data set (m for the FAPS generators); for digits and files "
-             "0 = all rows, else a seeded subsample",
+        _key("num-samples", int, "rows of a generated data set (m for the FAPS generators; 0 = 10000); for digits "
+             "and files 0 = all rows, else a seeded subsample",
              lambda v: v >= 0, "an integer >= 0"),
-        _key("dimension", int, "d of a generated data set; for files and bundled sets 0 or their width",
+        _key("dimension", int, "d of a generated data set (0 = 50); for files and bundled sets 0 or their width",
              lambda v: v >= 0, "an integer >= 0"),
         _key("row-normalize", bool,
              "scale every row to unit L2 norm on its node (never done unless set; required by epsilon / noise-std)"),

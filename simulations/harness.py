@@ -26,6 +26,7 @@ from fl_strategies.config import ConfigError, check_against_data
 from fl_strategies.harness import NODE_DATA, ServerData
 from fl_strategies.registry import spec
 
+from simulations.data.datasets import sized
 from simulations.data.federated_data import client_rows, data_shape, local_covariance, mf_reference, reference
 from simulations.data.interaction_data import client_rows as interaction_client_rows
 from simulations.data.interaction_data import interaction_reference, interaction_rows, is_interaction_folder
@@ -45,6 +46,7 @@ def check_memory(cfg: Mapping[str, Any]) -> None:
     ConfigError
         If ``8 (n d + 3 d^2)`` bytes exceed the physical memory.
     """
+    cfg = sized(cfg)
     d = cfg["dimension"]
     rows = cfg["num-clients"] * d if cfg["dataset"] == "fedpower-model2" else cfg["num-samples"]
     need = 8 * (rows * d + 3 * d * d)

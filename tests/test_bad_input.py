@@ -449,9 +449,15 @@ def test_unwritable_results_dir_fails_before_any_client_is_contacted(tmp_path):
     assert calls == []
 
 
+def _four_rows() -> str:
+    path = Path(tempfile.mkdtemp()) / "four.npy"
+    np.save(path, np.arange(24.0).reshape(4, 6))
+    return str(path)
+
+
 def test_data_errors_are_config_errors_before_round_one():
-    with pytest.raises(ConfigError, match='"num-samples" is 0 but fedpower-model1 needs >= 1 rows'):
-        run_app(**dict(TINY, num_samples=0))
+    with pytest.raises(ConfigError, match=r'"num-samples" is 10 but .*four\.npy.* has 4 rows; use 0'):
+        run_app(**dict(TINY, dataset=_four_rows(), dimension=0, num_samples=10, num_clients=2))
     with pytest.raises(ConfigError, match="partitioner"):
         run_app(**dict(TINY, partitioner="group"))
     with pytest.raises(ConfigError, match=r"dimension = 1000000000 .* need about 2.4e\+10 GB of memory"):

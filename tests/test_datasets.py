@@ -405,3 +405,20 @@ def test_unknown_scheme_suggests():
         partition("dirichelt", 10, 2)
     for scheme in PARTITIONERS:
         assert scheme in str(info.value)
+
+
+def test_zero_sizes_mean_the_data_sets_own():
+    """num-samples = dimension = 0 (the run config's defaults): a generator's documented size, a file's or a bundled
+    set's rows and width, so none of them needs a size in the run config."""
+    from simulations.data.datasets import GENERATOR_SIZE, sized
+    from simulations.data.federated_data import data_shape, federated_dataset
+    from simulations.engines import fused_run_config
+
+    cfg = fused_run_config({})
+    assert (cfg["num-samples"], cfg["dimension"]) == (0, 0)
+    assert data_shape(cfg) == (GENERATOR_SIZE["num-samples"], GENERATOR_SIZE["dimension"]) == (10_000, 50)
+    explicit = fused_run_config({"num-samples": 10_000, "dimension": 50})
+    np.testing.assert_array_equal(federated_dataset(cfg)[0].X, federated_dataset(explicit)[0].X)
+    assert data_shape(fused_run_config({"dataset": "digits"})) == (1797, 64)
+    assert sized({"dataset": "/x/rows.npy", "num-samples": 0, "dimension": 0})["dimension"] == 0
+    assert sized({"dataset": "dp-haar", "num-samples": 0, "dimension": 7})["dimension"] == 7

@@ -178,7 +178,7 @@ def test_a_folder_data_set_needs_one_client_per_file_and_is_not_checked_by_the_h
                                           r"file\(s\) \(partition_0 \.\. partition_2\): set num-clients = 3"):
         validate_run_config(fused_run_config({"dataset": str(tmp_path / "data")}))
     cfg = checked_run_config({"dataset": str(tmp_path / "data"), "num-clients": 3, "rank": 2})
-    assert cfg["num-clients"] == 3 and cfg["dimension"] == 50  # the folder's width comes from the nodes at run time
+    assert cfg["num-clients"] == 3 and cfg["dimension"] == 0  # the folder's width comes from the files
     (tmp_path / "data" / "partition_1.npy").unlink()  # a gap: only partition_0 counts
     with pytest.raises(ArgumentError, match="holds 1 per-client file"):
         checked_run_config({"dataset": str(tmp_path / "data"), "num-clients": 3, "rank": 2})

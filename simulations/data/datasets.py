@@ -44,6 +44,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -52,6 +53,24 @@ from fl_strategies.data_files import FILE_SUFFIXES, normalize_rows, read_samples
 DATASET_NAMES = ("fedpower-model1", "fedpower-model1-lazy", "fedpower-model2", "digits", "faps-geometric", "faps-arithmetic",
                  "mf-synthetic", "mf-step", "mf-decay", "erm-logistic", "erm-ridge", "dp-haar", "dp-coherent")
 """Built-in dataset names accepted by :func:`load_dataset` (``erm-*``: :func:`simulations.data.erm_data.generate`)."""
+
+GENERATOR_SIZE = {"num-samples": 10_000, "dimension": 50}
+"""The size of a generated data set whose ``num-samples`` / ``dimension`` is 0 (the run config's default: a file
+or a bundled set then keeps all its rows and its width, so neither key needs setting for one)."""
+
+
+def sized(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``cfg`` with :data:`GENERATOR_SIZE` where a generator's ``num-samples`` / ``dimension`` is 0.
+
+    The one place that gives 0 its meaning for a generated data set; files,
+    folders and bundled sets (``digits``) are returned unchanged (0 = all
+    rows / their width).
+    """
+    if cfg["dataset"] not in DATASET_NAMES or cfg["dataset"] == "digits":
+        return cfg
+    zeros = {key: value for key, value in GENERATOR_SIZE.items() if cfg.get(key) == 0}
+    return {**cfg, **zeros} if zeros else cfg
+
 
 MODEL1_NOISE_STD = 0.6
 """Noise standard deviation of Model I (so ``Sigma = U U^T + 0.36 I``)."""

@@ -24,7 +24,7 @@ from scipy.special import expit
 from fl_strategies.erm import ErmReference
 from fl_strategies.losses import minimise, objective, split_xy
 
-from simulations.data.datasets import load_dataset
+from simulations.data.datasets import load_dataset, sized
 from simulations.data.partitioners import partition
 
 __all__ = ["ERM_DATASETS", "generate", "erm_split", "erm_client_rows", "erm_reference"]
@@ -85,7 +85,7 @@ def erm_split(cfg: Mapping[str, Any]) -> tuple[np.ndarray, list[np.ndarray]]:
     ValueError
         If the data cannot give ``r`` server rows and at least one row per client.
     """
-    return _cached(tuple(cfg[k] for k in ERM_KEYS))
+    return _cached(tuple(sized(cfg)[k] for k in ERM_KEYS))
 
 
 @lru_cache(maxsize=8)
@@ -109,7 +109,7 @@ def erm_client_rows(cfg: Mapping[str, Any], partition_id: int) -> np.ndarray:
 
 def erm_reference(cfg: Mapping[str, Any]) -> ErmReference:
     """``F*`` on the pooled data (server rows and every client's) from a centralised solver (cached per process)."""
-    return _cached_reference(tuple(cfg[k] for k in ERM_KEYS), cfg["loss"], cfg["l2"])
+    return _cached_reference(tuple(sized(cfg)[k] for k in ERM_KEYS), cfg["loss"], cfg["l2"])
 
 
 @lru_cache(maxsize=8)

@@ -27,7 +27,7 @@ import numpy as np
 from fl_strategies.linalg import top_eigenvectors
 from fl_strategies.metrics import Reference
 
-from simulations.data.datasets import LAZY_DATASETS, Dataset, lazy_partition, lazy_partition_sizes, load_dataset
+from simulations.data.datasets import LAZY_DATASETS, Dataset, lazy_partition, lazy_partition_sizes, load_dataset, sized
 from simulations.data.partitioners import partition
 
 __all__ = ["federated_dataset", "local_covariance", "reference", "pooled_reference", "mf_reference", "client_rows",
@@ -35,6 +35,12 @@ __all__ = ["federated_dataset", "local_covariance", "reference", "pooled_referen
 
 DATA_KEYS = ("dataset", "num-samples", "dimension", "rank", "num-clients", "data-seed", "row-normalize",
              "partitioner", "dirichlet-alpha", "xi", "kappa", "mf-noise")
+
+
+def _values(cfg: Mapping[str, Any]) -> tuple:
+    """The data keys of ``cfg`` (a generator's size resolved by :func:`sized`): the cache key of the data."""
+    c = sized(cfg)
+    return tuple(c[k] for k in DATA_KEYS)
 
 
 def federated_dataset(cfg: Mapping[str, Any]) -> tuple[Dataset, list[np.ndarray]]:
@@ -52,7 +58,7 @@ def federated_dataset(cfg: Mapping[str, Any]) -> tuple[Dataset, list[np.ndarray]
     parts : list of ndarray
         ``parts[i]`` holds the row indices of partition ``i``.
     """
-    return _cached(tuple(cfg[k] for k in DATA_KEYS))
+    return _cached(_values(cfg))
 
 
 @lru_cache(maxsize=4)
@@ -75,7 +81,7 @@ def local_covariance(cfg: Mapping[str, Any], partition_id: int) -> tuple[np.ndar
     A : ndarray of shape (d, d)
     num_rows : int
     """
-    return _cached_covariance(tuple(cfg[k] for k in DATA_KEYS), partition_id)
+    return _cached_covariance(_values(cfg), partition_id)
 
 
 @lru_cache(maxsize=16384)  # every partition a worker plays at 10,000 clients: A_i is never rebuilt in a run
@@ -86,7 +92,7 @@ def _cached_covariance(values: tuple, partition_id: int) -> tuple[np.ndarray, in
 
 def client_rows(cfg: Mapping[str, Any], partition_id: int) -> np.ndarray:
     """Rows ``M_i`` of one partition, shape (s_i, d); a lazy data set generates only these."""
-    return _rows(tuple(cfg[k] for k in DATA_KEYS), partition_id)
+    return _rows(_values(cfg), partition_id)
 
 
 def _rows(values: tuple, partition_id: int) -> np.ndarray:
@@ -112,6 +118,7 @@ def partition_sizes(cfg: Mapping[str, Any]) -> np.ndarray:
     For FedLRGD / FedAve (``erm-*`` data and their split) the counts of
     :func:`simulations.data.erm_data.erm_split`.
     """
+    cfg = sized(cfg)
     if cfg["strategy"] in ("fedlrgd", "fedave"):
         from simulations.data.erm_data import erm_split  # late import: erm_data imports this package's datasets
 
@@ -131,6 +138,7 @@ def data_shape(cfg: Mapping[str, Any]) -> tuple[int, int]:
     ValueError
         If the data set cannot be loaded (the message names the key).
     """
+    cfg = sized(cfg)
     if cfg["dataset"] in LAZY_DATASETS:
         _check_lazy(cfg)
         lazy_partition_sizes(cfg["num-samples"], cfg["num-clients"])  # checks the counts
@@ -146,7 +154,7 @@ def reference(cfg: Mapping[str, Any]) -> Reference:
     The covariance is ``(1/n) X^T X`` over all rows; its top ``iteration-rank``
     eigenpairs come from scipy ``eigh``.
     """
-    return _cached_reference(tuple(cfg[k] for k in DATA_KEYS), cfg["rank"], cfg["iteration-rank"])
+    return _cached_reference(_values(cfg), cfg["rank"], cfg["iteration-rank"])
 
 
 @lru_cache(maxsize=4)
@@ -171,7 +179,7 @@ def mf_reference(cfg: Mapping[str, Any]):
     -------
     fl_strategies.fedmf_kernels.MFReference
     """
-    return _cached_mf_reference(tuple(cfg[k] for k in DATA_KEYS), cfg["rank"])
+    return _cached_mf_reference(_values(cfg), cfg["rank"])
 
 
 @lru_cache(maxsize=4)
