@@ -182,13 +182,16 @@ class LocalDeployment:
     node_config : dict, optional
         Extra ``--node-config`` text by partition id, e.g. ``{2: 'fault="nan"'}``
         (:mod:`client_app.faults`) or ``noise-secret`` (:func:`secret_files`).
+    app_dir : Path, optional
+        The Flower app that ``flwr run`` ships (default: this repository).
     """
 
     START_ATTEMPTS = 3
     """SuperLink starts on a new block of free ports (``port=0``) before giving up."""
 
     def __init__(self, files: list[Path], workdir: Path, port: int = 0, secure: bool = False,
-                 node_config: dict[int, str] | None = None) -> None:
+                 node_config: dict[int, str] | None = None, app_dir: Path | None = None) -> None:
+        self.app_dir = Path(app_dir or APP_DIR)
         self.auto_port = not port
         self.port = port or free_port_block(len(files) + 16)
         self.files, self.workdir, self.secure = files, workdir, secure
@@ -281,7 +284,7 @@ class LocalDeployment:
         return self._start(name or f"supernode_{pid}", cmd)
 
     def _run_cmd(self, run_config: str | list[str], results_dir: Path, stream: bool) -> list[str]:
-        cmd = ["flwr", "run", str(APP_DIR), CONNECTION, *(["--stream"] if stream else [])]
+        cmd = ["flwr", "run", str(self.app_dir), CONNECTION, *(["--stream"] if stream else [])]
         for text in [run_config] if isinstance(run_config, str) else run_config:  # later ones win
             cmd += ["--run-config", text] if text else []
         return cmd + ["--run-config", f'results-dir="{Path(results_dir).resolve()}"']  # the last one wins
