@@ -126,14 +126,30 @@ def run_status(run_id: str, env: dict[str, str], wait: float = 30.0, connection:
 
 
 def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
-    """Run a ``flwr run ... --stream`` command, echo its output, and return the run id it started."""
+    """Run a ``flwr run ... --stream`` command, echo its output, and return the run id it started.
+
+    Interrupted (Ctrl-C, a test's timeout, any exception), the ``flwr run`` process is ended before the
+    exception goes on: a run that hangs (e.g. a crashed Ray worker in the simulation) never blocks its caller,
+    which stops the SuperLink.
+    """
     run_id = None
-    with subprocess.Popen(cmd, env=env, cwd=APP_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as proc:
+    proc = subprocess.Popen(cmd, env=env, cwd=APP_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
         for line in proc.stdout:
             sys.stdout.write(line)
             match = re.search(r"Successfully started run (\d+)", line)
             run_id = match.group(1) if match else run_id
+        proc.wait()
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
     return run_id
 
 
