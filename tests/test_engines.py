@@ -50,7 +50,7 @@ def test_ray_engine_runs_secagg_rounds_like_the_local_engine(tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_flwr_run_wrapper_runs_the_app_and_reports_failure():
+def test_flwr_run_wrapper_runs_the_app_and_reports_failure(flower_processes):
     """The README's main command: `flwr run .` offline, with the run's status as the exit code.
 
     Flower's local SuperLink listens on the free port that the ``flower_processes`` fixture (conftest) put in
@@ -68,6 +68,10 @@ def test_flwr_run_wrapper_runs_the_app_and_reports_failure():
     assert main(["--run-config", 'strategy="dp-power" dataset="dp-haar" dimension=120 rank=4 iteration-rank=8 '
                  'num-server-rounds=2 num-clients=4 delta=1e-6 row-normalize=false secagg-clip=1.0']) == 1
     assert not superlink_running()
+    # the wrapper returns once the SuperLink it started and its SuperExec have exited, not just stopped answering
+    from conftest import tagged_flower_processes
+
+    assert tagged_flower_processes(flower_processes) == []
 
 
 def _stop_local_superlink(flwr_home) -> None:

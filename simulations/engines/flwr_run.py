@@ -78,10 +78,10 @@ def superlink_running(env: dict[str, str] | None = None) -> bool:
 
 
 def stop_superlink(env: dict[str, str] | None = None) -> None:
-    """Stop the local SuperLink that ``flwr run`` started for ``env`` (its SuperExec follows it).
+    """Stop the local SuperLink that ``flwr run`` started for ``env``, and its SuperExec; return once they exited.
 
     Only the SuperLink on that port whose state lives in that ``FLWR_HOME`` is stopped: another project's
-    local SuperLink is left alone.
+    local SuperLink is left alone. SIGTERM first; what still runs after 15 s gets SIGKILL.
     """
     env = flower_env() if env is None else env
     port = local_superlink_port(env)
@@ -89,18 +89,31 @@ def stop_superlink(env: dict[str, str] | None = None) -> None:
     databases = {str(home / "local-superlink" / "state.db"),  # as flwr passes it (relative: to APP_DIR)
                  str(APP_DIR / home / "local-superlink" / "state.db")}
     ps = subprocess.run(["ps", "-ww", "-e", "-o", "pid=,args="], capture_output=True, text=True).stdout
-    for line in ps.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        words = args.split()
-        if ("flower-superlink" in args and f"--port {port} " in args + " "
-                and databases & set(words) and int(pid) != os.getpid()):
+    processes = [(int(pid), args) for pid, _, args in (line.strip().partition(" ") for line in ps.splitlines())]
+    links = [pid for pid, args in processes if "flower-superlink" in args and f"--port {port} " in args + " "
+             and databases & set(args.split()) and pid != os.getpid()]
+    helpers = [pid for pid, args in processes if "flower-superexec" in args
+               and any(f"--parent-pid {link} " in args + " " for link in links)]
+    for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        for pid in links + helpers:
             try:
-                os.kill(int(pid), signal.SIGTERM)
+                os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-    deadline = time.monotonic() + 15
-    while superlink_running(env) and time.monotonic() < deadline:
-        time.sleep(0.3)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_running(pid) for pid in links + helpers):
+            time.sleep(0.2)
+        if not any(_running(pid) for pid in links + helpers):
+            break
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def run_status(run_id: str, env: dict[str, str], wait: float = 30.0, connection: str | None = None) -> str:
