@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import time
+import uuid
+import warnings
 
 import numpy as np
 import pytest
@@ -61,3 +66,88 @@ def distances(strategy) -> np.ndarray:
 @pytest.fixture
 def app():
     return run_app
+
+
+# -- Flower processes of deploy / ray tests ---------------------------------------------------------------------
+PROCESS_TAG = "FEDSPECTRAL_TEST_PROCESS_TAG"
+"""Environment variable that marks every process a deploy / ray test starts (children inherit it)."""
+FLOWER_PROGRAMS = ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp", "flwr-clientapp",
+                   "flwr-simulation", "/flwr ", "flwr run")
+
+
+def tagged_flower_processes(tag: str) -> list[tuple[int, str]]:
+    """``(pid, command line)`` of the Flower processes whose environment carries ``PROCESS_TAG=tag``.
+
+    Flower starts its SuperLink (``flwr run``'s local one), SuperExec and ServerApp processes detached (new
+    sessions, re-parented to init when their parent exits), so they are found by the environment they inherited
+    from the test, not by ancestry; processes of other users or of other test runs (another tag) never match.
+    """
+    found = []
+    needle = f"{PROCESS_TAG}={tag}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                args = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone, or not ours
+            continue
+        if any(program in args + " " for program in FLOWER_PROGRAMS):
+            found.append((int(entry), args.strip()))
+    return found
+
+
+def _stop(pids: list[int]) -> None:
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") and not _zombie(pid) for pid in pids):
+            time.sleep(0.1)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.fixture(autouse=True)
+def flower_processes(request, monkeypatch):
+    """For ``deploy`` and ``ray`` tests: free ports for Flower's local SuperLink, and no Flower process left behind.
+
+    Before the test: a unique ``FEDSPECTRAL_TEST_PROCESS_TAG`` in the environment (inherited by every process the
+    test starts, detached ones included), and Flower's own variables for the local SuperLink that a plain
+    ``flwr run`` starts (``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``, ``FLWR_LOCAL_CONTROL_API_PORT``,
+    ``flwr/cli/constant.py``) set to free ports, so that two test runs on one machine do not meet on 39091.
+    Deployments (:class:`simulations.engines.deploy.LocalDeployment`) take free ports by themselves.
+
+    After the test: every Flower process carrying this test's tag (a SuperLink, SuperNode, SuperExec, ServerApp,
+    ClientApp or simulation process that a failed run left behind) is stopped (SIGTERM, then SIGKILL), with a
+    warning naming it. Processes started by anything else (another agent's test run) do not carry the tag and
+    are never touched.
+    """
+    if request.node.get_closest_marker("deploy") is None and request.node.get_closest_marker("ray") is None:
+        yield None
+        return
+    from simulations.engines.deploy import free_port_block
+
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv(PROCESS_TAG, tag)
+    base = free_port_block(4)
+    monkeypatch.setenv("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", str(base))
+    monkeypatch.setenv("FLWR_LOCAL_CONTROL_API_PORT", str(base + 2))
+    yield tag
+    left = tagged_flower_processes(tag)
+    if left:
+        warnings.warn(f"{request.node.nodeid} left {len(left)} Flower process(es) running; stopped: "
+                      + "; ".join(f"{pid} {args[:160]}" for pid, args in left), stacklevel=1)
+        _stop([pid for pid, _ in left])

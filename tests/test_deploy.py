@@ -174,3 +174,27 @@ def test_garbage_replies_and_a_killed_serverapp_resumed_from_its_checkpoint(tmp_
     assert [r["rejected"] for r in local.records[1:]] == list(table.loc[1:, "rejected"])
     out = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert out.strip() == ""
+
+
+def test_node_files_are_npy_or_csv_and_bad_arguments_are_one_line(tmp_path, capsys):
+    """No process is started: ``--data-dir`` takes ``partition_<i>.npy`` or ``.csv`` (not both for one partition),
+    ``dataset = "nodes"`` needs it, and ``--noise-secret-dir`` gives each node its own secret file."""
+    from simulations.engines.deploy import find_node_files, main, secret_files
+
+    np.save(tmp_path / "partition_0.npy", np.ones((3, 2)))
+    (tmp_path / "partition_1.csv").write_text("1,2\n3,4\n")
+    assert find_node_files(tmp_path, 2) == [tmp_path / "partition_0.npy", tmp_path / "partition_1.csv"]
+    with pytest.raises(ValueError, match=r"missing node files: .*partition_2\.npy\|\.csv"):
+        find_node_files(tmp_path, 3)
+    (tmp_path / "partition_0.csv").write_text("1,2\n")
+    with pytest.raises(ValueError, match=r"partition\(s\) 0 have both a \.npy and a \.csv file"):
+        find_node_files(tmp_path, 2)
+    assert main(["--run-config", 'dataset="nodes" num-clients=2', "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert 'dataset = "nodes" reads every node\'s own file: give the files with --data-dir' in err
+    assert main(["--run-config", 'dataset="nodes" num-clients=2', "--data-dir", str(tmp_path)]) == 2
+    assert "have both a .npy and a .csv file" in capsys.readouterr().err
+    secrets = secret_files(tmp_path / "secrets", 2)
+    assert secrets == {i: f'noise-secret="{tmp_path.resolve() / "secrets" / f"partition_{i}.secret"}"'
+                       for i in range(2)}
+    assert (tmp_path / "secrets").stat().st_mode & 0o777 == 0o700

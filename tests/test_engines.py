@@ -50,10 +50,14 @@ def test_ray_engine_runs_secagg_rounds_like_the_local_engine(tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_flwr_run_wrapper_runs_the_app_and_reports_failure():
-    """The README's main command: `flwr run .` offline, with the run's status as the exit code."""
-    from simulations.engines.flwr_run import main, superlink_running
+def test_flwr_run_wrapper_runs_the_app_and_reports_failure(flower_processes):
+    """The README's main command: `flwr run .` offline, with the run's status as the exit code.
 
+    Flower's local SuperLink listens on the free port that the ``flower_processes`` fixture (conftest) put in
+    ``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``, not on 39091, so a concurrent test run elsewhere does not meet it."""
+    from simulations.engines.flwr_run import local_superlink_port, main, superlink_running
+
+    assert local_superlink_port() != 39091  # the fixture's port
     if superlink_running():
         pytest.skip("a local SuperLink is already running; this test starts and stops its own")
     assert main(["--run-config", "num-server-rounds=2 num-clients=4"]) == 0
@@ -64,6 +68,10 @@ def test_flwr_run_wrapper_runs_the_app_and_reports_failure():
     assert main(["--run-config", 'strategy="dp-power" dataset="dp-haar" dimension=120 rank=4 iteration-rank=8 '
                  'num-server-rounds=2 num-clients=4 delta=1e-6 row-normalize=false secagg-clip=1.0']) == 1
     assert not superlink_running()
+    # the wrapper returns once the SuperLink it started and its SuperExec have exited, not just stopped answering
+    from conftest import tagged_flower_processes
+
+    assert tagged_flower_processes(flower_processes) == []
 
 
 def _stop_local_superlink(flwr_home) -> None:
@@ -94,7 +102,13 @@ def _stop_local_superlink(flwr_home) -> None:
 @pytest.mark.timeout(400)
 def test_plain_flwr_run_in_a_fresh_copy_finishes_and_says_so(tmp_path):
     """The README's plain `flwr run .` (no wrapper; only the offline environment variables) in a fresh copy of the
-    repository: the run finishes, its log ends with the run's status, and the server named its results path."""
+    repository: the run finishes, its log ends with the run's status, and the server named its results path.
+
+    Ports: the local SuperLink that ``flwr run`` starts takes its port from Flower's own variables
+    ``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT`` (default 39091) and ``FLWR_LOCAL_CONTROL_API_PORT`` (39093; only
+    bound with ``FLWR_INTERNAL_GRPC_CONTROL_API=1`` in flwr 1.41), read from the environment by every ``flwr``
+    command (``flwr/cli/constant.py``). The ``flower_processes`` fixture sets both to free ports, and the
+    environment below inherits them: a user's plain command is the same, with or without them."""
     import os
     import shutil
     import subprocess

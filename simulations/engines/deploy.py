@@ -16,9 +16,14 @@ registered with ``flwr supernode register`` before they connect.
 Usage::
 
     python -m simulations.engines.deploy [--run-config 'key=value ...'] [--out OUT] [--data-dir DIR] [--secure]
-                                 [--fault PID=nan|shape ...]
+                                 [--noise-secret-dir DIR] [--port PORT] [--fault PID=nan|shape ...]
 
-``--fault`` makes one SuperNode reply with garbage (:mod:`client_app.faults`).
+``--data-dir`` names existing node files ``partition_<i>.npy`` or ``partition_<i>.csv``.
+``--noise-secret-dir`` keeps each node's noise secret in ``DIR/partition_<i>.secret`` (node config
+``noise-secret``, :mod:`fl_strategies.noise`), so that a run can be resumed with private noise.
+``--fault`` makes one SuperNode reply with garbage (:mod:`client_app.faults`). Without ``--port`` the
+SuperLink and its SuperNodes take a block of free ports, so that several deployments can run on one
+machine at once.
 
 The server regenerates the configured data set only to *measure* the estimate
 against the exact reference, as the simulation harness does.
@@ -26,6 +31,7 @@ against the exact reference, as the simulation harness does.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -40,13 +46,14 @@ from pathlib import Path
 import numpy as np
 
 from client_app.faults import FAULT_KEY, FAULTS
+from fl_strategies.noise import SECRET_KEY
 
 from simulations.engines import APP_DIR, ArgumentError, ArgumentParser, checked_run_config, parse_run_config
 from simulations.engines.credentials import write_node_keys, write_tls_files
 from simulations.data.federated_data import federated_dataset
-from simulations.engines.flwr_run import flower_env, run_status, stream_run
+from simulations.engines.flwr_run import absolute_paths, flower_env, run_status, stream_run
 
-__all__ = ["LocalDeployment", "write_node_files", "main"]
+__all__ = ["LocalDeployment", "find_node_files", "secret_files", "write_node_files", "main"]
 
 CONNECTION = "fedspectral-deployment"
 MAX_NODES = 200
@@ -71,6 +78,45 @@ def write_node_files(cfg: dict, directory: Path) -> list[Path]:
     return paths
 
 
+NODE_FILE_SUFFIXES = (".npy", ".csv")
+
+
+def find_node_files(directory: Path, count: int) -> list[Path]:
+    """The node files ``directory/partition_<i>.npy`` or ``.csv``, ``i = 0 .. count - 1``.
+
+    Raises
+    ------
+    ValueError
+        Naming the partitions without a file, or with both a ``.npy`` and a ``.csv`` file.
+    """
+    files, missing, both = [], [], []
+    for i in range(count):
+        found = [directory / f"partition_{i}{suffix}" for suffix in NODE_FILE_SUFFIXES
+                 if (directory / f"partition_{i}{suffix}").is_file()]
+        if not found:
+            missing.append(str(directory / f"partition_{i}.npy|.csv"))
+        elif len(found) > 1:
+            both.append(i)
+        else:
+            files.append(found[0])
+    if missing:
+        raise ValueError(f"missing node files: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    if both:
+        raise ValueError(f"partition(s) {', '.join(map(str, both))} have both a .npy and a .csv file; keep one")
+    return files
+
+
+def secret_files(directory: Path, count: int) -> dict[int, str]:
+    """Node-config text ``noise-secret="directory/partition_<i>.secret"`` for every partition ``i < count``.
+
+    The directory is created with mode 700; each node creates its own file (mode 600) at its first noisy
+    release and reads it in every later run (:func:`fl_strategies.noise.read_or_create_secret`).
+    """
+    directory = directory.resolve()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return {i: f'{SECRET_KEY}="{directory / f"partition_{i}.secret"}"' for i in range(count)}
+
+
 def _alive(pid: int, group: bool = False) -> bool:
     """Whether the process ``pid`` (or, with ``group``, any process of the process group ``pid``) still exists."""
     try:
@@ -92,7 +138,11 @@ def _port_free(port: int) -> bool:
 
 
 def free_port_block(size: int = 64) -> int:
-    """A port ``p`` such that ``p .. p + size - 1`` are free on 127.0.0.1 right now."""
+    """A port ``p`` such that ``p .. p + size - 1`` are free on 127.0.0.1 right now.
+
+    Another process may take one of them before it is bound: :class:`LocalDeployment` with ``port=0`` retries
+    with another block when its SuperLink cannot start.
+    """
     for _ in range(200):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))
@@ -123,18 +173,26 @@ class LocalDeployment:
         Logs go to ``workdir/logs``; ``workdir/flwr-home`` is ``FLWR_HOME``.
     port : int
         The SuperLink's HTTP port (Fleet, Control and Runtime APIs); the
-        SuperNodes use ``port + 10 + i`` for their own runtime API. ``0``
-        picks a free block of ports.
+        SuperNodes use ``port + 10 + i`` for their own runtime API. ``0`` (the
+        default) picks a free block of ports, and another one if the SuperLink
+        cannot start on it (a concurrent deployment took a port meanwhile).
     secure : bool
         TLS for every connection and SuperNode authentication: the nodes' public
         keys are registered before they start; any other node is refused.
     node_config : dict, optional
         Extra ``--node-config`` text by partition id, e.g. ``{2: 'fault="nan"'}``
-        (:mod:`client_app.faults`).
+        (:mod:`client_app.faults`) or ``noise-secret`` (:func:`secret_files`).
+    app_dir : Path, optional
+        The Flower app that ``flwr run`` ships (default: this repository).
     """
 
-    def __init__(self, files: list[Path], workdir: Path, port: int = 19091, secure: bool = False,
-                 node_config: dict[int, str] | None = None) -> None:
+    START_ATTEMPTS = 3
+    """SuperLink starts on a new block of free ports (``port=0``) before giving up."""
+
+    def __init__(self, files: list[Path], workdir: Path, port: int = 0, secure: bool = False,
+                 node_config: dict[int, str] | None = None, app_dir: Path | None = None) -> None:
+        self.app_dir = Path(app_dir or APP_DIR)
+        self.auto_port = not port
         self.port = port or free_port_block(len(files) + 16)
         self.files, self.workdir, self.secure = files, workdir, secure
         self.extra_node_config = dict(node_config or {})
@@ -152,30 +210,19 @@ class LocalDeployment:
 
     def __enter__(self) -> "LocalDeployment":
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-        home = Path(self.env["FLWR_HOME"])
-        home.mkdir(parents=True, exist_ok=True)
+        Path(self.env["FLWR_HOME"]).mkdir(parents=True, exist_ok=True)
         ca = self.credentials / "ca.crt"
-        transport = f'root-certificates = "{ca.resolve()}"' if self.secure else "insecure = true"
-        (home / "config.toml").write_text(
-            f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.port}"\n{transport}\n')
-        if _healthy(self.port):
-            raise RuntimeError(f"something already answers on 127.0.0.1:{self.port}; choose another --port")
-        link = ["flower-superlink", "--host", "127.0.0.1", "--port", str(self.port),
-                "--disable-runtime-dependency-installation"]
         if self.secure:
             write_tls_files(self.credentials)
             self.keys = write_node_keys(self.credentials, len(self.files))
-            link += ["--ssl-ca-certfile", str(ca), "--ssl-certfile", str(self.credentials / "server.pem"),
-                     "--ssl-keyfile", str(self.credentials / "server.key"), "--enable-supernode-auth"]
-        else:
-            link.append("--insecure")
         try:
-            self._start("superlink", link)
-            deadline = time.monotonic() + 60
-            while not _healthy(self.port, ca if self.secure else None):
-                if time.monotonic() > deadline or self.processes[0].poll() is not None:
-                    raise RuntimeError(f"the SuperLink did not start; see {self.workdir / 'logs' / 'superlink.log'}")
-                time.sleep(0.5)
+            for attempt in range(1, self.START_ATTEMPTS + 1):
+                problem = self._start_superlink(ca)
+                if problem is None:
+                    break
+                if not self.auto_port or attempt == self.START_ATTEMPTS:
+                    raise RuntimeError(problem)
+                self.port = free_port_block(len(self.files) + 16)  # the block was taken meanwhile: another one
             for pid in range(len(self.files)):
                 if self.secure:
                     self.register(self.keys[pid].with_suffix(".pub"))
@@ -184,6 +231,35 @@ class LocalDeployment:
             self.stop()
             raise
         return self
+
+    def _start_superlink(self, ca: Path) -> str | None:
+        """Start the SuperLink on ``self.port`` and wait until it answers; ``None``, or why it did not start."""
+        home = Path(self.env["FLWR_HOME"])
+        transport = f'root-certificates = "{ca.resolve()}"' if self.secure else "insecure = true"
+        (home / "config.toml").write_text(
+            f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.port}"\n{transport}\n')
+        if _healthy(self.port):
+            return f"something already answers on 127.0.0.1:{self.port}; choose another --port"
+        link = ["flower-superlink", "--host", "127.0.0.1", "--port", str(self.port),
+                "--disable-runtime-dependency-installation"]
+        if self.secure:
+            link += ["--ssl-ca-certfile", str(ca), "--ssl-certfile", str(self.credentials / "server.pem"),
+                     "--ssl-keyfile", str(self.credentials / "server.key"), "--enable-supernode-auth"]
+        else:
+            link.append("--insecure")
+        superlink = self._start("superlink", link)
+        deadline = time.monotonic() + 60
+        while not _healthy(self.port, ca if self.secure else None):
+            if time.monotonic() > deadline or superlink.poll() is not None:
+                log = self.workdir / "logs" / "superlink.log"
+                self._stop_processes()
+                return f"the SuperLink did not start on 127.0.0.1:{self.port}; see {log}"
+            time.sleep(0.5)
+        time.sleep(1.0)  # what answered must be this SuperLink: one that could not bind its port has exited
+        if superlink.poll() is not None:
+            self._stop_processes()
+            return f"the SuperLink exited at start (port 127.0.0.1:{self.port} taken?); see {self.workdir / 'logs'}"
+        return None
 
     def register(self, public_key: Path) -> None:
         """Register a SuperNode's public key with the SuperLink (``flwr supernode register``)."""
@@ -207,17 +283,26 @@ class LocalDeployment:
             cmd.append("--insecure")
         return self._start(name or f"supernode_{pid}", cmd)
 
-    def _run_cmd(self, run_config: str, results_dir: Path, stream: bool) -> list[str]:
-        cmd = ["flwr", "run", str(APP_DIR), CONNECTION, *(["--stream"] if stream else []),
-               "--run-config", f'results-dir="{results_dir}"']
-        return cmd + (["--run-config", run_config] if run_config else [])
+    def _run_cmd(self, run_config: str | list[str], results_dir: Path, stream: bool) -> list[str]:
+        cmd = ["flwr", "run", str(self.app_dir), CONNECTION, *(["--stream"] if stream else [])]
+        for text in [run_config] if isinstance(run_config, str) else run_config:  # later ones win
+            cmd += ["--run-config", text] if text else []
+        return cmd + ["--run-config", f'results-dir="{Path(results_dir).resolve()}"']  # the last one wins
 
-    def run(self, run_config: str, results_dir: Path) -> str:
-        """``flwr run`` the app on this deployment; returns the run's final status."""
+    def run(self, run_config: str | list[str], results_dir: Path) -> str:
+        """``flwr run`` the app on this deployment; returns the run's final status.
+
+        Parameters
+        ----------
+        run_config : str or list of str
+            ``--run-config`` text (several: one flag each, later keys override earlier ones).
+        results_dir : Path
+            The run's ``results-dir`` (overrides one in ``run_config``).
+        """
         run_id = stream_run(self._run_cmd(run_config, results_dir, stream=True), self.env)
         return "not started" if run_id is None else run_status(run_id, self.env, wait=60, connection=CONNECTION)
 
-    def start_run(self, run_config: str, results_dir: Path) -> str:
+    def start_run(self, run_config: str | list[str], results_dir: Path) -> str:
         """Start a run without waiting for it; returns its run id."""
         done = subprocess.run(self._run_cmd(run_config, results_dir, stream=False), env=self.env, cwd=APP_DIR,
                               capture_output=True, text=True)
@@ -251,8 +336,25 @@ class LocalDeployment:
                 found.append((int(pid), args))
         return found
 
-    def stop(self) -> None:
-        """Terminate every process started here (their whole process groups), then kill what remains."""
+    def kill(self) -> None:
+        """SIGKILL every process of this deployment at once, as a crash of the whole machine would.
+
+        The SuperLink, the SuperNodes (their process groups: ClientApps included) and the ServerApps
+        and SuperExec that Flower started for this SuperLink; :meth:`stop` then reaps them.
+        """
+        helpers = [pid for pid, _ in self._helpers()]
+        for proc in self.processes:
+            if _alive(proc.pid, group=True):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for pid in helpers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.stop()
+
+    def _stop_processes(self) -> None:
+        """Terminate the process groups started here; SIGKILL those still alive after 10 s."""
         for proc in self.processes:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -265,6 +367,10 @@ class LocalDeployment:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         self.processes = []
+
+    def stop(self) -> None:
+        """Terminate every process started here (their whole process groups), then kill what remains."""
+        self._stop_processes()
         helpers = [pid for pid, _ in self._helpers()]  # e.g. a ServerApp that outlived its SuperLink
         for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
             for pid in helpers:
@@ -288,8 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m simulations.engines.deploy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-config", default="", help="overrides, as for `flwr run --run-config`")
     parser.add_argument("--out", default="results/deployment", help="results, logs and node files")
-    parser.add_argument("--data-dir", default="", help="existing node files partition_<i>.npy (default: "
-                        "write the partitions of the configured data set to OUT/node-data)")
+    parser.add_argument("--data-dir", default="", help="existing node files partition_<i>.npy or "
+                        "partition_<i>.csv (default: write the partitions of the configured data set to "
+                        "OUT/node-data)")
+    parser.add_argument("--noise-secret-dir", default="", help="keep node i's noise secret in "
+                        "DIR/partition_<i>.secret (node config noise-secret; created mode 600 at the first noisy "
+                        "release, reused by later runs: a private run can then be resumed)")
     parser.add_argument("--port", type=int, default=0, help="the SuperLink's port (default: a free one); the "
                         "SuperNodes use the ports after it (PORT + 10 + i)")
     parser.add_argument("--secure", action="store_true",
@@ -328,22 +438,35 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     if out.exists() and not out.is_dir():
         return refuse(f"--out {args.out}: is a file, not a directory")
+    if cfg["dataset"] == "nodes" and not args.data_dir:
+        return refuse('--run-config: dataset = "nodes" reads every node\'s own file: give the files with '
+                      '--data-dir')
     if args.data_dir:
-        files = [Path(args.data_dir) / f"partition_{i}.npy" for i in range(m)]
-        missing = [str(f) for f in files if not f.is_file()]
-        if missing:
-            return refuse(f"--data-dir {args.data_dir}: missing node files: {', '.join(missing[:5])}"
-                          f"{' ...' if len(missing) > 5 else ''}")
+        try:
+            files = find_node_files(Path(args.data_dir), m)
+        except ValueError as ex:
+            return refuse(f"--data-dir {args.data_dir}: {ex}")
     else:
         files = write_node_files(cfg, out / "node-data")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of this script still stops its processes
     try:
-        with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=faults) as deployment:
-            status = deployment.run(args.run_config, out)
+        secrets = secret_files(Path(args.noise_secret_dir), m) if args.noise_secret_dir else {}
+    except OSError as ex:
+        return refuse(f"--noise-secret-dir {args.noise_secret_dir}: {ex}")
+    node_config = {i: f"{faults.get(i, '')} {secrets.get(i, '')}".strip() for i in range(m)}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of this script still stops its processes
+    # Flower's processes resolve relative paths against the SuperLink's directory (OUT): make them absolute here
+    absolute = absolute_paths(cfg)
+    results = Path(absolute.get("results-dir") or cfg.get("results-dir") or out)
+    run_config = [args.run_config, " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items()
+                                            if key != "results-dir")]
+    try:
+        with LocalDeployment(files, out, port=args.port, secure=args.secure,
+                             node_config=node_config) as deployment:
+            status = deployment.run(run_config, results)
     except (RuntimeError, OSError) as ex:
         print(f"{parser.prog}: error: {ex}", file=sys.stderr)
         return 1
-    print(f"deployment run status: {status}; results in {out / 'rounds.csv'}")
+    print(f"deployment run status: {status}; results in {results / 'rounds.csv'}")
     return 0 if status == "finished:completed" else 1
 
 

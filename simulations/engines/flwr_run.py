@@ -19,6 +19,14 @@ wrong on a machine without internet; this wrapper does them:
 * the local SuperLink that ``flwr run`` starts outlives it; the wrapper stops
   it again (unless it was already running before, or ``--keep-superlink``).
 
+Ports: Flower's local SuperLink listens on one HTTP port, 39091, unless
+``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT`` says otherwise (``flwr/cli/constant.py``
+of flwr 1.41; ``FLWR_LOCAL_CONTROL_API_PORT``, default 39093, names the Control
+API's legacy gRPC address, which it only binds with ``FLWR_INTERNAL_GRPC_CONTROL_API=1``).
+Every ``flwr`` command reads them from its environment, so two projects (or two
+test runs) on one machine each get their own local SuperLink by setting them
+to different free ports; the wrapper follows the variable (:func:`local_superlink_port`).
+
 Usage::
 
     python -m simulations.engines.flwr_run [--run-config 'key=value ...' | --run-config FILE.toml]
@@ -38,7 +46,14 @@ from pathlib import Path
 
 from simulations.engines import APP_DIR, ArgumentError, ArgumentParser, checked_run_config, parse_run_config
 
-SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py)
+SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py), unless the variable below is set
+PORT_VARIABLE = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"
+"""Flower's environment variable for the local SuperLink's port (``flwr/cli/constant.py``)."""
+
+
+def local_superlink_port(env: dict[str, str] | None = None) -> int:
+    """The port of Flower's local SuperLink for the environment ``env`` (default: this process's)."""
+    return int((os.environ if env is None else env).get(PORT_VARIABLE) or SUPERLINK_PORT)
 
 
 def flower_env() -> dict[str, str]:
@@ -53,27 +68,52 @@ def flower_env() -> dict[str, str]:
     return env
 
 
-def superlink_running() -> bool:
-    """Whether a local SuperLink answers on its health endpoint."""
+def superlink_running(env: dict[str, str] | None = None) -> bool:
+    """Whether a local SuperLink answers on its health endpoint (the port of ``env``, default this process's)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{SUPERLINK_PORT}/health", timeout=1):
+        with urllib.request.urlopen(f"http://127.0.0.1:{local_superlink_port(env)}/health", timeout=1):
             return True
     except OSError:
         return False
 
 
-def stop_superlink() -> None:
-    """Stop the local SuperLink started by ``flwr run`` (its SuperExec follows it)."""
-    out = subprocess.run(["pgrep", "-f", f"flower-superlink.*--port {SUPERLINK_PORT}"],
-                         capture_output=True, text=True).stdout
-    for pid in out.split():
-        try:
-            os.kill(int(pid), signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 15
-    while superlink_running() and time.monotonic() < deadline:
-        time.sleep(0.3)
+def stop_superlink(env: dict[str, str] | None = None) -> None:
+    """Stop the local SuperLink that ``flwr run`` started for ``env``, and its SuperExec; return once they exited.
+
+    Only the SuperLink on that port whose state lives in that ``FLWR_HOME`` is stopped: another project's
+    local SuperLink is left alone. SIGTERM first; what still runs after 15 s gets SIGKILL.
+    """
+    env = flower_env() if env is None else env
+    port = local_superlink_port(env)
+    home = Path(env["FLWR_HOME"]).expanduser()
+    databases = {str(home / "local-superlink" / "state.db"),  # as flwr passes it (relative: to APP_DIR)
+                 str(APP_DIR / home / "local-superlink" / "state.db")}
+    ps = subprocess.run(["ps", "-ww", "-e", "-o", "pid=,args="], capture_output=True, text=True).stdout
+    processes = [(int(pid), args) for pid, _, args in (line.strip().partition(" ") for line in ps.splitlines())]
+    links = [pid for pid, args in processes if "flower-superlink" in args and f"--port {port} " in args + " "
+             and databases & set(args.split()) and pid != os.getpid()]
+    helpers = [pid for pid, args in processes if "flower-superexec" in args
+               and any(f"--parent-pid {link} " in args + " " for link in links)]
+    for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        for pid in links + helpers:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_running(pid) for pid in links + helpers):
+            time.sleep(0.2)
+        if not any(_running(pid) for pid in links + helpers):
+            break
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def run_status(run_id: str, env: dict[str, str], wait: float = 30.0, connection: str | None = None) -> str:
@@ -99,14 +139,30 @@ def run_status(run_id: str, env: dict[str, str], wait: float = 30.0, connection:
 
 
 def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
-    """Run a ``flwr run ... --stream`` command, echo its output, and return the run id it started."""
+    """Run a ``flwr run ... --stream`` command, echo its output, and return the run id it started.
+
+    Interrupted (Ctrl-C, a test's timeout, any exception), the ``flwr run`` process is ended before the
+    exception goes on: a run that hangs (e.g. a crashed Ray worker in the simulation) never blocks its caller,
+    which stops the SuperLink.
+    """
     run_id = None
-    with subprocess.Popen(cmd, env=env, cwd=APP_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as proc:
+    proc = subprocess.Popen(cmd, env=env, cwd=APP_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
         for line in proc.stdout:
             sys.stdout.write(line)
             match = re.search(r"Successfully started run (\d+)", line)
             run_id = match.group(1) if match else run_id
+        proc.wait()
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
     return run_id
 
 
@@ -142,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     num_clients = int(cfg["num-clients"])
     env = flower_env()
-    started_here = not superlink_running()
+    started_here = not superlink_running(env)
     cmd = ["flwr", "run", str(APP_DIR), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
     if args.run_config:
         cmd += ["--run-config", args.run_config]
@@ -158,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         status = "interrupted"
     finally:
         if started_here and not args.keep_superlink:
-            stop_superlink()
+            stop_superlink(env)
     print(f"flwr run status: {status}")
     return 0 if status == "finished:completed" else 1
 
