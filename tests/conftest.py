@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import time
 import uuid
 import warnings
 
@@ -101,23 +99,9 @@ def tagged_flower_processes(tag: str) -> list[tuple[int, str]]:
 
 
 def _stop(pids: list[int]) -> None:
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") and not _zombie(pid) for pid in pids):
-            time.sleep(0.1)
+    from simulations.engines.flwr_run import terminate
 
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    terminate(pids)
 
 
 @pytest.fixture(autouse=True)

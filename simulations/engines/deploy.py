@@ -51,7 +51,7 @@ from fl_strategies.noise import SECRET_KEY
 from simulations.engines import APP_DIR, ArgumentError, ArgumentParser, checked_run_config, parse_run_config
 from simulations.engines.credentials import write_node_keys, write_tls_files
 from simulations.data.federated_data import federated_dataset
-from simulations.engines.flwr_run import absolute_paths, flower_env, run_status, stream_run
+from simulations.engines.flwr_run import absolute_paths, flower_env, run_status, stream_run, terminate
 
 __all__ = ["LocalDeployment", "find_node_files", "secret_files", "write_node_files", "main"]
 
@@ -371,16 +371,7 @@ class LocalDeployment:
     def stop(self) -> None:
         """Terminate every process started here (their whole process groups), then kill what remains."""
         self._stop_processes()
-        helpers = [pid for pid, _ in self._helpers()]  # e.g. a ServerApp that outlived its SuperLink
-        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-            for pid in helpers:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and any(_alive(pid) for pid in helpers):
-                time.sleep(0.1)
+        terminate([pid for pid, _ in self._helpers()])  # e.g. a ServerApp that outlived its SuperLink
         deadline = time.monotonic() + 20  # e.g. the SuperLink's SuperExec exits when it notices its parent is gone
         while not _port_free(self.port) and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -94,21 +94,26 @@ def stop_superlink(env: dict[str, str] | None = None) -> None:
              and databases & set(args.split()) and pid != os.getpid()]
     helpers = [pid for pid, args in processes if "flower-superexec" in args
                and any(f"--parent-pid {link} " in args + " " for link in links)]
-    for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-        for pid in links + helpers:
+    terminate(links + helpers, term_wait=15.0)
+
+
+def terminate(pids: list[int], term_wait: float = 5.0, kill_wait: float = 5.0) -> None:
+    """SIGTERM every process of ``pids``; SIGKILL those still running after ``term_wait`` s; wait for them."""
+    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, kill_wait)):
+        if not any(_running(pid) for pid in pids):
+            return
+        for pid in pids:
             try:
                 os.kill(pid, sig)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 pass
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(_running(pid) for pid in links + helpers):
-            time.sleep(0.2)
-        if not any(_running(pid) for pid in links + helpers):
-            break
+        while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+            time.sleep(0.1)
 
 
 def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
+    """Whether process ``pid`` exists and is not a zombie (an exited child nobody has reaped yet)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
