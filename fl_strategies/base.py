@@ -37,7 +37,7 @@ from flwr.server.strategy import Strategy
 
 from . import node_directory
 from .config import ConfigError, check_against_data
-from .harness import on_nodes
+from .harness import on_nodes, widths_listed
 from .participation import Participation
 from .registry import spec
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
@@ -145,7 +145,6 @@ class FederatedStrategy(Strategy):
         self.node_properties: dict[str, Any] = {}  # what each node answered at discovery (by node id)
         self._pid_by_cid: dict[str, int] = {}
         self._row_sums: dict[str, np.ndarray] = {}
-        self._sq_sums: dict[str, float] = {}  # each node's sum of squared row norms (reference-free progress)
         self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
         self.total_variance: float | None = None  # tr(C) from the nodes' sq-sum (noise-free), set at discovery
         self.model: dict[str, Any] | None = None  # the PCA model of the summary exchange (fl_strategies.pca)
@@ -291,8 +290,7 @@ class FederatedStrategy(Strategy):
             if isinstance(info, tuple):
                 by_d.setdefault(int(props["dimension"]), []).append(f"node {proxy.cid} (partition {info[0]})")
         if len(by_d) > 1:
-            raise ConfigError("the nodes' data disagree on the dimension d: " + "; ".join(
-                f"d = {d}: {', '.join(nodes)}" for d, nodes in sorted(by_d.items())))
+            raise ConfigError(f"the nodes' data disagree on the dimension d: {widths_listed(by_d)}")
         if not by_d:
             raise ConfigError("no node reported usable data, so the dimension d is unknown: "
                               + "; ".join(f"node {p.cid}: {props}" for p, props in answers if isinstance(props, str)))

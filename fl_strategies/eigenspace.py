@@ -56,11 +56,15 @@ class EigenspaceStrategy(FederatedStrategy):
     REPORTS_OBJECTIVE = False
 
     @property
+    def noisy(self) -> bool:
+        """Whether the clients add privacy noise (``epsilon`` or ``noise-std``): nothing exact is then released."""
+        return self.cfg["epsilon"] > 0 or self.cfg["noise-std"] > 0
+
+    @property
     def tracks_objective(self) -> bool:
         """Whether the clients report ``f_i`` every round: under a stopping rule, or, for the explained variance,
         in a noise-free run with no exact reference (data on the nodes)."""
-        noisy = self.cfg["epsilon"] > 0 or self.cfg["noise-std"] > 0
-        return self.stop_tol > 0 or (self.REPORTS_OBJECTIVE and self.reference is None and not noisy)
+        return self.stop_tol > 0 or (self.REPORTS_OBJECTIVE and self.reference is None and not self.noisy)
 
     @property
     def holds_rows(self) -> bool:
@@ -166,8 +170,7 @@ class EigenspaceStrategy(FederatedStrategy):
         Only for the strategies that write a PCA model (``spec.pca``), after a
         run that was not aborted and adds no noise (the summary is exact).
         """
-        noisy = self.cfg["epsilon"] > 0 or self.cfg["noise-std"] > 0
-        if not self.spec.pca or self.failure or noisy or not self.proxies or not self.iterates:
+        if not self.spec.pca or self.failure or self.noisy or not self.proxies or not self.iterates:
             return []
         # the result: the held last row's estimate (the summary runs before finish() writes it), else the last row's
         self._summary_Z = self._held[1] if self._held is not None else self.estimate

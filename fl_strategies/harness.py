@@ -36,7 +36,7 @@ import numpy as np
 from .data_files import FILE_SUFFIXES
 
 __all__ = ["ENTRY_POINT_GROUP", "NODE_DATA", "Harness", "ServerData", "find_harness", "partition_file",
-           "folder_partitions", "on_nodes"]
+           "folder_partitions", "widths_listed", "on_nodes"]
 
 ENTRY_POINT_GROUP = "fedspectral.harness"
 
@@ -72,6 +72,11 @@ def folder_partitions(dataset: object) -> int | None:
     while any((folder / f"partition_{count}{suffix}").is_file() for suffix in FILE_SUFFIXES):
         count += 1
     return count
+
+
+def widths_listed(by_width: Mapping[int, list[str]]) -> str:
+    """``"d = 4: node a, node b; d = 6: node c"``: who holds rows of which width, when they disagree."""
+    return "; ".join(f"d = {d}: {', '.join(holders)}" for d, holders in sorted(by_width.items()))
 
 
 def on_nodes(cfg: Mapping[str, Any]) -> bool:

@@ -115,7 +115,7 @@ def _check_folder(cfg: dict, option: str) -> None:
     """
     from fl_strategies.config import ConfigError, check_against_data
     from fl_strategies.data_files import read_samples
-    from fl_strategies.harness import partition_file
+    from fl_strategies.harness import partition_file, widths_listed
 
     widths: dict[int, list[str]] = {}
     rows = 0
@@ -129,7 +129,7 @@ def _check_folder(cfg: dict, option: str) -> None:
         rows += X.shape[0]
     if len(widths) > 1:
         raise ArgumentError(f"{option}: the files of dataset folder {cfg['dataset']!r} disagree on the number of "
-                            "columns: " + "; ".join(f"d = {d}: {', '.join(parts)}" for d, parts in sorted(widths.items())))
+                            f"columns: {widths_listed(widths)}")
     try:
         check_against_data(cfg, next(iter(widths)), rows)
     except ConfigError as ex:

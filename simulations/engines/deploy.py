@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from client_app.faults import FAULT_KEY, FAULTS
+from fl_strategies.data_files import FILE_SUFFIXES
 from fl_strategies.noise import SECRET_KEY
 
 from simulations.engines import APP_DIR, ArgumentError, ArgumentParser, checked_run_config, parse_run_config
@@ -78,9 +79,6 @@ def write_node_files(cfg: dict, directory: Path) -> list[Path]:
     return paths
 
 
-NODE_FILE_SUFFIXES = (".npy", ".csv")
-
-
 def find_node_files(directory: Path, count: int) -> list[Path]:
     """The node files ``directory/partition_<i>.npy`` or ``.csv``, ``i = 0 .. count - 1``.
 
@@ -91,7 +89,7 @@ def find_node_files(directory: Path, count: int) -> list[Path]:
     """
     files, missing, both = [], [], []
     for i in range(count):
-        found = [directory / f"partition_{i}{suffix}" for suffix in NODE_FILE_SUFFIXES
+        found = [directory / f"partition_{i}{suffix}" for suffix in FILE_SUFFIXES
                  if (directory / f"partition_{i}{suffix}").is_file()]
         if not found:
             missing.append(str(directory / f"partition_{i}.npy|.csv"))
