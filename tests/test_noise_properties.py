@@ -245,3 +245,11 @@ def test_dp_power_clients_derive_the_noise_from_everything_the_release_depends_o
                                    rtol=1e-12)
         np.testing.assert_array_equal(X, broadcast[rnd])
         assert nu > 0
+
+
+@pytest.mark.parametrize("source", ["auto", "node-secret", "os", "seeded", "seeded-not-private"])
+def test_every_documented_noise_source_is_accepted_by_the_run_config(source):
+    from fl_strategies.config import validate_run_config
+    from simulations.engines import fused_run_config
+
+    assert validate_run_config(fused_run_config({"noise-source": source}))["noise-source"] == source
