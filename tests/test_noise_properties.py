@@ -253,3 +253,37 @@ def test_every_documented_noise_source_is_accepted_by_the_run_config(source):
     from simulations.engines import fused_run_config
 
     assert validate_run_config(fused_run_config({"noise-source": source}))["noise-source"] == source
+
+
+@pytest.mark.parametrize("byte", [0x00, 0xFF])
+def test_the_extreme_words_of_the_stream_still_give_finite_draws(monkeypatch, byte):
+    """The uniforms are strictly inside (0, 1) even for the smallest and largest 64-bit words (a uniform of 0 or
+    above 1 would make log(u) infinite or sqrt(-2 log u) NaN)."""
+    import hashlib
+
+    import fl_strategies.noise as noise
+
+    class Constant:
+        def __init__(self, data):
+            pass
+
+        def digest(self, length):
+            return bytes([byte]) * length
+
+    monkeypatch.setattr(noise, "hashlib", type("H", (), {"shake_256": Constant, "blake2b": hashlib.blake2b}))
+    z = KeyedNormal(SECRETS[0]).standard_normal((64,))
+    assert np.all(np.isfinite(z))
+    assert np.max(np.abs(z)) < 9.0  # sqrt(-2 log 2^-54) ~ 8.7: the tail a 53-bit uniform allows
+
+
+@pytest.mark.parametrize("source, noisy", [("node-secret", False), ("os", True), ("seeded-not-private", True)])
+def test_a_node_that_draws_no_secret_noise_creates_no_secret(tmp_path, source, noisy):
+    from flwr.common import RecordDict
+
+    state = RecordDict()
+    node_config = {"data-path": str(tmp_path / "rows.npy"), "noise-secret": str(tmp_path / "secret")}
+    ClientNoise({"noise-source": source, "seed": 0}, node_config, 0, state, noisy, STREAM_NOISE)
+    assert not (tmp_path / "secret").exists() and "noise-secret" not in state
+    del node_config["noise-secret"]
+    ClientNoise({"noise-source": source, "seed": 0}, node_config, 0, state, noisy, STREAM_NOISE)
+    assert "noise-secret" not in state
