@@ -257,8 +257,8 @@ def test_every_documented_noise_source_is_accepted_by_the_run_config(source):
 
 @pytest.mark.parametrize("byte", [0x00, 0xFF])
 def test_the_extreme_words_of_the_stream_still_give_finite_draws(monkeypatch, byte):
-    """The uniforms are strictly inside (0, 1) even for the smallest and largest 64-bit words (a uniform of 0 or
-    above 1 would make log(u) infinite or sqrt(-2 log u) NaN)."""
+    """The uniforms stay in (0, 1] even for the smallest and largest 64-bit words: a uniform of 0 would make
+    log(u) infinite, one above 1 sqrt(-2 log u) NaN (the largest word rounds to exactly 1: a draw of 0)."""
     import hashlib
 
     import fl_strategies.noise as noise
