@@ -29,11 +29,12 @@ from .noise import NOISE_SOURCES
 from .accounting import AccountantUnavailable
 from .privacy import achieved_epsilon, epsilon_spent, noise_multiplier
 from .zcdp import CALIBRATIONS, calibrate
+from .analyze_gauss import covariance_releases
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
 from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
 from .schedule import SCHEDULES, round_lengths
 
-__all__ = ["ConfigError", "KEYS", "validate_run_config", "effective_config", "check_against_data",
+__all__ = ["ConfigError", "KEYS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery", "validate_run_config", "effective_config", "check_against_data",
            "total_iterations", "writable_directory"]
 
 
@@ -178,15 +179,19 @@ KEYS: dict[str, Key] = {
              "SecAgg+, each client adds noise sigma/sqrt(s)), plaintext (same noise, summed in the clear: a test "
              "mode, private only with one client) or public (each client adds the full central noise, no SecAgg)",
              choices=("secagg", "plaintext", "public")),
-        _key("dp-calibration", str, "fedpower, dp-power: the noise for the target (epsilon, delta): paper "
+        _key("dp-calibration", str, "fedpower, dp-power, covariance: the noise for the target (epsilon, delta): paper "
              "(fedpower: Theorem 6; dp-power: sigma = sqrt(4 L ln(1/delta))/epsilon), tight (exact zCDP "
              "conversion, less noise), pld or rdp (the smallest noise that dp-accounting's privacy-loss-"
              "distribution or Renyi accountant certifies over the run's releases; needs the privacy extra); "
              "epsilon_spent is by the same accountant", choices=CALIBRATIONS),
-        _key("secagg-clip", float, "dp-power with SecAgg+: clipping range C of each uploaded entry (quantisation step "
+        _key("secure-aggregation", str, "covariance: send each client's Gram matrix (and row sum, with center) "
+             "through Flower's SecAgg+, so that the server learns only the sums: auto (= true whenever epsilon is "
+             "set and there are >= 2 clients), true or false (dp-power: see dp-channel)",
+             choices=("auto", "true", "false")),
+        _key("secagg-clip", float, "dp-power, covariance with SecAgg+: clipping range C of each uploaded entry (quantisation step "
              "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data",
              lambda v: v >= 0, "a finite number >= 0"),
-        _key("secagg-num-shares", int, "dp-power with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
+        _key("secagg-num-shares", int, "dp-power, covariance with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
              "else the odd number near 2 log2(s) + 1); the reconstruction threshold is half of them, plus one",
              lambda v: v == 0 or v >= 3, "0 or an integer >= 3"),
         # participation and stragglers (fl_strategies.participation)
@@ -234,7 +239,8 @@ KEYS: dict[str, Key] = {
         _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
-             "and counts before round 1), as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
+             "and counts before round 1; covariance with secure-aggregation: the sums go through SecAgg+, with noise under "
+             "epsilon), as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
         _key("variance-target", float, "PCA: keep the smallest number of components (<= iteration-rank) whose "
              "explained-variance ratio reaches this fraction, as scikit-learn's fractional n_components; 0 = rank",
              lambda v: 0 <= v < 1, "a number in [0, 1)"),
@@ -281,6 +287,8 @@ def _coerce(key: Key, value: Any) -> Any:
         if is_bool:
             return bool(value)
         raise ConfigError(f"{key.name} must be true or false, got {value!r}")
+    if is_bool and key.kind is str and "true" in key.choices:  # a true/false/auto key given as a TOML boolean
+        return "true" if value else "false"
     if is_bool:
         raise ConfigError(f"{key.name} must be {key.allowed or 'a ' + key.kind.__name__}, got {value!r}")
     if key.kind is int:
@@ -422,11 +430,12 @@ def _check_pca(cfg: dict[str, Any]) -> None:
         if not spec(cfg["strategy"]).pca:
             raise ConfigError(f"{key} applies to the strategies that write a PCA model (fedpower, power, ssi, "
                               f"localpower, faps, covariance), not {cfg['strategy']!r}")
-        if cfg["epsilon"] > 0 or cfg["noise-std"] > 0:
-            raise ConfigError(f"{key} is refused with epsilon or noise-std set: the clients' row sums (centring) "
+        if (cfg["epsilon"] > 0 or cfg["noise-std"] > 0) and cfg["strategy"] not in PRIVATE_PCA:
+            raise ConfigError(f"{key} is refused with epsilon or noise-std set for {cfg['strategy']!r} (private "
+                              f"PCA: {', '.join(PRIVATE_PCA)}): the clients' row sums (centring) "
                               "and the final summary exchange (explained variance) are sent without noise, so "
                               "the privacy guarantee would not cover them")
-    if cfg["center"] and cfg["discovery"] == "engine":
+    if cfg["center"] and cfg["discovery"] == "engine" and not secure_covariance(cfg):
         raise ConfigError('center = true needs discovery = "ask": the clients send their row sums at discovery')
 
 
@@ -461,6 +470,8 @@ def _check_more(cfg: dict[str, Any]) -> None:
                               f"over T = {T} steps is not a finite number; use 0 for no noise or a larger value")
     elif cfg["strategy"] == "dp-power":
         _check_dp_power(cfg)
+    elif cfg["strategy"] == "covariance":
+        _check_covariance(cfg)
     elif cfg["epsilon"] > 0:
         _check_fedpower_privacy(cfg, T)
 
@@ -487,6 +498,50 @@ def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
         raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too large: the "
                           f"calibrated noise (sigma_g = {sigma_g:.3g}) is so small that the epsilon spent over "
                           f"T = {T} steps is not a finite number")
+
+
+PRIVATE_PCA = ("covariance",)
+"""The strategies whose noisy runs centre privately and write a PCA model (``center``, ``variance-target``)."""
+
+
+def secure_covariance(cfg: Mapping[str, Any]) -> bool:
+    """Whether a ``covariance`` run sends its sums through SecAgg+ (``secure-aggregation``; ``auto``: with
+    ``epsilon`` and at least two clients)."""
+    if cfg["strategy"] != "covariance":
+        return False
+    choice = cfg["secure-aggregation"]
+    return choice == "true" or (choice == "auto" and cfg["epsilon"] > 0 and cfg["num-clients"] >= 2)
+
+
+def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
+    """Whether ``center`` has the nodes send their row sums at discovery, in the clear (noise-free runs without
+    SecAgg+); a secure ``covariance`` sends them through SecAgg+ with its Gram matrix instead."""
+    return bool(cfg.get("center")) and not secure_covariance(cfg)
+
+
+def _check_covariance(cfg: dict[str, Any]) -> None:
+    """covariance: a target the Analyze Gauss calibration meets; SecAgg+ whenever noise meets more than one client."""
+    if cfg["epsilon"] > 0:
+        try:
+            covariance_releases(cfg)
+        except AccountantUnavailable as ex:
+            raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
+        except (ValueError, ArithmeticError) as ex:
+            raise ConfigError(f"epsilon = {cfg['epsilon']!r} (delta = {cfg['delta']!r}): {ex}") from None
+        if cfg["num-clients"] > 1 and not secure_covariance(cfg):
+            raise ConfigError("secure-aggregation = false with epsilon set and num-clients > 1: each client adds "
+                              "only its share of the noise, so its matrix would reach the server less private "
+                              "than accounted; use secure-aggregation = \"auto\" or \"true\"")
+    if secure_covariance(cfg):
+        if not 2 <= cfg["num-clients"] <= MAX_SECAGG_CLIENTS:
+            raise ConfigError(f"secure-aggregation = true needs 2 <= num-clients <= {MAX_SECAGG_CLIENTS} (SecAgg+ "
+                              f"masks need two clients), got {cfg['num-clients']}")
+        if cfg["secagg-clip"] == 0 and not cfg["row-normalize"]:
+            raise ConfigError("secagg-clip must be set (> 0) when row-normalize is false: without unit-norm rows "
+                              "the server has no public bound on the entries the clients upload")
+        if cfg["secagg-num-shares"] > cfg["num-clients"]:
+            raise ConfigError(f"secagg-num-shares must be at most num-clients = {cfg['num-clients']}, got "
+                              f"{cfg['secagg-num-shares']}")
 
 
 def _check_dp_power(cfg: dict[str, Any]) -> None:

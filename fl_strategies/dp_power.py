@@ -52,7 +52,7 @@ from .dp_sensitivity import delta_a, delta_b, sensitivity
 from .base import log, uploaded_bytes
 from .eigenspace import EigenspaceStrategy
 from .linalg import orth
-from .replies import check_array, check_origin, decode_arrays
+from .secure_sum import secure_sum
 from . import accounting
 from .zcdp import Calibration, calibrate, spent_epsilon
 
@@ -214,25 +214,8 @@ class DPPowerStrategy(EigenspaceStrategy):
         return ndarrays_to_parameters([X_new]), {}
 
     def _secure_sum(self, server_round: int, results, failures, shape) -> np.ndarray | None:
-        """``sum_i Y^(i)`` from SecAgg+'s average: every result carries the same average of its uploads."""
-        pids = [self.partition_of(proxy) for proxy, _ in results]
-        missing = sorted(set(self.proxies) - {p for p in pids if p is not None})
-        if missing or len(results) != self.m or len(set(pids)) != len(pids):
-            self.abort_round(server_round, f"SecAgg+ summed {len(results)} of s = {self.m} products (missing "
-                                     f"partition(s) {', '.join(map(str, missing)) or 'none'}; {len(failures)} "
-                                     "failure(s))" + (f": {failures[0]}" if failures else ""))
-            return None
-        first = results[0][1].parameters.tensors
-        if any(res.parameters.tensors != first for _, res in results[1:]):  # SecAgg+ gives every result its sum
-            self.abort_round(server_round, "the replies are not a SecAgg+ aggregate (they differ): this server loop does not "
-                                    "run SecAgg+ (use the fedspectral ServerApp, server_app.app.run_server)")
-            return None
-        arrays = decode_arrays(results[0][1], 1, max_bytes=16 * self.d * self.r + 4096)
-        reason = arrays if isinstance(arrays, str) else check_array(arrays[0], shape, name="SecAgg+ average")
-        if reason is not None:
-            self.abort_round(server_round, f"the SecAgg+ aggregate is unusable: {reason}")
-            return None
-        return arrays[0].astype(np.float64) * len(results)
+        """``sum_i Y^(i)`` from SecAgg+'s average (:func:`fl_strategies.secure_sum.secure_sum`)."""
+        return secure_sum(self, server_round, results, failures, shape)
 
     # -- results ------------------------------------------------------------------------------------
     def round_columns(self, server_round: int) -> dict[str, Any]:
