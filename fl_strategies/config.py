@@ -109,6 +109,9 @@ KEYS: dict[str, Key] = {
              lambda v: v >= 0, "an integer >= 0"),
         _key("row-normalize", bool,
              "scale every row to unit L2 norm on its node (never done unless set; required by epsilon / noise-std)"),
+        _key("clip-norm", float, "c > 0: rows longer than c are scaled down to L2 norm c on their node, others kept "
+             "(the privacy bound for data already bounded; with epsilon: covariance only); 0 = off; the model "
+             "records it and transform applies it", lambda v: v >= 0, "a finite number >= 0"),
         _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy ('' = none)",
              allowed="string (a writable directory)"),
         _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
@@ -396,8 +399,18 @@ def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     if noisy and cfg["stop-tol"] > 0:
         raise ConfigError("stop-tol must be 0 when epsilon or noise-std is set: the stopping rule needs each "
                           "client's exact objective, which the noise is there to hide")
-    if noisy and not cfg["row-normalize"] and cfg["strategy"] != "dp-power":
-        raise ConfigError("row-normalize must be true when epsilon or noise-std is set: the privacy "
+    if cfg["clip-norm"] > 0:
+        if cfg["row-normalize"]:
+            raise ConfigError("clip-norm and row-normalize = true contradict each other: choose one (row-normalize "
+                              "scales every row to norm 1, clip-norm only the rows longer than clip-norm)")
+        if not spec(cfg["strategy"]).pca:
+            raise ConfigError(f"clip-norm applies to the strategies that write a PCA model, not {cfg['strategy']!r}")
+        if noisy and cfg["strategy"] != "covariance":
+            raise ConfigError(f"clip-norm with epsilon or noise-std is supported by covariance only: the privacy "
+                              f"calibration of {cfg['strategy']!r} assumes unit rows (row-normalize = true)")
+    if noisy and not cfg["row-normalize"] and not cfg["clip-norm"] > 0 and cfg["strategy"] != "dp-power":
+        raise ConfigError("row-normalize must be true when epsilon or noise-std is set (or, for covariance, clip-norm "
+                          "> 0): the privacy "
                           "calibration (Theorem 6) assumes rows of unit L2 norm, and fedspectral does not "
                           "rescale a node's rows unless the run config asks for it (row-normalize = true "
                           "scales every row to unit norm on its node)")
@@ -536,9 +549,9 @@ def _check_covariance(cfg: dict[str, Any]) -> None:
         if not 2 <= cfg["num-clients"] <= MAX_SECAGG_CLIENTS:
             raise ConfigError(f"secure-aggregation = true needs 2 <= num-clients <= {MAX_SECAGG_CLIENTS} (SecAgg+ "
                               f"masks need two clients), got {cfg['num-clients']}")
-        if cfg["secagg-clip"] == 0 and not cfg["row-normalize"]:
-            raise ConfigError("secagg-clip must be set (> 0) when row-normalize is false: without unit-norm rows "
-                              "the server has no public bound on the entries the clients upload")
+        if cfg["secagg-clip"] == 0 and not cfg["row-normalize"] and not cfg["clip-norm"] > 0:
+            raise ConfigError("secagg-clip must be set (> 0) when neither row-normalize nor clip-norm is set: "
+                              "without bounded rows the server has no public bound on the entries the clients upload")
         if cfg["secagg-num-shares"] > cfg["num-clients"]:
             raise ConfigError(f"secagg-num-shares must be at most num-clients = {cfg['num-clients']}, got "
                               f"{cfg['secagg-num-shares']}")

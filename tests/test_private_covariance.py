@@ -157,3 +157,51 @@ def test_private_centred_covariance_is_within_1_25x_of_central_analyze_gauss(tmp
           f"uncentred PCA {uncentred:.4f}")
     assert np.median(private) <= 1.25 * np.median(central), (private, np.median(central))
     assert np.median(private) < 0.2 * uncentred  # centring matters on these data
+
+
+# -- clip-norm: rows longer than c scaled to c, the others kept -------------------------------------------------------
+def test_clip_norm_scales_only_long_rows_and_the_model_and_transform_apply_it(tmp_path):
+    from client_app.transform import main as transform_main
+    from fl_strategies.data_files import clip_rows
+
+    rng = np.random.default_rng(3)
+    blocks = [rng.standard_normal((300, 6)) * rng.uniform(0.1, 0.6, (300, 1)) + 0.2 for _ in range(3)]
+    folder = write_folder(blocks, tmp_path / "bounded")
+    X = np.vstack(blocks)
+    c = 1.2
+    clipped = clip_rows(X, c)
+    norms = np.linalg.norm(X, axis=1)
+    assert (norms > c).any() and (norms <= c).any()  # both kinds of rows
+    np.testing.assert_array_equal(clipped[norms <= c], X[norms <= c])
+    np.testing.assert_allclose(np.linalg.norm(clipped[norms > c], axis=1), c)
+    out = tmp_path / "out"
+    run_app(strategy="covariance", dataset=str(folder), num_clients=3, rank=2, center=True, clip_norm=c,
+            secure_aggregation=True, results_dir=str(out))
+    model = load_model(out / "pca.npz")
+    assert model["clip_norm"] == c and not model["row_normalize"]
+    mu = clipped.mean(axis=0)
+    np.testing.assert_allclose(model["mean"], mu, atol=1e-5)  # the mean of the clipped rows, through SecAgg+
+    exact = np.linalg.eigh((clipped - mu).T @ (clipped - mu))[1][:, ::-1][:, :2]
+    assert subspace_distance(model["components"].T, exact) < 1e-3
+    np.save(tmp_path / "new.npy", X[:7])
+    assert transform_main(["--model", str(out / "pca.npz"), "--data", str(tmp_path / "new.npy"),
+                           "--out", str(tmp_path / "s.npy")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "s.npy"), (clipped[:7] - model["mean"]) @ model["components"].T)
+    # with epsilon the sensitivities come from c: sqrt(2) c^2 for the Gram triangle, 2 c for the row sum
+    run_app(strategy="covariance", dataset=str(folder), num_clients=3, rank=2, center=True, clip_norm=c,
+            epsilon=1.0, delta=1e-6, dp_calibration="pld", results_dir=str(out))
+    spent = json.loads(str(load_model(out / "pca.npz")["privacy"]))
+    sens = {r["name"]: r["sensitivity"] for r in spent["releases"]}
+    assert sens == pytest.approx({"gram": np.sqrt(2) * c * c, "row-sum": 2 * c}) and spent["row_bound"] == c
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(row_normalize=True), "clip-norm and row-normalize = true contradict"),
+    (dict(strategy="fedpower", epsilon=1.0, delta=1e-6, dp_calibration="tight"), "covariance only"),
+    (dict(strategy="fedmf"), "strategies that write a PCA model"),
+])
+def test_clip_norm_is_refused_where_it_would_be_wrong(overrides, message):
+    cfg = fused_run_config({k.replace("_", "-"): v for k, v in dict(dict(
+        strategy="covariance", dataset="fedpower-model1", clip_norm=1.0), **overrides).items()})
+    with pytest.raises(ConfigError, match=message):
+        validate_run_config(cfg)
