@@ -242,8 +242,8 @@ KEYS: dict[str, Key] = {
         _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
-             "and counts before round 1; covariance with secure-aggregation: the sums go through SecAgg+, with noise under "
-             "epsilon), as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
+             "and counts before round 1; covariance with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
+             "its dp-channel), with noise under epsilon), as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
         _key("variance-target", float, "PCA: keep the smallest number of components (<= iteration-rank) whose "
              "explained-variance ratio reaches this fraction, as scikit-learn's fractional n_components; 0 = rank",
              lambda v: 0 <= v < 1, "a number in [0, 1)"),
@@ -440,15 +440,15 @@ def _check_pca(cfg: dict[str, Any]) -> None:
     for key, active in (("center", cfg["center"]), ("variance-target", cfg["variance-target"] > 0)):
         if not active:
             continue
-        if not spec(cfg["strategy"]).pca:
+        if not spec(cfg["strategy"]).pca and not (key == "center" and cfg["strategy"] == "dp-power"):
             raise ConfigError(f"{key} applies to the strategies that write a PCA model (fedpower, power, ssi, "
-                              f"localpower, faps, covariance), not {cfg['strategy']!r}")
+                              f"localpower, faps, covariance; center also dp-power), not {cfg['strategy']!r}")
         if (cfg["epsilon"] > 0 or cfg["noise-std"] > 0) and cfg["strategy"] not in PRIVATE_PCA:
             raise ConfigError(f"{key} is refused with epsilon or noise-std set for {cfg['strategy']!r} (private "
                               f"PCA: {', '.join(PRIVATE_PCA)}): the clients' row sums (centring) "
                               "and the final summary exchange (explained variance) are sent without noise, so "
                               "the privacy guarantee would not cover them")
-    if cfg["center"] and cfg["discovery"] == "engine" and not secure_covariance(cfg):
+    if row_sums_at_discovery(cfg) and cfg["discovery"] == "engine":
         raise ConfigError('center = true needs discovery = "ask": the clients send their row sums at discovery')
 
 
@@ -513,8 +513,9 @@ def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
                           f"T = {T} steps is not a finite number")
 
 
-PRIVATE_PCA = ("covariance",)
-"""The strategies whose noisy runs centre privately and write a PCA model (``center``, ``variance-target``)."""
+PRIVATE_PCA = ("covariance", "dp-power")
+"""The strategies whose noisy runs centre privately and write a PCA model (``center``; ``variance-target``:
+covariance only, dp-power's model has no explained-variance ratio)."""
 
 
 def secure_covariance(cfg: Mapping[str, Any]) -> bool:
@@ -529,7 +530,7 @@ def secure_covariance(cfg: Mapping[str, Any]) -> bool:
 def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
     """Whether ``center`` has the nodes send their row sums at discovery, in the clear (noise-free runs without
     SecAgg+); a secure ``covariance`` sends them through SecAgg+ with its Gram matrix instead."""
-    return bool(cfg.get("center")) and not secure_covariance(cfg)
+    return bool(cfg.get("center")) and not secure_covariance(cfg) and cfg.get("strategy") != "dp-power"
 
 
 def _check_covariance(cfg: dict[str, Any]) -> None:
@@ -559,9 +560,16 @@ def _check_covariance(cfg: dict[str, Any]) -> None:
 
 def _check_dp_power(cfg: dict[str, Any]) -> None:
     """dp-power: a target (epsilon, delta) the calibration meets, and a SecAgg+ set-up Flower can run."""
+    if cfg["center"] and cfg["epsilon"] > 0:
+        if not cfg["row-normalize"] or cfg["dp-sensitivity"] != "one":
+            raise ConfigError("dp-power with center = true and epsilon needs row-normalize = true and dp-sensitivity "
+                              "= \"one\": the mean and the products are accounted for one unit row replaced "
+                              "(sensitivity 2 each)")
     if cfg["epsilon"] > 0:
         try:
-            calibrate(cfg["epsilon"], cfg["delta"], cfg["num-server-rounds"], cfg["dp-calibration"])
+            from .dp_power import privacy_plan
+
+            privacy_plan(cfg)
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:

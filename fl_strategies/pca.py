@@ -44,7 +44,7 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
     CZ : ndarray of shape (d, r)
         ``C Z`` with ``C = (1/n) sum_i s_i A_i`` (the clients' replies, weighted by rows, summed, over ``n``).
     total_variance : float
-        ``tr(C)``.
+        ``tr(C)``; NaN when it is unknown (the ratio is then NaN).
     n_samples : int
         ``n``, rows over all clients.
     mean : ndarray of shape (d,)
@@ -65,7 +65,8 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
     n = int(n_samples)
     return {"components": np.ascontiguousarray((Z @ W[:, order]).T), "mean": np.asarray(mean, dtype=np.float64),
             "explained_variance": lam * n / max(n - 1, 1),
-            "explained_variance_ratio": lam / total_variance if total_variance > 0 else np.zeros_like(lam),
+            "explained_variance_ratio": (lam / total_variance if total_variance > 0 else np.zeros_like(lam))
+            if np.isfinite(total_variance) else np.full_like(lam, np.nan),
             "singular_values": np.sqrt(lam * n), "n_samples": n}
 
 

@@ -205,3 +205,47 @@ def test_clip_norm_is_refused_where_it_would_be_wrong(overrides, message):
         strategy="covariance", dataset="fedpower-model1", clip_norm=1.0), **overrides).items()})
     with pytest.raises(ConfigError, match=message):
         validate_run_config(cfg)
+
+
+# -- dp-power with center: the mean is one more private release --------------------------------------------------------
+DP_CENTRED = dict(strategy="dp-power", num_clients=4, rank=K, iteration_rank=6, num_server_rounds=5,
+                  row_normalize=True, center=True, dp_sensitivity="one")
+
+
+def test_dp_power_with_center_writes_a_centred_model(tmp_path):
+    from fl_strategies.dp_power import MEAN_SHARE
+
+    blocks, folder = owners_folder(tmp_path)
+    X = np.vstack(blocks)
+    mu, U = centred_pca(blocks, K)
+    exact = run_app(**dict(DP_CENTRED, dataset=folder, num_server_rounds=12))  # no noise: the centred power method
+    assert subspace_distance(exact.model["components"].T, U) < 1e-4
+    np.testing.assert_allclose(exact.model["mean"], mu, atol=1e-5)  # through SecAgg+: quantisation only
+    np.testing.assert_allclose(exact.model["explained_variance"],
+                               np.linalg.eigvalsh(np.cov(X.T, bias=True))[::-1][:K] * len(X) / (len(X) - 1), rtol=1e-3)
+    out = tmp_path / "out"
+    private = run_app(**dict(DP_CENTRED, dataset=folder, epsilon=1.0, delta=1e-6, dp_calibration="pld",
+                             results_dir=str(out)))
+    model = load_model(out / "pca.npz")
+    spent = json.loads(str(model["privacy"]))
+    assert spent["epsilon"] <= 1.0 and private.records[-1]["epsilon_spent"] == pytest.approx(spent["epsilon"])
+    releases = {r["name"]: r for r in spent["releases"]}
+    assert releases["mean"]["count"] == 1 and releases["products"]["count"] == 5
+    # the mean's share of 1/sigma^2 is MEAN_SHARE
+    inv = {name: r["count"] / r["noise_multiplier"] ** 2 for name, r in releases.items()}
+    assert inv["mean"] / sum(inv.values()) == pytest.approx(MEAN_SHARE)
+    assert len(private.records) == 1 + 1 + 5  # round 0, the mean, the products
+    expected = 2.0 * releases["mean"]["noise_multiplier"] * np.sqrt(X.shape[1]) / X.shape[0]
+    assert 0.5 * expected < np.linalg.norm(model["mean"] - mu) < 1.5 * expected
+    uncentred = subspace_distance(np.linalg.eigh(X.T @ X)[1][:, -K:], U)
+    error = subspace_distance(model["components"].T, U)
+    print(f"centred dp-power sin theta {error:.4f}, uncentred PCA {uncentred:.4f}")
+    assert error < 0.3 * uncentred, (error, uncentred)  # centred: far closer to the PCA a user wants
+    assert np.isnan(model["explained_variance_ratio"]).all()  # tr(C) is not released
+
+
+def test_dp_power_centring_with_epsilon_needs_one_row_replaced_accounting():
+    cfg = fused_run_config({k.replace("_", "-"): v for k, v in dict(
+        DP_CENTRED, dataset="dp-haar", epsilon=1.0, delta=1e-6, dp_sensitivity="row-norm").items()})
+    with pytest.raises(ConfigError, match="dp-sensitivity = \"one\""):
+        validate_run_config(cfg)

@@ -15,7 +15,7 @@ import numpy as np
 
 from fl_strategies.linalg import top_eigenvectors
 
-__all__ = ["gaussian_multiplier", "central_analyze_gauss"]
+__all__ = ["gaussian_multiplier", "central_analyze_gauss", "central_centred_dp_power"]
 
 
 @lru_cache(maxsize=64)
@@ -43,3 +43,24 @@ def central_analyze_gauss(X: np.ndarray, k: int, epsilon: float, delta: float, r
         mu = (X.sum(axis=0) + rng.standard_normal(d) * 2.0 * sigma / math.sqrt(share)) / n
         C = C - np.outer(mu, mu)
     return top_eigenvectors(C, k)[1]
+
+
+def central_centred_dp_power(X: np.ndarray, k: int, p: int, L: int, epsilon: float, delta: float,
+                             rng: np.random.Generator, mean_share: float) -> np.ndarray:
+    """Top-``k`` components (d, k) of centred dp-power run centrally: a noisy mean, then ``L`` noisy products
+    ``G X + N(0, (2 sigma)^2)`` centred by the server (``- n mu mu^T X``), sensitivities 2 (one unit row
+    replaced), multipliers from fedspectral's composed calibration (:func:`fl_strategies.analyze_gauss.calibrate`)
+    with ``mean_share`` of the privacy for the mean."""
+    from fl_strategies.analyze_gauss import calibrate
+    from fl_strategies.dp_power import project_mean
+    from fl_strategies.linalg import orth
+
+    n, d = X.shape
+    releases = calibrate(epsilon, delta, "pld", {"mean": (mean_share, 1), "products": (1.0 - mean_share, L)})
+    mu = project_mean((X.sum(axis=0) + 2.0 * releases.multipliers["mean"] * rng.standard_normal(d)) / n)
+    Z = orth(rng.standard_normal((d, p)))
+    for _ in range(L):
+        Y = X.T @ (X @ Z) + 2.0 * releases.multipliers["products"] * rng.standard_normal((d, p))
+        Y -= n * np.outer(mu, mu @ Z)
+        Z = orth(Y)
+    return np.linalg.svd(Y, full_matrices=False)[0][:, :k]
