@@ -59,9 +59,9 @@ import pandas as pd
 try:
     import matplotlib  # noqa: F401  (the report's plots)
     from tqdm import tqdm
-except ModuleNotFoundError as _missing:  # the extra "compare" is not installed
-    raise SystemExit(f"simulations.compare needs {_missing.name}: pip install 'fedspectral[compare]' (or "
-                     "pip install -e '.[compare]' in a clone)") from None
+except ModuleNotFoundError as _missing:  # a dependency of the package, missing from this environment
+    raise SystemExit(f"simulations.compare needs {_missing.name}, a dependency of fedspectral: pip install "
+                     f"fedspectral (or pip install -e . in a clone) installs it") from None
 
 from fl_strategies.config import KEYS, ConfigError, validate_run_config
 from fl_strategies.harness import find_harness
