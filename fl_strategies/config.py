@@ -34,7 +34,7 @@ from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
 from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "validate_run_config", "effective_config", "check_against_data",
-           "total_iterations", "writable_directory"]
+           "total_iterations", "writable_directory", "suggest", "check_known_keys"]
 
 
 class ConfigError(ValueError):
@@ -267,11 +267,29 @@ def keys_markdown(defaults: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _suggest(name: Any, options) -> str:
+def suggest(name: Any, options) -> str:
+    """`` Did you mean 'x'?`` with the option closest to a misspelt ``name`` (difflib), or ``""``.
+
+    The one wording of every "unknown name" message (run-config keys here and in the engines' and compare's
+    command lines, strategy names, compare's own keys).
+    """
     if not isinstance(name, str):
         return ""
     close = difflib.get_close_matches(name, [str(o) for o in options], n=1)
     return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def check_known_keys(keys) -> None:
+    """Refuse the first name of ``keys`` that is not a run-config key, naming the closest valid one.
+
+    Raises
+    ------
+    ConfigError
+        ``unknown run-config key 'rnak'. Did you mean 'rank'? Valid keys: ...``.
+    """
+    for k in keys:
+        if k not in KEYS:
+            raise ConfigError(f"unknown run-config key {k!r}.{suggest(k, KEYS)} Valid keys: {', '.join(KEYS)}")
 
 
 def _coerce(key: Key, value: Any) -> Any:
@@ -356,10 +374,7 @@ def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     """
     if not isinstance(raw, Mapping):
         raise ConfigError(f"a run config must be a table of key = value pairs, got {type(raw).__name__}")
-    unknown = [k for k in raw if k not in KEYS]
-    if unknown:
-        k = unknown[0]
-        raise ConfigError(f"unknown run-config key {k!r}.{_suggest(k, KEYS)} Valid keys: {', '.join(KEYS)}")
+    check_known_keys(raw)
     missing = [k for k in KEYS if k not in raw]
     if missing:
         raise ConfigError(f"run config is missing key(s) {', '.join(missing)}")
@@ -368,7 +383,7 @@ def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
         value = _coerce(key, raw[name])
         if key.choices and value not in key.choices:
             raise ConfigError(f"{name} must be one of {', '.join(key.choices)}; got {value!r}."
-                              f"{_suggest(value, key.choices)}")
+                              f"{suggest(value, key.choices)}")
         if key.check is not None and not key.check(value):
             raise ConfigError(f"{name} must be {key.allowed}, got {value!r}")
         cfg[name] = value

@@ -39,7 +39,6 @@ every job has finished; one process at a time per ``DIR`` (a lock).
 
 from __future__ import annotations
 
-import difflib
 import fcntl
 import hashlib
 import json
@@ -63,7 +62,7 @@ except ModuleNotFoundError as _missing:  # a dependency of the package, missing 
     raise SystemExit(f"simulations.compare needs {_missing.name}, a dependency of fedspectral: pip install "
                      f"fedspectral (or pip install -e . in a clone) installs it") from None
 
-from fl_strategies.config import KEYS, ConfigError, validate_run_config
+from fl_strategies.config import KEYS, ConfigError, suggest, validate_run_config
 from fl_strategies.harness import find_harness
 from fl_strategies.base import RunFailed
 from fl_strategies.registry import STRATEGY_NAMES, spec
@@ -261,8 +260,7 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
 
     for key in doc:
         if key not in TOP_KEYS:
-            close = difflib.get_close_matches(key, TOP_KEYS + tuple(KEYS), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = suggest(key, TOP_KEYS + tuple(KEYS))
             hint += " (run-config keys go in [defaults] or a [[runs]] table)" if key in KEYS else ""
             if key == "seed":
                 hint = f" {SEED_HINT}"
@@ -289,9 +287,7 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
         if key == "seed":
             fail(f"seed in [defaults]: {SEED_HINT}", "defaults", key)
         if key not in KEYS:
-            close = difflib.get_close_matches(key, KEYS, n=1)
-            fail(f"unknown run-config key {_short(key)} in [defaults].{' Did you mean %r?' % close[0] if close else ''}",
-                 "defaults", key)
+            fail(f"unknown run-config key {_short(key)} in [defaults].{suggest(key, KEYS)}", "defaults", key)
         if not isinstance(value, (str, int, float, bool)):
             fail(f"{key} in [defaults] must be a single number, string or boolean, got {type(value).__name__}",
                  "defaults", key)
@@ -318,9 +314,8 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
             fail(f"duplicate run name {name!r}", i, "name")
         names.add(name)
         if not isinstance(run["strategy"], str) or run["strategy"] not in STRATEGY_NAMES:
-            close = difflib.get_close_matches(str(run["strategy"]), STRATEGY_NAMES, n=1)
             fail(f"run {name!r}: strategy must be one of {', '.join(STRATEGY_NAMES)}, got {_short(run['strategy'])}."
-                 f"{' Did you mean %r?' % close[0] if close else ''}", i, "strategy")
+                 f"{suggest(str(run['strategy']), STRATEGY_NAMES)}", i, "strategy")
         overrides = {}
         for key, value in run.items():
             if key in RUN_KEYS:
@@ -328,9 +323,7 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
             if key == "seed":
                 fail(f"run {name!r}: {SEED_HINT}", i, key)
             if key not in KEYS:
-                close = difflib.get_close_matches(key, RUN_KEYS + tuple(KEYS), n=1)
-                fail(f"run {name!r}: unknown key {_short(key)}.{' Did you mean %r?' % close[0] if close else ''}",
-                     i, key)
+                fail(f"run {name!r}: unknown key {_short(key)}.{suggest(key, RUN_KEYS + tuple(KEYS))}", i, key)
             if not isinstance(value, (str, int, float, bool)):
                 fail(f"run {name!r}: {key} must be a single number, string or boolean, got {type(value).__name__}",
                      i, key)

@@ -10,8 +10,17 @@ APP_DIR = Path(__file__).resolve().parents[2]
 
 
 def fused_run_config(overrides: dict) -> dict:
-    """The default run config of ``pyproject.toml`` with ``overrides`` applied (unknown keys refused)."""
+    """The default run config of ``pyproject.toml`` with ``overrides`` applied.
+
+    Raises
+    ------
+    fl_strategies.config.ConfigError
+        On an unknown key, naming the closest valid one (:func:`fl_strategies.config.check_known_keys`).
+    """
+    from fl_strategies.config import check_known_keys
     from fl_strategies.flower_compat import get_fused_config_from_dir
+
+    check_known_keys(overrides)
 
     return get_fused_config_from_dir(APP_DIR, dict(overrides))
 
