@@ -34,7 +34,8 @@ from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
 from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "validate_run_config", "effective_config", "check_against_data",
-           "total_iterations", "writable_directory", "suggest", "check_known_keys"]
+           "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
+           "previous_results", "check_results_dir"]
 
 
 class ConfigError(ValueError):
@@ -108,8 +109,11 @@ KEYS: dict[str, Key] = {
              lambda v: v >= 0, "an integer >= 0"),
         _key("row-normalize", bool,
              "scale every row to unit L2 norm on its node (never done unless set; required by epsilon / noise-std)"),
-        _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy ('' = none)",
+        _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy (and pca.npz) "
+             "('' = none); one that already holds any of them is refused unless overwrite or resume is true",
              allowed="string (a writable directory)"),
+        _key("overwrite", bool, "replace the results of an earlier run in results-dir (its rounds.csv, "
+             "estimate.npy and pca.npz are removed before round 1); false = such a results-dir is refused"),
         _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
              lambda v: v >= 0, "a number >= 0"),
         _key("stop-tol", float, "stopping rule (27) of the FAPS paper: stop when the objective's relative "
@@ -543,6 +547,33 @@ def writable_directory(directory: str | Path, key: str) -> Path:
     except (OSError, ValueError) as ex:
         raise ConfigError(f"{key} = {str(directory)!r} is not a writable directory: {type(ex).__name__}: {ex}") from None
     return path
+
+
+RESULT_FILES = ("rounds.csv", "estimate.npy", "pca.npz")
+"""What a run writes to its ``results-dir``."""
+
+
+def previous_results(directory: str | Path) -> list[str]:
+    """The names of :data:`RESULT_FILES` present in ``directory`` (an earlier run's results, or a user's files)."""
+    path = Path(directory)
+    return [name for name in RESULT_FILES if (path / name).exists() or (path / name).is_symlink()]
+
+
+def check_results_dir(cfg: Mapping[str, Any]) -> None:
+    """Refuse a ``results-dir`` that holds an earlier run's results, unless ``overwrite`` or ``resume`` is true.
+
+    Raises
+    ------
+    ConfigError
+        Naming the directory and the files found, and the keys that allow it.
+    """
+    if not cfg["results-dir"] or cfg["overwrite"] or cfg["resume"]:
+        return
+    found = previous_results(cfg["results-dir"])
+    if found:
+        raise ConfigError(f"results-dir = {cfg['results-dir']!r} already holds {', '.join(found)} of an earlier "
+                          "run: choose another results-dir, set overwrite = true to replace them, or resume = "
+                          "true to continue that run")
 
 
 def total_iterations(cfg: Mapping[str, Any]) -> int:

@@ -34,7 +34,9 @@ follows the runs' strategy family (eigenspace: ``subspace_distance``, mf:
 ``DIR/estimates/<slug>-<hash>__seed<k>.npy`` (:func:`estimate_stem`) and, for a noise-free
 eigenspace run, its PCA model ``DIR/estimates/<slug>-<hash>__seed<k>.pca.npz``,
 through a staging directory that replaces the previous results only when
-every job has finished; one process at a time per ``DIR`` (a lock).
+every job has finished; one process at a time per ``DIR`` (a lock). Files in
+``DIR`` that no comparison wrote are left alone, and a ``DIR`` where such a
+file has one of those names is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -432,13 +434,34 @@ class OutputDir:
     killed process left (``out/.staging-*``). Outputs are written into :attr:`staging`; :meth:`commit`
     moves them into ``out`` (each by a rename) and removes what the previous comparison wrote there and this
     one did not. Until then the previous complete results stay as they were: a failed or interrupted run
-    leaves them untouched. On exit the staging directory is removed and the lock released.
+    leaves them untouched. Files that no comparison wrote (not in the manifest, ``.compare-outputs.json``)
+    are never touched: an ``out`` where one takes a name this comparison writes (``names``) is refused on
+    entry, naming the files. On exit the staging directory is removed and the lock released.
     """
 
-    def __init__(self, out: str | Path) -> None:
+    def __init__(self, out: str | Path, names: tuple[str, ...] = ()) -> None:
         self.out = check_out_dir(out)
+        self.names = names
         self.staging = self.out / f".staging-{os.getpid()}"
         self._lock = None
+
+    def recorded(self) -> set[str]:
+        """The names the previous comparison wrote in ``out`` (its manifest), empty without one."""
+        manifest = self.out / MANIFEST
+        try:
+            return set(json.loads(manifest.read_text())) if manifest.is_file() else set()
+        except (ValueError, TypeError, OSError):
+            return set()
+
+    def _refuse_foreign(self) -> None:
+        """Refuse an ``out`` where a name this comparison writes is taken by a file no comparison wrote."""
+        ours = self.recorded()
+        foreign = [name for name in self.names if name not in ours
+                   and ((self.out / name).exists() or (self.out / name).is_symlink())]
+        if foreign:
+            raise ComparisonError(f"--out {self.out}: holds {', '.join(foreign)}, which no comparison wrote there "
+                                  f"(none is listed in {MANIFEST}); compare would replace them: move them or "
+                                  "choose another --out")
 
     def __enter__(self) -> "OutputDir":
         try:
@@ -459,6 +482,11 @@ class OutputDir:
         self._lock.truncate()
         self._lock.write(f"{os.getpid()}\n")
         self._lock.flush()
+        try:
+            self._refuse_foreign()
+        except ComparisonError:
+            self.__exit__(None, None, None)
+            raise
         for stale in self.out.glob(".staging-*"):
             shutil.rmtree(stale, ignore_errors=True)
         self.staging.mkdir()
@@ -467,10 +495,7 @@ class OutputDir:
     def commit(self) -> None:
         """Move everything in :attr:`staging` into ``out``, replacing the previous comparison's outputs."""
         manifest = self.out / MANIFEST
-        try:
-            before = set(json.loads(manifest.read_text())) if manifest.is_file() else set()
-        except ValueError:
-            before = set()
+        before = self.recorded()
         names = sorted(p.name for p in self.staging.iterdir())
         trash = self.out / f".staging-{os.getpid()}-old"
         trash.mkdir(exist_ok=True)
@@ -519,7 +544,7 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
     meta, jobs = load_comparison(config)
     check_out_dir(out)
     _check_data(jobs, config)
-    with OutputDir(out) as target:
+    with OutputDir(out, output_names(meta)) as target:
         stage = target.staging
         workdir = stage / ".runs"
         (stage / "estimates").mkdir(parents=True)
@@ -537,6 +562,11 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
         write_report(results, meta, stage)
         target.commit()
     return results
+
+
+def output_names(meta: dict) -> tuple[str, ...]:
+    """The names a comparison writes in ``--out``."""
+    return ("estimates", "results.csv", "summary.md", f"{meta['metric']}.png")
 
 
 def write_report(results: pd.DataFrame, meta: dict, out: Path) -> None:
@@ -566,10 +596,14 @@ def report_only(config: str | Path, out: str | Path) -> pd.DataFrame:
     if missing or results.empty:
         raise ComparisonError(f"--report-only: {csv} is not a comparison's results table "
                               f"({'no rows' if results.empty else 'no column ' + ', '.join(missing)})")
-    with OutputDir(out) as target:
+    with OutputDir(out, output_names(meta)[2:]) as target:
         write_report(results, meta, target.staging)
+        written = {path.name for path in target.staging.iterdir()}
         for path in target.staging.iterdir():
             os.replace(path, out / path.name)
+        tmp = out / f"{MANIFEST}.tmp"  # the plot of another metric is this comparison's output too
+        tmp.write_text(json.dumps(sorted(target.recorded() | written)))
+        os.replace(tmp, out / MANIFEST)
     return results
 
 

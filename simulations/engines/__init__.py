@@ -75,6 +75,7 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
 
     Everything that a run would refuse before round 1 and that needs no node is refused here, before any
     Flower process starts: unknown keys, wrong types and ranges (:func:`fl_strategies.config.validate_run_config`),
+    a ``results-dir`` holding an earlier run's results (:func:`fl_strategies.config.check_results_dir`),
     and ranks or ``num-clients`` that the data set cannot hold (without generating a lazy data set).
 
     Raises
@@ -82,10 +83,11 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     ArgumentError
         One line naming the option and the key.
     """
-    from fl_strategies.config import ConfigError, check_against_data, validate_run_config
+    from fl_strategies.config import ConfigError, check_against_data, check_results_dir, validate_run_config
 
     try:
         cfg = validate_run_config(fused_run_config(overrides))
+        check_results_dir(cfg)
     except (ConfigError, ValueError) as ex:
         raise ArgumentError(f"{option}: {ex}") from None
     from fl_strategies.harness import NODE_DATA, folder_partitions
