@@ -88,14 +88,21 @@ MAX_FILE_BYTES = 16_000_000
 MAX_SEED = 2**32 - 1
 """Largest seed (numpy's generators are seeded with it)."""
 
+REFERENCE_METRICS = ("subspace_distance", "subspace_distance_first_k", "kkt_violation", "singular_value_error")
+"""Eigenspace columns measured against the exact reference: empty in a run without one."""
+PROGRESS_METRICS = ("estimate_change", "estimate_change_first_k", "iterated_explained_variance",
+                    "iterated_explained_variance_ratio", "explained_variance_ratio")
+"""Eigenspace columns of a run without an exact reference (node data): its progress, from the server's iterates
+and the clients' sums; the explained-variance ones only in a noise-free run."""
 METRICS = {
-    "eigenspace": ("subspace_distance", "subspace_distance_first_k", "kkt_violation", "singular_value_error",
-                   "misalignment", "epsilon_spent", "rho", "objective", "stop_statistic", "inner_steps"),
+    "eigenspace": REFERENCE_METRICS + ("misalignment", "epsilon_spent", "rho", "objective", "stop_statistic",
+                                       "inner_steps") + PROGRESS_METRICS,
     "mf": ("excess_loss", "loss", "log10_excess_loss", "exact_loss", "excess_fixed_v", "kappa_v"),
     "erm": ("loss_gap", "oracle_complexity", "step_size"),
 }
 """The metrics each strategy family (:attr:`fl_strategies.registry.StrategySpec.family`) writes; the first is
-the default ``metric`` of a file whose runs are all of that family."""
+the default ``metric`` of a file whose runs are all of that family (eigenspace runs without an exact reference:
+``estimate_change``)."""
 COMMON_METRICS = ("bytes_up", "bytes_down", "participants", "rejected", "failures", "round_time", "wall_time")
 """Columns every strategy writes (plottable too)."""
 
@@ -303,6 +310,7 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
              f"{_short(next(r for r in runs if not isinstance(r, dict)))}", None, "runs")
 
     jobs, names, families = [], set(), {}
+    measured, noisy = {}, {}  # eigenspace runs: with an exact reference; with noise
     for i, run in enumerate(runs):
         for key in ("name", "strategy"):
             if key not in run:
@@ -344,6 +352,9 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
         except ValueError as ex:  # Flower's own check of value types
             fail(f"run {name!r}: {ex}", i)
         families[name] = spec(cfg["strategy"]).family
+        if families[name] == "eigenspace":
+            measured[name] = _has_reference(cfg)
+            noisy[name] = cfg["epsilon"] > 0 or cfg["noise-std"] > 0 or cfg["strategy"] == "dp-power"
         for seed in seeds:
             jobs.append(Job(name, cfg["strategy"], str(run.get("panel", "")), seed, {**raw, "seed": seed},
                             str(run.get("series", name)), _line_of(text, i, None)))
@@ -355,13 +366,46 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
             fam = families[wrong[0]]
             fail(f"metric {metric!r} is not written by run {wrong[0]!r} ({fam} strategy); its columns are "
                  f"{', '.join(METRICS[fam] + COMMON_METRICS)}", None, "metric")
+        problem = _empty_metric(metric, measured, noisy)
+        if problem:
+            fail(problem, None, "metric")
     elif len(kinds) > 1:
         fail(f"the runs mix strategy families ({', '.join(kinds)}) with no common accuracy column: set metric to "
              f"one of {', '.join(COMMON_METRICS)}, or compare each family in its own file", None, None)
+    elif kinds == ["eigenspace"] and len(set(measured.values())) > 1:
+        fail(f"run {next(n for n, m in measured.items() if m)!r} is measured against the exact reference and run "
+             f"{next(n for n, m in measured.items() if not m)!r} has none (its data live on the nodes, or "
+             "evaluation = \"none\"): they write no common accuracy column; compare them in separate files, or set "
+             f"metric to one of {', '.join(COMMON_METRICS)}", None, None)
+    elif kinds == ["eigenspace"] and not any(measured.values()):
+        metric = "estimate_change"
     else:
         metric = METRICS[kinds[0]][0]
     meta = {"title": doc.get("title", path.stem), "metric": metric, "thresholds": tuple(float(t) for t in thresholds)}
     return meta, jobs
+
+
+def _has_reference(cfg: dict) -> bool:
+    """Whether an eigenspace run is measured against the exact reference (a harness builds its data, evaluated)."""
+    from fl_strategies.harness import on_nodes
+
+    return cfg["evaluation"] != "none" and not on_nodes(cfg)
+
+
+def _empty_metric(metric: str, measured: dict[str, bool], noisy: dict[str, bool]) -> str | None:
+    """Why ``metric`` would be empty for some eigenspace run (the message), or ``None``."""
+    for name, has_reference in measured.items():
+        if metric in REFERENCE_METRICS and not has_reference:
+            return (f"metric {metric!r} is empty for run {name!r}: it has no exact reference (its data live on the "
+                    "nodes, or evaluation = \"none\"); use metric = \"estimate_change\" (or, noise-free, "
+                    "\"iterated_explained_variance_ratio\")")
+        if metric in PROGRESS_METRICS and has_reference:
+            return (f"metric {metric!r} is written only by runs without an exact reference, and run {name!r} has "
+                    "one: use metric = \"subspace_distance\"")
+        if metric in PROGRESS_METRICS and "explained_variance" in metric and noisy[name]:
+            return (f"metric {metric!r} is empty for run {name!r}: a noisy run sends no explained variance (it "
+                    "would be released without noise); use metric = \"estimate_change\"")
+    return None
 
 
 def _check_data(jobs: list[Job], config: str | Path = "") -> None:
@@ -570,14 +614,26 @@ def output_names(meta: dict) -> tuple[str, ...]:
 
 
 def write_report(results: pd.DataFrame, meta: dict, out: Path) -> None:
-    """Write ``summary.md`` and ``<metric>.png`` of a results table into ``out``."""
+    """Write ``summary.md`` and ``<metric>.png`` of a results table into ``out``.
+
+    A metric column without a single value is reported as empty in ``summary.md`` (and on stderr) and not
+    drawn: no blank figure.
+    """
     metric = meta["metric"]
     if metric not in results.columns:
-        raise ComparisonError(f"metric {metric!r} is not a column of the results (columns: "
-                              f"{', '.join(map(str, results.columns))})")
+        if metric not in {m for names in METRICS.values() for m in names}:
+            raise ComparisonError(f"metric {metric!r} is not a column of the results (columns: "
+                                  f"{', '.join(map(str, results.columns))})")
+        results = results.assign(**{metric: np.nan})  # a column these runs' strategies do not write
     summary = summarize(results, thresholds=meta["thresholds"], metric=metric)
-    write_summary_markdown(summary, out / "summary.md", title=meta["title"], metric=metric)
-    plot_metric(results, out / f"{metric}.png", metric=metric, title=meta["title"])
+    empty = pd.to_numeric(results[metric], errors="coerce").isna().all()
+    note = (f"No run wrote a value of {metric}: the table's {metric.replace('_', ' ')} cells are empty and no "
+            "plot is drawn." if empty else "")
+    write_summary_markdown(summary, out / "summary.md", title=meta["title"], metric=metric, note=note)
+    if empty:
+        print(f"warning: no run wrote a value of {metric}; summary.md says so and no plot is drawn", file=sys.stderr)
+    else:
+        plot_metric(results, out / f"{metric}.png", metric=metric, title=meta["title"])
 
 
 def report_only(config: str | Path, out: str | Path) -> pd.DataFrame:
