@@ -15,8 +15,8 @@ registered with ``flwr supernode register`` before they connect.
 
 Usage::
 
-    python -m simulations.engines.deploy [--run-config 'key=value ...'] [--out OUT [--force]] [--data-dir DIR] [--secure]
-                                 [--noise-secret-dir DIR] [--port PORT] [--fault PID=nan|shape ...]
+    python -m simulations.engines.deploy [--run-config 'key=value ...'] [--out OUT [--force]] [--data-dir DIR]
+                                 [--secure] [--noise-secret-dir DIR] [--port PORT] [--fault PID=nan|shape ...]
 
 ``--data-dir`` names existing node files ``partition_<i>.npy`` or ``partition_<i>.csv``.
 ``--noise-secret-dir`` keeps each node's noise secret in ``DIR/partition_<i>.secret`` (node config
