@@ -189,7 +189,7 @@ def test_clip_norm_scales_only_long_rows_and_the_model_and_transform_apply_it(tm
     np.testing.assert_allclose(np.load(tmp_path / "s.npy"), (clipped[:7] - model["mean"]) @ model["components"].T)
     # with epsilon the sensitivities come from c: sqrt(2) c^2 for the Gram triangle, 2 c for the row sum
     run_app(strategy="covariance", dataset=str(folder), num_clients=3, rank=2, center=True, clip_norm=c,
-            epsilon=1.0, delta=1e-6, dp_calibration="pld", results_dir=str(out))
+            epsilon=1.0, delta=1e-6, dp_calibration="pld", results_dir=str(out), overwrite=True)
     spent = json.loads(str(load_model(out / "pca.npz")["privacy"]))
     sens = {r["name"]: r["sensitivity"] for r in spent["releases"]}
     assert sens == pytest.approx({"gram": np.sqrt(2) * c * c, "row-sum": 2 * c}) and spent["row_bound"] == c
