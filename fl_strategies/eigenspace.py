@@ -222,8 +222,12 @@ class EigenspaceStrategy(FederatedStrategy):
         self.model["summary_bytes"] = summary_bytes
         if privacy is not None:
             self.model["privacy"] = privacy
-        log.info("PCA model: %d component(s) explain %.4g of the variance (%d rows)", k,
-                 float(self.model["explained_variance_ratio"].sum()), n)
+        ratio = float(self.model["explained_variance_ratio"].sum())
+        if np.isfinite(ratio):
+            log.info("PCA model: %d component(s) explain %.4g of the variance (%d rows)", k, ratio, n)
+        else:
+            log.info("PCA model: %d component(s), explained variance %s (%d rows; total variance not released)", k,
+                     np.array2string(self.model["explained_variance"], precision=4), n)
         if self.on_model is not None:
             self.on_model(self.model)
         return self.model

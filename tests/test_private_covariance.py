@@ -249,3 +249,17 @@ def test_dp_power_centring_with_epsilon_needs_one_row_replaced_accounting():
         DP_CENTRED, dataset="dp-haar", epsilon=1.0, delta=1e-6, dp_sensitivity="row-norm").items()})
     with pytest.raises(ConfigError, match="dp-sensitivity = \"one\""):
         validate_run_config(cfg)
+
+
+def test_a_lost_client_stops_a_private_covariance_round_and_no_model_is_written(tmp_path):
+    from fl_strategies.base import RunFailed
+
+    _, folder = owners_folder(tmp_path, num_rows=400, dimension=6)
+
+    def fault(msg, pid):  # partition 2 stops answering in the gram round
+        return "error" if pid == 2 and msg.metadata.group_id == "1" else "ok"
+
+    out = tmp_path / "out"
+    with pytest.raises(RunFailed, match="round 1: SecAgg\\+ halted"):
+        run_app(fault_fn=fault, **dict(PRIVATE, dataset=folder, results_dir=str(out)))
+    assert not (out / "pca.npz").exists()
