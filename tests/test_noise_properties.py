@@ -287,3 +287,21 @@ def test_a_node_that_draws_no_secret_noise_creates_no_secret(tmp_path, source, n
     del node_config["noise-secret"]
     ClientNoise({"noise-source": source, "seed": 0}, node_config, 0, state, noisy, STREAM_NOISE)
     assert "noise-secret" not in state
+
+
+@pytest.mark.parametrize("cfg, reported, expected", [
+    ({"epsilon": 0.0, "noise-std": 0.0, "noise-source": "auto"}, {}, None),
+    ({"epsilon": 0.0, "noise-std": 0.5, "noise-source": "auto"}, {}, "seeded"),
+    ({"epsilon": 0.5, "noise-std": 0.0, "noise-source": "auto"}, {}, "seeded"),
+    ({"epsilon": 0.0, "noise-std": 0.5, "noise-source": "os"}, {}, "os"),
+    ({"epsilon": 1.0, "noise-std": 0.0, "noise-source": "auto"},
+     {1: {"noise-source": "node-secret"}, 2: {}, 3: None, 4: {"noise-source": "node-secret"}}, "node-secret"),
+    ({"epsilon": 1.0, "noise-std": 0.0, "noise-source": "auto"},
+     {1: {"noise-source": "os"}, 2: {"noise-source": "node-secret"}}, "node-secret+os"),
+])
+def test_the_rows_noise_source_is_what_the_nodes_reported_or_the_config_implies(cfg, reported, expected):
+    """Any noise level (also below 1) makes a run noisy; nodes that reported nothing (or no mapping) are passed
+    over; without reports, auto means seeded (a simulation) and any other source is itself."""
+    from fl_strategies.noise import run_noise_source
+
+    assert run_noise_source(cfg, reported) == expected
