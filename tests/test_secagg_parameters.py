@@ -52,6 +52,8 @@ def test_the_threshold_is_a_strict_majority_of_the_share_holders_for_every_accep
         assert 2 * t > n, f"s = {s}, secagg-num-shares = {k}: t = {t} of n = {n} lets a lying server unmask"
         assert t >= 2, f"s = {s}, secagg-num-shares = {k}: one share holder alone could unmask"
         assert t <= n <= s, f"s = {s}, secagg-num-shares = {k}: t = {t}, n = {n} cannot be reconstructed"
+        if k == 0 and n < s:  # SecAgg+ neighbourhoods: an odd number of holders (Flower warns otherwise)
+            assert n % 2 == 1, f"s = {s}: {n} share holders by default"
         if k:
             assert n == k, f"s = {s}: secagg-num-shares = {k} asked, {n} share holders set up"
         if n >= 3:  # a holder may drop and the sum is still formed
