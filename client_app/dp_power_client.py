@@ -33,8 +33,8 @@ class DPPowerClient(NumPyClient):
     Parameters
     ----------
     data : client_app.data.NodeData
-        Its partition id and rows, an ndarray or (a folder of interactions)
-        a scipy sparse matrix of shape (s_i, n).
+        Its partition id and local operator: ``M_i^T (M_i X)`` from its rows as stored (an ndarray, or for a
+        folder of interactions a scipy sparse matrix of shape (s_i, n)), or from ``M_i^T M_i`` where cheaper.
     cfg : dict
         Effective run config.
     context : flwr.common.Context
@@ -43,10 +43,9 @@ class DPPowerClient(NumPyClient):
     """
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
-        rows = data.rows
-        self.rows = rows if hasattr(rows, "tocsr") else np.ascontiguousarray(rows, dtype=np.float64)
+        self.op = data.operator(cfg["num-server-rounds"], cfg["iteration-rank"])
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
-        self.s, self.n = rows.shape
+        self.s, self.n = self.op.num_rows, self.op.shape[0]
         self.calibration = (calibrate(cfg["epsilon"], cfg["delta"], cfg["num-server-rounds"], cfg["dp-calibration"])
                             if cfg["epsilon"] > 0 else None)
         self.noise = ClientNoise(cfg, data.node_config, self.partition_id, context.state,
@@ -71,10 +70,11 @@ class DPPowerClient(NumPyClient):
         if self.calibration is not None and released >= self.calibration.iterations:
             raise RuntimeError(f"privacy budget exhausted: {released} products released, L = "
                                f"{self.calibration.iterations}")
-        Y = self.rows.T @ (self.rows @ X)
+        Y = self.op.product(X)
         nu = client_noise_std(self.cfg, self.calibration, sensitivity(X, self.cfg["dp-sensitivity"]))
         if nu > 0:
-            rng = self.noise.generator(int(config["round"]), X, self.rows, nu)
+            rng = self.noise.generator(int(config["round"]), X, self.op.rows.rows if self.op.rows is not None
+                                       else self.op.gram, nu)
             Y += nu * rng.standard_normal(Y.shape)
         self.context.state[STATE] = ConfigRecord({"released": released + 1})
         secure = self.cfg["dp-channel"] == "secagg"

@@ -56,6 +56,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from .base import uploaded_bytes
+from .kernels.products import top_eigenpairs
 from .eigenspace import EigenspaceStrategy
 from .linalg import orth
 from .replies import scalar_metric
@@ -112,7 +113,8 @@ def local_subproblem(M, X, W, beta, Z, *, solver="ssi", tol=1e-2, min_steps=1, m
         ``ssi``: subspace iterations on ``H`` warm-started from ``X``, stopped
         by rule (26) ``||V_new - V||_F <= tol ||V_new||_F`` once at least
         ``min_steps`` were done, and after ``max_steps`` at the latest.
-        ``exact``: the dominant eigenvectors of ``H`` (scipy ``eigh``).
+        ``exact``: the dominant eigenvectors of ``H`` (scipy ``eigh``; when ``M`` is an operator on rows, Lanczos
+        ``eigsh`` on ``V -> H V``, exact to round-off, without forming ``H``).
 
     Returns
     -------
@@ -122,7 +124,11 @@ def local_subproblem(M, X, W, beta, Z, *, solver="ssi", tol=1e-2, min_steps=1, m
     """
     if solver == "exact":
         d, p = X.shape
-        H = M + X @ W.T + W @ X.T + beta * (Z @ Z.T)
+        dense = M if isinstance(M, np.ndarray) else M.dense() if M.path == "gram" else None
+        if dense is None:  # rows only: Lanczos on H V = M V + X (W^T V) + W (X^T V) + beta Z (Z^T V), no d x d
+            _, vecs = top_eigenpairs(M, p, extra=lambda V: X @ (W.T @ V) + W @ (X.T @ V) + beta * (Z @ (Z.T @ V)))
+            return vecs, 0
+        H = dense + X @ W.T + W @ X.T + beta * (Z @ Z.T)
         _, vecs = scipy.linalg.eigh((H + H.T) / 2, subset_by_index=[d - p, d - 1], driver="evx")
         return vecs[:, ::-1], 0
     V = X
@@ -140,8 +146,9 @@ def faps_client_round(M: np.ndarray, Z: np.ndarray, state: FapsState | None, cfg
 
     Parameters
     ----------
-    M : ndarray of shape (d, d)
-        ``A_i A_i^T``.
+    M : ndarray of shape (d, d) or fl_strategies.kernels.products.LocalOperator
+        ``A_i A_i^T``, or an operator applying it (products from the client's rows; then the exact solver
+        and ``||M||_2`` use Lanczos, scipy ``eigsh``, and no ``d x d`` matrix is formed).
     Z : ndarray of shape (d, p)
         The received estimate ``Z_k``.
     state : FapsState or None
@@ -164,7 +171,8 @@ def faps_client_round(M: np.ndarray, Z: np.ndarray, state: FapsState | None, cfg
     """
     p = Z.shape[1]
     if state is None:  # one-off set-up: beta_0 = c ||A_i||_2^2, X_0 = Z_0, W_0 by (16)
-        norm2 = float(scipy.linalg.eigh(M, eigvals_only=True, subset_by_index=[M.shape[0] - 1] * 2)[0])
+        norm2 = (float(scipy.linalg.eigh(M, eigvals_only=True, subset_by_index=[M.shape[0] - 1] * 2)[0])
+                 if isinstance(M, np.ndarray) else M.largest_eigenvalue())
         state = FapsState(X=Z.copy(), W=multiplier_factor(M, Z), beta=cfg["penalty-init"] * norm2, dhist=[0.0])
         k = 0
     else:
