@@ -2,10 +2,11 @@
 
 One data source per node, chosen by its node config:
 
-* ``data-path`` names a local ``.npy`` / ``.csv`` file whose rows are samples
+* ``data-path`` names a local ``.npy`` / ``.csv`` / ``.npz`` / ``.bed`` file whose rows are samples
   (``flower-supernode --node-config 'partition-id=0 data-path="rows.npy"'``):
-  read by :func:`fl_strategies.data_files.read_samples`; the file never
-  leaves the node. This is the deployment's source, and the only one with
+  opened by :func:`fl_strategies.data_files.open_samples` and kept as
+  stored (a ``.npy`` memory-mapped in its dtype), once per process; the
+  file never leaves the node. This is the deployment's source, and the only one with
   ``dataset = "nodes"``.
 * Otherwise the run is a simulation and the node takes partition
   ``partition-id`` of the run's data set from the simulation harness that
@@ -32,7 +33,8 @@ config key at fault; the server leaves such a node out of the run before round
   server still iterates exactly the pooled covariance, so refusing the
   partition would silently change the result;
 * ``A_i = M_i^T M_i / s_i`` is finite (data of huge magnitude without
-  ``row-normalize`` would overflow it);
+  ``row-normalize`` would overflow it): checked on its diagonal, the
+  columns' sums of squares, block by block, when no ``d x d`` matrix is formed;
 * with ``row-normalize`` every row has unit norm (or is zero), so
   ``tr(A_i) <= 1``: the assumption of the privacy calibration. A deployment
   file is normalised on the node like simulated data; ``row-normalize = false``
@@ -210,8 +212,9 @@ class NodeData:
     def _build_operator(self, products: int, rank: int) -> LocalOperator:
         stored = self._stored()
         s, d = stored.num_rows, stored.dimension
-        use_gram = gram_is_cheaper(s, d, rank, products)
-        if use_gram and self._file() is None and not stored.sparse:  # the harness caches A_i across runs
+        harness = self._file() is None and not stored.sparse  # the harness caches A_i across the runs of a sweep
+        use_gram = gram_is_cheaper(s, d, rank, products, shared=harness)
+        if use_gram and harness:
             A, s_h = _harness(self.cfg, self.partition_id).client_covariance(self.cfg, self.partition_id)
             op = LocalOperator.from_gram(A, s_h, rows=stored)
         else:

@@ -40,8 +40,8 @@ class FedPowerClient(NumPyClient):
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
         self.data = data
         T = total_iterations(cfg)
-        # products in the run: T local steps, the objective each round, the summary
-        self.products = T + cfg["num-server-rounds"] + 1
+        # products in the run: T local steps (the objective reuses the first of a round's), the summary
+        self.products = T + 1
         op = data.operator(self.products, cfg["iteration-rank"])
         self.s, self.d = op.num_rows, op.shape[0]
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
@@ -80,18 +80,20 @@ class FedPowerClient(NumPyClient):
         done = max(self._steps_done(), int(config.get("iteration-offset", 0)))
         if self.noise_std > 0 and done + steps > self.budget:
             raise RuntimeError(f"privacy budget exhausted: {done} + {steps} local steps exceed T = {self.budget}")
-        rng = None
-        if self.noise_std > 0:  # node-secret: a function of everything this release depends on
-            rng = self.noise.generator(int(config["round"]), Z, A.digest_input, self.noise_std, steps)
-        Y, Z_prev = local_power_iterations(A, Z, steps, self.noise_std, rng)
-        self.context.state["fedpower"] = ConfigRecord({"steps": done + steps})
-        arrays = [Y, Z_prev] if steps > 1 else [Y]
         metrics = {"partition-id": self.partition_id}
+        AZ = None
         if self.cfg["stop-tol"] > 0 or config.get("objective"):  # f_i = tr(Z^T M_i Z) at the received Z
             if self.noise_std > 0:
                 raise RuntimeError("the server asks for the objective tr(Z^T M_i Z) in a noisy run: it would be "
                                    "released without noise, so this client does not answer")
-            metrics["f"] = A.objective(Z)
+            AZ = A @ Z  # also the first local step's product
+            metrics["f"] = float(self.s * np.sum(Z * AZ))
+        rng = None
+        if self.noise_std > 0:  # node-secret: a function of everything this release depends on
+            rng = self.noise.generator(int(config["round"]), Z, A.digest_input, self.noise_std, steps)
+        Y, Z_prev = local_power_iterations(A, Z, steps, self.noise_std, rng, first=AZ)
+        self.context.state["fedpower"] = ConfigRecord({"steps": done + steps})
+        arrays = [Y, Z_prev] if steps > 1 else [Y]
         return arrays, self.s, metrics
 
 

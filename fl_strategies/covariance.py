@@ -9,10 +9,14 @@ strategies send ``d r`` numbers per round instead; the README's crossover
 table (``simulations/experiments/fedpower/covariance_crossover.py``) shows
 from which ``d`` they pay off. Every client is needed: a missing one aborts
 the run. No noise (``epsilon``, ``noise-std`` are refused by the registry).
+
+Where ``d^2`` does not fit, the strategy refuses before round 1 (:func:`check_covariance_fits`): the server holds
+the ``m`` replies and ``C``, ``8 (m + 2) d^2`` bytes; ``fedpower`` needs ``O(d r)``.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -22,14 +26,52 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from .base import uploaded_bytes
+from .config import ConfigError
 from .eigenspace import EigenspaceStrategy
 from .linalg import top_eigenvectors
 
-__all__ = ["CovarianceStrategy"]
+__all__ = ["CovarianceStrategy", "check_covariance_fits"]
+
+
+def check_covariance_fits(dimension: int, num_clients: int, memory: int | None = None) -> None:
+    """Refuse a ``covariance`` run whose ``d x d`` exchange does not fit in this machine's memory.
+
+    Parameters
+    ----------
+    dimension, num_clients : int
+        ``d`` and ``m``.
+    memory : int, optional
+        Bytes available (default: the physical memory; unknown on some platforms, then nothing is checked).
+
+    Raises
+    ------
+    ConfigError
+        If ``8 (m + 2) d^2`` bytes (the ``m`` replies, their sum and ``C``) exceed ``memory``.
+    """
+    if memory is None:
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):
+            return
+    need = 8 * (num_clients + 2) * dimension * dimension
+    if need > memory:
+        raise ConfigError(f"strategy = \"covariance\" with d = {dimension} and {num_clients} clients needs about "
+                          f"{need / 1e9:.3g} GB for the d x d matrices (8 (m + 2) d^2 bytes) and this machine has "
+                          f"{memory / 1e9:.3g} GB; use strategy = \"fedpower\", which exchanges d x r")
 
 
 class CovarianceStrategy(EigenspaceStrategy):
     """Sum the clients' ``d x d`` matrices once and take ``eigh``; the PCA model is exact (no summary exchange)."""
+
+    def __init__(self, cfg: dict[str, Any], dimension: int | None, reference=None, wait_timeout: float = 600.0) -> None:
+        if dimension:
+            check_covariance_fits(dimension, cfg["num-clients"])
+        super().__init__(cfg, dimension, reference, wait_timeout)
+
+    def _register(self, answers) -> None:
+        """Discovery's bookkeeping, then the memory check with the ``d`` the nodes reported."""
+        super()._register(answers)
+        check_covariance_fits(self.d, self.m)
 
     @property
     def num_rounds(self) -> int:  # noqa: D102

@@ -5,12 +5,15 @@ The one reader of user data files, used by a node for its ``data-path`` file
 that names a file. A file passes when it holds one 2-D array of real numbers
 (no strings, booleans, complex or object arrays), with at least one row and
 one column and only finite entries; a ``.csv`` file is comma-separated
-without a header; a ``.npz`` file is a scipy sparse matrix (``scipy.sparse.save_npz``).
+without a header; a ``.npz`` file is a scipy sparse matrix (``scipy.sparse.save_npz``); a ``.bed`` file is a
+PLINK 1 genotype file (with its ``.fam`` and ``.bim`` beside it), read with ``bed-reader`` (the optional extra
+``genotype``): people are rows, SNPs columns, allele counts 0/1/2 as int8; a missing call is refused (impute
+or filter first, e.g. ``plink --geno 0``), since this reader does not impute.
 
 :func:`open_samples` gives the data as stored (a ``.npy`` file memory-mapped in its own dtype, int8 genotypes
 included; a sparse matrix as it is), checked block by block, for the clients that stream their rows
-(:mod:`fl_strategies.kernels.rows`); :func:`read_samples` gives a float64 copy. Every refusal is a ``ValueError`` that names the file
-(prefixed by what the caller calls it, e.g. ``node config data-path``) and,
+(:mod:`fl_strategies.kernels.rows`); :func:`read_samples` gives a float64 copy. Every refusal is a
+``ValueError`` that names the file (prefixed by what the caller calls it, e.g. ``node config data-path``) and,
 for a csv, the line and the cell.
 """
 
@@ -25,7 +28,7 @@ from .kernels.rows import BLOCK_BYTES, normalize_rows
 
 __all__ = ["FILE_SUFFIXES", "is_data_file", "open_samples", "read_samples", "normalize_rows"]
 
-FILE_SUFFIXES = (".npy", ".csv", ".npz")
+FILE_SUFFIXES = (".npy", ".csv", ".npz", ".bed")
 """File suffixes accepted as files of samples."""
 
 
@@ -61,12 +64,13 @@ def open_samples(path: str | Path, label: str = "file"):
     path = Path(path)
     where = f"{label} {str(path)!r}"
     if not is_data_file(str(path)):
-        raise ValueError(f"{where}: must be a .npy or .csv file (or a scipy sparse .npz) whose rows are samples")
+        raise ValueError(f"{where}: must be a .npy or .csv file (or a scipy sparse .npz, a PLINK .bed) whose rows "
+                         "are samples")
     if not path.is_file():
         raise ValueError(f"{where}: no such file")
     suffix = path.suffix.lower()
-    X = _read_npy(path, where) if suffix == ".npy" else _read_npz(path, where) if suffix == ".npz" else \
-        _read_csv(path, where)
+    readers = {".npy": _read_npy, ".npz": _read_npz, ".bed": _read_bed}
+    X = readers.get(suffix, _read_csv)(path, where)
     _validate_matrix(X, where)
     return X
 
@@ -106,6 +110,49 @@ def _read_npz(path: Path, where: str):
     except Exception as exc:  # a numpy savez archive, a corrupt file, ...
         raise ValueError(f"{where}: is not a scipy sparse matrix (scipy.sparse.save_npz): {exc}") from exc
     return X.tocsr()
+
+
+class BedRows:
+    """A PLINK ``.bed`` file as rows (people x SNPs), read on demand with ``bed-reader`` as int8 allele counts.
+
+    Slicing rows (``bed[start:stop]``) reads those people only; ``np.asarray(bed)`` reads the whole file.
+    """
+
+    MISSING = -127  # bed-reader's int8 code of a missing call
+
+    def __init__(self, bed) -> None:
+        self.bed = bed
+        self.shape = (int(bed.iid_count), int(bed.sid_count))
+        self.dtype, self.ndim = np.dtype(np.int8), 2
+        self.nbytes = self.shape[0] * self.shape[1]
+
+    def __getitem__(self, rows) -> np.ndarray:
+        return self.bed.read(index=np.s_[rows, :], dtype="int8")
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        X = self[:]
+        return X if dtype is None else X.astype(dtype)
+
+
+def _read_bed(path: Path, where: str) -> BedRows:
+    try:
+        from bed_reader import open_bed
+    except ImportError:
+        raise ValueError(f"{where}: reading a PLINK .bed file needs bed-reader: pip install 'fedspectral[genotype]'") \
+            from None
+    try:
+        X = BedRows(open_bed(path))
+    except Exception as exc:  # a missing .fam / .bim, a corrupt file, ...
+        raise ValueError(f"{where}: is not a readable PLINK .bed file (with its .fam and .bim): {exc}") from exc
+    step = max(1, BLOCK_BYTES // max(X.shape[1], 1))
+    for start in range(0, X.shape[0], step):
+        missing = X[start:start + step] == BedRows.MISSING
+        if missing.any():
+            first = start + int(np.argmax(missing.any(axis=1)))
+            raise ValueError(f"{where}: has missing genotype calls, first in row {first}; "
+                             "impute or filter them first (e.g. plink --geno 0 / --fill-missing-a2): this reader does "
+                             "not impute")
+    return X
 
 
 def _read_csv(path: Path, where: str) -> np.ndarray:

@@ -56,14 +56,15 @@ __all__ = ["local_power_iterations", "FedPowerStrategy", "STREAM_NOISE"]
 
 
 def local_power_iterations(
-    A: np.ndarray, Z: np.ndarray, steps: int, noise_std: float, rng: np.random.Generator | None
+    A, Z: np.ndarray, steps: int, noise_std: float, rng: np.random.Generator | None,
+    first: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run ``steps`` noisy power iterations from ``Z`` (lines 6-7 of Algorithm 2).
 
     Parameters
     ----------
-    A : ndarray of shape (d, d)
-        The client's local matrix ``A_i = M_i^T M_i / s_i``.
+    A : ndarray of shape (d, d) or fl_strategies.kernels.products.LocalOperator
+        The client's local matrix ``A_i = M_i^T M_i / s_i`` (anything with ``A @ Z``).
     Z : ndarray of shape (d, r)
         Orthonormal starting basis (the server's broadcast).
     steps : int
@@ -72,6 +73,9 @@ def local_power_iterations(
         ``nu``; fresh ``N(0, nu^2)`` noise is added at *every* step.
     rng : numpy.random.Generator or None
         The client's own generator; may be ``None`` when ``noise_std == 0``.
+    first : ndarray of shape (d, r), optional
+        ``A @ Z`` when the caller has it already (the objective ``f_i`` needs it): the first step uses it
+        instead of a product of its own (noise is still added).
 
     Returns
     -------
@@ -84,7 +88,7 @@ def local_power_iterations(
     for step in range(steps):
         if step:
             Z_prev = orth(Y)
-        Y = A @ Z_prev
+        Y = first if step == 0 and first is not None else A @ Z_prev
         if noise_std > 0:
             Y = Y + noise_std * rng.standard_normal(Y.shape)
     return Y, Z_prev

@@ -122,3 +122,6 @@ def test_the_gram_matrix_is_chosen_only_where_it_is_cheaper():
     assert not gram_is_cheaper(num_rows=5000, dimension=100, rank=5, products=1)  # built for one product
     assert not gram_is_cheaper(num_rows=500, dimension=100_000, rank=8, products=10_000)  # d x d > rows
     assert not gram_is_cheaper(num_rows=300, dimension=30_000, rank=2, products=50)
+    # a Gram matrix shared by the runs of a sweep is used wherever it is no larger than the rows (or small)
+    assert gram_is_cheaper(num_rows=5000, dimension=100, rank=5, products=1, shared=True)
+    assert not gram_is_cheaper(num_rows=300, dimension=30_000, rank=2, products=50, shared=True)

@@ -25,11 +25,13 @@ GRAM_FLOOR_BYTES = 1 << 26
 """A Gram matrix up to this size (64 MiB, d <= 2,896) may be formed even when it is larger than the rows."""
 
 
-def gram_is_cheaper(num_rows: int, dimension: int, rank: int, products: int) -> bool:
+def gram_is_cheaper(num_rows: int, dimension: int, rank: int, products: int, shared: bool = False) -> bool:
     """Whether forming ``G = M^T M`` once beats ``products`` products ``M^T (M Z)`` with ``Z`` of ``rank`` columns.
 
     Floating-point work: rows ``2 P s d r``; Gram ``s d^2`` (once) ``+ P d^2 r``. The Gram matrix must also take
-    no more memory than the rows in float64 (``d <= s``) or than :data:`GRAM_FLOOR_BYTES`.
+    no more memory than the rows in float64 (``d <= s``) or than :data:`GRAM_FLOOR_BYTES`. A ``shared`` Gram
+    matrix (a simulation harness caches it for every run of a sweep in the process) is not charged to one run:
+    it is used whenever it fits that memory rule.
 
     Parameters
     ----------
@@ -39,10 +41,14 @@ def gram_is_cheaper(num_rows: int, dimension: int, rank: int, products: int) -> 
         ``r``, columns of a product's block.
     products : int
         How many products the client expects to compute in the run.
+    shared : bool
+        The Gram matrix is built once for many runs.
     """
     s, d, r, P = int(num_rows), int(dimension), max(int(rank), 1), max(int(products), 1)
     if d > s and 8 * d * d > GRAM_FLOOR_BYTES:
         return False
+    if shared:
+        return True
     return s * d * d + P * d * d * r < 2 * P * s * d * r
 
 

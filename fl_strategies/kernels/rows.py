@@ -78,9 +78,23 @@ class RowBlocks:
         return int(self.rows.nbytes)
 
     def blocks(self) -> Iterator[np.ndarray]:
-        """Consecutive row blocks in float64 (a scipy CSR matrix for sparse rows), covering all rows once."""
+        """Consecutive row blocks in float64 (a scipy CSR matrix for sparse rows), covering all rows once.
+
+        A block converted from another dtype lives in a buffer that the next block overwrites: use it before
+        asking for the next.
+        """
+        buffer = None  # one float64 buffer per pass, refilled block by block (no fresh pages per block)
         for start in range(0, self.num_rows, self.block):
             block = self.rows[start:start + self.block]
+            if not self.sparse and not self.normalize and not (isinstance(block, np.ndarray)
+                                                               and block.dtype == np.float64
+                                                               and not isinstance(block, np.memmap)):
+                if buffer is None:
+                    buffer = np.empty((min(self.block, self.num_rows), self.dimension))
+                out = buffer[:block.shape[0]]
+                np.copyto(out, block, casting="unsafe")
+                yield out
+                continue
             if self.sparse:
                 block = block.astype(np.float64)
                 if self.normalize:

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from fl_strategies.kernels.products import GRAM_FLOOR_BYTES
 from fl_strategies.linalg import top_eigenvectors
 from fl_strategies.metrics import Reference
 
@@ -152,7 +153,8 @@ def reference(cfg: Mapping[str, Any]) -> Reference:
     """Exact spectral reference of the configured data: pooled covariance and top eigenpairs (cached).
 
     The covariance is ``(1/n) X^T X`` over all rows; its top ``iteration-rank``
-    eigenpairs come from scipy ``eigh``.
+    eigenpairs come from scipy ``eigh``, or, for wide data (``n < d``) whose
+    ``d x d`` matrix would exceed ``GRAM_FLOOR_BYTES``, from a thin SVD of the rows.
     """
     return _cached_reference(_values(cfg), cfg["rank"], cfg["iteration-rank"])
 
@@ -169,6 +171,8 @@ def _cached_reference(values: tuple, k: int, r: int) -> Reference:
         return Reference.from_covariance(C / c["num-samples"], k, r)
     data, _ = _cached(values)
     X = data.X
+    if X.shape[0] < X.shape[1] and 8 * X.shape[1] ** 2 > GRAM_FLOOR_BYTES:  # wide: a thin SVD, no d x d array
+        return Reference.from_rows(X, k, r)
     return Reference.from_covariance(X.T @ X / X.shape[0], k, r)
 
 
