@@ -1,10 +1,11 @@
 """Accuracy metrics of an eigenspace estimate against the exact reference.
 
 The reference is computed by the harness from the pooled data (which no client
-sends): the pooled covariance ``C = (1/n) X^T X`` (``= A A^T / n`` in the FAPS
-paper's features-by-samples notation) and its leading eigenpairs from
+sends): the matrix the run estimates, :func:`pooled_covariance` (``C = (1/n)
+X^T X``, ``= A A^T / n`` in the FAPS paper's features-by-samples notation, or
+its centred form with ``center = true``), and its leading eigenpairs from
 ``scipy.linalg.eigh``; or, for wide data, from the pooled rows ``X`` (n, d)
-alone by a thin SVD, ``C`` then being the operator ``Q -> X^T (X Q) / n``
+alone by a thin SVD, ``C`` then being the operator ``Q -> X_c^T (X_c Q) / n``
 (:class:`PooledRows`, no ``d x d`` array). Every metric here is invariant to
 the scale of ``C``.
 """
@@ -12,21 +13,25 @@ the scale of ``C``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
+import scipy.sparse as sp
 
 from .linalg import orth, subspace_distance, top_eigenvectors
 
-__all__ = ["Reference", "PooledRows", "kkt_violation", "singular_value_error", "round_metrics"]
+__all__ = ["Reference", "PooledRows", "pooled_covariance", "kkt_violation", "singular_value_error",
+           "round_metrics"]
 
 
 class PooledRows:
-    """``C = X^T X / n`` as an operator of the pooled rows ``X`` (n, d): ``C @ Q`` and :meth:`trace`."""
+    """``C = X_c^T X_c / n`` as an operator of the pooled rows ``X`` (n, d), centred (``X_c = X - mean``) with
+    ``center``: ``C @ Q`` and :meth:`trace`, the two things the metrics need, without a ``d x d`` array."""
 
-    def __init__(self, X: np.ndarray) -> None:
-        self.X = np.asarray(X, dtype=np.float64)
-        self.shape = (self.X.shape[1], self.X.shape[1])
+    def __init__(self, X: np.ndarray, center: bool) -> None:
+        X = np.asarray(X, dtype=np.float64)
+        self.X = X - X.mean(axis=0) if center else X
+        self.shape = (X.shape[1], X.shape[1])
 
     def __matmul__(self, Q: np.ndarray) -> np.ndarray:
         return self.X.T @ (self.X @ Q) / self.X.shape[0]
@@ -46,7 +51,7 @@ class Reference:
     Attributes
     ----------
     covariance : ndarray of shape (d, d) or PooledRows
-        ``C = (1/n) X^T X``.
+        The matrix the run estimates (:func:`pooled_covariance`), or, for wide data, it as an operator.
     values : ndarray of shape (r,)
         Its ``r`` largest eigenvalues, descending.
     vectors : ndarray of shape (d, r)
@@ -67,23 +72,93 @@ class Reference:
         return cls(C, values, vectors, k)
 
     @classmethod
-    def from_rows(cls, X: np.ndarray, k: int, r: int) -> "Reference":
-        """Build the reference from the pooled rows ``X`` (n, d) by a thin SVD (scipy), without a ``d x d`` array.
+    def from_rows(cls, blocks: Iterable, k: int, r: int, *, center: bool) -> "Reference":
+        """Build the reference from the run's preprocessed rows (see :func:`pooled_covariance`)."""
+        return cls.from_covariance(pooled_covariance(blocks, center=center), k, r)
 
-        ``X = U S V^T`` gives the eigenpairs ``(S^2 / n, V)`` of ``C = X^T X / n``; O(n^2 d) time, O(n d) memory.
-        With ``r > min(n, d)`` the missing eigenvalues are 0 and their vectors complete ``V`` to ``r`` columns.
+    @classmethod
+    def from_thin_svd(cls, X: np.ndarray, k: int, r: int, *, center: bool) -> "Reference":
+        """The same reference from the pooled rows ``X`` (n, d) by a thin SVD (scipy), without a ``d x d`` array.
+
+        ``X_c = U S V^T`` gives the eigenpairs ``(S^2 / n, V)`` of ``C = X_c^T X_c / n``; O(n^2 d) time, O(n d)
+        memory: what wide data (``n < d``) need. With ``r > min(n, d)`` the missing eigenvalues are 0 and their
+        vectors complete ``V`` to ``r`` orthonormal columns.
         """
         import scipy.linalg
 
-        X = np.asarray(X, dtype=np.float64)
-        _, S, Vt = scipy.linalg.svd(X, full_matrices=False)
-        values, vectors = S[:r] ** 2 / X.shape[0], Vt[:r].T
+        C = PooledRows(X, center)
+        _, S, Vt = scipy.linalg.svd(C.X, full_matrices=False)
+        values, vectors = S[:r] ** 2 / C.X.shape[0], Vt[:r].T
         if vectors.shape[1] < r:
-            extra = np.random.default_rng(0).standard_normal((X.shape[1], r - vectors.shape[1]))
+            extra = np.random.default_rng(0).standard_normal((C.X.shape[1], r - vectors.shape[1]))
             extra -= vectors @ (vectors.T @ extra)
             vectors = np.hstack([vectors, np.linalg.qr(extra)[0]])
             values = np.concatenate([values, np.zeros(r - len(values))])
-        return cls(PooledRows(X), values, vectors, k)
+        return cls(C, values, vectors, k)
+
+
+def pooled_covariance(blocks: Iterable, *, center: bool) -> np.ndarray:
+    """The second-moment matrix an eigenspace run estimates, from its preprocessed rows.
+
+    The one definition every exact reference uses, so that an accuracy figure
+    measures the estimate against what the run computes: with ``center`` the
+    covariance about the mean ``mu`` of all rows,
+    ``C = (1/n) sum_j (x_j - mu)(x_j - mu)^T`` (scikit-learn's PCA up to the
+    factor ``n / (n - 1)``, which changes no eigenvector), else the papers'
+    uncentred ``C = (1/n) X^T X``. The rows are those the clients hold, after
+    the run's preprocessing (``row-normalize``). A further column transform of
+    the estimator (e.g. standardisation) belongs here too.
+
+    The blocks are combined as Chan et al.'s pairwise variance does (each
+    block centred about its own mean, the means' spread added), so that no
+    ``sum x x^T - n mu mu^T`` cancellation loses digits on rows far from 0.
+
+    Parameters
+    ----------
+    blocks : iterable of ndarray or scipy sparse matrix, each of shape (s_i, d)
+        The rows, in any number of blocks (a lazy data set: one partition at a time).
+    center : bool
+        The run's ``center`` key.
+
+    Returns
+    -------
+    ndarray of shape (d, d)
+
+    Raises
+    ------
+    ValueError
+        If there are no rows or the blocks' widths differ.
+    """
+    n, mean, scatter = 0, None, None
+    for M in blocks:
+        s = M.shape[0]
+        if s == 0:
+            continue
+        if sp.issparse(M):
+            m = np.asarray(M.sum(axis=0)).ravel() / s
+            G = np.asarray((M.T @ M).todense(), dtype=np.float64)
+            if center:
+                G -= s * np.outer(m, m)
+        else:
+            M = np.asarray(M, dtype=np.float64)
+            m = M.mean(axis=0)
+            R = M - m if center else M
+            G = R.T @ R
+        if scatter is None:
+            n, mean, scatter = s, m, G
+            continue
+        if G.shape != scatter.shape:
+            raise ValueError(f"row blocks of {scatter.shape[0]} and {G.shape[0]} columns")
+        if center:
+            gap = m - mean
+            scatter += G + np.outer(gap, gap) * (n * s / (n + s))
+            mean = mean + gap * (s / (n + s))
+        else:
+            scatter += G
+        n += s
+    if scatter is None:
+        raise ValueError("no rows to compute the covariance of")
+    return scatter / n
 
 
 def kkt_violation(Z: np.ndarray, C: np.ndarray) -> float:

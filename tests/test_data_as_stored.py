@@ -83,16 +83,17 @@ def test_the_memory_check_counts_d_x_d_only_where_a_strategy_forms_it(monkeypatc
         check_memory(fused_run_config({**wide, "strategy": "covariance"}))
 
 
-def test_the_wide_reference_from_the_rows_is_the_eigh_reference():
+@pytest.mark.parametrize("center", [False, True])
+def test_the_wide_reference_from_a_thin_svd_is_the_eigh_reference(center):
     from fl_strategies.metrics import Reference, round_metrics
 
     rng = np.random.default_rng(3)
-    X = rng.standard_normal((40, 300)) * np.linspace(4, 0.1, 300)
-    dense, rows = Reference.from_covariance(X.T @ X / 40, 2, 5), Reference.from_rows(X, 2, 5)
-    np.testing.assert_allclose(rows.values, dense.values, rtol=1e-12)
-    assert np.linalg.norm(rows.vectors @ rows.vectors.T - dense.vectors @ dense.vectors.T) < 1e-10
+    X = rng.standard_normal((40, 300)) * np.linspace(4, 0.1, 300) + 2.0
+    dense, thin = Reference.from_rows([X], 2, 5, center=center), Reference.from_thin_svd(X, 2, 5, center=center)
+    np.testing.assert_allclose(thin.values, dense.values, rtol=1e-12)
+    assert np.linalg.norm(thin.vectors @ thin.vectors.T - dense.vectors @ dense.vectors.T) < 1e-10
     Z = rng.standard_normal((300, 5))
-    a, b = round_metrics(Z, dense), round_metrics(Z, rows)
+    a, b = round_metrics(Z, dense), round_metrics(Z, thin)
     for key in a:
         assert abs(a[key] - b[key]) <= 1e-10
 
