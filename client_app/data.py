@@ -35,6 +35,8 @@ config key at fault; the server leaves such a node out of the run before round
 * ``A_i = M_i^T M_i / s_i`` is finite (data of huge magnitude without
   ``row-normalize`` would overflow it): checked on its diagonal, the
   columns' sums of squares, block by block, when no ``d x d`` matrix is formed;
+* with ``clip-norm = c`` every row longer than ``c`` is scaled down to ``c`` (others are kept), before
+  anything is computed from the rows;
 * with ``row-normalize`` every row has unit norm (or is zero), so
   ``tr(A_i) <= 1``: the assumption of the privacy calibration. A deployment
   file is normalised on the node like simulated data; ``row-normalize = false``
@@ -138,7 +140,7 @@ class NodeData:
         rows = _harness(self.cfg, self.partition_id).client_rows(self.cfg, self.partition_id)
         if rows.shape[0] < 1:
             raise ValueError(f"partition {self.partition_id}: the partition has no rows")
-        return RowBlocks(rows)
+        return RowBlocks(rows, clip=self.cfg.get("clip-norm", 0.0))
 
     @property
     def rows(self):
@@ -150,9 +152,11 @@ class NodeData:
             else:
                 stored = self._stored()
             rows = stored.rows
-            if stored.normalize or not (hasattr(rows, "tocsr") or isinstance(rows, np.ndarray)
-                                        and rows.dtype == np.float64 and not isinstance(rows, np.memmap)):
-                rows = next(RowBlocks(rows, stored.normalize, block_bytes=8 * rows.shape[0] * rows.shape[1]).blocks())
+            if stored.normalize or stored.clip > 0 or not (
+                    hasattr(rows, "tocsr") or isinstance(rows, np.ndarray) and rows.dtype == np.float64
+                    and not isinstance(rows, np.memmap)):
+                rows = next(RowBlocks(rows, stored.normalize, block_bytes=8 * rows.shape[0] * rows.shape[1],
+                                      clip=stored.clip).blocks())
             self._rows = rows
         return self._rows
 
@@ -206,13 +210,15 @@ class NodeData:
     def _source_key(self) -> tuple:
         file = self._file()
         if file is not None:
-            return ("file", file[0], _version(file[0]), bool(self.cfg["row-normalize"]))
+            return ("file", file[0], _version(file[0]), bool(self.cfg["row-normalize"]),
+                    float(self.cfg.get("clip-norm", 0.0)))
         return ("harness", tuple(sorted(self.cfg.items())), self.partition_id)
 
     def _build_operator(self, products: int, rank: int) -> LocalOperator:
         stored = self._stored()
         s, d = stored.num_rows, stored.dimension
-        harness = self._file() is None and not stored.sparse  # the harness caches A_i across the runs of a sweep
+        # the harness caches A_i (of unclipped rows) across the runs of a sweep
+        harness = self._file() is None and not stored.sparse and stored.clip <= 0
         use_gram = gram_is_cheaper(s, d, rank, products, shared=harness)
         if use_gram and harness:
             A, s_h = _harness(self.cfg, self.partition_id).client_covariance(self.cfg, self.partition_id)
@@ -282,7 +288,7 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
     if not on_nodes(cfg) and cfg["dimension"] > 0 and X.shape[1] != cfg["dimension"]:
         raise ValueError(f"partition {pid}: {what} {path!r}: has {X.shape[1]} columns, but the "
                          f"run's data have dimension d = {cfg['dimension']}")
-    return RowBlocks(X, normalize=bool(cfg["row-normalize"]))
+    return RowBlocks(X, normalize=bool(cfg["row-normalize"]), clip=cfg.get("clip-norm", 0.0))
 
 
 @lru_cache(maxsize=64)  # a client is rebuilt at every message; a changed file (mtime, size) is read again

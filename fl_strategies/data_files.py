@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .kernels.rows import BLOCK_BYTES, normalize_rows
+from .kernels.rows import BLOCK_BYTES, clip_rows, normalize_rows
 
-__all__ = ["FILE_SUFFIXES", "is_data_file", "open_samples", "read_samples", "normalize_rows"]
+__all__ = ["clip_rows", "FILE_SUFFIXES", "is_data_file", "open_samples", "read_samples", "normalize_rows"]
 
 FILE_SUFFIXES = (".npy", ".csv", ".npz", ".bed")
 """File suffixes accepted as files of samples."""

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "RowBlocks", "normalize_rows"]
+__all__ = ["BLOCK_BYTES", "RowBlocks", "normalize_rows", "clip_rows"]
 
 BLOCK_BYTES = 1 << 25
 """Target size of one float64 row block (32 MiB)."""
@@ -38,6 +38,25 @@ def normalize_rows(X: np.ndarray) -> np.ndarray:
     return out
 
 
+def clip_rows(X: np.ndarray, bound: float) -> np.ndarray:
+    """Scale the rows longer than ``bound`` down to L2 norm ``bound``; shorter rows are kept as they are.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        Input matrix (not modified).
+    bound : float
+        ``c > 0``, the largest row norm kept.
+
+    Returns
+    -------
+    ndarray of shape (n, d), float64
+    """
+    X = np.asarray(X, dtype=np.float64)
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return X * np.minimum(1.0, bound / np.where(norms > 0, norms, 1.0))
+
+
 def unit_rows(X: np.ndarray) -> np.ndarray:
     """Rows of unit norm, scaled by their largest entry first so that no row norm overflows; float64 (n, d)."""
     X = np.asarray(X, dtype=np.float64)
@@ -54,19 +73,22 @@ class RowBlocks:
         Real entries, any dtype; never copied as a whole.
     normalize : bool
         Scale every nonzero row to unit norm (:func:`unit_rows`), block by block.
+    clip : float
+        With ``clip > 0`` every row longer than ``clip`` is scaled down to it (:func:`clip_rows`), block by block.
     block_bytes : int
         Target size of one float64 block.
     """
 
-    def __init__(self, rows, normalize: bool = False, block_bytes: int = BLOCK_BYTES) -> None:
+    def __init__(self, rows, normalize: bool = False, block_bytes: int = BLOCK_BYTES, clip: float = 0.0) -> None:
         self.rows = rows
         self.sparse = hasattr(rows, "tocsr")
         if self.sparse:
             self.rows = rows.tocsr()
         self.normalize = bool(normalize)
+        self.clip = float(clip)
         self.num_rows, self.dimension = (int(n) for n in rows.shape)
         whole = (not self.sparse and isinstance(rows, np.ndarray) and not isinstance(rows, np.memmap)
-                 and rows.dtype == np.float64 and not self.normalize)
+                 and rows.dtype == np.float64 and not self.normalize and self.clip <= 0)
         self.block = self.num_rows if whole else max(1, int(block_bytes) // (8 * max(self.dimension, 1)))
         self._stats: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -78,6 +100,14 @@ class RowBlocks:
         return int(self.rows.nbytes)
 
     def blocks(self) -> Iterator[np.ndarray]:
+        """Consecutive row blocks in float64 (clipped with ``clip``), covering all rows once (:meth:`_blocks`)."""
+        if self.clip <= 0:
+            yield from self._blocks()
+            return
+        for block in self._blocks():
+            yield clip_rows(block.toarray() if hasattr(block, "toarray") else block, self.clip)
+
+    def _blocks(self) -> Iterator[np.ndarray]:
         """Consecutive row blocks in float64 (a scipy CSR matrix for sparse rows), covering all rows once.
 
         A block converted from another dtype lives in a buffer that the next block overwrites: use it before
