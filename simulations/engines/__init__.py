@@ -125,7 +125,7 @@ def _check_folder(cfg: dict, option: str) -> None:
         One line naming the option, the partition and the file, or the key.
     """
     from fl_strategies.config import ConfigError, check_against_data
-    from fl_strategies.data_files import read_samples
+    from fl_strategies.data_files import open_samples
     from fl_strategies.harness import partition_file, widths_listed
 
     widths: dict[int, list[str]] = {}
@@ -133,7 +133,7 @@ def _check_folder(cfg: dict, option: str) -> None:
     for pid in range(cfg["num-clients"]):
         path = partition_file(cfg["dataset"], pid)
         try:
-            X = read_samples(path, f"partition {pid}: dataset folder file")
+            X = open_samples(path, f"partition {pid}: dataset folder file")  # as stored: memory-mapped, blockwise checks
         except ValueError as ex:
             raise ArgumentError(f"{option}: {ex}") from None
         widths.setdefault(X.shape[1], []).append(f"partition {pid} ({path.name})")
