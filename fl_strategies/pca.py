@@ -103,7 +103,7 @@ def load_model(path: str | Path) -> dict[str, Any]:
     Raises
     ------
     ValueError
-        If the file is not such a model (missing keys, inconsistent shapes).
+        If the file is not such a model (missing keys, shapes that do not fit, a non-numeric or non-finite field).
     """
     try:
         with np.load(path, allow_pickle=False) as f:
@@ -116,6 +116,18 @@ def load_model(path: str | Path) -> dict[str, Any]:
     components, mean = model["components"], model["mean"]
     if components.ndim != 2 or mean.shape != (components.shape[1],):
         raise ValueError(f"--model {str(path)!r}: components {components.shape} and mean {mean.shape} do not fit")
+    k = components.shape[0]
+    for key in MODEL_KEYS:
+        value = model[key]
+        if value.dtype == np.bool_ or not np.issubdtype(value.dtype, np.number) or np.iscomplexobj(value):
+            raise ValueError(f"--model {str(path)!r}: {key} has dtype {value.dtype}; real numbers are required")
+        want = {"components": components.shape, "mean": mean.shape, "n_samples": ()}.get(key, (k,))
+        if value.shape != want:
+            raise ValueError(f"--model {str(path)!r}: {key} has shape {value.shape}, expected {want}")
+        if not np.all(np.isfinite(value)):
+            raise ValueError(f"--model {str(path)!r}: {key} has non-finite entries (NaN/inf)")
+    if k < 1 or model["n_samples"] < 1 or model["n_samples"] != int(model["n_samples"]):
+        raise ValueError(f"--model {str(path)!r}: {k} components and n_samples {model['n_samples']}: not a model")
     model["n_samples"] = int(model["n_samples"])
     model["row_normalize"] = bool(model.get("row_normalize", False))
     return model
