@@ -441,7 +441,10 @@ def _check_more(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"server-data must be '' or a .npy/.csv file, got {cfg['server-data']!r}")
     if not cfg["dataset"].strip():
         raise ConfigError(f"dataset must name a data set or a .npy/.csv file, got {cfg['dataset']!r}")
-    files = folder_partitions(cfg["dataset"])
+    try:
+        files = folder_partitions(cfg["dataset"])
+    except ValueError as ex:  # two files for one partition
+        raise ConfigError(f"dataset: {ex}") from None
     if files is not None and files != cfg["num-clients"]:
         raise ConfigError(f"num-clients = {cfg['num-clients']}, but the dataset folder {cfg['dataset']!r} holds "
                           f"{files} per-client file(s) (partition_0 .. partition_{files - 1}): set num-clients = "

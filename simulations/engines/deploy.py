@@ -18,7 +18,10 @@ Usage::
     python -m simulations.engines.deploy [--run-config 'key=value ...'] [--out OUT] [--data-dir DIR] [--secure]
                                  [--noise-secret-dir DIR] [--port PORT] [--fault PID=nan|shape ...]
 
-``--data-dir`` names existing node files ``partition_<i>.npy`` or ``partition_<i>.csv``.
+``--data-dir`` names existing node files ``partition_<i>.npy`` or ``partition_<i>.csv``; before any process
+starts, each is read and checked as its node will (format, no pickles, 2-D, finite, one width for all, fitting
+the run config), and ``--out``, ``results-dir`` and ``checkpoint-dir`` are created and test-written: a bad one
+is one line, exit status 2.
 ``--noise-secret-dir`` keeps each node's noise secret in ``DIR/partition_<i>.secret`` (node config
 ``noise-secret``, :mod:`fl_strategies.noise`), so that a run can be resumed with private noise.
 ``--fault`` makes one SuperNode reply with garbage (:mod:`client_app.faults`). Without ``--port`` the
@@ -46,10 +49,12 @@ from pathlib import Path
 import numpy as np
 
 from client_app.faults import FAULT_KEY, FAULTS
+from fl_strategies.config import ConfigError, writable_directory
 from fl_strategies.data_files import FILE_SUFFIXES
 from fl_strategies.noise import SECRET_KEY
 
-from simulations.engines import APP_DIR, ArgumentError, ArgumentParser, checked_run_config, parse_run_config
+from simulations.engines import (APP_DIR, ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
+                                 checked_run_config, parse_run_config)
 from simulations.engines.credentials import write_node_keys, write_tls_files
 from simulations.data.federated_data import federated_dataset
 from simulations.engines.flwr_run import absolute_paths, flower_env, run_status, stream_run, terminate
@@ -430,11 +435,21 @@ def main(argv: list[str] | None = None) -> int:
     if cfg["dataset"] == "nodes" and not args.data_dir:
         return refuse('--run-config: dataset = "nodes" reads every node\'s own file: give the files with '
                       '--data-dir')
+    absolute = absolute_paths(cfg)
+    try:  # every output directory and every node file is checked before any process starts
+        writable_directory(out, "--out")
+        check_output_dirs({**cfg, **absolute}, "--run-config")
+    except (ArgumentError, ConfigError) as ex:
+        return refuse(str(ex))
     if args.data_dir:
         try:
             files = find_node_files(Path(args.data_dir), m)
         except ValueError as ex:
             return refuse(f"--data-dir {args.data_dir}: {ex}")
+        try:
+            check_node_files(cfg, files, f"--data-dir {args.data_dir}", "node file", f"--data-dir {args.data_dir}")
+        except ArgumentError as ex:
+            return refuse(str(ex))
     else:
         files = write_node_files(cfg, out / "node-data")
     try:
@@ -443,8 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         return refuse(f"--noise-secret-dir {args.noise_secret_dir}: {ex}")
     node_config = {i: f"{faults.get(i, '')} {secrets.get(i, '')}".strip() for i in range(m)}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of this script still stops its processes
-    # Flower's processes resolve relative paths against the SuperLink's directory (OUT): make them absolute here
-    absolute = absolute_paths(cfg)
+    # Flower's processes resolve relative paths against the SuperLink's directory (OUT): made absolute above
     results = Path(absolute.get("results-dir") or cfg.get("results-dir") or out)
     run_config = [args.run_config, " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items()
                                             if key != "results-dir")]

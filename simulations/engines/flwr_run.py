@@ -44,7 +44,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from simulations.engines import APP_DIR, ArgumentError, ArgumentParser, checked_run_config, parse_run_config
+from simulations.engines import (APP_DIR, ArgumentError, ArgumentParser, check_output_dirs, checked_run_config,
+                                 parse_run_config)
 
 SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py), unless the variable below is set
 PORT_VARIABLE = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"
@@ -198,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:  # the fused run config is validated (and checked against its data) before Flower starts anything
         cfg = checked_run_config(parse_run_config(args.run_config))
+        check_output_dirs(cfg)  # results-dir, checkpoint-dir: created and test-written here, one line if not
     except ArgumentError as ex:
         print(f"{parser.prog}: error: {ex}", file=sys.stderr)
         return 2
