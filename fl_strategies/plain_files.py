@@ -1,4 +1,11 @@
-"""Writing a user's output file without ever damaging what is already there.
+"""Output files a user can trust: a single file written without damaging what is there, CSV cells that stay data.
+
+:func:`plain_cell` (and :func:`plain_frame` for a table) is the one escaper of
+every CSV cell the project writes: a string a spreadsheet would execute as a
+formula (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return
+and is not a number) gets a leading ``'``, as the OWASP CSV-injection guidance
+says; numbers, and strings such as ``-1.5e-3``, are written as they are. The
+csv writer's own quoting takes care of separators and quotes inside a cell.
 
 :func:`write_new_file` is the one writer of a single output file a command
 hands to its user (``client_app.transform``'s scores): the bytes go to a
@@ -11,11 +18,40 @@ umask: the output is derived from a node's private rows.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
-from typing import Callable, IO
+from typing import IO, Any, Callable
 
-__all__ = ["same_file", "refuse_overwrite", "write_new_file"]
+__all__ = ["FORMULA_START", "plain_cell", "plain_frame", "same_file", "refuse_overwrite", "write_new_file"]
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+"""First characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection)."""
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def plain_cell(value: Any) -> Any:
+    """``value`` for a CSV cell: a string that a spreadsheet would execute gets a leading ``'``; else unchanged.
+
+    Examples
+    --------
+    >>> plain_cell("=1+2"), plain_cell("-1.5e-3"), plain_cell("@SUM(A1)"), plain_cell(-2.0), plain_cell("power")
+    ("'=1+2", '-1.5e-3', "'@SUM(A1)", -2.0, 'power')
+    """
+    if isinstance(value, str) and value.startswith(FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def plain_frame(frame):
+    """A copy of a pandas DataFrame with :func:`plain_cell` applied to every cell of its non-numeric columns."""
+    out = frame.copy()
+    for column in out.columns:
+        if getattr(out[column].dtype, "kind", "O") not in "biufcmM":  # not numbers, booleans or times
+            out[column] = out[column].map(plain_cell)
+    out.columns = [plain_cell(str(c)) if isinstance(c, str) else c for c in out.columns]
+    return out
 
 
 def same_file(a: str | Path, b: str | Path) -> bool:

@@ -67,6 +67,7 @@ from fl_strategies.config import KEYS, ConfigError, validate_run_config
 from fl_strategies.harness import find_harness
 from fl_strategies.base import RunFailed
 from fl_strategies.registry import STRATEGY_NAMES, spec
+from fl_strategies.plain_files import plain_frame
 
 from simulations.engines import ArgumentParser, fused_run_config
 from simulations.compare.report import plot_metric, summarize, write_summary_markdown
@@ -567,7 +568,7 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
         results = pd.concat(frames, ignore_index=True)
         if FAILURE_COLUMN in results:
             results[FAILURE_COLUMN] = results[FAILURE_COLUMN].fillna("")
-        results.to_csv(stage / "results.csv", index=False)
+        plain_frame(results).to_csv(stage / "results.csv", index=False)
         write_report(results, meta, stage)
         target.commit()
     return results
