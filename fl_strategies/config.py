@@ -26,7 +26,7 @@ from .data_files import is_data_file
 from .harness import folder_partitions
 from .dp_sensitivity import SENSITIVITIES
 from .noise import NOISE_SOURCES
-from .accounting import AccountantUnavailable
+from .accounting import AccountantUnavailable, unmeasurable
 from .privacy import achieved_epsilon, epsilon_spent, noise_multiplier
 from .zcdp import CALIBRATIONS, calibrate
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
@@ -490,17 +490,27 @@ def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
         raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too large: the "
                           f"calibrated noise (sigma_g = {sigma_g:.3g}) is so small that the epsilon spent over "
                           f"T = {T} steps is not a finite number")
+    _check_measurable(cfg, sigma_g, T)
+
+
+def _check_measurable(cfg: dict[str, Any], sigma: float, releases: int) -> None:
+    """Refuse a target whose noise is too small for the PLD accountant to report (``epsilon_pld`` left empty)."""
+    if unmeasurable(sigma, releases, cfg["delta"]):
+        raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too large: its noise "
+                          f"(sigma = {sigma:.3g} over {releases} releases) is so small that dp-accounting's PLD "
+                          "accountant cannot measure the epsilon spent (epsilon_pld); lower epsilon")
 
 
 def _check_dp_power(cfg: dict[str, Any]) -> None:
     """dp-power: a target (epsilon, delta) the calibration meets, and a SecAgg+ set-up Flower can run."""
     if cfg["epsilon"] > 0:
         try:
-            calibrate(cfg["epsilon"], cfg["delta"], cfg["num-server-rounds"], cfg["dp-calibration"])
+            c = calibrate(cfg["epsilon"], cfg["delta"], cfg["num-server-rounds"], cfg["dp-calibration"])
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:
             raise ConfigError(str(ex)) from None
+        _check_measurable(cfg, c.sigma, cfg["num-server-rounds"])
     if cfg["dp-channel"] == "secagg":
         if not 2 <= cfg["num-clients"] <= MAX_SECAGG_CLIENTS:
             raise ConfigError(f"dp-channel = \"secagg\" needs 2 <= num-clients <= {MAX_SECAGG_CLIENTS} (SecAgg+ "
