@@ -469,7 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, OSError) as ex:
         print(f"{parser.prog}: error: {ex}", file=sys.stderr)
         return 1
-    print(f"deployment run status: {status}; results in {results / 'rounds.csv'}")
+    written = (results / "rounds.csv").is_file()
+    print(f"deployment run status: {status}; " + (f"results in {results / 'rounds.csv'}" if written
+                                                  else f"no results were written to {results}"))
     return 0 if status == "finished:completed" else 1
 
 
