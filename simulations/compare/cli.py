@@ -441,7 +441,7 @@ def _check_checkpoint_dirs(jobs: list[Job], config: str | Path = "") -> None:
             check_output_dirs(job.run_config, "", keys=("checkpoint-dir",))
         except ArgumentError as ex:
             where = f"{config}:{job.line or 1}: " if config else ""
-            raise ComparisonError(f"{where}run {job.run!r}: {str(ex).removeprefix(': ')}") from None
+            raise ComparisonError(f"{where}run {job.run!r}: {ex}") from None
 
 
 def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:

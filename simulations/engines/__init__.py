@@ -189,7 +189,7 @@ def check_output_dirs(cfg: dict, option: str = "--run-config", keys: tuple[str, 
     Raises
     ------
     ArgumentError
-        One line naming the option, the key and the reason.
+        One line naming the option (when not ``""``), the key and the reason.
     """
     from fl_strategies.config import ConfigError, writable_directory
 
@@ -198,7 +198,7 @@ def check_output_dirs(cfg: dict, option: str = "--run-config", keys: tuple[str, 
             try:
                 writable_directory(cfg[key], key)
             except ConfigError as ex:
-                raise ArgumentError(f"{option}: {ex}") from None
+                raise ArgumentError(f"{option}: {ex}" if option else str(ex)) from None
 
 
 def read_results(directory: str | Path, columns: tuple[str, ...] = (), name: str = "results.csv"):
