@@ -451,19 +451,19 @@ def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:
     overrides = {**job.run_config, "results-dir": str(out)}
     if overrides.get("checkpoint-dir"):  # one checkpoint per run and seed, or they would overwrite each other
         overrides["checkpoint-dir"] = str(Path(overrides["checkpoint-dir"]) / job.stem)
-    if engine == "local":
-        from simulations.engines.local import run_local
+    try:  # the ServerApp's RunFailed reaches here from either engine (Flower re-raises it after a Ray run)
+        if engine == "local":
+            from simulations.engines.local import run_local
 
-        try:
             run_local(fused_run_config(overrides))
-        except RunFailed as ex:
-            failure = str(ex)
-            if not (out / "rounds.csv").exists():
-                raise RuntimeError(f"run {job.run!r} seed {job.seed} failed: {ex}") from None
-    else:
-        from simulations.engines.ray import run_ray
+        else:
+            from simulations.engines.ray import run_ray
 
-        run_ray(overrides)
+            run_ray(overrides)
+    except RunFailed as ex:
+        failure = str(ex)
+        if not (out / "rounds.csv").exists():
+            raise RuntimeError(f"run {job.run!r} seed {job.seed} failed: {ex}") from None
     csv = out / "rounds.csv"
     if not csv.exists():
         raise RuntimeError(f"run {job.run!r} seed {job.seed} wrote no results (see the log above)")
