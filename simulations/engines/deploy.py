@@ -99,13 +99,14 @@ def find_node_files(directory: Path, count: int) -> list[Path]:
         if not found:
             missing.append(str(directory / f"partition_{i}.npy|.csv"))
         elif len(found) > 1:
-            both.append(i)
+            both.append(" and ".join(p.name for p in found))
         else:
             files.append(found[0])
     if missing:
         raise ValueError(f"missing node files: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
     if both:
-        raise ValueError(f"partition(s) {', '.join(map(str, both))} have both a .npy and a .csv file; keep one")
+        pids = ", ".join(name.split(".")[0].removeprefix("partition_") for name in both)
+        raise ValueError(f"partition(s) {pids} have both a .npy and a .csv file ({'; '.join(both)}); keep one")
     return files
 
 
