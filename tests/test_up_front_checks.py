@@ -60,6 +60,7 @@ def test_deploy_checks_every_node_file_before_any_process(tmp_path, capsys, no_p
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("python -m simulations.engines.deploy: error: --data-dir")
     assert fragment in err, err
+    assert not (tmp_path / "out").exists()  # nothing created for a run refused on its data
 
 
 def test_deploy_refuses_a_rank_above_the_node_files_width(tmp_path, capsys, no_processes):

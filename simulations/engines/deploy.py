@@ -446,11 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         return refuse('--run-config: dataset = "nodes" reads every node\'s own file: give the files with '
                       '--data-dir')
     absolute = absolute_paths(cfg)
-    try:  # every output directory and every node file is checked before any process starts
-        writable_directory(out, "--out")
-        check_output_dirs({**cfg, **absolute}, "--run-config")
-    except (ArgumentError, ConfigError) as ex:
-        return refuse(str(ex))
+    # every node file, then every output directory, is checked before any process starts (nothing is created
+    # for a run refused on its data)
     if args.data_dir:
         try:
             files = find_node_files(Path(args.data_dir), m)
@@ -460,7 +457,12 @@ def main(argv: list[str] | None = None) -> int:
             check_node_files(cfg, files, f"--data-dir {args.data_dir}", "node file", f"--data-dir {args.data_dir}")
         except ArgumentError as ex:
             return refuse(str(ex))
-    else:
+    try:
+        writable_directory(out, "--out")
+        check_output_dirs({**cfg, **absolute}, "--run-config")
+    except (ArgumentError, ConfigError) as ex:
+        return refuse(str(ex))
+    if not args.data_dir:
         files = write_node_files(cfg, out / "node-data")
     try:
         secrets = secret_files(Path(args.noise_secret_dir), m) if args.noise_secret_dir else {}
