@@ -21,12 +21,13 @@ covariance ``(1/n) X^T X``).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from .data_files import normalize_rows
+from .data_files import clip_rows, normalize_rows
 
 __all__ = ["MODEL_KEYS", "pca_model", "choose_rank", "save_model", "load_model", "transform"]
 
@@ -44,7 +45,7 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
     CZ : ndarray of shape (d, r)
         ``C Z`` with ``C = (1/n) sum_i s_i A_i`` (the clients' replies, weighted by rows, summed, over ``n``).
     total_variance : float
-        ``tr(C)``.
+        ``tr(C)``; NaN when it is unknown (the ratio is then NaN).
     n_samples : int
         ``n``, rows over all clients.
     mean : ndarray of shape (d,)
@@ -65,7 +66,8 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
     n = int(n_samples)
     return {"components": np.ascontiguousarray((Z @ W[:, order]).T), "mean": np.asarray(mean, dtype=np.float64),
             "explained_variance": lam * n / max(n - 1, 1),
-            "explained_variance_ratio": lam / total_variance if total_variance > 0 else np.zeros_like(lam),
+            "explained_variance_ratio": (lam / total_variance if total_variance > 0 else np.zeros_like(lam))
+            if np.isfinite(total_variance) else np.full_like(lam, np.nan),
             "singular_values": np.sqrt(lam * n), "n_samples": n}
 
 
@@ -84,13 +86,14 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
                privacy: Mapping[str, Any] | None = None) -> Path:
     """Write ``model`` to ``path`` (``.npz``, written to a temporary file and renamed) with the run config.
 
-    The run config travels as JSON (``run_config``), with the privacy spent (``privacy``) and
-    ``row_normalize``, which :func:`transform` applies to new rows as the run did.
+    The run config travels as JSON (``run_config``), with the privacy spent (``privacy``), ``row_normalize``
+    and ``clip_norm``, which :func:`transform` applies to new rows as the run did.
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(tmp, **{key: np.asarray(model[key]) for key in MODEL_KEYS},
              row_normalize=np.asarray(bool(run_config.get("row-normalize", False))),
+             clip_norm=np.asarray(float(run_config.get("clip-norm", 0.0))),
              run_config=np.asarray(json.dumps(dict(run_config), sort_keys=True, default=str)),
              privacy=np.asarray(json.dumps(dict(privacy or {}), sort_keys=True, default=str)))
     tmp.replace(path)
@@ -124,19 +127,24 @@ def load_model(path: str | Path) -> dict[str, Any]:
         want = {"components": components.shape, "mean": mean.shape, "n_samples": ()}.get(key, (k,))
         if value.shape != want:
             raise ValueError(f"--model {str(path)!r}: {key} has shape {value.shape}, expected {want}")
-        if not np.all(np.isfinite(value)):
+        unknown = key == "explained_variance_ratio" and np.all(np.isnan(value))  # a model without tr(C)
+        if not (unknown or np.all(np.isfinite(value))):
             raise ValueError(f"--model {str(path)!r}: {key} has non-finite entries (NaN/inf)")
     if k < 1 or model["n_samples"] < 1 or model["n_samples"] != int(model["n_samples"]):
         raise ValueError(f"--model {str(path)!r}: {k} components and n_samples {model['n_samples']}: not a model")
     model["n_samples"] = int(model["n_samples"])
     model["row_normalize"] = bool(model.get("row_normalize", False))
+    model["clip_norm"] = float(model.get("clip_norm", 0.0))
+    if not (math.isfinite(model["clip_norm"]) and model["clip_norm"] >= 0):
+        raise ValueError(f"--model {str(path)!r}: clip_norm {model['clip_norm']} is not a finite number >= 0")
     return model
 
 
 def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
     """Scores of rows ``X`` (m, d): ``(X - mean) @ components.T``, shape (m, k), as ``PCA.transform``.
 
-    Rows are scaled to unit norm first when the run did so (``row_normalize`` of the model).
+    Rows are scaled to unit norm first when the run did so (``row_normalize`` of the model), or the rows longer
+    than the run's ``clip-norm`` scaled down to it (``clip_norm`` of the model).
     """
     X = np.asarray(X, dtype=np.float64)
     d = model["components"].shape[1]
@@ -144,4 +152,6 @@ def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
         raise ValueError(f"the rows have shape {X.shape}; the model needs {d} columns")
     if model.get("row_normalize", False):
         X = normalize_rows(X)
+    if model.get("clip_norm", 0.0) > 0:
+        X = clip_rows(X, float(model["clip_norm"]))
     return (X - model["mean"]) @ model["components"].T
