@@ -226,6 +226,11 @@ class FedPowerStrategy(EigenspaceStrategy):
             log.warning("round %d: the weighted average of the replies overflows; Z is kept", server_round)
             self.iterates.append(pend["Z"])
             return ndarrays_to_parameters([pend["Z"]]), {}
+        if not np.any(mean):  # data without variance along Z: orth would return an arbitrary basis
+            log.warning("round %d: the replies sum to zero (the data have no variance along Z); Z is kept",
+                        server_round)
+            self.iterates.append(pend["Z"])
+            return ndarrays_to_parameters([pend["Z"]]), {}
         Z_new = orth(mean)
         pend["misalignment"] = misalignment
         self.iterates.append(Z_new)
