@@ -124,6 +124,7 @@ class FedPowerStrategy(EigenspaceStrategy):
         self.lengths = round_lengths(cfg["local-steps"], cfg["schedule"],
                                      total_iterations=cfg["total-iterations"], num_rounds=cfg["num-server-rounds"])
         self.T = total_iterations(cfg)
+        self.last_sum: np.ndarray | None = None
 
     @property
     def num_rounds(self) -> int:
@@ -261,9 +262,31 @@ class FedPowerStrategy(EigenspaceStrategy):
             self.iterates.append(pend["Z"])
             return ndarrays_to_parameters([pend["Z"]]), {}
         Z_new = orth(mean)
+        self.last_sum = mean  # ~ C Z_ref: the released products' weighted average (post-processing)
         pend["misalignment"] = misalignment
         self.iterates.append(Z_new)
         return ndarrays_to_parameters([Z_new]), {}
+
+    # -- the model of a noisy run ------------------------------------------------------------------
+    def released_model(self) -> None:
+        """The PCA model of a noisy run from the last weighted average of the noisy replies, ``~ C Z``
+        (:func:`fl_strategies.pca.released_product_model`: post-processing, ratio NaN), with the privacy spent;
+        none if no round had a usable reply."""
+        if self.last_sum is None or self.stopped:
+            return
+        n = sum(self.sizes.values())
+        self.set_released_model(self.last_sum, n, self.privacy_record())
+
+    def privacy_record(self) -> dict[str, Any]:
+        """What the model records of the privacy spent: per client, after all ``T`` local steps."""
+        columns = self.privacy_columns(self.T)
+        cfg = self.cfg
+        return {"epsilon": columns["epsilon_spent"], "epsilon_target": cfg["epsilon"] or None,
+                "delta": columns["delta"], "calibration": cfg["dp-calibration"] if cfg["noise-std"] == 0 else "paper",
+                "neighbouring": "replace one row of a client; per client: each client's replies are private on "
+                                "their own (no secure aggregation); row counts are public",
+                "releases": [{"name": "products", "count": self.T, "noise_multiplier": self._noise_multiplier(),
+                              "sensitivity": "2 sqrt(r) / s_i"}], "noise_source": self.noise_source()}
 
     # -- results ------------------------------------------------------------------------------------
     def _noise_multiplier(self) -> float | None:
