@@ -69,7 +69,7 @@ from flwr.server.client_proxy import ClientProxy
 from .dp_sensitivity import delta_a, delta_b, sensitivity
 from .base import log, uploaded_bytes
 from .eigenspace import EigenspaceStrategy
-from .linalg import orth
+from .linalg import into_unit_ball, orth
 from .secure_sum import secure_sum
 from . import accounting
 from .zcdp import Calibration, calibrate, epsilon_of, rho_of, spent_epsilon
@@ -117,10 +117,8 @@ def mean_noise_std(cfg: dict[str, Any], releases: ag.PrivateReleases | None) -> 
     return CENTRED_SENSITIVITY * releases.multipliers["mean"] / share
 
 
-def project_mean(mu: np.ndarray) -> np.ndarray:
-    """``mu`` scaled into the unit ball (the mean of unit rows lies there)."""
-    norm = float(np.linalg.norm(mu))
-    return mu / norm if norm > 1.0 else mu
+project_mean = into_unit_ball
+"""``mu`` scaled into the unit ball (the mean of unit rows lies there)."""
 
 QUANTIZATION_RANGE = 2 ** 22
 """Levels of SecAgg+'s stochastic quantisation of ``[-C, C]`` (Flower's default)."""

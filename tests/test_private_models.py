@@ -83,3 +83,93 @@ def test_fedpower_with_noise_std_writes_a_model(tmp_path):
     assert spent["epsilon"] == pytest.approx(run.records[-1]["epsilon_spent"]) and spent["epsilon_target"] is None
     assert model["centered"] is False and np.isnan(model["explained_variance_ratio"]).all()
     np.testing.assert_allclose(model["explained_variance"], uncentred_eigenvalues(X, K), rtol=0.1)
+
+
+# -- fedpower with epsilon and center: the mean is one more private release of each client --------------------------
+FEDPOWER = dict(strategy="fedpower", num_clients=4, rank=K, iteration_rank=K, local_steps=1, num_server_rounds=3,
+                total_iterations=0, row_normalize=True, epsilon=1.0, delta=1e-6, dp_calibration="pld")
+
+
+def test_fedpower_with_epsilon_and_center_writes_a_centred_model(tmp_path):
+    from sklearn.decomposition import PCA
+
+    from fl_strategies.privacy import MEAN_SHARE
+
+    # 10,000 rows per client: each client's release is private on its own, so its noise is the central one's
+    blocks, folder = owners_folder(tmp_path, num_rows=40000)
+    X = np.vstack(blocks)
+    pca = PCA(n_components=K, svd_solver="full").fit(X)
+    out = tmp_path / "centred"
+    centred = run_app(**dict(FEDPOWER, dataset=folder, center=True, results_dir=str(out)))
+    model = load_model(out / "pca.npz")
+    assert model["centered"] is True and np.isnan(model["explained_variance_ratio"]).all()
+    spent = json.loads(str(model["privacy"]))
+    assert spent["epsilon"] <= 1.0 and centred.records[-1]["epsilon_spent"] == pytest.approx(spent["epsilon"])
+    releases = {r["name"]: r for r in spent["releases"]}
+    assert releases["mean"]["count"] == 1 and releases["products"]["count"] == centred.T
+    inv = {name: r["count"] / r["noise_multiplier"] ** 2 for name, r in releases.items()}
+    assert inv["mean"] / sum(inv.values()) == pytest.approx(MEAN_SHARE)
+    # the mean: the 4 clients' row-sum noises (std 2 sigma_mean each) over n rows
+    expected = 2.0 * releases["mean"]["noise_multiplier"] * np.sqrt(4 * X.shape[1]) / X.shape[0]
+    assert 0.5 * expected < np.linalg.norm(model["mean"] - pca.mean_) < 1.5 * expected
+    np.testing.assert_allclose(transform(model, X[:5]), (X[:5] - model["mean"]) @ model["components"].T)
+    uncentred = run_app(**dict(FEDPOWER, dataset=folder))
+    error = subspace_distance(model["components"].T, pca.components_.T)
+    error_uncentred = subspace_distance(uncentred.model["components"].T, pca.components_.T)
+    print(f"fedpower, epsilon 1, sin theta vs scikit-learn's PCA: centred {error:.4f}, uncentred {error_uncentred:.4f}"
+          f"; epsilon spent {spent['epsilon']:.4f}")
+    assert error < 0.5 * error_uncentred, (error, error_uncentred)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(noise_std=0.01, epsilon=0.0), "center = true with noise-std is refused for fedpower"),
+    (dict(center=False, variance_target=0.9), "variance-target is refused with epsilon"),
+])
+def test_fedpower_private_centring_refuses_what_it_cannot_account(overrides, message):
+    from fl_strategies.config import ConfigError, validate_run_config
+    from simulations.engines import fused_run_config
+
+    cfg = fused_run_config({k.replace("_", "-"): v for k, v in {
+        **FEDPOWER, "dataset": "fedpower-model1", "center": True, **overrides}.items()})
+    with pytest.raises(ConfigError, match=message):
+        validate_run_config(cfg)
+
+
+# -- in simulation the exact reference of a centred dp-power run is the centred PCA -----------------------------------
+def test_the_reference_of_a_centred_dp_power_run_is_the_centred_pca(tmp_path):
+    blocks = owner_rows(num_rows=2000, dimension=12)
+    X = np.vstack(blocks)  # unit rows whose mean is far from zero
+    path = tmp_path / "rows.npy"
+    np.save(path, X)
+    U = np.linalg.eigh(np.cov(X.T, bias=True))[1][:, ::-1][:, :K]
+    U_uncentred = np.linalg.eigh(X.T @ X)[1][:, ::-1][:, :K]
+    assert subspace_distance(U, U_uncentred) > 0.5  # the two references differ
+    run = run_app(strategy="dp-power", dataset=str(path), num_clients=4, rank=K, iteration_rank=K + 2,
+                  num_server_rounds=12, row_normalize=True, center=True, dp_sensitivity="one")
+    last = run.records[-1]
+    assert last["subspace_distance"] == pytest.approx(subspace_distance(run.estimate, U), abs=1e-9)
+    assert last["subspace_distance"] < 1e-3  # the centred power method converged to the centred PCA
+
+
+def test_the_interactions_reference_follows_center(tmp_path):
+    from simulations.data.interaction_data import interaction_reference, interaction_rows
+    from simulations.engines import fused_run_config
+    from fl_strategies.config import validate_run_config
+
+    folder = tmp_path / "gowalla"
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    lines = [f"{u} " + " ".join(map(str, sorted(rng.choice(10, size=rng.integers(2, 6), replace=False))))
+             for u in range(60)]
+    for name, part in (("train", lines[:40]), ("valid", lines[40:50]), ("test", lines[50:])):
+        (folder / f"{name}.txt").write_text("\n".join(part) + "\n")
+    for center in (True, False):
+        cfg = validate_run_config(fused_run_config({"strategy": "dp-power", "dataset": str(folder), "dimension": 8,
+                                                    "num-clients": 2, "rank": 2, "iteration-rank": 2,
+                                                    "center": center, "row-normalize": True,
+                                                    "dp-sensitivity": "one"}))
+        R = interaction_rows(cfg).toarray()
+        C = np.cov(R.T, bias=True) if center else R.T @ R / len(R)
+        ref = interaction_reference(cfg)
+        np.testing.assert_allclose(ref.covariance, C, atol=1e-12)
+        assert subspace_distance(ref.vectors[:, :2], np.linalg.eigh(C)[1][:, ::-1][:, :2]) < 1e-8
