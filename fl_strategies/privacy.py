@@ -43,7 +43,9 @@ model; the server takes ``mu = sum_i S_i / n`` projected onto the unit ball
 ``||u u^T - v v^T||_2 sqrt(r) / s_i <= max(||u||^2, ||v||^2) sqrt(r) / s_i``
 (``w^T (u u^T - v v^T) w`` lies in ``[-||v||^2, ||u||^2]`` for unit ``w``):
 ``Delta = 4 sqrt(r) / s_i`` (:func:`sensitivity` with ``centred``; the paper's
-triangle bound would give 8). The mean and the ``T`` steps are calibrated
+triangle bound would give 8), attained for ``r = 1``. It keeps Theorem 6's form;
+for ``r >= 3`` the rank-two ``u u^T - v v^T`` would allow ``4 sqrt(2) / s_i``
+(and ``sqrt(2) / s_i`` uncentred), a refinement not used here. The mean and the ``T`` steps are calibrated
 together (:func:`centred_releases`: one accountant, the mean's share of
 ``1 / sigma^2`` :data:`MEAN_SHARE`); the row counts are public.
 """

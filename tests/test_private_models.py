@@ -173,3 +173,47 @@ def test_the_interactions_reference_follows_center(tmp_path):
         ref = interaction_reference(cfg)
         np.testing.assert_allclose(ref.covariance, C, atol=1e-12)
         assert subspace_distance(ref.vectors[:, :2], np.linalg.eigh(C)[1][:, ::-1][:, :2]) < 1e-8
+
+
+# -- the maths of fedpower's private centring -------------------------------------------------------------------------
+def test_the_centred_product_sensitivity_bound_holds_and_is_nearly_attained():
+    from fl_strategies.linalg import into_unit_ball
+    from fl_strategies.privacy import sensitivity
+
+    rng = np.random.default_rng(0)
+    d, r, s = 6, 3, 1
+    worst = 0.0
+    for _ in range(3000):
+        x, y, mu = rng.standard_normal((3, d))
+        x, y = x / np.linalg.norm(x), y / np.linalg.norm(y)
+        mu = into_unit_ball(mu * rng.random() * 2)
+        if rng.random() < 0.3:  # near the worst case: mu opposite to x, y orthogonal to both
+            mu, y = -x, np.linalg.qr(np.column_stack([x, rng.standard_normal(d)]))[0][:, 1]
+        Z = np.linalg.qr(rng.standard_normal((d, r)))[0]
+        if rng.random() < 0.3:
+            Z[:, 0] = x
+            Z = np.linalg.qr(Z)[0]
+        u, v = x - mu, y - mu
+        worst = max(worst, np.linalg.norm((np.outer(u, u) - np.outer(v, v)) @ Z) / s)
+    assert worst <= sensitivity(r, s, centred=True) + 1e-12
+    assert worst > sensitivity(r, s)  # the uncentred bound would not hold
+    # attained with one column: mu = -x, the neighbour y = -x, z = x gives ||(u u^T - v v^T) z|| = ||4 x|| = 4
+    x = np.eye(d)[0]
+    u, v = 2 * x, np.zeros(d)
+    assert np.linalg.norm((np.outer(u, u) - np.outer(v, v)) @ x) == pytest.approx(sensitivity(1, 1, centred=True))
+
+
+def test_the_centred_releases_are_certified_by_dp_accounting():
+    dpa = pytest.importorskip("dp_accounting")
+    from fl_strategies.privacy import centred_releases, MEAN_SHARE
+
+    cfg = {"epsilon": 1.0, "delta": 1e-6, "dp-calibration": "pld"}
+    releases = centred_releases(cfg, 3)
+    assert releases.epsilon <= 1.0
+    inv = 1 / releases.multipliers["mean"] ** 2 + 3 / releases.multipliers["products"] ** 2
+    assert (1 / releases.multipliers["mean"] ** 2) / inv == pytest.approx(MEAN_SHARE)
+    for scale, below in ((1.0, True), (0.99, False)):  # certified, and 1 % less noise would not be
+        acc = dpa.pld.PLDAccountant(value_discretization_interval=1e-4)
+        acc.compose(dpa.GaussianDpEvent(scale * releases.multipliers["mean"]))
+        acc.compose(dpa.GaussianDpEvent(scale * releases.multipliers["products"]), 3)
+        assert (acc.get_epsilon(1e-6) <= 1.0 + 1e-3) is below
