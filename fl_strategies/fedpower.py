@@ -359,6 +359,10 @@ class FedPowerStrategy(EigenspaceStrategy):
                     "noise-secret file on every node")
         return None
 
+    def state_dict(self) -> dict[str, Any]:
+        """The base state and ``last_sum`` (the model of a noisy run is built from it after the last round)."""
+        return {**super().state_dict(), "last_sum": self.last_sum}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume only when every node re-draws a repeated round's noise: a node whose noise secret lived in
         the old run's node state (no ``noise-secret`` file) would answer the round in flight with fresh noise."""
@@ -373,3 +377,5 @@ class FedPowerStrategy(EigenspaceStrategy):
                               "spending its privacy budget twice; start those SuperNodes with --node-config "
                               "noise-secret=\"<file>\" (a file that survives the run), or start a new run")
         super().load_state_dict(state)
+        last = state.get("last_sum")
+        self.last_sum = None if last is None else np.asarray(last, dtype=np.float64)
