@@ -31,6 +31,10 @@ With ``p = 1`` and no noise the method is the distributed power method
 (Algorithm 1), which is how the ``power`` baseline runs; the FAPS paper's
 baselines are the same strategy: ``ssi`` (``p = 1``) and ``localpower`` (the
 ``halving`` schedule 8, 4, 2, 1, ... with OPT alignment), with its stopping rule.
+
+Noise (``epsilon`` or ``noise-std``): each client's replies are private on their own (:mod:`fl_strategies.privacy`,
+also for the private mean of ``center = true``); the run has no exact summary exchange and writes its model from
+the last weighted average of the noisy replies (:meth:`FedPowerStrategy.released_model`).
 """
 
 from __future__ import annotations
