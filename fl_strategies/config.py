@@ -27,7 +27,7 @@ from .harness import folder_partitions
 from .dp_sensitivity import SENSITIVITIES
 from .noise import NOISE_SOURCES
 from .accounting import AccountantUnavailable, unmeasurable
-from .privacy import achieved_epsilon, epsilon_spent, noise_multiplier
+from .privacy import achieved_epsilon, centred_releases, epsilon_spent, noise_multiplier
 from .zcdp import CALIBRATIONS, calibrate
 from .analyze_gauss import covariance_releases
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
@@ -250,7 +250,8 @@ KEYS: dict[str, Key] = {
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
              "and counts before round 1; covariance with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
-             "its dp-channel), with noise under epsilon), as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
+             "its dp-channel), with noise under epsilon; fedpower with epsilon: each client's row sum with its own noise), "
+             "as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
         _key("variance-target", float, "PCA: keep the smallest number of components (<= iteration-rank) whose "
              "explained-variance ratio reaches this fraction, as scikit-learn's fractional n_components; 0 = rank",
              lambda v: 0 <= v < 1, "a number in [0, 1)"),
@@ -458,7 +459,8 @@ def _apply_fixed(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
 
 
 def _check_pca(cfg: dict[str, Any]) -> None:
-    """``center`` and ``variance-target``: strategies that write a PCA model, without noise, nodes asked."""
+    """``center`` and ``variance-target``: strategies that write a PCA model; under noise only the private forms
+    (:data:`PRIVATE_PCA`); nodes asked."""
     for key, active in (("center", cfg["center"]), ("variance-target", cfg["variance-target"] > 0)):
         if not active:
             continue
@@ -470,6 +472,14 @@ def _check_pca(cfg: dict[str, Any]) -> None:
                               f"PCA: {', '.join(PRIVATE_PCA)}): the clients' row sums (centring) "
                               "and the final summary exchange (explained variance) are sent without noise, so "
                               "the privacy guarantee would not cover them")
+        if (key == "variance-target" and (cfg["epsilon"] > 0 or cfg["noise-std"] > 0)
+                and cfg["strategy"] != "covariance"):
+            raise ConfigError(f"variance-target is refused with epsilon or noise-std for {cfg['strategy']!r}: its "
+                              "noisy model has no explained-variance ratio (tr(C) is not released); set rank, "
+                              "or use covariance")
+        if key == "center" and cfg["noise-std"] > 0 and cfg["strategy"] == "fedpower":
+            raise ConfigError("center = true with noise-std is refused for fedpower: the mean is released with "
+                              "noise calibrated to epsilon; set epsilon (and delta) instead of noise-std")
     if row_sums_at_discovery(cfg) and cfg["discovery"] == "engine":
         raise ConfigError('center = true needs discovery = "ask": the clients send their row sums at discovery')
 
@@ -537,6 +547,11 @@ def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
                           f"calibrated noise (sigma_g = {sigma_g:.3g}) is so small that the epsilon spent over "
                           f"T = {T} steps is not a finite number")
     _check_measurable(cfg, sigma_g, T)
+    if cfg["center"]:  # the mean and the T steps, calibrated together
+        try:
+            centred_releases(cfg, T)
+        except (ValueError, ArithmeticError) as ex:
+            raise ConfigError(f"epsilon = {cfg['epsilon']!r} with center = true: {ex}") from None
 
 
 def _check_measurable(cfg: dict[str, Any], sigma: float, releases: int) -> None:
@@ -547,9 +562,9 @@ def _check_measurable(cfg: dict[str, Any], sigma: float, releases: int) -> None:
                           "accountant cannot measure the epsilon spent (epsilon_pld); lower epsilon")
 
 
-PRIVATE_PCA = ("covariance", "dp-power")
-"""The strategies whose noisy runs centre privately and write a PCA model (``center``; ``variance-target``:
-covariance only, dp-power's model has no explained-variance ratio)."""
+PRIVATE_PCA = ("covariance", "dp-power", "fedpower")
+"""The strategies whose noisy runs centre privately (``center``; fedpower with ``epsilon``, not ``noise-std``);
+``variance-target`` under noise: covariance only (the others' models have no explained-variance ratio)."""
 
 
 def secure_covariance(cfg: Mapping[str, Any]) -> bool:

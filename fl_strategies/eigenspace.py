@@ -43,7 +43,7 @@ from .base import FederatedStrategy, log, uploaded_bytes
 from .linalg import gaussian_basis, subspace_distance
 from .metrics import round_metrics
 from .noise import run_noise_source
-from .pca import choose_rank, pca_model
+from .pca import choose_rank, pca_model, released_product_model
 from .participation import STREAM_SAMPLING
 
 __all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
@@ -173,9 +173,13 @@ class EigenspaceStrategy(FederatedStrategy):
         """After the last round: the final estimate to every client, which answers ``A_i Z`` and ``tr(A_i)``.
 
         Only for the strategies that write a PCA model (``spec.pca``), after a
-        run that was not aborted and adds no noise (the summary is exact).
+        run that was not aborted and adds no noise (the summary is exact); a
+        noisy run builds its model from its releases instead (:meth:`released_model`).
         """
-        if not self.spec.pca or self.failure or self.noisy or not self.proxies or not self.iterates:
+        if not self.spec.pca or self.failure or not self.proxies or not self.iterates:
+            return []
+        if self.noisy:  # no exact summary: the model from what the rounds released
+            self.released_model()
             return []
         # the result: the held last row's estimate (the summary runs before finish() writes it), else the last row's
         self._summary_Z = self._held[1] if self._held is not None else self.estimate
@@ -201,6 +205,16 @@ class EigenspaceStrategy(FederatedStrategy):
         if last is not None and "explained_variance_ratio" in last:  # the kept components', as in pca.npz
             last["explained_variance_ratio"] = float(model["explained_variance_ratio"].sum())
         return model
+
+    def released_model(self) -> None:
+        """A noisy run's model from what its rounds released (:meth:`set_released_model`); none by default."""
+
+    def set_released_model(self, Y: np.ndarray, n: int, privacy: dict[str, Any] | None) -> dict[str, Any]:
+        """The model of a run without a summary exchange from its last released product ``Y ~ C Z`` (d, r),
+        post-processing only (:func:`fl_strategies.pca.released_product_model`; ratio NaN: ``tr(C)`` is not
+        released)."""
+        Z, CZ = released_product_model(Y)
+        return self.set_model(Z, CZ, float("nan"), n, privacy=privacy)
 
     def set_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int = 0,
                   privacy: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -15,7 +15,14 @@ Conventions follow :class:`sklearn.decomposition.PCA`: ``explained_variance``
 uses the ``n - 1`` denominator, ``singular_values`` are those of the centred
 data matrix, ``components`` has one component per row. Without centring the
 ``mean`` is zero and the model is the uncentred PCA (the FedPower papers'
-covariance ``(1/n) X^T X``).
+covariance ``(1/n) X^T X``); the file says which (``centered``).
+
+A noisy run has no summary exchange (its exact ``A_i Z`` would not be covered
+by the privacy guarantee). Its model is post-processing of its last released
+product instead (:func:`released_product_model`): ``Y ~ C Z`` (d x r), whose
+left singular vectors span ``orth(Y)``, the run's final estimate, and whose
+singular values estimate the explained variance; ``tr(C)`` is not released, so
+the explained-variance ratio is NaN.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import numpy as np
 
 from .data_files import clip_rows, normalize_rows
 
-__all__ = ["MODEL_KEYS", "pca_model", "choose_rank", "save_model", "load_model", "transform"]
+__all__ = ["MODEL_KEYS", "pca_model", "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
 
 MODEL_KEYS = ("components", "mean", "explained_variance", "explained_variance_ratio", "singular_values", "n_samples")
 
@@ -71,6 +78,27 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
             "singular_values": np.sqrt(lam * n), "n_samples": n}
 
 
+def released_product_model(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(Z, CZ)`` for :func:`pca_model` from a released product ``Y ~ C Z_prev`` (module docstring).
+
+    Parameters
+    ----------
+    Y : ndarray of shape (d, r)
+        The last released (noisy) product, over ``n``: ``C Z_prev`` plus noise.
+
+    Returns
+    -------
+    Z : ndarray of shape (d, r)
+        The left singular vectors of ``Y`` (the same span as ``orth(Y)``).
+    CZ : ndarray of shape (d, r)
+        ``Z diag(sv)`` with ``sv`` the singular values of ``Y``, so that ``Z^T CZ = diag(sv)``: the explained
+        variance. Exact (the eigenvalues of ``C``) when ``Z_prev`` spans an invariant subspace and there is no
+        noise; under noise biased upward, by about ``nu sqrt(d)`` for per-entry noise std ``nu`` of ``Y``.
+    """
+    U, values, _ = np.linalg.svd(Y, full_matrices=False)
+    return U, U * values
+
+
 def choose_rank(ratios: np.ndarray, target: float) -> int:
     """The smallest ``k`` whose cumulative explained-variance ratio reaches ``target`` (``len(ratios)`` if none).
 
@@ -86,12 +114,14 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
                privacy: Mapping[str, Any] | None = None) -> Path:
     """Write ``model`` to ``path`` (``.npz``, written to a temporary file and renamed) with the run config.
 
-    The run config travels as JSON (``run_config``), with the privacy spent (``privacy``), ``row_normalize``
-    and ``clip_norm``, which :func:`transform` applies to new rows as the run did.
+    The run config travels as JSON (``run_config``), with the privacy spent (``privacy``), ``centered`` (whether
+    ``mean`` is the rows' mean or zero: the uncentred model), ``row_normalize`` and ``clip_norm``, which
+    :func:`transform` applies to new rows as the run did.
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(tmp, **{key: np.asarray(model[key]) for key in MODEL_KEYS},
+             centered=np.asarray(bool(run_config.get("center", False))),
              row_normalize=np.asarray(bool(run_config.get("row-normalize", False))),
              clip_norm=np.asarray(float(run_config.get("clip-norm", 0.0))),
              run_config=np.asarray(json.dumps(dict(run_config), sort_keys=True, default=str)),
@@ -133,6 +163,10 @@ def load_model(path: str | Path) -> dict[str, Any]:
     if k < 1 or model["n_samples"] < 1 or model["n_samples"] != int(model["n_samples"]):
         raise ValueError(f"--model {str(path)!r}: {k} components and n_samples {model['n_samples']}: not a model")
     model["n_samples"] = int(model["n_samples"])
+    if "centered" not in model:  # a file written before the field: the run config says
+        config = json.loads(str(model["run_config"])) if "run_config" in model else {}
+        model["centered"] = bool(config.get("center", bool(np.any(mean))))
+    model["centered"] = bool(model["centered"])
     model["row_normalize"] = bool(model.get("row_normalize", False))
     model["clip_norm"] = float(model.get("clip_norm", 0.0))
     if not (math.isfinite(model["clip_norm"]) and model["clip_norm"] >= 0):
