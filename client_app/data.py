@@ -50,7 +50,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fl_strategies.data_files import normalize_rows, read_samples
+from fl_strategies.data_files import file_fingerprint, is_data_file, normalize_rows, read_samples
 from fl_strategies.harness import find_harness, on_nodes, partition_file
 
 __all__ = ["NodeData", "partition_id", "load_client_rows", "load_client_covariance", "check_local_matrix"]
@@ -107,6 +107,18 @@ class NodeData:
         if "data-path" in self.node_config:
             return f"partition {self.partition_id}: node config data-path {str(self.node_config['data-path'])!r}"
         return f"partition {self.partition_id} of dataset {self.cfg.get('dataset')!r}"
+
+    @property
+    def fingerprint(self) -> str | None:
+        """SHA-256 (hex) of the file the node's rows come from: its ``data-path``, its dataset folder file or
+        the run's dataset file; ``None`` for generated data (the run config, which a resume compares, fixes them).
+        """
+        folder_file = partition_file(self.cfg.get("dataset"), self.partition_id)
+        if "data-path" in self.node_config:
+            return file_fingerprint(str(self.node_config["data-path"]))
+        if folder_file is not None:
+            return file_fingerprint(folder_file)
+        return file_fingerprint(self.cfg["dataset"]) if is_data_file(self.cfg.get("dataset")) else None
 
     @property
     def rows(self):

@@ -13,7 +13,7 @@ from fl_strategies.fedpower import STREAM_NOISE, local_power_iterations
 from fl_strategies.noise import ClientNoise
 from fl_strategies.privacy import noise_std
 
-from .pca_replies import discovery_properties, summary_reply
+from .pca_replies import discovery_properties, fingerprint_property, summary_reply
 
 __all__ = ["FedPowerClient", "CovarianceClient"]
 
@@ -56,7 +56,8 @@ class FedPowerClient(NumPyClient):
 
     def get_properties(self, config):
         """Report what the server needs to plan the run: no data (:func:`discovery_properties`, the noise's)."""
-        return {**discovery_properties(self.data, self.cfg, self.d, self.noise_std > 0), **self.noise.properties()}
+        return {**discovery_properties(self.data, self.cfg, self.d, self.noise_std > 0), **self.noise.properties(),
+                **fingerprint_property(self.data, self.cfg, self.noise)}
 
     def _steps_done(self) -> int:
         state = self.context.state  # not .config_records: that builds a view of every record at every message

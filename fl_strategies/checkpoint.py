@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import zipfile
 import zlib
@@ -53,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import ConfigError, writable_directory
+from .config import RESUME_HARMLESS, ConfigError, writable_directory
 
 __all__ = ["CHECKPOINT_FILE", "NOT_RESUMABLE", "SAME_KEYS_EXEMPT", "Checkpoint", "checkpoint_for"]
 
@@ -62,8 +63,9 @@ log = logging.getLogger("flwr.fedspectral")
 CHECKPOINT_FILE = "checkpoint.npz"
 FORMAT_VERSION = 2
 
-SAME_KEYS_EXEMPT = ("resume", "round-timeout", "results-dir")
-"""Run-config keys that may differ between the checkpointed run and its resumption."""
+SAME_KEYS_EXEMPT = RESUME_HARMLESS
+"""Run-config keys that may differ between the checkpointed run and its resumption: those declared
+``harmless_on_resume`` in :data:`fl_strategies.config.KEYS` (a key added later matters unless declared so)."""
 
 NOT_RESUMABLE = {
     "faps": "each FAPS client keeps its basis, multiplier and penalty in its node state (context.state), which a "
@@ -185,34 +187,52 @@ class Checkpoint:
         return state
 
     def _problem(self, state: dict) -> str | None:
-        """Why a checksummed state cannot be this run's (round, shapes, rows), or ``None``."""
+        """Why a checksummed state cannot be this run's, or ``None``.
+
+        A checksum only shows that the file is as some writer left it (anyone with the file can compute one), so
+        every value is checked before use: the round, every array (floating point, finite, the estimates of the
+        run's shape with orthonormal columns), every row (a dict of scalars, numbers >= 0, distances in [0, 1]),
+        the held row, the objective, the partitions' sizes and fingerprints.
+        """
         rnd = state.get("round")
         last = self.num_rounds if self.num_rounds is not None else self.cfg["num-server-rounds"]
-        if not isinstance(rnd, int) or isinstance(rnd, bool) or not 0 <= rnd <= last:
+        if not _is_int(rnd) or not 0 <= rnd <= last:
             return f"has round {rnd!r}, outside [0, {last}] of this run"
         params = state.get("parameters")
         if not isinstance(params, list) or not params or not all(isinstance(a, np.ndarray) for a in params):
             return "holds no parameters"
+        if not all(np.issubdtype(a.dtype, np.floating) and np.all(np.isfinite(a)) for a in params):
+            return "holds parameters that are not finite floating-point numbers"
         strat = state.get("strategy")
         if not isinstance(strat, dict) or not all(k in strat for k in ("records", "iterates", "held", "sizes")):
             return "holds no strategy state"
-        records, iterates = strat["records"], strat["iterates"]
+        records, iterates, held = strat["records"], strat["iterates"], strat["held"]
         if not isinstance(records, list) or not isinstance(iterates, list):
             return "holds no rows or estimates"
+        if held is not None and not (isinstance(held, list) and len(held) == 2 and isinstance(held[0], dict)):
+            return f"holds a malformed held row ({type(held).__name__})"
         rounds = [row.get("round") if isinstance(row, dict) else None for row in records]
         if rounds != list(range(len(rounds))) or not rnd - 1 <= len(rounds) - 1 <= rnd:
             return f"has rows of rounds {rounds[:3]}...{rounds[-2:]} for round {rnd}"
+        for row in records + ([held[0]] if held else []):
+            problem = _row_problem(row)
+            if problem:
+                return f"has a row of round {row.get('round')!r} with {problem}"
         shape = params[0].shape
         r = self.cfg["iteration-rank"]
-        est = [Z for Z in iterates] + ([strat["held"][1]] if strat["held"] else [])
-        for Z in est:
-            if not isinstance(Z, np.ndarray) or Z.shape != shape or not np.all(np.isfinite(Z)):
-                return (f"holds an estimate of shape {getattr(Z, 'shape', None)}, not {shape} like its "
-                        "parameters, or not finite")
         if self.cfg["strategy"] in ("fedpower", "power", "ssi", "localpower") and (params[0].ndim != 2
                                                                                  or shape[1] != r):
             return f"holds an estimate of shape {shape}; this run iterates {r} columns (iteration-rank)"
-        return None
+        for Z in [params[0]] + iterates + ([held[1]] if held else []):
+            if not isinstance(Z, np.ndarray) or Z.shape != shape or not np.all(np.isfinite(Z)):
+                return (f"holds an estimate of shape {getattr(Z, 'shape', None)}, not {shape} like its "
+                        "parameters, or not finite")
+            if not _orthonormal(Z):
+                return "holds an estimate whose columns are not orthonormal (a basis of a subspace)"
+        objective = strat.get("last_objective")
+        if objective is not None and not (_is_number(objective) and math.isfinite(objective)):
+            return f"holds the objective {objective!r}, not a finite number"
+        return _sizes_problem(strat["sizes"], strat.get("fingerprints", []), self.cfg["num-clients"])
 
     def save(self, server_round: int, parameters: list[np.ndarray], strategy) -> None:
         """Write the state after ``server_round`` (atomically replacing the previous checkpoint).
@@ -242,6 +262,58 @@ class Checkpoint:
                       "kept for resume", server_round, self.path, type(ex).__name__, ex, kept)
             return
         self.saved_round = server_round
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _orthonormal(Z: np.ndarray, tol: float = 1e-6) -> bool:
+    """Whether ``Z`` (d, r) has orthonormal columns: ``|Z^T Z - I| <= tol`` entrywise."""
+    if Z.ndim != 2 or Z.shape[1] > Z.shape[0]:
+        return False
+    gram = Z.T @ Z
+    return bool(np.all(np.abs(gram - np.eye(Z.shape[1])) <= tol))
+
+
+def _row_problem(row: Any) -> str | None:
+    """Why a results row of a checkpoint is not one the run could have written, or ``None``.
+
+    Rows hold strings, ``None`` and numbers; every number the strategies write is >= 0 (counts, times, errors,
+    epsilons; NaN where there is no value), and a subspace distance is in [0, 1].
+    """
+    if not isinstance(row, dict):
+        return "a row that is not a table"
+    for key, value in row.items():
+        if value is None or isinstance(value, (str, bool)):
+            continue
+        if not _is_number(value):
+            return f"{key} = {value!r}, not a number"
+        if math.isnan(value):
+            continue
+        if value < 0 or ("distance" in key and value > 1.0 + 1e-9):
+            return f"{key} = {value!r}, outside {'[0, 1]' if 'distance' in key else '[0, inf)'}"
+    return None
+
+
+def _sizes_problem(sizes: Any, fingerprints: Any, num_clients: int) -> str | None:
+    """Why the checkpoint's partitions (``[[id, rows], ...]``, ``[[id, fingerprint], ...]``) are malformed."""
+    if not isinstance(sizes, list) or not all(isinstance(p, list) and len(p) == 2 and _is_int(p[0]) and _is_int(p[1])
+                                              and 0 <= p[0] < num_clients and p[1] >= 1 for p in sizes):
+        return (f"holds malformed partition sizes (not pairs [partition id in [0, {num_clients}), rows >= 1]): "
+                f"{str(sizes)[:80]}")
+    ids = [p[0] for p in sizes]
+    if len(set(ids)) != len(ids):
+        return f"lists a partition twice in its sizes: {ids}"
+    if not isinstance(fingerprints, list) or not all(
+            isinstance(p, list) and len(p) == 2 and _is_int(p[0]) and p[0] in ids and isinstance(p[1], str)
+            and 0 < len(p[1]) <= 128 for p in fingerprints) or len({p[0] for p in fingerprints}) != len(fingerprints):
+        return f"holds malformed data fingerprints: {str(fingerprints)[:80]}"
+    return None
 
 
 def _numbered(arrays: dict[str, np.ndarray]) -> bool:

@@ -12,12 +12,15 @@ for a csv, the line and the cell.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import warnings
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FILE_SUFFIXES", "is_data_file", "read_samples", "normalize_rows"]
+__all__ = ["FILE_SUFFIXES", "is_data_file", "read_samples", "normalize_rows", "FINGERPRINT", "file_fingerprint"]
 
 FILE_SUFFIXES = (".npy", ".csv")
 """File suffixes accepted as files of samples."""
@@ -79,6 +82,40 @@ def normalize_rows(X: np.ndarray) -> np.ndarray:
     out = np.zeros_like(X)
     np.divide(X, norms, out=out, where=norms > 0)
     return out
+
+
+FINGERPRINT = "data-fingerprint"
+"""Discovery property in which a node reports its data's fingerprint (a checkpoint records it for resume)."""
+
+
+def file_fingerprint(path: str | Path) -> str:
+    """SHA-256 (hex) of the bytes of the file ``path``: what tells the same data from other data on resume.
+
+    Computed once per file version and process (cached on the file's device, inode, size and modification
+    time, so a replaced or rewritten file is read again), in blocks of 1 MiB.
+
+    Raises
+    ------
+    ValueError
+        If the file cannot be read (the message names it).
+    """
+    try:
+        st = os.stat(path)
+    except OSError as ex:
+        raise ValueError(f"data file {str(path)!r}: cannot be read: {ex.strerror or ex}") from None
+    return _fingerprint_cached(os.path.abspath(path), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@lru_cache(maxsize=64)
+def _fingerprint_cached(path: str, version: tuple) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+    except OSError as ex:
+        raise ValueError(f"data file {path!r}: cannot be read: {ex.strerror or ex}") from None
+    return digest.hexdigest()
 
 
 def _read_npy(path: Path, where: str) -> np.ndarray:

@@ -177,6 +177,18 @@ class ClientNoise:
         """What the client reports at discovery: its source and whether its secret survives the run."""
         return {"noise-source": self.source, "noise-persistent": bool(self.persistent)}
 
+    def fingerprint(self, digest: str) -> str:
+        """What the node reports of its data's fingerprint ``digest``: keyed with its secret when it has one.
+
+        A plain hash of the data would let the server test a guess of the data, which the noise is there to
+        prevent; keyed with the node's secret (BLAKE2b, its own personalisation) it only tells the same data
+        from other data, and only to a node with the same secret. Without a secret (no noise, or seeded noise,
+        which the server knows anyway) it is ``digest`` itself.
+        """
+        if self._secret is None:
+            return digest
+        return hashlib.blake2b(digest.encode(), digest_size=32, key=self._secret, person=b"fedspectral-fp1").hexdigest()
+
     def generator(self, server_round: int, *inputs: Any):
         """The draws of one release: an object with ``standard_normal(shape)``.
 
