@@ -171,6 +171,7 @@ class Checkpoint:
         saved, now = doc.get("config"), _comparable(self.cfg)
         if not isinstance(saved, dict):
             raise self._refuse("holds no run config")
+        saved = _comparable(saved)  # a key declared harmless after the checkpoint was written
         differ = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
         if differ:
             shown = "; ".join(f"{k} = {saved.get(k)!r} there, {now.get(k)!r} here" for k in differ[:5])

@@ -259,7 +259,8 @@ round) is built in a moment instead of exhausting memory before round 1."""
 
 
 def keys_markdown(defaults: Mapping[str, Any]) -> str:
-    """The README's table of run-config keys: key, default, allowed values, meaning.
+    """The README's table of run-config keys: key, default, allowed values, meaning (and, for the keys
+    declared ``harmless_on_resume``, that a resumed run may change them).
 
     ``python -m fl_strategies.config`` prints it with the defaults of ``pyproject.toml``.
     """
@@ -269,7 +270,8 @@ def keys_markdown(defaults: Mapping[str, Any]) -> str:
         value = defaults[key.name]
         shown = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value
         allowed = ", ".join(key.choices) if key.choices else (key.allowed or kinds[key.kind])
-        lines.append(f"| `{key.name}` | {shown} | {allowed} | {key.doc} |")
+        doc = key.doc + (" (may change on resume)" if key.harmless_on_resume else "")
+        lines.append(f"| `{key.name}` | {shown} | {allowed} | {doc} |")
     return "\n".join(lines) + "\n"
 
 
