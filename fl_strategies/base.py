@@ -144,6 +144,7 @@ class FederatedStrategy(Strategy):
         self.proxies: dict[int, ClientProxy] = {}
         self.sizes: dict[int, int] = {}
         self.fingerprints: dict[int, str] = {}  # partition id -> the fingerprint of its data reported at discovery
+        self._engine_fingerprints: dict[int, str] = {}  # the same, from the engine (discovery = "engine")
         self.node_properties: dict[str, Any] = {}  # what each node answered at discovery (by node id)
         self._pid_by_cid: dict[str, int] = {}
         self._row_sums: dict[str, np.ndarray] = {}
@@ -244,6 +245,7 @@ class FederatedStrategy(Strategy):
                 answers.append((proxy, "the engine's node directory does not know it"))
             else:
                 answers.append((proxy, (int(pid), int(directory.sizes[pid]))))
+        self._engine_fingerprints = dict(directory.fingerprints)
         return answers
 
     def _ask(self, proxies: list[ClientProxy]) -> list[tuple[ClientProxy, Any]]:
@@ -312,7 +314,7 @@ class FederatedStrategy(Strategy):
                 continue
             pid, size = info
             self.proxies[pid], self.sizes[pid] = proxy, size
-            fingerprint = self.node_properties.get(proxy.cid, {}).get(FINGERPRINT)
+            fingerprint = self.node_properties.get(proxy.cid, {}).get(FINGERPRINT, self._engine_fingerprints.get(pid))
             if isinstance(fingerprint, str) and 0 < len(fingerprint) <= 128:
                 self.fingerprints[pid] = fingerprint
         self._pid_by_cid = {proxy.cid: pid for pid, proxy in self.proxies.items()}

@@ -306,3 +306,24 @@ def test_a_checkpoint_without_fingerprints_does_not_resume_nodes_that_report_one
     with pytest.raises(ConfigError, match="partition 0 \\(node \\d+\\) reports a fingerprint of its data, the "
                                           "checkpoint holds none"):
         run_app(**over, resume=True)
+
+
+def test_engine_discovery_fingerprints_the_data_file_too(tmp_path, monkeypatch):
+    """With ``discovery = "engine"`` nothing is asked of the nodes: the engine fingerprints the data set's file,
+    and a resume on another file is refused the same way."""
+    data = _folder(tmp_path / "data")
+    np.save(tmp_path / "rows.npy", np.vstack([np.load(data / f"partition_{i}.npy") for i in range(3)]))
+    source = changed = tmp_path / "rows.npy"
+    out = tmp_path / "run"
+    over = dict(FOLDER_RUN, dataset=str(source), discovery="engine", checkpoint_dir=str(out))
+    with monkeypatch.context() as patch:
+        kill_server(patch, 1, before_save=False)
+        with pytest.raises(Killed):
+            run_app(**over)
+    original = changed.read_bytes()
+    X = np.load(changed)
+    np.save(changed, X[::-1])  # the same rows in another order: the same sizes, other data
+    with pytest.raises(ConfigError, match="partition 2 \\(node \\d+\\) holds other data"):
+        run_app(**over, resume=True)
+    changed.write_bytes(original)
+    assert [r["round"] for r in run_app(**over, resume=True).records] == [0, 1, 2, 3, 4]
