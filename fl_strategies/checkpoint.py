@@ -11,14 +11,20 @@ loading it cannot run code. A SHA-256 checksum over the document and every
 array (dtype, shape and bytes) is stored beside them; on load a file that is
 truncated, damaged or altered, whose round is outside ``[0, num-server-rounds]``,
 whose estimates do not have the run's shape or whose rows do not match its round
-is refused with a :class:`~fl_strategies.config.ConfigError` saying which. A
+is refused with a :class:`~fl_strategies.config.ConfigError` saying which. Since
+anyone holding the file can recompute the checksum, every value is checked
+before use as well (:meth:`Checkpoint._problem`): finite orthonormal estimates,
+rows of non-negative numbers, well-formed partition sizes and fingerprints. A
 checkpoint that cannot be written (disk full, directory removed) is reported at
 ERROR and the run goes on; the previous checkpoint stays the one to resume from.
 
 A new run with the same run config plus ``resume = true`` (a new ``flwr run``)
 discovers the nodes again, checks that every partition still has the row count
-it had, restores the strategy's state and goes on with the round after the
-checkpoint. Its ``rounds.csv`` is appended to
+and the data it had (the fingerprint its node reported at discovery,
+:meth:`fl_strategies.base.FederatedStrategy.load_state_dict`), restores the
+strategy's state and goes on with the round after the checkpoint. "The same run
+config" means every key but those declared ``harmless_on_resume``
+(:data:`SAME_KEYS_EXEMPT`). Its ``rounds.csv`` is appended to
 (:class:`server_app.results.ResultsWriter` with ``keep``): rows of rounds the
 checkpoint does not cover (the round in flight at the crash) are written again.
 All randomness derives from ``(seed, stream, round, partition)``, so the
