@@ -50,7 +50,8 @@ def fingerprint_property(data, cfg: dict[str, Any], noise) -> dict[str, str]:
     """``{"data-fingerprint": ...}`` in a run that checkpoints (``checkpoint-dir``), for data read from a file.
 
     The server records it with the checkpoint and refuses to resume on other data (:mod:`fl_strategies.checkpoint`);
-    the node's noise keys it with the node's secret when it has one (:meth:`fl_strategies.noise.ClientNoise.fingerprint`).
+    the node's noise keys it with the node's secret when it has one
+    (:meth:`fl_strategies.noise.ClientNoise.fingerprint`).
     Empty without checkpoints or for generated data.
     """
     if not cfg["checkpoint-dir"]:

@@ -5,8 +5,8 @@
   'noise-secret="/path/on/the/node"'``: created with mode 600 if absent, else read; anything but a regular
   32-byte file of the node's user with mode exactly 600 is refused before it is read,
   :mod:`fl_strategies.secret_files`) or, without that key, in its node state (for the run only). Each
-  release's noise is a cryptographic function (BLAKE2b, then SHAKE-256 as a stream of uniforms, Box-Muller) of the secret and of
-  everything the release depends on: partition id, round, the broadcast iterate, the local data, the noise
+  release's noise is a cryptographic function (BLAKE2b, then SHAKE-256 as a stream of uniforms, Box-Muller)
+  of the secret and of everything the release depends on: partition id, round, the broadcast iterate, the local data, the noise
   standard deviation and the number of local steps. Hence
 
   - the server, which never sees the secret, cannot rebuild the noise (unlike ``seeded``);
