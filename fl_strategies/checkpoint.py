@@ -219,7 +219,7 @@ class Checkpoint:
         if held is not None and not (isinstance(held, list) and len(held) == 2 and isinstance(held[0], dict)):
             return f"holds a malformed held row ({type(held).__name__})"
         rounds = [row.get("round") if isinstance(row, dict) else None for row in records]
-        if rounds != list(range(len(rounds))) or not rnd - 1 <= len(rounds) - 1 <= rnd:
+        if not all(_is_int(v) for v in rounds) or rounds != list(range(len(rounds))) or not rnd - 1 <= len(rounds) - 1 <= rnd:
             return f"has rows of rounds {rounds[:3]}...{rounds[-2:]} for round {rnd}"
         for row in records + ([held[0]] if held else []):
             problem = _row_problem(row)

@@ -204,6 +204,7 @@ CASES = [
     ("distance-above-one", lambda d, a: _row(d, "subspace_distance", 3.0), "subspace_distance = 3.0, outside"),
     ("negative-count", lambda d, a: _row(d, "bytes_up", -1), "bytes_up = -1, outside"),
     ("list-in-row", lambda d, a: _row(d, "participants", [1]), "participants = \\[1\\], not a number"),
+    ("row-round-true", lambda d, a: _row(d, "round", True), "has rows of rounds"),
     ("row-not-a-table", lambda d, a: d["strategy"]["records"].__setitem__(2, [2]), "has rows of rounds"),
     ("objective-nan", lambda d, a: d["strategy"].update(last_objective=float("nan")), "objective nan"),
     ("held-malformed", lambda d, a: d["strategy"].update(held="x"), "malformed held row"),
