@@ -208,8 +208,8 @@ class Checkpoint:
         params = state.get("parameters")
         if not isinstance(params, list) or not params or not all(isinstance(a, np.ndarray) for a in params):
             return "holds no parameters"
-        if not all(np.issubdtype(a.dtype, np.floating) and np.all(np.isfinite(a)) for a in params):
-            return "holds parameters that are not finite floating-point numbers"
+        if not all(a.dtype == np.float64 and np.all(np.isfinite(a)) for a in params):
+            return "holds parameters that are not finite float64 numbers"
         strat = state.get("strategy")
         if not isinstance(strat, dict) or not all(k in strat for k in ("records", "iterates", "held", "sizes")):
             return "holds no strategy state"
@@ -231,9 +231,10 @@ class Checkpoint:
                                                                                  or shape[1] != r):
             return f"holds an estimate of shape {shape}; this run iterates {r} columns (iteration-rank)"
         for Z in [params[0]] + iterates + ([held[1]] if held else []):
-            if not isinstance(Z, np.ndarray) or Z.shape != shape or not np.all(np.isfinite(Z)):
+            if (not isinstance(Z, np.ndarray) or Z.shape != shape or Z.dtype != np.float64
+                    or not np.all(np.isfinite(Z))):
                 return (f"holds an estimate of shape {getattr(Z, 'shape', None)}, not {shape} like its "
-                        "parameters, or not finite")
+                        "parameters, or not of finite float64 numbers")
             if not _orthonormal(Z):
                 return "holds an estimate whose columns are not orthonormal (a basis of a subspace)"
         objective = strat.get("last_objective")
