@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from .config import RESUME_HARMLESS, ConfigError, writable_directory
+from .replies import check_orthonormal
 
 __all__ = ["CHECKPOINT_FILE", "NOT_RESUMABLE", "SAME_KEYS_EXEMPT", "Checkpoint", "checkpoint_for"]
 
@@ -219,7 +220,8 @@ class Checkpoint:
         if held is not None and not (isinstance(held, list) and len(held) == 2 and isinstance(held[0], dict)):
             return f"holds a malformed held row ({type(held).__name__})"
         rounds = [row.get("round") if isinstance(row, dict) else None for row in records]
-        if not all(_is_int(v) for v in rounds) or rounds != list(range(len(rounds))) or not rnd - 1 <= len(rounds) - 1 <= rnd:
+        if (not all(_is_int(v) for v in rounds) or rounds != list(range(len(rounds)))
+                or not rnd - 1 <= len(rounds) - 1 <= rnd):
             return f"has rows of rounds {rounds[:3]}...{rounds[-2:]} for round {rnd}"
         for row in records + ([held[0]] if held else []):
             problem = _row_problem(row)
@@ -235,8 +237,9 @@ class Checkpoint:
                     or not np.all(np.isfinite(Z))):
                 return (f"holds an estimate of shape {getattr(Z, 'shape', None)}, not {shape} like its "
                         "parameters, or not of finite float64 numbers")
-            if not _orthonormal(Z):
-                return "holds an estimate whose columns are not orthonormal (a basis of a subspace)"
+            reason = check_orthonormal(Z, name="Z") if Z.ndim == 2 else f"Z has {Z.ndim} dimensions"
+            if reason:
+                return f"holds an estimate that is not an orthonormal basis ({reason})"
         objective = strat.get("last_objective")
         if objective is not None and not (_is_number(objective) and math.isfinite(objective)):
             return f"holds the objective {objective!r}, not a finite number"
@@ -278,14 +281,6 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _orthonormal(Z: np.ndarray, tol: float = 1e-6) -> bool:
-    """Whether ``Z`` (d, r) has orthonormal columns: ``|Z^T Z - I| <= tol`` entrywise."""
-    if Z.ndim != 2 or Z.shape[1] > Z.shape[0]:
-        return False
-    gram = Z.T @ Z
-    return bool(np.all(np.abs(gram - np.eye(Z.shape[1])) <= tol))
 
 
 def _row_problem(row: Any) -> str | None:
