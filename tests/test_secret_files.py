@@ -121,3 +121,11 @@ def test_a_file_replaced_between_its_check_and_its_opening_is_refused(tmp_path, 
     monkeypatch.setattr(secret_files.os, "lstat", lambda p: os.stat(other))
     with pytest.raises(ValueError, match="was replaced while it was being read"):
         read_secret_file(path, SECRET_BYTES, LABEL)
+
+
+def test_a_dangling_link_is_refused_and_nothing_is_created_through_it(tmp_path):
+    target = tmp_path / "elsewhere"
+    link = tmp_path / "secret"
+    link.symlink_to(target)
+    _refused(link, "is a symbolic link")
+    assert not target.exists()
