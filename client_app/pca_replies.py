@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fl_strategies.config import row_sums_at_discovery, secure_covariance
 from fl_strategies.data_files import FINGERPRINT
 
 __all__ = ["discovery_properties", "fingerprint_property", "summary_reply"]
@@ -39,9 +40,9 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
     """
     _, s = data.covariance
     props: dict[str, Any] = {"partition-id": data.partition_id, "num-examples": s, "dimension": dimension}
-    if cfg["center"]:
+    if row_sums_at_discovery(cfg):
         props["row-sum"] = data.row_sum.astype("<f8").tobytes()
-    if not noisy:
+    if not noisy and not secure_covariance(cfg):
         props["sq-sum"] = data.sum_of_squares(cfg["center"])
     return props
 
