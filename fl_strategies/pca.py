@@ -21,6 +21,7 @@ covariance ``(1/n) X^T X``).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -105,7 +106,7 @@ def load_model(path: str | Path) -> dict[str, Any]:
     Raises
     ------
     ValueError
-        If the file is not such a model (missing keys, inconsistent shapes).
+        If the file is not such a model (missing keys, shapes that do not fit, a non-numeric or non-finite field).
     """
     try:
         with np.load(path, allow_pickle=False) as f:
@@ -118,9 +119,24 @@ def load_model(path: str | Path) -> dict[str, Any]:
     components, mean = model["components"], model["mean"]
     if components.ndim != 2 or mean.shape != (components.shape[1],):
         raise ValueError(f"--model {str(path)!r}: components {components.shape} and mean {mean.shape} do not fit")
+    k = components.shape[0]
+    for key in MODEL_KEYS:
+        value = model[key]
+        if value.dtype == np.bool_ or not np.issubdtype(value.dtype, np.number) or np.iscomplexobj(value):
+            raise ValueError(f"--model {str(path)!r}: {key} has dtype {value.dtype}; real numbers are required")
+        want = {"components": components.shape, "mean": mean.shape, "n_samples": ()}.get(key, (k,))
+        if value.shape != want:
+            raise ValueError(f"--model {str(path)!r}: {key} has shape {value.shape}, expected {want}")
+        unknown = key == "explained_variance_ratio" and np.all(np.isnan(value))  # a model without tr(C)
+        if not (unknown or np.all(np.isfinite(value))):
+            raise ValueError(f"--model {str(path)!r}: {key} has non-finite entries (NaN/inf)")
+    if k < 1 or model["n_samples"] < 1 or model["n_samples"] != int(model["n_samples"]):
+        raise ValueError(f"--model {str(path)!r}: {k} components and n_samples {model['n_samples']}: not a model")
     model["n_samples"] = int(model["n_samples"])
     model["row_normalize"] = bool(model.get("row_normalize", False))
     model["clip_norm"] = float(model.get("clip_norm", 0.0))
+    if not (math.isfinite(model["clip_norm"]) and model["clip_norm"] >= 0):
+        raise ValueError(f"--model {str(path)!r}: clip_norm {model['clip_norm']} is not a finite number >= 0")
     return model
 
 
