@@ -55,7 +55,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fl_strategies.data_files import open_samples
+from fl_strategies.data_files import file_fingerprint, is_data_file, open_samples
 from fl_strategies.harness import find_harness, on_nodes, partition_file
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import RowBlocks
@@ -141,6 +141,18 @@ class NodeData:
         if rows.shape[0] < 1:
             raise ValueError(f"partition {self.partition_id}: the partition has no rows")
         return RowBlocks(rows, clip=self.cfg.get("clip-norm", 0.0))
+
+    @property
+    def fingerprint(self) -> str | None:
+        """SHA-256 (hex) of the file the node's rows come from: its ``data-path``, its dataset folder file or
+        the run's dataset file; ``None`` for generated data (the run config, which a resume compares, fixes them).
+        """
+        folder_file = partition_file(self.cfg.get("dataset"), self.partition_id)
+        if "data-path" in self.node_config:
+            return file_fingerprint(str(self.node_config["data-path"]))
+        if folder_file is not None:
+            return file_fingerprint(folder_file)
+        return file_fingerprint(self.cfg["dataset"]) if is_data_file(self.cfg.get("dataset")) else None
 
     @property
     def rows(self):

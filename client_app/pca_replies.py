@@ -1,7 +1,8 @@
 """What an eigenspace client tells the server besides its products: discovery properties and the summary.
 
 Shared by the FedPower-family client and the FAPS client (:mod:`client_app.fedpower_client`,
-:mod:`client_app.faps_client`). Everything here is a count, a ``d``-vector or a scalar: never a row.
+:mod:`client_app.faps_client`). Everything here is a count, a ``d``-vector, a scalar or a fingerprint of the
+data (keyed with the node's secret in a private run): never a row.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from fl_strategies.config import row_sums_at_discovery, secure_covariance
+from fl_strategies.data_files import FINGERPRINT
 
-__all__ = ["discovery_properties", "summary_reply"]
+__all__ = ["discovery_properties", "fingerprint_property", "summary_reply"]
 
 
 def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool) -> dict[str, Any]:
@@ -43,6 +45,20 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
     if not noisy and not secure_covariance(cfg):
         props["sq-sum"] = data.sum_of_squares(cfg["center"])
     return props
+
+
+def fingerprint_property(data, cfg: dict[str, Any], noise) -> dict[str, str]:
+    """``{"data-fingerprint": ...}`` in a run that checkpoints (``checkpoint-dir``), for data read from a file.
+
+    The server records it with the checkpoint and refuses to resume on other data (:mod:`fl_strategies.checkpoint`);
+    the node's noise keys it with the node's secret when it has one
+    (:meth:`fl_strategies.noise.ClientNoise.fingerprint`).
+    Empty without checkpoints or for generated data.
+    """
+    if not cfg["checkpoint-dir"]:
+        return {}
+    digest = data.fingerprint
+    return {} if digest is None else {FINGERPRINT: noise.fingerprint(digest)}
 
 
 def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int):

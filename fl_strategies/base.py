@@ -37,6 +37,7 @@ from flwr.server.strategy import Strategy
 
 from . import node_directory
 from .config import ConfigError, check_against_data, row_sums_at_discovery
+from .data_files import FINGERPRINT
 from .harness import on_nodes, widths_listed
 from .participation import Participation
 from .registry import spec
@@ -142,6 +143,8 @@ class FederatedStrategy(Strategy):
         self.iterates: list[np.ndarray] = []
         self.proxies: dict[int, ClientProxy] = {}
         self.sizes: dict[int, int] = {}
+        self.fingerprints: dict[int, str] = {}  # partition id -> the fingerprint of its data reported at discovery
+        self._engine_fingerprints: dict[int, str] = {}  # the same, from the engine (discovery = "engine")
         self.node_properties: dict[str, Any] = {}  # what each node answered at discovery (by node id)
         self._pid_by_cid: dict[str, int] = {}
         self._row_sums: dict[str, np.ndarray] = {}
@@ -248,6 +251,7 @@ class FederatedStrategy(Strategy):
                 answers.append((proxy, "the engine's node directory does not know it"))
             else:
                 answers.append((proxy, (int(pid), int(directory.sizes[pid]))))
+        self._engine_fingerprints = dict(directory.fingerprints)
         return answers
 
     def _ask(self, proxies: list[ClientProxy]) -> list[tuple[ClientProxy, Any]]:
@@ -316,6 +320,9 @@ class FederatedStrategy(Strategy):
                 continue
             pid, size = info
             self.proxies[pid], self.sizes[pid] = proxy, size
+            fingerprint = self.node_properties.get(proxy.cid, {}).get(FINGERPRINT, self._engine_fingerprints.get(pid))
+            if isinstance(fingerprint, str) and 0 < len(fingerprint) <= 128:
+                self.fingerprints[pid] = fingerprint
         self._pid_by_cid = {proxy.cid: pid for pid, proxy in self.proxies.items()}
         missing = sorted(set(range(self.m)) - set(self.proxies))
         if missing:
@@ -492,13 +499,15 @@ class FederatedStrategy(Strategy):
         -------
         dict
             ``records`` (list of dict), ``iterates`` (list of (d, r) arrays),
-            ``held`` (``[row, Z]`` or ``None``), ``last_objective`` and ``sizes``
-            (``[[partition id, rows], ...]`` as discovered).
+            ``held`` (``[row, Z]`` or ``None``), ``last_objective``, ``sizes``
+            (``[[partition id, rows], ...]`` as discovered) and ``fingerprints`` (``[[partition id, str], ...]``:
+            the fingerprint of each partition's data its node reported at discovery, where it reported one).
         """
         return {"records": self.records, "iterates": self.iterates,
                 "held": None if self._held is None else [self._held[0], self._held[1]],
                 "last_objective": self._last_objective,
-                "sizes": [[pid, size] for pid, size in sorted(self.sizes.items())]}
+                "sizes": [[pid, size] for pid, size in sorted(self.sizes.items())],
+                "fingerprints": [[pid, fp] for pid, fp in sorted(self.fingerprints.items())]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` after discovery (the nodes of the new run are known).
@@ -506,14 +515,26 @@ class FederatedStrategy(Strategy):
         Raises
         ------
         ConfigError
-            If a partition now has another row count than when the state was
-            saved (the data changed: the run cannot be continued).
+            If a partition now has another row count or other data (another fingerprint, or a fingerprint on one
+            side only) than when the state was saved: the run cannot be continued.
         """
         saved = {int(pid): int(size) for pid, size in state["sizes"]}
-        changed = [pid for pid in self.sizes if pid in saved and saved[pid] != self.sizes[pid]]
+        changed = [f"partition {pid} had {saved[pid]} rows, now {self.sizes[pid]}"
+                   for pid in sorted(self.sizes) if pid in saved and saved[pid] != self.sizes[pid]]
+        then = {int(pid): fp for pid, fp in state.get("fingerprints", [])}
+        for pid in sorted(self.sizes):
+            if pid not in saved or then.get(pid) == self.fingerprints.get(pid):
+                continue
+            node = f"partition {pid} (node {self.proxies[pid].cid})"
+            if pid not in then:
+                changed.append(f"{node} reports a fingerprint of its data, the checkpoint holds none to compare")
+            elif pid not in self.fingerprints:
+                changed.append(f"{node} reports no fingerprint of its data, the checkpoint holds one")
+            else:
+                changed.append(f"{node} holds other data than in the checkpointed run (another fingerprint)")
         if changed:
-            raise ConfigError("resume: the data changed since the checkpoint: " + "; ".join(
-                f"partition {pid} had {saved[pid]} rows, now {self.sizes[pid]}" for pid in changed))
+            raise ConfigError("resume: the data changed since the checkpoint: " + "; ".join(changed)
+                              + "; resume only on the data the run started with, or start a new run")
         if set(saved) != set(self.sizes):
             log.warning("resume: partitions %s then, %s now", sorted(saved), sorted(self.sizes))
         self.records = [dict(row) for row in state["records"]]

@@ -34,7 +34,7 @@ from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_parti
 from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
 from .schedule import SCHEDULES, round_lengths
 
-__all__ = ["ConfigError", "KEYS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
+__all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
            "validate_run_config", "effective_config", "check_against_data",
            "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
            "previous_results", "check_results_dir"]
@@ -54,10 +54,13 @@ class Key:
     check: Callable[[Any], bool] | None = None
     allowed: str = ""  # human description of the allowed values
     choices: tuple[str, ...] = ()
+    harmless_on_resume: bool = False
+    """May differ between a checkpointed run and its resumption: it changes neither the estimate nor the privacy
+    guarantee (where results go, how long to wait). Every other key must be the same (:data:`RESUME_HARMLESS`)."""
 
 
-def _key(name, kind, doc, check=None, allowed="", choices=()):
-    return Key(name, kind, doc, check, allowed, tuple(choices))
+def _key(name, kind, doc, check=None, allowed="", choices=(), harmless_on_resume=False):
+    return Key(name, kind, doc, check, allowed, tuple(choices), harmless_on_resume)
 
 
 PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.data.partitioners
@@ -118,11 +121,12 @@ KEYS: dict[str, Key] = {
              "records it and transform applies it", lambda v: v >= 0, "a finite number >= 0"),
         _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy (and pca.npz) "
              "('' = none); one that already holds any of them is refused unless overwrite or resume is true",
-             allowed="string (a writable directory)"),
+             allowed="string (a writable directory)", harmless_on_resume=True),
         _key("overwrite", bool, "replace the results of an earlier run in results-dir (its rounds.csv, "
-             "estimate.npy and pca.npz are removed before round 1); false = such a results-dir is refused"),
+             "estimate.npy and pca.npz are removed before round 1); false = such a results-dir is refused",
+             harmless_on_resume=True),
         _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
-             lambda v: v >= 0, "a number >= 0"),
+             lambda v: v >= 0, "a number >= 0", harmless_on_resume=True),
         _key("stop-tol", float, "stopping rule (27) of the FAPS paper: stop when the objective's relative "
              "change is at most this (0 = run all rounds)", lambda v: 0 <= v < 1, "a number in [0, 1)"),
         _key("inner-solver", str, "FAPS local subproblem: ssi (subspace iterations) or exact (eigh)",
@@ -234,9 +238,9 @@ KEYS: dict[str, Key] = {
              "a number > 0 with round-policy deadline, else 0"),
         _key("checkpoint-dir", str, "directory where the server saves its state after every round, for resume "
              "('' = no checkpoints; fedpower, power, ssi and localpower only)",
-             allowed="string (a writable directory)"),
+             allowed="string (a writable directory)", harmless_on_resume=True),
         _key("resume", bool, "continue the run checkpointed in checkpoint-dir (same run config) and append to "
-             "its rounds.csv"),
+             "its rounds.csv", harmless_on_resume=True),
         _key("evaluation", str, "what the server measures each estimate against: auto (the exact reference when "
              "a simulation harness builds the run's data set, none for dataset = \"nodes\"), reference (required: "
              "an error when no harness builds the data) or none (no reference; nothing is computed from pooled data)",
@@ -262,6 +266,9 @@ KEYS: dict[str, Key] = {
     ]
 }
 
+RESUME_HARMLESS = tuple(name for name, key in KEYS.items() if key.harmless_on_resume)
+"""The run-config keys a resumed run may change (``harmless_on_resume``); a change of any other is refused."""
+
 MAX_ITERATIONS = 1_000_000
 """Upper limit on ``num-server-rounds``, ``total-iterations`` and the total number of local iterations ``T``.
 
@@ -270,7 +277,8 @@ round) is built in a moment instead of exhausting memory before round 1."""
 
 
 def keys_markdown(defaults: Mapping[str, Any]) -> str:
-    """The README's table of run-config keys: key, default, allowed values, meaning.
+    """The README's table of run-config keys: key, default, allowed values, meaning (and, for the keys
+    declared ``harmless_on_resume``, that a resumed run may change them).
 
     ``python -m fl_strategies.config`` prints it with the defaults of ``pyproject.toml``.
     """
@@ -280,7 +288,8 @@ def keys_markdown(defaults: Mapping[str, Any]) -> str:
         value = defaults[key.name]
         shown = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value
         allowed = ", ".join(key.choices) if key.choices else (key.allowed or kinds[key.kind])
-        lines.append(f"| `{key.name}` | {shown} | {allowed} | {key.doc} |")
+        doc = key.doc + (" (may change on resume)" if key.harmless_on_resume else "")
+        lines.append(f"| `{key.name}` | {shown} | {allowed} | {doc} |")
     return "\n".join(lines) + "\n"
 
 

@@ -29,15 +29,21 @@ def engine_directory(run_config: dict, partition_of: dict[int, int]):
     """The :class:`fl_strategies.node_directory.NodeDirectory` of an engine's nodes (``discovery = "engine"``).
 
     Row counts come from the data generator (:func:`simulations.data.federated_data.partition_sizes`: arithmetic for
-    a lazy data set); nothing is asked of the nodes.
+    a lazy data set); nothing is asked of the nodes. In a run that checkpoints, a data set read from a file gives
+    each partition the fingerprint of that file, as a node would report it.
     """
     from fl_strategies.config import validate_run_config
+    from fl_strategies.data_files import file_fingerprint, is_data_file
     from fl_strategies.node_directory import NodeDirectory
 
     from simulations.data.federated_data import partition_sizes
 
-    sizes = partition_sizes(validate_run_config(run_config))
-    return NodeDirectory(partition_of=dict(partition_of), sizes=dict(enumerate(sizes.tolist())))
+    cfg = validate_run_config(run_config)
+    sizes = dict(enumerate(partition_sizes(cfg).tolist()))
+    fingerprints = {}
+    if cfg["checkpoint-dir"] and is_data_file(cfg["dataset"]):
+        fingerprints = dict.fromkeys(sizes, file_fingerprint(cfg["dataset"]))
+    return NodeDirectory(partition_of=dict(partition_of), sizes=sizes, fingerprints=fingerprints)
 
 
 class ArgumentParser(argparse.ArgumentParser):
