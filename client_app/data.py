@@ -143,22 +143,51 @@ class NodeData:
             return max(float(s * np.trace(A) - s * m @ m), 0.0)
         return float(np.sum((np.asarray(rows, dtype=np.float64) - m) ** 2))
 
+    def column_sq_sums(self) -> np.ndarray:
+        """``sum_j (x_j - m_i)^2`` per column about the rows' own mean ``m_i``, shape (d,).
+
+        What a node reports as ``col-sq-sum`` at discovery with ``scale = true``
+        (:mod:`fl_strategies.standardize`): the deviations summed directly, a block of rows at a time (no
+        cancellation, no copy of the rows); sparse rows by the identity ``sum x^2 - s m^2``.
+        """
+        rows, s = self.rows, self.rows.shape[0]
+        m = self.row_sum / s
+        if hasattr(rows, "toarray"):
+            return np.clip(np.asarray(rows.multiply(rows).sum(axis=0), dtype=np.float64).ravel() - s * m * m,
+                           0.0, None)
+        total = np.zeros(rows.shape[1])
+        for start in range(0, s, _BLOCK_ROWS):
+            block = np.asarray(rows[start:start + _BLOCK_ROWS], dtype=np.float64) - m
+            total += np.einsum("ij,ij->j", block, block)
+        return total
+
     def covariance_for(self, config: Mapping[str, Any]) -> tuple[np.ndarray, int]:
-        """``(A_i, s_i)``, centred with the global mean when the server sends one (``config["mean"]``).
+        """``(A_i, s_i)``, centred with the global mean when the server sends one (``config["mean"]``), and with
+        its columns scaled when it sends their scales (``config["scale"]``, ``scale = true``).
 
         ``(M_i - 1 mu^T)^T (M_i - 1 mu^T) / s_i = A_i - m_i mu^T - mu m_i^T + mu mu^T`` with the client's row
-        mean ``m_i``; cached per mean.
+        mean ``m_i``; scaled, ``D^{-1} (...) D^{-1}`` with ``D = diag(scale)``; cached per mean and scale.
         """
         A, s = self.covariance
-        mean = config.get("mean")
-        if mean is None:
+        mean, scale = config.get("mean"), config.get("scale")
+        if mean is None and scale is None:
             return A, s
-        if not isinstance(mean, bytes) or len(mean) != 8 * A.shape[0]:
-            raise ValueError(f"{self.source}: the broadcast mean is not {A.shape[0]} float64 numbers")
-        if self._centered is None or self._centered[0] != mean:
+        d = A.shape[0]
+        for name, value in (("mean", mean), ("scale", scale)):
+            if value is not None and (not isinstance(value, bytes) or len(value) != 8 * d):
+                raise ValueError(f"{self.source}: the broadcast {name} is not {d} float64 numbers")
+        if scale is not None and mean is None:
+            raise ValueError(f"{self.source}: the server sent column scales without the mean they are about")
+        if self._centered is None or self._centered[0] != (mean, scale):
             mu = np.frombuffer(mean, dtype="<f8").astype(np.float64)
             m = self.row_sum / s
-            self._centered = (mean, A - np.outer(m, mu) - np.outer(mu, m) + np.outer(mu, mu))
+            centered = A - np.outer(m, mu) - np.outer(mu, m) + np.outer(mu, mu)
+            if scale is not None:
+                inverse = 1.0 / np.frombuffer(scale, dtype="<f8").astype(np.float64)
+                if not np.all(np.isfinite(inverse) & (inverse > 0)):
+                    raise ValueError(f"{self.source}: the broadcast scale has entries that are not finite and > 0")
+                centered = centered * np.outer(inverse, inverse)
+            self._centered = ((mean, scale), centered)
         return self._centered[1], s
 
     @property
@@ -177,6 +206,9 @@ class NodeData:
             self._covariance = (A, s)
         return self._covariance
 
+
+_BLOCK_ROWS = 4096
+"""Rows per block of a pass over a node's rows (bounds the temporary copy to ``_BLOCK_ROWS x d`` float64)."""
 
 _CHECKED: dict[int, weakref.ref] = {}
 """Matrices that passed :func:`check_local_matrix` in this process (a harness caches ``A_i``: check it once)."""

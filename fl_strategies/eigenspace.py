@@ -159,10 +159,14 @@ class EigenspaceStrategy(FederatedStrategy):
 
     # -- centring and the summary exchange: the PCA model (fl_strategies.pca) ------------------------------
     def center_config(self) -> dict[str, Scalar]:
-        """``{"mean": bytes}`` (d float64) for every instruction when centring, else ``{}``."""
+        """``{"mean": bytes}`` (d float64) for every instruction when centring, with ``"scale"`` (d float64) when
+        scaling (:mod:`fl_strategies.standardize`), else ``{}``."""
+        config: dict[str, Scalar] = {}
         if self.cfg.get("center") and self.mean is not None:
-            return {"mean": self.mean.astype("<f8").tobytes()}
-        return {}
+            config["mean"] = self.mean.astype("<f8").tobytes()
+        if self.scale is not None:
+            config["scale"] = self.scale.astype("<f8").tobytes()
+        return config
 
     def configure_summary(self) -> list[tuple[ClientProxy, FitIns]]:
         """After the last round: the final estimate to every client, which answers ``A_i Z`` and ``tr(A_i)``.
@@ -199,7 +203,8 @@ class EigenspaceStrategy(FederatedStrategy):
 
         ``CZ`` is ``C Z`` and ``total`` is ``tr(C)`` for the pooled (centred) second-moment matrix ``C``.
         """
-        model = pca_model(Z, CZ, total, n, self.mean if self.mean is not None else np.zeros(self.d), self.r)
+        model = pca_model(Z, CZ, total, n, self.mean if self.mean is not None else np.zeros(self.d), self.r,
+                          scale=self.scale)
         k = self.k
         if self.cfg.get("variance-target", 0) > 0:
             k = choose_rank(model["explained_variance_ratio"], self.cfg["variance-target"])
@@ -207,7 +212,7 @@ class EigenspaceStrategy(FederatedStrategy):
                 log.warning("variance-target = %g is not reached by the %d columns iterated (explained-variance "
                             "ratio %.4g, a lower bound): all %d are kept; a larger iteration-rank may reach it",
                             self.cfg["variance-target"], self.r, model["explained_variance_ratio"].sum(), self.r)
-        self.model = {key: (value[:k] if isinstance(value, np.ndarray) and key != "mean" else value)
+        self.model = {key: (value[:k] if isinstance(value, np.ndarray) and key not in ("mean", "scale") else value)
                       for key, value in model.items()}
         self.model["summary_bytes"] = summary_bytes
         log.info("PCA model: %d component(s) explain %.4g of the variance (%d rows)", k,

@@ -15,7 +15,12 @@ Conventions follow :class:`sklearn.decomposition.PCA`: ``explained_variance``
 uses the ``n - 1`` denominator, ``singular_values`` are those of the centred
 data matrix, ``components`` has one component per row. Without centring the
 ``mean`` is zero and the model is the uncentred PCA (the FedPower papers'
-covariance ``(1/n) X^T X``).
+covariance ``(1/n) X^T X``). With ``scale = true`` the clients' matrices are
+those of the standardised rows ``(x - mean) / scale``
+(:mod:`fl_strategies.standardize`) and the model is scikit-learn's
+``StandardScaler`` followed by ``PCA``: ``scale`` is ``StandardScaler.scale_``
+and the explained variances are those of the standardised columns. Without
+scaling ``scale`` is all ones.
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ from .data_files import normalize_rows
 
 __all__ = ["MODEL_KEYS", "pca_model", "choose_rank", "save_model", "load_model", "transform"]
 
-MODEL_KEYS = ("components", "mean", "explained_variance", "explained_variance_ratio", "singular_values", "n_samples")
+MODEL_KEYS = ("components", "mean", "scale", "explained_variance", "explained_variance_ratio", "singular_values",
+              "n_samples")
 
 
 def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: int, mean: np.ndarray,
-              k: int) -> dict[str, Any]:
+              k: int, scale: np.ndarray | None = None) -> dict[str, Any]:
     """The first ``k`` principal components from a basis and the pooled products of the summary exchange.
 
     Parameters
@@ -51,11 +57,13 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
         The mean the clients centred their rows with (zeros without centring).
     k : int
         Components kept, ``1 <= k <= r``.
+    scale : ndarray of shape (d,), optional
+        The columns' scales the clients divided by (``scale = true``); ``None``: ones.
 
     Returns
     -------
     dict
-        :data:`MODEL_KEYS`: ``components`` (k, d), ``mean`` (d,), ``explained_variance`` (k,),
+        :data:`MODEL_KEYS`: ``components`` (k, d), ``mean`` (d,), ``scale`` (d,), ``explained_variance`` (k,),
         ``explained_variance_ratio`` (k,), ``singular_values`` (k,), ``n_samples`` (int).
     """
     B = Z.T @ CZ
@@ -64,6 +72,7 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
     lam = np.clip(values[order], 0.0, None)
     n = int(n_samples)
     return {"components": np.ascontiguousarray((Z @ W[:, order]).T), "mean": np.asarray(mean, dtype=np.float64),
+            "scale": np.ones(Z.shape[0]) if scale is None else np.asarray(scale, dtype=np.float64),
             "explained_variance": lam * n / max(n - 1, 1),
             "explained_variance_ratio": lam / total_variance if total_variance > 0 else np.zeros_like(lam),
             "singular_values": np.sqrt(lam * n), "n_samples": n}
@@ -97,8 +106,8 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
     return path
 
 
-def load_model(path: str | Path) -> dict[str, Any]:
-    """Read a model written by :func:`save_model`.
+def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
+    """Read a model written by :func:`save_model`; ``what`` names the path in the messages (an option or key).
 
     Raises
     ------
@@ -109,20 +118,25 @@ def load_model(path: str | Path) -> dict[str, Any]:
         with np.load(path, allow_pickle=False) as f:
             model = {key: f[key] for key in f.files}
     except Exception as ex:  # noqa: BLE001  (corrupt file, not an npz, ...)
-        raise ValueError(f"--model {str(path)!r} is not a readable pca.npz: {ex}") from None
-    missing = [key for key in MODEL_KEYS if key not in model]
+        raise ValueError(f"{what} {str(path)!r} is not a readable pca.npz: {ex}") from None
+    missing = [key for key in MODEL_KEYS if key not in model and key != "scale"]
     if missing:
-        raise ValueError(f"--model {str(path)!r} lacks {', '.join(missing)}: not a fedspectral pca.npz")
+        raise ValueError(f"{what} {str(path)!r} lacks {', '.join(missing)}: not a fedspectral pca.npz")
     components, mean = model["components"], model["mean"]
-    if components.ndim != 2 or mean.shape != (components.shape[1],):
-        raise ValueError(f"--model {str(path)!r}: components {components.shape} and mean {mean.shape} do not fit")
+    model.setdefault("scale", np.ones(mean.shape))  # a model written before scale existed: unscaled
+    if components.ndim != 2 or mean.shape != (components.shape[1],) or model["scale"].shape != mean.shape:
+        raise ValueError(f"{what} {str(path)!r}: components {components.shape}, mean {mean.shape} and scale "
+                         f"{model['scale'].shape} do not fit")
+    if not np.all(model["scale"] > 0):
+        raise ValueError(f"{what} {str(path)!r}: its scale has entries that are not > 0")
     model["n_samples"] = int(model["n_samples"])
     model["row_normalize"] = bool(model.get("row_normalize", False))
     return model
 
 
 def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
-    """Scores of rows ``X`` (m, d): ``(X - mean) @ components.T``, shape (m, k), as ``PCA.transform``.
+    """Scores of rows ``X`` (m, d): ``((X - mean) / scale) @ components.T``, shape (m, k), as ``PCA.transform``
+    (after ``StandardScaler.transform`` when the run scaled its columns).
 
     Rows are scaled to unit norm first when the run did so (``row_normalize`` of the model).
     """
@@ -132,4 +146,4 @@ def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
         raise ValueError(f"the rows have shape {X.shape}; the model needs {d} columns")
     if model.get("row_normalize", False):
         X = normalize_rows(X)
-    return (X - model["mean"]) @ model["components"].T
+    return ((X - model["mean"]) / model.get("scale", 1.0)) @ model["components"].T
