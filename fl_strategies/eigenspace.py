@@ -1,7 +1,9 @@
 """What every federated eigenspace strategy adds to :class:`fl_strategies.base.FederatedStrategy`.
 
 * **Initial estimate.** ``Z_0 = orth(N(0,1)^{d x r})`` from the run seed: every
-  strategy of a comparison starts from the same ``Z_0`` (paired starts).
+  strategy of a comparison starts from the same ``Z_0`` (paired starts); with
+  ``init-from`` an earlier model's components, completed at random from the same
+  seed (:mod:`fl_strategies.warm_start`).
 * **Results.** One row per round: accuracy against the exact reference
   (:mod:`fl_strategies.metrics`; empty without one), traffic, participation and
   what the subclass adds.
@@ -41,6 +43,7 @@ from .metrics import round_metrics
 from .noise import run_noise_source
 from .pca import choose_rank, pca_model
 from .participation import STREAM_SAMPLING
+from .warm_start import check_width, initial_basis, load_start
 
 __all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
 
@@ -71,10 +74,25 @@ class EigenspaceStrategy(FederatedStrategy):
         """Rows wait for the next round's ``F`` whenever the clients report it (:attr:`tracks_objective`)."""
         return self.tracks_objective
 
+    def __init__(self, cfg: dict[str, Any], dimension: int | None, reference: Any = None,
+                 wait_timeout: float = 600.0) -> None:
+        super().__init__(cfg, dimension, reference, wait_timeout)
+        self.start_model = load_start(cfg)  # init-from: refused here, before any node is asked, if unusable
+        if self.start_model is not None and self.d is not None:
+            check_width(self.start_model, self.d)  # the width, when the harness knows d before discovery
+
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
-        """Wait for all clients, learn their partition ids and sizes, and draw ``Z_0``."""
+        """Wait for all clients, learn their partition ids and sizes, and draw ``Z_0`` (or, with ``init-from``,
+        start from the earlier model: :mod:`fl_strategies.warm_start`)."""
         self._discover(client_manager)
-        Z0 = gaussian_basis(self.d, self.r, np.random.default_rng([self.cfg["seed"], STREAM_INIT]))
+        rng = np.random.default_rng([self.cfg["seed"], STREAM_INIT])
+        if self.start_model is not None:
+            Z0 = initial_basis(self.start_model, self.d, self.r, rng)
+            log.info("init-from: Z_0 from the %d component(s) of %s%s", min(len(self.start_model["components"]),
+                     self.r), self.start_model["path"], "" if len(self.start_model["components"]) >= self.r else
+                     f", completed to iteration-rank = {self.r} columns at random")
+        else:
+            Z0 = gaussian_basis(self.d, self.r, rng)
         self.iterates = [Z0]
         return ndarrays_to_parameters([Z0])
 

@@ -75,8 +75,11 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     """
     from fl_strategies.config import ConfigError, check_against_data, validate_run_config
 
+    from fl_strategies.warm_start import check_width, load_start
+
     try:
         cfg = validate_run_config(fused_run_config(overrides))
+        start = load_start(cfg)  # init-from: the earlier model, read as the server will
     except (ConfigError, ValueError) as ex:
         raise ArgumentError(f"{option}: {ex}") from None
     from fl_strategies.harness import NODE_DATA, folder_partitions
@@ -84,7 +87,12 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     if cfg["dataset"] == NODE_DATA:  # the nodes' own files: they are checked on the nodes
         return cfg
     if folder_partitions(cfg["dataset"]) is not None:
-        _check_folder(cfg, option)
+        d = _check_folder(cfg, option)
+        if start is not None:
+            try:
+                check_width(start, d)
+            except ConfigError as ex:
+                raise ArgumentError(f"{option}: {ex}") from None
         return cfg
     from simulations.data.federated_data import data_shape
     from simulations.data.interaction_data import interaction_rows, is_interaction_folder
@@ -96,13 +104,16 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
         else:
             n, d = data_shape(cfg)
         check_against_data(cfg, d, n)
+        if start is not None:
+            check_width(start, d)
     except (ValueError, MemoryError) as ex:
         raise ArgumentError(f"{option}: {str(ex) or type(ex).__name__}") from None
     return cfg
 
 
-def _check_folder(cfg: dict, option: str) -> None:
-    """Read every per-client file of a folder data set (as its client will) and check them against the run config.
+def _check_folder(cfg: dict, option: str) -> int:
+    """Read every per-client file of a folder data set (as its client will), check them against the run config,
+    and return their common width ``d``.
 
     The simulated clients read the same files again; here a bad file is one line before Flower starts, naming
     the partition and the file (empty, non-finite, unparsable), and so are files of different widths and ranks
@@ -134,6 +145,7 @@ def _check_folder(cfg: dict, option: str) -> None:
         check_against_data(cfg, next(iter(widths)), rows)
     except ConfigError as ex:
         raise ArgumentError(f"{option}: {ex}") from None
+    return next(iter(widths))
 
 
 def read_results(directory: str | Path, columns: tuple[str, ...] = (), name: str = "results.csv"):
