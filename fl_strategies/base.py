@@ -40,8 +40,8 @@ from .config import ConfigError, check_against_data
 from .harness import on_nodes, widths_listed
 from .participation import Participation
 from .registry import spec
-from .standardize import between_sum_of_squares, column_scale, constant_columns, pooled_mean, pooled_variance
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
+from .standardize import between_sum_of_squares, column_scale, constant_columns, pooled_mean, pooled_variance
 
 __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 
