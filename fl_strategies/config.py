@@ -34,7 +34,8 @@ from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
 from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "validate_run_config", "effective_config", "check_against_data",
-           "total_iterations", "writable_directory"]
+           "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
+           "previous_results", "check_results_dir"]
 
 
 class ConfigError(ValueError):
@@ -108,8 +109,11 @@ KEYS: dict[str, Key] = {
              lambda v: v >= 0, "an integer >= 0"),
         _key("row-normalize", bool,
              "scale every row to unit L2 norm on its node (never done unless set; required by epsilon / noise-std)"),
-        _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy ('' = none)",
+        _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy (and pca.npz) "
+             "('' = none); one that already holds any of them is refused unless overwrite or resume is true",
              allowed="string (a writable directory)"),
+        _key("overwrite", bool, "replace the results of an earlier run in results-dir (its rounds.csv, "
+             "estimate.npy and pca.npz are removed before round 1); false = such a results-dir is refused"),
         _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
              lambda v: v >= 0, "a number >= 0"),
         _key("stop-tol", float, "stopping rule (27) of the FAPS paper: stop when the objective's relative "
@@ -274,11 +278,29 @@ def keys_markdown(defaults: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _suggest(name: Any, options) -> str:
+def suggest(name: Any, options) -> str:
+    """`` Did you mean 'x'?`` with the option closest to a misspelt ``name`` (difflib), or ``""``.
+
+    The one wording of every "unknown name" message (run-config keys here and in the engines' and compare's
+    command lines, strategy names, compare's own keys).
+    """
     if not isinstance(name, str):
         return ""
     close = difflib.get_close_matches(name, [str(o) for o in options], n=1)
     return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def check_known_keys(keys) -> None:
+    """Refuse the first name of ``keys`` that is not a run-config key, naming the closest valid one.
+
+    Raises
+    ------
+    ConfigError
+        ``unknown run-config key 'rnak'. Did you mean 'rank'? Valid keys: ...``.
+    """
+    for k in keys:
+        if k not in KEYS:
+            raise ConfigError(f"unknown run-config key {k!r}.{suggest(k, KEYS)} Valid keys: {', '.join(KEYS)}")
 
 
 def _coerce(key: Key, value: Any) -> Any:
@@ -363,10 +385,7 @@ def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     """
     if not isinstance(raw, Mapping):
         raise ConfigError(f"a run config must be a table of key = value pairs, got {type(raw).__name__}")
-    unknown = [k for k in raw if k not in KEYS]
-    if unknown:
-        k = unknown[0]
-        raise ConfigError(f"unknown run-config key {k!r}.{_suggest(k, KEYS)} Valid keys: {', '.join(KEYS)}")
+    check_known_keys(raw)
     missing = [k for k in KEYS if k not in raw]
     if missing:
         raise ConfigError(f"run config is missing key(s) {', '.join(missing)}")
@@ -375,7 +394,7 @@ def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
         value = _coerce(key, raw[name])
         if key.choices and value not in key.choices:
             raise ConfigError(f"{name} must be one of {', '.join(key.choices)}; got {value!r}."
-                              f"{_suggest(value, key.choices)}")
+                              f"{suggest(value, key.choices)}")
         if key.check is not None and not key.check(value):
             raise ConfigError(f"{name} must be {key.allowed}, got {value!r}")
         cfg[name] = value
@@ -553,6 +572,33 @@ def writable_directory(directory: str | Path, key: str) -> Path:
     except (OSError, ValueError) as ex:
         raise ConfigError(f"{key} = {str(directory)!r} is not a writable directory: {type(ex).__name__}: {ex}") from None
     return path
+
+
+RESULT_FILES = ("rounds.csv", "estimate.npy", "pca.npz")
+"""What a run writes to its ``results-dir``."""
+
+
+def previous_results(directory: str | Path) -> list[str]:
+    """The names of :data:`RESULT_FILES` present in ``directory`` (an earlier run's results, or a user's files)."""
+    path = Path(directory)
+    return [name for name in RESULT_FILES if (path / name).exists() or (path / name).is_symlink()]
+
+
+def check_results_dir(cfg: Mapping[str, Any]) -> None:
+    """Refuse a ``results-dir`` that holds an earlier run's results, unless ``overwrite`` or ``resume`` is true.
+
+    Raises
+    ------
+    ConfigError
+        Naming the directory and the files found, and the keys that allow it.
+    """
+    if not cfg["results-dir"] or cfg["overwrite"] or cfg["resume"]:
+        return
+    found = previous_results(cfg["results-dir"])
+    if found:
+        raise ConfigError(f"results-dir = {cfg['results-dir']!r} already holds {', '.join(found)} of an earlier "
+                          "run: choose another results-dir, set overwrite = true to replace them, or resume = "
+                          "true to continue that run")
 
 
 def total_iterations(cfg: Mapping[str, Any]) -> int:

@@ -10,13 +10,17 @@
 * **Progress without a reference.** With no exact reference (data on the
   nodes) every row has ``estimate_change`` (sin theta between successive
   estimates; ``estimate_change_first_k`` for their first ``rank`` columns) and, in a noise-free run of a strategy whose clients can report
-  ``f_i`` (FedPower's and FAPS's), ``explained_variance`` = ``F / n`` =
-  ``tr(Z^T C Z)`` of the row's estimate and ``explained_variance_ratio`` =
-  that over ``tr(C)`` (``total_variance``, from the nodes' ``sq-sum`` at
-  discovery): the clients report ``f_i`` every round, so the rows are held one
-  round as under the stopping rule, and the last row takes its value from the
-  summary exchange. Under noise neither ``f_i`` nor ``sq-sum`` is sent (they
-  would be released without noise) and these columns are empty.
+  ``f_i`` (FedPower's and FAPS's), ``iterated_explained_variance`` = ``F / n`` =
+  ``tr(Z^T C Z)`` of the row's whole estimate (all ``iteration-rank`` columns)
+  and ``iterated_explained_variance_ratio`` = that over ``tr(C)``
+  (``total_variance``, from the nodes' ``sq-sum`` at discovery): the clients
+  report ``f_i`` every round, so the rows are held one round as under the
+  stopping rule, and the last row takes its value from the summary exchange.
+  ``explained_variance_ratio`` means what it means in ``pca.npz``: the ratio
+  of the components the model keeps (``rank``, or chosen by
+  ``variance-target``), summed; only the summary exchange gives it, so only
+  the last row has it. Under noise neither ``f_i`` nor ``sq-sum`` is sent
+  (they would be released without noise) and these columns are empty.
 * **Stopping rule** (FAPS paper, eq. 27). With ``stop-tol > 0`` clients also
   report ``f_i = tr(Z^T M_i Z)`` at the estimate they received; the run stops
   once ``|F_k - F_{k-1}| <= stop-tol * F_k`` with ``F = sum_i f_i``. ``F_k``
@@ -131,11 +135,11 @@ class EigenspaceStrategy(FederatedStrategy):
         return self.stopped
 
     def _fill_explained_variance(self, row: dict, explained: float) -> None:
-        """Set a held row's ``explained_variance`` (``tr(Z^T C Z)``) and its ratio to ``total_variance``."""
-        if "explained_variance" in row:
-            row["explained_variance"] = explained
+        """Set a held row's ``iterated_explained_variance`` (``tr(Z^T C Z)``) and its ratio to ``total_variance``."""
+        if "iterated_explained_variance" in row:
+            row["iterated_explained_variance"] = explained
             total = self.total_variance
-            row["explained_variance_ratio"] = explained / total if total else None
+            row["iterated_explained_variance_ratio"] = explained / total if total else None
 
     # -- results ------------------------------------------------------------------------------------
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
@@ -159,7 +163,8 @@ class EigenspaceStrategy(FederatedStrategy):
             row["estimate_change_first_k"] = (None if previous is None else
                                               subspace_distance(Z[:, : self.k], previous[:, : self.k]))
             if self.tracks_objective:  # F / n, once the next round's clients report F at this Z
-                row.update(explained_variance=None, explained_variance_ratio=None)
+                row.update(iterated_explained_variance=None, iterated_explained_variance_ratio=None,
+                           explained_variance_ratio=None)
         self._emit(row, Z)
         if server_round:
             dist = row["subspace_distance"]
@@ -211,9 +216,13 @@ class EigenspaceStrategy(FederatedStrategy):
         n = sum(self.sizes[pid] for pid in valid)
         CZ = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
         total = sum(self.sizes[pid] * values["trace"] for pid, (_, values) in valid.items()) / n
-        if self._held is not None and self._held[1] is Z:  # the last row's explained variance, from the same sums
-            self._fill_explained_variance(self._held[0], float(np.sum(Z * CZ)))
-        return self.set_model(Z, CZ, total, n, summary_bytes=uploaded_bytes(results) + len(valid) * Z.nbytes)
+        last = self._held[0] if self._held is not None and self._held[1] is Z else None
+        if last is not None:  # the last row's explained variance, from the same sums
+            self._fill_explained_variance(last, float(np.sum(Z * CZ)))
+        model = self.set_model(Z, CZ, total, n, summary_bytes=uploaded_bytes(results) + len(valid) * Z.nbytes)
+        if last is not None and "explained_variance_ratio" in last:  # the kept components', as in pca.npz
+            last["explained_variance_ratio"] = float(model["explained_variance_ratio"].sum())
+        return model
 
     def set_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int = 0
                   ) -> dict[str, Any]:

@@ -1,20 +1,24 @@
 """Accuracy metrics of an eigenspace estimate against the exact reference.
 
 The reference is computed by the harness from the pooled data (which no client
-sends): the pooled covariance ``C = (1/n) X^T X`` (``= A A^T / n`` in the FAPS
-paper's features-by-samples notation) and its leading eigenpairs from
+sends): the matrix the run estimates, :func:`pooled_covariance` (``C = (1/n)
+X^T X``, ``= A A^T / n`` in the FAPS paper's features-by-samples notation, or
+its centred form with ``center = true``), and its leading eigenpairs from
 ``scipy.linalg.eigh``. Every metric here is invariant to the scale of ``C``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
+import scipy.sparse as sp
 
 from .linalg import orth, subspace_distance, top_eigenvectors
+from .standardize import column_scale
 
-__all__ = ["Reference", "kkt_violation", "singular_value_error", "round_metrics"]
+__all__ = ["Reference", "pooled_covariance", "kkt_violation", "singular_value_error", "round_metrics"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,7 @@ class Reference:
     Attributes
     ----------
     covariance : ndarray of shape (d, d)
-        ``C = (1/n) X^T X``.
+        The matrix the run estimates (:func:`pooled_covariance`).
     values : ndarray of shape (r,)
         Its ``r`` largest eigenvalues, descending.
     vectors : ndarray of shape (d, r)
@@ -43,6 +47,86 @@ class Reference:
         """Build the reference from ``C`` with scipy ``eigh`` (top ``r`` eigenpairs)."""
         values, vectors = top_eigenvectors(C, r)
         return cls(C, values, vectors, k)
+
+    @classmethod
+    def from_rows(cls, blocks: Iterable, k: int, r: int, *, center: bool, scale: bool = False) -> "Reference":
+        """Build the reference from the run's preprocessed rows (see :func:`pooled_covariance`)."""
+        return cls.from_covariance(pooled_covariance(blocks, center=center, scale=scale), k, r)
+
+
+def pooled_covariance(blocks: Iterable, *, center: bool, scale: bool = False) -> np.ndarray:
+    """The second-moment matrix an eigenspace run estimates, from its preprocessed rows.
+
+    The one definition every exact reference uses, so that an accuracy figure
+    measures the estimate against what the run computes: with ``center`` the
+    covariance about the mean ``mu`` of all rows,
+    ``C = (1/n) sum_j (x_j - mu)(x_j - mu)^T`` (scikit-learn's PCA up to the
+    factor ``n / (n - 1)``, which changes no eigenvector), else the papers'
+    uncentred ``C = (1/n) X^T X``. The rows are those the clients hold, after
+    the run's preprocessing (``row-normalize``). With ``scale`` (which needs
+    ``center``) the columns are standardised as the run does
+    (:mod:`fl_strategies.standardize`: population standard deviation, 1 for a
+    constant column), ``D^{-1} C D^{-1}``: scikit-learn's ``StandardScaler``
+    then ``PCA``.
+
+    The blocks are combined as Chan et al.'s pairwise variance does (each
+    block centred about its own mean, the means' spread added), so that no
+    ``sum x x^T - n mu mu^T`` cancellation loses digits on rows far from 0.
+
+    Parameters
+    ----------
+    blocks : iterable of ndarray or scipy sparse matrix, each of shape (s_i, d)
+        The rows, in any number of blocks (a lazy data set: one partition at a time).
+    center : bool
+        The run's ``center`` key.
+    scale : bool
+        The run's ``scale`` key.
+
+    Returns
+    -------
+    ndarray of shape (d, d)
+
+    Raises
+    ------
+    ValueError
+        If there are no rows or the blocks' widths differ.
+    """
+    n, mean, scatter = 0, None, None
+    for M in blocks:
+        s = M.shape[0]
+        if s == 0:
+            continue
+        if sp.issparse(M):
+            m = np.asarray(M.sum(axis=0)).ravel() / s
+            G = np.asarray((M.T @ M).todense(), dtype=np.float64)
+            if center:
+                G -= s * np.outer(m, m)
+        else:
+            M = np.asarray(M, dtype=np.float64)
+            m = M.mean(axis=0)
+            R = M - m if center else M
+            G = R.T @ R
+        if scatter is None:
+            n, mean, scatter = s, m, G
+            continue
+        if G.shape != scatter.shape:
+            raise ValueError(f"row blocks of {scatter.shape[0]} and {G.shape[0]} columns")
+        if center:
+            gap = m - mean
+            scatter += G + np.outer(gap, gap) * (n * s / (n + s))
+            mean = mean + gap * (s / (n + s))
+        else:
+            scatter += G
+        n += s
+    if scatter is None:
+        raise ValueError("no rows to compute the covariance of")
+    C = scatter / n
+    if scale:
+        if not center:
+            raise ValueError("columns are scaled about the mean: scale needs center")
+        sd = column_scale(np.diag(C), mean, n)
+        C = C / np.outer(sd, sd)
+    return C
 
 
 def kkt_violation(Z: np.ndarray, C: np.ndarray) -> float:

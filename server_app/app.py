@@ -59,7 +59,7 @@ def build_strategy(run_config) -> tuple:
     strategy = load_class(what.server)(cfg, None if data is None else data.dimension,
                                        reference=None if data is None else data.reference, **inputs)
     if cfg["results-dir"]:
-        writer = ResultsWriter(cfg["results-dir"], keep=cfg["resume"])
+        writer = ResultsWriter(cfg["results-dir"], keep=cfg["resume"], overwrite=cfg["overwrite"])
         strategy.on_round = writer
         strategy.on_model = lambda model: writer.write_model(model, cfg)
         log.info("fedspectral: results in %s", Path(cfg["results-dir"]).resolve())

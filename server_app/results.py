@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.config import ConfigError, writable_directory
+from fl_strategies.config import RESULT_FILES, ConfigError, check_results_dir, writable_directory
 from fl_strategies.pca import save_model
 
 __all__ = ["ResultsWriter", "csv_cell"]
@@ -33,19 +33,23 @@ class ResultsWriter:
     Parameters
     ----------
     directory : str or Path
-        Created if needed; an existing ``rounds.csv`` is replaced unless ``keep``.
+        Created if needed. Without ``keep`` one holding an earlier run's
+        results (:data:`fl_strategies.config.RESULT_FILES`) is refused unless
+        ``overwrite``, which removes them first.
     keep : bool
         Append to an existing ``rounds.csv`` (a resumed run,
         :mod:`fl_strategies.checkpoint`): before the first row is written, the
         rows of that round and later ones are dropped (the killed run wrote them
         after its last checkpoint; the resumed run writes them again), every
         earlier row is kept as it is.
+    overwrite : bool
+        The run config's ``overwrite``.
 
     Raises
     ------
     ConfigError
-        If the directory cannot be created or written to (checked here, so
-        before round 1).
+        If the directory cannot be created or written to, or holds results
+        it may not replace (checked here, so before round 1).
 
     Notes
     -----
@@ -55,16 +59,19 @@ class ResultsWriter:
     latter with a WARNING since the strategies never produce one.
     """
 
-    def __init__(self, directory: str | Path, keep: bool = False) -> None:
+    def __init__(self, directory: str | Path, keep: bool = False, overwrite: bool = False) -> None:
+        if not keep:
+            check_results_dir({"results-dir": str(directory), "overwrite": overwrite, "resume": keep})
         self.dir = writable_directory(directory, "results-dir")
         self.csv_path = self.dir / "rounds.csv"
         self._trim_pending = keep
-        if not keep:
-            try:
-                self.csv_path.unlink(missing_ok=True)
-            except OSError as ex:
-                raise ConfigError(f"results-dir = {str(directory)!r}: the old rounds.csv cannot be removed: "
-                                  f"{type(ex).__name__}: {ex}") from None
+        if not keep:  # overwrite: nothing of the earlier run stays beside the new results
+            for name in RESULT_FILES:
+                try:
+                    (self.dir / name).unlink(missing_ok=True)
+                except OSError as ex:
+                    raise ConfigError(f"results-dir = {str(directory)!r}: the old {name} cannot be removed: "
+                                      f"{type(ex).__name__}: {ex}") from None
 
     def __call__(self, record: dict, estimate: np.ndarray) -> None:
         """Write one round: ``record`` as a CSV row, ``estimate`` (d, r) as the current estimate."""

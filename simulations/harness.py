@@ -70,7 +70,8 @@ class SimulationHarness:
     def server_data(self, cfg: Mapping[str, Any], evaluate: bool) -> ServerData:
         """Dimension, rows, the exact reference (with ``evaluate``) and the server's algorithm inputs.
 
-        Eigenspace strategies: eigenpairs of the pooled covariance; fedmf: the
+        Eigenspace strategies: eigenpairs of the pooled covariance the run
+        estimates (centred with ``center = true``); fedmf: the
         SVD of the pooled matrix; FedLRGD and FedAve: ``F*`` and the server's
         rows (supervised rows, the label in the last column).
 
@@ -102,9 +103,9 @@ class SimulationHarness:
         try:
             ref = (mf_reference if mf else reference)(cfg) if evaluate or mf else None
         except (ValueError, MemoryError) as ex:
-            raise ConfigError(f"the exact reference (eigenvectors of (1/n) X^T X) of the data set "
-                              f"{cfg['dataset']!r} cannot be computed ({type(ex).__name__}: {ex}); data too large "
-                              "in magnitude can be rescaled or used with row-normalize = true") from ex
+            raise ConfigError(f"the exact reference (eigenvectors of the pooled covariance the run estimates) of "
+                              f"the data set {cfg['dataset']!r} cannot be computed ({type(ex).__name__}: {ex}); "
+                              "data too large in magnitude can be rescaled or used with row-normalize = true") from ex
         return ServerData(d, n, ref if evaluate else None,
                           singular_values=ref.singular_values if mf else None)
 

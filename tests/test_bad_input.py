@@ -559,7 +559,7 @@ def test_results_table_never_holds_a_non_finite_number(tmp_path, caplog):
     strategy.iterates = [orth(np.random.default_rng(0).standard_normal((6, 3)))]
     strategy.evaluate(0, ndarrays_to_parameters(strategy.iterates))
     strategy.finish()  # the row waits for the next round's explained variance; there is none
-    assert strategy.records[0]["subspace_distance"] is None and strategy.records[0]["explained_variance"] is None
+    assert strategy.records[0]["subspace_distance"] is None and strategy.records[0]["iterated_explained_variance"] is None
     with caplog.at_level(logging.WARNING, logger="flwr"):
         strategy.on_round({"round": 1, "a": float("nan"), "b": float("inf"), "c": 1.5, "d": None}, strategy.iterates[0])
     assert "non-finite a, b written as empty cell(s)" in caplog.text

@@ -30,7 +30,8 @@ def _no_flower(monkeypatch, module):
 @pytest.mark.parametrize("argv, fragment", [
     (["--run-config", "num-clients=200000"], '"num-clients" is 200000 but must be between 1 and the number of rows'),
     (["--run-config", 'num-clients="abc"'], "num-clients must be an integer >= 1, got 'abc'"),
-    (["--run-config", "nosuch=1"], "--run-config: Key 'nosuch' is not present"),
+    (["--run-config", "nosuch=1"], "--run-config: unknown run-config key 'nosuch'"),
+    (["--run-config", "rnak=3"], "--run-config: unknown run-config key 'rnak'. Did you mean 'rank'?"),
     (["--run-config", "rank=60 iteration-rank=60"], "\"rank\" is 60 but fedpower-model1 needs 1 <= rank < dimension"),
     (["--run-config", 'dataset="missing.npy"'], "'missing.npy': file not found"),
     (["--run-config", "epsilon=-1.0"], "epsilon must be a finite number >= 0"),
@@ -53,6 +54,7 @@ def test_flwr_run_refuses_bad_arguments_in_one_line_before_flower(monkeypatch, c
 @pytest.mark.parametrize("argv, fragment", [
     (["--run-config", 'num-clients="abc"'], "num-clients must be an integer >= 1, got 'abc'"),
     (["--run-config", "num-clients=200000"], "must be between 1 and the number of rows"),
+    (["--run-config", "rnak=3"], "--run-config: unknown run-config key 'rnak'. Did you mean 'rank'?"),
     (["--run-config", "num-clients=500 num-samples=20000"], "at most 200"),
     (["--port", "65528"], "--port 65528: the SuperLink and its 10 SuperNodes need ports 65528 to 65549"),
     (["--port", "80"], "--port 80:"),
@@ -143,3 +145,16 @@ def test_flwr_run_makes_relative_paths_absolute_against_where_it_is_run(tmp_path
     cfg = {"results-dir": "out", "checkpoint-dir": "/abs/ck", "dataset": "rows.npy", "server-data": ""}
     assert absolute_paths(cfg) == {"results-dir": str(tmp_path / "out"), "dataset": str(tmp_path / "rows.npy")}
     assert absolute_paths({"results-dir": "", "dataset": "fedpower-model1"}) == {}
+
+
+def test_a_misspelt_key_gets_the_closest_valid_one_on_every_path():
+    """The engines' config (fused_run_config), the ServerApp's validation and compare share one suggestion."""
+    from fl_strategies.config import ConfigError, suggest
+    from server_app.app import build_strategy
+    from simulations.engines import fused_run_config
+
+    assert suggest("rnak", ["rank", "seed"]) == " Did you mean 'rank'?" and suggest("zzzz", ["rank"]) == ""
+    with pytest.raises(ConfigError, match=r"unknown run-config key 'rnak'\. Did you mean 'rank'\?"):
+        fused_run_config({"rnak": 3})
+    with pytest.raises(ConfigError, match=r"unknown run-config key 'rnak'\. Did you mean 'rank'\?"):
+        build_strategy({**fused_run_config({}), "rnak": 3})

@@ -148,7 +148,7 @@ def test_progress_without_a_reference_and_stop_tol_on_node_data(tmp_path):
     C = pooled.T @ pooled / len(pooled)
     for row, Z in zip(s.records[1:], s.iterates[1:]):
         assert row["estimate_change"] is not None
-        np.testing.assert_allclose(row["explained_variance"], np.trace(Z.T @ C @ Z), rtol=1e-10)
+        np.testing.assert_allclose(row["iterated_explained_variance"], np.trace(Z.T @ C @ Z), rtol=1e-10)
     assert s.records[-1]["estimate_change"] < 1e-4
     assert s.records[1]["estimate_change"] == pytest.approx(subspace_distance(s.iterates[1], s.iterates[0]))
     assert s.records[-1]["estimate_change_first_k"] == pytest.approx(
@@ -186,11 +186,35 @@ def test_explained_variance_on_every_round_without_a_stopping_rule(tmp_path, str
         assert total == pytest.approx(full.explained_variance_.sum() * (len(X) - 1) / len(X), rel=1e-12)
     assert s.total_variance == pytest.approx(total, rel=1e-12)
     for row, Z in zip(s.records, s.iterates):
-        np.testing.assert_allclose(row["explained_variance"], np.trace(Z.T @ C @ Z), rtol=1e-10)
-        np.testing.assert_allclose(row["explained_variance_ratio"], np.trace(Z.T @ C @ Z) / total, rtol=1e-10)
+        np.testing.assert_allclose(row["iterated_explained_variance"], np.trace(Z.T @ C @ Z), rtol=1e-10)
+        np.testing.assert_allclose(row["iterated_explained_variance_ratio"], np.trace(Z.T @ C @ Z) / total,
+                                   rtol=1e-10)
     assert s.records[-1]["explained_variance_ratio"] == pytest.approx(s.model["explained_variance_ratio"].sum(),
                                                                       rel=1e-10)
     assert 0.9 < s.records[-1]["explained_variance_ratio"] < 1  # the planted spike holds most of the variance
+    assert all(row["explained_variance_ratio"] is None for row in s.records[:-1])  # only the summary gives it
+
+
+def test_the_kept_ratio_and_the_iterated_ratio_have_their_own_names(tmp_path):
+    """rank 2 of iteration-rank 4: explained_variance_ratio is the model's (two kept components, as pca.npz), the
+    iterated_ one covers all four columns; rounds.csv says both, by name."""
+    import pandas as pd
+    from sklearn.decomposition import PCA
+
+    blocks = _spiked_blocks(8)
+    s = _node_run(tmp_path, blocks, **{"strategy": "power", "rank": 2, "iteration-rank": 4, "center": True,
+                                       "num-server-rounds": 40, "row-normalize": False,
+                                       "results-dir": str(tmp_path / "out")})
+    pca = PCA(n_components=4).fit(np.vstack(blocks))
+    last = s.records[-1]
+    assert last["explained_variance_ratio"] == pytest.approx(pca.explained_variance_ratio_[:2].sum(), rel=1e-8)
+    # all four columns: more than the two kept, at most the top four's (Ritz values are lower bounds)
+    assert (last["explained_variance_ratio"] + 1e-4 < last["iterated_explained_variance_ratio"]
+            <= pca.explained_variance_ratio_.sum() + 1e-12)
+    table = pd.read_csv(tmp_path / "out" / "rounds.csv")
+    assert table["explained_variance_ratio"].iloc[-1] == pytest.approx(last["explained_variance_ratio"])
+    assert table["explained_variance_ratio"].iloc[:-1].isna().all()
+    assert "explained_variance" not in table.columns  # no name that pca.npz gives another meaning
 
 
 def test_the_kept_components_converge_before_the_trailing_columns(tmp_path):
@@ -220,7 +244,8 @@ def test_no_objective_or_total_variance_leaves_a_noisy_node(tmp_path):
                                        "num-server-rounds": 3, "row-normalize": True})
     assert s.failure is None and s.total_variance is None
     assert all("sq-sum" not in props for props in s.node_properties.values())
-    assert all(r.get("explained_variance") is None and r["estimate_change"] is not None for r in s.records[1:])
+    assert all(r.get("iterated_explained_variance") is None and r["estimate_change"] is not None
+               for r in s.records[1:])
     cfg = validate_run_config(fused_run_config({"epsilon": 1.0, "row-normalize": True, "dimension": 7,
                                                 "rank": 2, "iteration-rank": 2}))
     client = FedPowerClient(NodeData.of(0, covariance=(np.eye(7), 100)), cfg, Context(1, 1, {}, RecordDict(), {}))

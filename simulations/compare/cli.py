@@ -34,12 +34,13 @@ follows the runs' strategy family (eigenspace: ``subspace_distance``, mf:
 ``DIR/estimates/<slug>-<hash>__seed<k>.npy`` (:func:`estimate_stem`) and, for a noise-free
 eigenspace run, its PCA model ``DIR/estimates/<slug>-<hash>__seed<k>.pca.npz``,
 through a staging directory that replaces the previous results only when
-every job has finished; one process at a time per ``DIR`` (a lock).
+every job has finished; one process at a time per ``DIR`` (a lock). Files in
+``DIR`` that no comparison wrote are left alone, and a ``DIR`` where such a
+file has one of those names is refused before anything runs.
 """
 
 from __future__ import annotations
 
-import difflib
 import fcntl
 import hashlib
 import json
@@ -59,11 +60,11 @@ import pandas as pd
 try:
     import matplotlib  # noqa: F401  (the report's plots)
     from tqdm import tqdm
-except ModuleNotFoundError as _missing:  # the extra "compare" is not installed
-    raise SystemExit(f"simulations.compare needs {_missing.name}: pip install 'fedspectral[compare]' (or "
-                     "pip install -e '.[compare]' in a clone)") from None
+except ModuleNotFoundError as _missing:  # a dependency of the package, missing from this environment
+    raise SystemExit(f"simulations.compare needs {_missing.name}, a dependency of fedspectral: pip install "
+                     f"fedspectral (or pip install -e . in a clone) installs it") from None
 
-from fl_strategies.config import KEYS, ConfigError, validate_run_config
+from fl_strategies.config import KEYS, ConfigError, suggest, validate_run_config
 from fl_strategies.warm_start import check_width, load_start
 from fl_strategies.harness import find_harness
 from fl_strategies.base import RunFailed
@@ -88,14 +89,21 @@ MAX_FILE_BYTES = 16_000_000
 MAX_SEED = 2**32 - 1
 """Largest seed (numpy's generators are seeded with it)."""
 
+REFERENCE_METRICS = ("subspace_distance", "subspace_distance_first_k", "kkt_violation", "singular_value_error")
+"""Eigenspace columns measured against the exact reference: empty in a run without one."""
+PROGRESS_METRICS = ("estimate_change", "estimate_change_first_k", "iterated_explained_variance",
+                    "iterated_explained_variance_ratio", "explained_variance_ratio")
+"""Eigenspace columns of a run without an exact reference (node data): its progress, from the server's iterates
+and the clients' sums; the explained-variance ones only in a noise-free run."""
 METRICS = {
-    "eigenspace": ("subspace_distance", "subspace_distance_first_k", "kkt_violation", "singular_value_error",
-                   "misalignment", "epsilon_spent", "rho", "objective", "stop_statistic", "inner_steps"),
+    "eigenspace": REFERENCE_METRICS + ("misalignment", "epsilon_spent", "rho", "objective", "stop_statistic",
+                                       "inner_steps") + PROGRESS_METRICS,
     "mf": ("excess_loss", "loss", "log10_excess_loss", "exact_loss", "excess_fixed_v", "kappa_v"),
     "erm": ("loss_gap", "oracle_complexity", "step_size"),
 }
 """The metrics each strategy family (:attr:`fl_strategies.registry.StrategySpec.family`) writes; the first is
-the default ``metric`` of a file whose runs are all of that family."""
+the default ``metric`` of a file whose runs are all of that family (eigenspace runs without an exact reference:
+``estimate_change``)."""
 COMMON_METRICS = ("bytes_up", "bytes_down", "participants", "rejected", "failures", "round_time", "wall_time")
 """Columns every strategy writes (plottable too)."""
 
@@ -262,8 +270,7 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
 
     for key in doc:
         if key not in TOP_KEYS:
-            close = difflib.get_close_matches(key, TOP_KEYS + tuple(KEYS), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = suggest(key, TOP_KEYS + tuple(KEYS))
             hint += " (run-config keys go in [defaults] or a [[runs]] table)" if key in KEYS else ""
             if key == "seed":
                 hint = f" {SEED_HINT}"
@@ -290,9 +297,7 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
         if key == "seed":
             fail(f"seed in [defaults]: {SEED_HINT}", "defaults", key)
         if key not in KEYS:
-            close = difflib.get_close_matches(key, KEYS, n=1)
-            fail(f"unknown run-config key {_short(key)} in [defaults].{' Did you mean %r?' % close[0] if close else ''}",
-                 "defaults", key)
+            fail(f"unknown run-config key {_short(key)} in [defaults].{suggest(key, KEYS)}", "defaults", key)
         if not isinstance(value, (str, int, float, bool)):
             fail(f"{key} in [defaults] must be a single number, string or boolean, got {type(value).__name__}",
                  "defaults", key)
@@ -306,6 +311,7 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
              f"{_short(next(r for r in runs if not isinstance(r, dict)))}", None, "runs")
 
     jobs, names, families = [], set(), {}
+    measured, noisy = {}, {}  # eigenspace runs: with an exact reference; with noise
     for i, run in enumerate(runs):
         for key in ("name", "strategy"):
             if key not in run:
@@ -319,9 +325,8 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
             fail(f"duplicate run name {name!r}", i, "name")
         names.add(name)
         if not isinstance(run["strategy"], str) or run["strategy"] not in STRATEGY_NAMES:
-            close = difflib.get_close_matches(str(run["strategy"]), STRATEGY_NAMES, n=1)
             fail(f"run {name!r}: strategy must be one of {', '.join(STRATEGY_NAMES)}, got {_short(run['strategy'])}."
-                 f"{' Did you mean %r?' % close[0] if close else ''}", i, "strategy")
+                 f"{suggest(str(run['strategy']), STRATEGY_NAMES)}", i, "strategy")
         overrides = {}
         for key, value in run.items():
             if key in RUN_KEYS:
@@ -329,9 +334,7 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
             if key == "seed":
                 fail(f"run {name!r}: {SEED_HINT}", i, key)
             if key not in KEYS:
-                close = difflib.get_close_matches(key, RUN_KEYS + tuple(KEYS), n=1)
-                fail(f"run {name!r}: unknown key {_short(key)}.{' Did you mean %r?' % close[0] if close else ''}",
-                     i, key)
+                fail(f"run {name!r}: unknown key {_short(key)}.{suggest(key, RUN_KEYS + tuple(KEYS))}", i, key)
             if not isinstance(value, (str, int, float, bool)):
                 fail(f"run {name!r}: {key} must be a single number, string or boolean, got {type(value).__name__}",
                      i, key)
@@ -350,6 +353,9 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
         except ValueError as ex:  # Flower's own check of value types
             fail(f"run {name!r}: {ex}", i)
         families[name] = spec(cfg["strategy"]).family
+        if families[name] == "eigenspace":
+            measured[name] = _has_reference(cfg)
+            noisy[name] = cfg["epsilon"] > 0 or cfg["noise-std"] > 0 or cfg["strategy"] == "dp-power"
         for seed in seeds:
             jobs.append(Job(name, cfg["strategy"], str(run.get("panel", "")), seed, {**raw, "seed": seed},
                             str(run.get("series", name)), _line_of(text, i, None)))
@@ -361,13 +367,46 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
             fam = families[wrong[0]]
             fail(f"metric {metric!r} is not written by run {wrong[0]!r} ({fam} strategy); its columns are "
                  f"{', '.join(METRICS[fam] + COMMON_METRICS)}", None, "metric")
+        problem = _empty_metric(metric, measured, noisy)
+        if problem:
+            fail(problem, None, "metric")
     elif len(kinds) > 1:
         fail(f"the runs mix strategy families ({', '.join(kinds)}) with no common accuracy column: set metric to "
              f"one of {', '.join(COMMON_METRICS)}, or compare each family in its own file", None, None)
+    elif kinds == ["eigenspace"] and len(set(measured.values())) > 1:
+        fail(f"run {next(n for n, m in measured.items() if m)!r} is measured against the exact reference and run "
+             f"{next(n for n, m in measured.items() if not m)!r} has none (its data live on the nodes, or "
+             "evaluation = \"none\"): they write no common accuracy column; compare them in separate files, or set "
+             f"metric to one of {', '.join(COMMON_METRICS)}", None, None)
+    elif kinds == ["eigenspace"] and not any(measured.values()):
+        metric = "estimate_change"
     else:
         metric = METRICS[kinds[0]][0]
     meta = {"title": doc.get("title", path.stem), "metric": metric, "thresholds": tuple(float(t) for t in thresholds)}
     return meta, jobs
+
+
+def _has_reference(cfg: dict) -> bool:
+    """Whether an eigenspace run is measured against the exact reference (a harness builds its data, evaluated)."""
+    from fl_strategies.harness import on_nodes
+
+    return cfg["evaluation"] != "none" and not on_nodes(cfg)
+
+
+def _empty_metric(metric: str, measured: dict[str, bool], noisy: dict[str, bool]) -> str | None:
+    """Why ``metric`` would be empty for some eigenspace run (the message), or ``None``."""
+    for name, has_reference in measured.items():
+        if metric in REFERENCE_METRICS and not has_reference:
+            return (f"metric {metric!r} is empty for run {name!r}: it has no exact reference (its data live on the "
+                    "nodes, or evaluation = \"none\"); use metric = \"estimate_change\" (or, noise-free, "
+                    "\"iterated_explained_variance_ratio\")")
+        if metric in PROGRESS_METRICS and has_reference:
+            return (f"metric {metric!r} is written only by runs without an exact reference, and run {name!r} has "
+                    "one: use metric = \"subspace_distance\"")
+        if metric in PROGRESS_METRICS and "explained_variance" in metric and noisy[name]:
+            return (f"metric {metric!r} is empty for run {name!r}: a noisy run sends no explained variance (it "
+                    "would be released without noise); use metric = \"estimate_change\"")
+    return None
 
 
 def _check_data(jobs: list[Job], config: str | Path = "") -> None:
@@ -443,13 +482,34 @@ class OutputDir:
     killed process left (``out/.staging-*``). Outputs are written into :attr:`staging`; :meth:`commit`
     moves them into ``out`` (each by a rename) and removes what the previous comparison wrote there and this
     one did not. Until then the previous complete results stay as they were: a failed or interrupted run
-    leaves them untouched. On exit the staging directory is removed and the lock released.
+    leaves them untouched. Files that no comparison wrote (not in the manifest, ``.compare-outputs.json``)
+    are never touched: an ``out`` where one takes a name this comparison writes (``names``) is refused on
+    entry, naming the files. On exit the staging directory is removed and the lock released.
     """
 
-    def __init__(self, out: str | Path) -> None:
+    def __init__(self, out: str | Path, names: tuple[str, ...] = ()) -> None:
         self.out = check_out_dir(out)
+        self.names = names
         self.staging = self.out / f".staging-{os.getpid()}"
         self._lock = None
+
+    def recorded(self) -> set[str]:
+        """The names the previous comparison wrote in ``out`` (its manifest), empty without one."""
+        manifest = self.out / MANIFEST
+        try:
+            return set(json.loads(manifest.read_text())) if manifest.is_file() else set()
+        except (ValueError, TypeError, OSError):
+            return set()
+
+    def _refuse_foreign(self) -> None:
+        """Refuse an ``out`` where a name this comparison writes is taken by a file no comparison wrote."""
+        ours = self.recorded()
+        foreign = [name for name in self.names if name not in ours
+                   and ((self.out / name).exists() or (self.out / name).is_symlink())]
+        if foreign:
+            raise ComparisonError(f"--out {self.out}: holds {', '.join(foreign)}, which no comparison wrote there "
+                                  f"(none is listed in {MANIFEST}); compare would replace them: move them or "
+                                  "choose another --out")
 
     def __enter__(self) -> "OutputDir":
         try:
@@ -470,6 +530,11 @@ class OutputDir:
         self._lock.truncate()
         self._lock.write(f"{os.getpid()}\n")
         self._lock.flush()
+        try:
+            self._refuse_foreign()
+        except ComparisonError:
+            self.__exit__(None, None, None)
+            raise
         for stale in self.out.glob(".staging-*"):
             shutil.rmtree(stale, ignore_errors=True)
         self.staging.mkdir()
@@ -478,10 +543,7 @@ class OutputDir:
     def commit(self) -> None:
         """Move everything in :attr:`staging` into ``out``, replacing the previous comparison's outputs."""
         manifest = self.out / MANIFEST
-        try:
-            before = set(json.loads(manifest.read_text())) if manifest.is_file() else set()
-        except ValueError:
-            before = set()
+        before = self.recorded()
         names = sorted(p.name for p in self.staging.iterdir())
         trash = self.out / f".staging-{os.getpid()}-old"
         trash.mkdir(exist_ok=True)
@@ -530,7 +592,7 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
     meta, jobs = load_comparison(config)
     check_out_dir(out)
     _check_data(jobs, config)
-    with OutputDir(out) as target:
+    with OutputDir(out, output_names(meta)) as target:
         stage = target.staging
         workdir = stage / ".runs"
         (stage / "estimates").mkdir(parents=True)
@@ -550,15 +612,32 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
     return results
 
 
+def output_names(meta: dict) -> tuple[str, ...]:
+    """The names a comparison writes in ``--out``."""
+    return ("estimates", "results.csv", "summary.md", f"{meta['metric']}.png")
+
+
 def write_report(results: pd.DataFrame, meta: dict, out: Path) -> None:
-    """Write ``summary.md`` and ``<metric>.png`` of a results table into ``out``."""
+    """Write ``summary.md`` and ``<metric>.png`` of a results table into ``out``.
+
+    A metric column without a single value is reported as empty in ``summary.md`` (and on stderr) and not
+    drawn: no blank figure.
+    """
     metric = meta["metric"]
     if metric not in results.columns:
-        raise ComparisonError(f"metric {metric!r} is not a column of the results (columns: "
-                              f"{', '.join(map(str, results.columns))})")
+        if metric not in {m for names in METRICS.values() for m in names}:
+            raise ComparisonError(f"metric {metric!r} is not a column of the results (columns: "
+                                  f"{', '.join(map(str, results.columns))})")
+        results = results.assign(**{metric: np.nan})  # a column these runs' strategies do not write
     summary = summarize(results, thresholds=meta["thresholds"], metric=metric)
-    write_summary_markdown(summary, out / "summary.md", title=meta["title"], metric=metric)
-    plot_metric(results, out / f"{metric}.png", metric=metric, title=meta["title"])
+    empty = pd.to_numeric(results[metric], errors="coerce").isna().all()
+    note = (f"No run wrote a value of {metric}: the table's {metric.replace('_', ' ')} cells are empty and no "
+            "plot is drawn." if empty else "")
+    write_summary_markdown(summary, out / "summary.md", title=meta["title"], metric=metric, note=note)
+    if empty:
+        print(f"warning: no run wrote a value of {metric}; summary.md says so and no plot is drawn", file=sys.stderr)
+    else:
+        plot_metric(results, out / f"{metric}.png", metric=metric, title=meta["title"])
 
 
 def report_only(config: str | Path, out: str | Path) -> pd.DataFrame:
@@ -577,10 +656,14 @@ def report_only(config: str | Path, out: str | Path) -> pd.DataFrame:
     if missing or results.empty:
         raise ComparisonError(f"--report-only: {csv} is not a comparison's results table "
                               f"({'no rows' if results.empty else 'no column ' + ', '.join(missing)})")
-    with OutputDir(out) as target:
+    with OutputDir(out, output_names(meta)[2:]) as target:
         write_report(results, meta, target.staging)
+        written = {path.name for path in target.staging.iterdir()}
         for path in target.staging.iterdir():
             os.replace(path, out / path.name)
+        tmp = out / f"{MANIFEST}.tmp"  # the plot of another metric is this comparison's output too
+        tmp.write_text(json.dumps(sorted(target.recorded() | written)))
+        os.replace(tmp, out / MANIFEST)
     return results
 
 

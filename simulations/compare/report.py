@@ -56,6 +56,10 @@ __all__ = [
 
 #: Smallest value drawn on the log axis; zeros and tinier values are clipped.
 LOG_FLOOR = 1e-16
+RATIO = "explained_variance_ratio"
+"""The results column of a PCA model's explained-variance ratio (its kept components, summed; last row)."""
+FINAL_RATIO = "final_explained_variance_ratio"
+
 #: Maximum number of subplots per row in :func:`plot_metric`.
 MAX_PANELS_PER_ROW = 3
 #: Placeholder used in Markdown tables for missing / unreached values.
@@ -154,6 +158,8 @@ def _summarize_run(
     for t in thresholds:
         row[_threshold_column(t)] = _median_rounds_to(df_run, t, metric)
     row["total_bytes"] = _median_total_bytes(df_run)
+    if RATIO in df_run.columns:
+        row[FINAL_RATIO] = float(pd.to_numeric(_final_values(df_run, RATIO), errors="coerce").median())
     return row
 
 
@@ -195,9 +201,16 @@ def summarize(
         ``total_bytes``
             Median over seeds of the sum of ``bytes_up + bytes_down`` over all
             rounds.
+        ``final_explained_variance_ratio``
+            Only when some run wrote ``explained_variance_ratio`` (a run
+            without an exact reference that wrote a PCA model): median over
+            seeds of its final value, the share of the variance the model's
+            kept components explain.
     """
     thresholds = tuple(thresholds)
     df = df.reset_index(drop=True)  # duplicate indices (e.g. from concat) are fine
+    if RATIO in df.columns and pd.to_numeric(df[RATIO], errors="coerce").isna().all():
+        df = df.drop(columns=RATIO)  # no run has a model's ratio: no column for it
     rows = [
         _summarize_run(run, df_run, thresholds, metric)
         for run, df_run in df.groupby("run", sort=False)
@@ -206,6 +219,7 @@ def summarize(
         ["run", "strategy", "seeds", "rounds", "final_median", "final_min", "final_max"]
         + [_threshold_column(t) for t in thresholds]
         + ["total_bytes"]
+        + ([FINAL_RATIO] if RATIO in df.columns else [])
     )
     return pd.DataFrame(rows, columns=columns)
 
@@ -274,6 +288,7 @@ def _markdown_header(summary: pd.DataFrame, metric: str) -> list[str]:
         ["run", "strategy", "seeds", "rounds", f"final {label}"]
         + thresholds
         + ["total bytes"]
+        + (["final explained variance ratio"] if FINAL_RATIO in summary.columns else [])
     )
 
 
@@ -289,6 +304,8 @@ def _markdown_row(row: pd.Series, threshold_cols: Sequence[str]) -> list[str]:
         ]
         + [_fmt_rounds(row[c]) for c in threshold_cols]
         + [_fmt_bytes(row["total_bytes"])]
+        + ([MISSING if _is_missing(row[FINAL_RATIO]) else f"{row[FINAL_RATIO]:.4f}"]
+           if FINAL_RATIO in row.index else [])
     )
 
 
@@ -298,7 +315,7 @@ def _pipe_line(cells: Sequence[str]) -> str:
 
 
 def write_summary_markdown(
-    summary: pd.DataFrame, path, title: str, metric: str
+    summary: pd.DataFrame, path, title: str, metric: str, note: str = ""
 ) -> None:
     """Write the output of :func:`summarize` as a Markdown file.
 
@@ -312,6 +329,8 @@ def write_summary_markdown(
         Text of the level-1 heading.
     metric : str
         Name of the metric that was summarized (used in the prose and header).
+    note : str, optional
+        A paragraph written after the prose (e.g. that no run wrote the metric).
 
     Notes
     -----
@@ -327,9 +346,13 @@ def write_summary_markdown(
         f"Final {label}: median [min, max] over seeds at the last round; "
         "rounds to t: median over seeds of the first round with "
         f"{label} <= t (\u201c{MISSING}\u201d where some seed never reached it); "
-        "total bytes: median over seeds of uploaded + downloaded bytes.",
+        "total bytes: median over seeds of uploaded + downloaded bytes."
+        + (" Final explained variance ratio: median over seeds of the share of the variance the PCA model's kept "
+           "components explain." if FINAL_RATIO in summary.columns else ""),
         "",
     ]
+    if note:
+        lines += [note, ""]
     header = _markdown_header(summary, metric)
     lines.append(_pipe_line(header))
     lines.append(_pipe_line(["---"] * len(header)))

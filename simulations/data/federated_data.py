@@ -3,7 +3,8 @@
 Both sides of a simulation call :func:`federated_dataset` with the same run
 config: a client takes its own partition, the server's harness takes the
 pooled matrix to compute the exact reference (the top-k eigenvectors of
-``(1/n) M^T M``), which no client ever sends. The result is cached per
+the matrix the run estimates, :func:`fl_strategies.metrics.pooled_covariance`:
+``(1/n) M^T M``, centred with ``center = true``), which no client ever sends. The result is cached per
 process, so a Ray actor that plays many clients builds the data once.
 
 **Large populations.** With a lazy data set (``fedpower-model1-lazy``,
@@ -11,8 +12,8 @@ process, so a Ray actor that plays many clients builds the data once.
 matrix: a client generates its own partition from ``(data-seed, partition
 id)`` (:func:`client_rows`; its ``A_i`` is cached per process), the
 partition sizes are arithmetic (:func:`partition_sizes`), and the server's
-reference accumulates ``sum_i M_i^T M_i`` one partition at a time
-(``O(d^2)`` memory). :func:`federated_dataset` still stacks the blocks, for
+reference accumulates the covariance one partition at a time (``O(d^2)``
+memory). :func:`federated_dataset` still stacks the blocks, for
 small runs and tests (the partition built alone equals the block of the
 whole).
 """
@@ -25,13 +26,16 @@ from typing import Any, Mapping
 import numpy as np
 
 from fl_strategies.linalg import top_eigenvectors
-from fl_strategies.metrics import Reference
+from fl_strategies.metrics import Reference, pooled_covariance
 
 from simulations.data.datasets import LAZY_DATASETS, Dataset, lazy_partition, lazy_partition_sizes, load_dataset, sized
 from simulations.data.partitioners import partition
 
 __all__ = ["federated_dataset", "local_covariance", "reference", "pooled_reference", "mf_reference", "client_rows",
            "partition_sizes", "data_shape"]
+
+ESTIMATOR_KEYS = ("center", "scale")
+"""The run-config keys that choose the matrix a run estimates from its rows (:func:`reference`)."""
 
 DATA_KEYS = ("dataset", "num-samples", "dimension", "rank", "num-clients", "data-seed", "row-normalize",
              "partitioner", "dirichlet-alpha", "xi", "kappa", "mf-noise")
@@ -149,27 +153,25 @@ def data_shape(cfg: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def reference(cfg: Mapping[str, Any]) -> Reference:
-    """Exact spectral reference of the configured data: pooled covariance and top eigenpairs (cached).
+    """Exact spectral reference of the run: the matrix it estimates and its top eigenpairs (cached).
 
-    The covariance is ``(1/n) X^T X`` over all rows; its top ``iteration-rank``
-    eigenpairs come from scipy ``eigh``.
+    The matrix is :func:`fl_strategies.metrics.pooled_covariance` of all
+    rows, after the run's preprocessing, with the run's :data:`ESTIMATOR_KEYS`
+    (``center``, ``scale``); its top ``iteration-rank`` eigenpairs come from scipy ``eigh``.
     """
-    return _cached_reference(_values(cfg), cfg["rank"], cfg["iteration-rank"])
+    estimator = tuple(bool(cfg.get(key, False)) for key in ESTIMATOR_KEYS)
+    return _cached_reference(_values(cfg), cfg["rank"], cfg["iteration-rank"], estimator)
 
 
 @lru_cache(maxsize=4)
-def _cached_reference(values: tuple, k: int, r: int) -> Reference:
+def _cached_reference(values: tuple, k: int, r: int, estimator: tuple) -> Reference:
     c = dict(zip(DATA_KEYS, values))
-    if c["dataset"] in LAZY_DATASETS:  # sum_i M_i^T M_i one partition at a time: O(d^2) memory
-        d = c["dimension"]
-        C = np.zeros((d, d))
-        for i in range(c["num-clients"]):
-            rows = _rows(values, i)
-            C += rows.T @ rows
-        return Reference.from_covariance(C / c["num-samples"], k, r)
-    data, _ = _cached(values)
-    X = data.X
-    return Reference.from_covariance(X.T @ X / X.shape[0], k, r)
+    options = {key.replace("-", "_"): value for key, value in zip(ESTIMATOR_KEYS, estimator)}
+    if c["dataset"] in LAZY_DATASETS:  # one partition at a time: O(d^2) memory
+        blocks = (_rows(values, i) for i in range(c["num-clients"]))
+    else:
+        blocks = [_cached(values)[0].X]
+    return Reference.from_rows(blocks, k, r, **options)
 
 
 def mf_reference(cfg: Mapping[str, Any]):
@@ -201,17 +203,18 @@ def erm_reference(cfg: Mapping[str, Any]):
     return build(cfg)
 
 
-def pooled_reference(X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k eigenpairs of the pooled covariance ``(1/n) X^T X`` (scipy ``eigh``).
+def pooled_reference(X: np.ndarray, k: int, center: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k eigenpairs of the pooled covariance of ``X`` (:func:`fl_strategies.metrics.pooled_covariance`).
 
     Parameters
     ----------
     X : ndarray of shape (n, d)
     k : int
+    center : bool
 
     Returns
     -------
     values : ndarray of shape (k,)
     vectors : ndarray of shape (d, k)
     """
-    return top_eigenvectors(X.T @ X / X.shape[0], k)
+    return top_eigenvectors(pooled_covariance([X], center=center), k)

@@ -79,7 +79,7 @@ def _split(path: str, dimension: int, num_clients: int, seed: int) -> list[np.nd
 
 
 def interaction_reference(cfg: Mapping[str, Any]) -> Reference:
-    """Exact top eigenpairs of ``(1/users) R~^T R~`` (scipy ``eigh``), the harness's reference."""
-    rows = interaction_rows(cfg)
-    C = np.asarray((rows.T @ rows).todense()) / rows.shape[0]
-    return Reference.from_covariance(C, cfg["rank"], cfg["iteration-rank"])
+    """Exact top eigenpairs of ``(1/users) R~^T R~`` (:func:`fl_strategies.metrics.pooled_covariance`, scipy
+    ``eigh``), the harness's reference."""
+    return Reference.from_rows([interaction_rows(cfg)], cfg["rank"], cfg["iteration-rank"],
+                               center=bool(cfg.get("center", False)))

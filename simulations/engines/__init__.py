@@ -10,8 +10,17 @@ APP_DIR = Path(__file__).resolve().parents[2]
 
 
 def fused_run_config(overrides: dict) -> dict:
-    """The default run config of ``pyproject.toml`` with ``overrides`` applied (unknown keys refused)."""
+    """The default run config of ``pyproject.toml`` with ``overrides`` applied.
+
+    Raises
+    ------
+    fl_strategies.config.ConfigError
+        On an unknown key, naming the closest valid one (:func:`fl_strategies.config.check_known_keys`).
+    """
+    from fl_strategies.config import check_known_keys
     from fl_strategies.flower_compat import get_fused_config_from_dir
+
+    check_known_keys(overrides)
 
     return get_fused_config_from_dir(APP_DIR, dict(overrides))
 
@@ -66,6 +75,7 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
 
     Everything that a run would refuse before round 1 and that needs no node is refused here, before any
     Flower process starts: unknown keys, wrong types and ranges (:func:`fl_strategies.config.validate_run_config`),
+    a ``results-dir`` holding an earlier run's results (:func:`fl_strategies.config.check_results_dir`),
     and ranks or ``num-clients`` that the data set cannot hold (without generating a lazy data set).
 
     Raises
@@ -73,12 +83,13 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     ArgumentError
         One line naming the option and the key.
     """
-    from fl_strategies.config import ConfigError, check_against_data, validate_run_config
+    from fl_strategies.config import ConfigError, check_against_data, check_results_dir, validate_run_config
 
     from fl_strategies.warm_start import check_width, load_start
 
     try:
         cfg = validate_run_config(fused_run_config(overrides))
+        check_results_dir(cfg)
         start = load_start(cfg)  # init-from: the earlier model, read as the server will
     except (ConfigError, ValueError) as ex:
         raise ArgumentError(f"{option}: {ex}") from None

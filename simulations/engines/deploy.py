@@ -15,8 +15,8 @@ registered with ``flwr supernode register`` before they connect.
 
 Usage::
 
-    python -m simulations.engines.deploy [--run-config 'key=value ...'] [--out OUT] [--data-dir DIR] [--secure]
-                                 [--noise-secret-dir DIR] [--port PORT] [--fault PID=nan|shape ...]
+    python -m simulations.engines.deploy [--run-config 'key=value ...'] [--out OUT [--force]] [--data-dir DIR]
+                                 [--secure] [--noise-secret-dir DIR] [--port PORT] [--fault PID=nan|shape ...]
 
 ``--data-dir`` names existing node files ``partition_<i>.npy`` or ``partition_<i>.csv``.
 ``--noise-secret-dir`` keeps each node's noise secret in ``DIR/partition_<i>.secret`` (node config
@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from client_app.faults import FAULT_KEY, FAULTS
+from fl_strategies.config import previous_results
 from fl_strategies.data_files import FILE_SUFFIXES
 from fl_strategies.noise import SECRET_KEY
 
@@ -382,7 +383,10 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line)."""
     parser = ArgumentParser(prog="python -m simulations.engines.deploy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-config", default="", help="overrides, as for `flwr run --run-config`")
-    parser.add_argument("--out", default="results/deployment", help="results, logs and node files")
+    parser.add_argument("--out", default="results/deployment", help="results, logs and node files; one that "
+                        "holds an earlier deployment's results or logs is refused unless --force")
+    parser.add_argument("--force", action="store_true", help="replace the results and logs of an earlier "
+                        "deployment in --out (the run config's overwrite = true)")
     parser.add_argument("--data-dir", default="", help="existing node files partition_<i>.npy or "
                         "partition_<i>.csv (default: write the partitions of the configured data set to "
                         "OUT/node-data)")
@@ -403,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     try:
-        cfg = checked_run_config(parse_run_config(args.run_config))
+        overrides = parse_run_config(args.run_config)
+        cfg = checked_run_config({**overrides, "overwrite": True} if args.force else overrides)
     except ArgumentError as ex:
         return refuse(str(ex))
     m = cfg["num-clients"]
@@ -427,6 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     if out.exists() and not out.is_dir():
         return refuse(f"--out {args.out}: is a file, not a directory")
+    earlier = [*previous_results(Path(cfg["results-dir"] or out)),
+               *(["logs/"] if (out / "logs").exists() else [])]
+    if earlier and not (args.force or cfg["resume"] or cfg["overwrite"]):
+        return refuse(f"--out {args.out}: already holds {', '.join(earlier)} of an earlier deployment; choose "
+                      "another --out, or give --force to replace them")
     if cfg["dataset"] == "nodes" and not args.data_dir:
         return refuse('--run-config: dataset = "nodes" reads every node\'s own file: give the files with '
                       '--data-dir')
@@ -447,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     absolute = absolute_paths(cfg)
     results = Path(absolute.get("results-dir") or cfg.get("results-dir") or out)
     run_config = [args.run_config, " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items()
-                                            if key != "results-dir")]
+                                            if key != "results-dir") + (" overwrite=true" if args.force else "")]
     try:
         with LocalDeployment(files, out, port=args.port, secure=args.secure,
                              node_config=node_config) as deployment:

@@ -1,0 +1,127 @@
+"""A run never replaces earlier results silently: results-dir, deploy --out and compare --out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_app
+from fl_strategies.config import ConfigError
+
+SMALL = dict(strategy="power", dimension=12, num_samples=240, num_clients=3, rank=2, iteration_rank=2,
+             num_server_rounds=3)
+
+
+def test_a_second_run_into_the_same_results_dir_is_refused_and_the_first_is_kept(tmp_path):
+    out = tmp_path / "out"
+    run_app(results_dir=str(out), **SMALL)
+    before = {name: (out / name).read_bytes() for name in ("rounds.csv", "estimate.npy", "pca.npz")}
+    with pytest.raises(ConfigError, match=r"results-dir = .*out' already holds rounds\.csv, estimate\.npy, "
+                                          r"pca\.npz of an earlier run.*overwrite = true.*resume = true"):
+        run_app(results_dir=str(out), **{**SMALL, "num_server_rounds": 1})
+    assert {name: (out / name).read_bytes() for name in before} == before
+
+
+def test_overwrite_replaces_every_result_of_the_earlier_run(tmp_path):
+    """A noisy run writes no pca.npz: with overwrite the earlier model does not stay beside the new rows."""
+    out = tmp_path / "out"
+    run_app(results_dir=str(out), **SMALL)
+    (out / "notes.txt").write_text("mine")
+    run_app(results_dir=str(out), overwrite=True, epsilon=4.0, row_normalize=True,
+            **{**SMALL, "strategy": "fedpower"})
+    assert not (out / "pca.npz").exists() and (out / "rounds.csv").is_file()
+    assert (out / "notes.txt").read_text() == "mine"  # not a result: untouched
+
+
+def test_a_users_file_named_like_a_result_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rounds.csv").write_text("my own table\n")
+    with pytest.raises(ConfigError, match="already holds rounds.csv"):
+        run_app(results_dir=str(out), **SMALL)
+    assert (out / "rounds.csv").read_text() == "my own table\n"
+
+
+def _refuse_flower(monkeypatch, module):
+    def refuse(*args, **kwargs):
+        raise AssertionError("Flower was started")
+
+    for name in ("stream_run", "LocalDeployment", "write_node_files"):
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, refuse)
+
+
+def test_flwr_run_refuses_a_results_dir_with_results_before_flower(tmp_path, monkeypatch, capsys):
+    from simulations.engines import flwr_run
+
+    _refuse_flower(monkeypatch, flwr_run)
+    (tmp_path / "estimate.npy").write_bytes(b"x")
+    assert flwr_run.main(["--run-config", f'results-dir="{tmp_path}"']) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "already holds estimate.npy" in err and "overwrite = true" in err
+    assert (tmp_path / "estimate.npy").read_bytes() == b"x"
+
+
+def test_deploy_refuses_an_out_of_an_earlier_deployment_unless_forced(tmp_path, monkeypatch, capsys):
+    from simulations.engines import deploy
+
+    _refuse_flower(monkeypatch, deploy)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "rounds.csv").write_text("round\n0\n")
+    assert deploy.main(["--out", str(tmp_path), "--run-config", "num-clients=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "already holds rounds.csv, logs/" in err and "--force" in err
+    with pytest.raises(AssertionError, match="Flower was started"):  # --force passes the check
+        deploy.main(["--out", str(tmp_path), "--run-config", "num-clients=2", "--force"])
+    assert (tmp_path / "rounds.csv").read_text() == "round\n0\n"
+
+
+def _comparison(tmp_path: Path, rounds: int = 2) -> Path:
+    f = tmp_path / "c.toml"
+    f.write_text('[defaults]\ndataset = "fedpower-model1"\nnum-samples = 300\ndimension = 10\nnum-clients = 3\n'
+                 f'rank = 2\niteration-rank = 2\nnum-server-rounds = {rounds}\n'
+                 '[[runs]]\nname = "p"\nstrategy = "power"\n')
+    return f
+
+
+def test_compare_keeps_foreign_files_and_refuses_a_name_it_would_replace(tmp_path, capsys):
+    from simulations.compare import main
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "notes.md").write_text("mine")
+    assert main([str(_comparison(tmp_path)), "--out", str(out)]) == 0
+    assert main([str(_comparison(tmp_path, 3)), "--out", str(out)]) == 0  # its own results: replaced
+    assert (out / "notes.md").read_text() == "mine"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "summary.md").write_text("my summary")
+    capsys.readouterr()
+    assert main([str(_comparison(tmp_path)), "--out", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds summary.md, which no comparison wrote there" in err
+    assert (other / "summary.md").read_text() == "my summary" and not (other / "results.csv").exists()
+
+
+def test_every_committed_comparison_records_its_outputs():
+    """The README's reproduction commands write into committed folders: each lists what compare wrote there."""
+    from simulations.compare.cli import MANIFEST, ComparisonError, load_comparison, output_names
+
+    root = Path(__file__).resolve().parents[1]
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True).stdout.split())
+    checked = 0
+    for toml in sorted((root / "simulations" / "experiments").glob("*/*.toml")):
+        folder = toml.parent / "results" / toml.stem
+        try:
+            meta, _ = load_comparison(toml)
+        except ComparisonError:  # a script's own file, not a comparison
+            continue
+        manifest = folder / MANIFEST
+        assert manifest.relative_to(root).as_posix() in tracked, manifest
+        assert set(json.loads(manifest.read_text())) == set(output_names(meta))
+        checked += 1
+    assert checked >= 10
