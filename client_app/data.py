@@ -33,6 +33,8 @@ config key at fault; the server leaves such a node out of the run before round
   partition would silently change the result;
 * ``A_i = M_i^T M_i / s_i`` is finite (data of huge magnitude without
   ``row-normalize`` would overflow it);
+* with ``clip-norm = c`` every row longer than ``c`` is scaled down to ``c`` (others are kept), before
+  anything is computed from the rows;
 * with ``row-normalize`` every row has unit norm (or is zero), so
   ``tr(A_i) <= 1``: the assumption of the privacy calibration. A deployment
   file is normalised on the node like simulated data; ``row-normalize = false``
@@ -50,7 +52,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fl_strategies.data_files import normalize_rows, read_samples
+from fl_strategies.data_files import clip_rows, normalize_rows, read_samples
 from fl_strategies.harness import find_harness, on_nodes, partition_file
 
 __all__ = ["NodeData", "partition_id", "load_client_rows", "load_client_covariance", "check_local_matrix"]
@@ -121,6 +123,9 @@ class NodeData:
                 self._rows = _harness(self.cfg, self.partition_id).client_rows(self.cfg, self.partition_id)
             if self._rows.shape[0] < 1:
                 raise ValueError(f"partition {self.partition_id}: the partition has no rows")
+            if self.cfg.get("clip-norm", 0.0) > 0:  # rows longer than c scaled down to c (the privacy bound)
+                self._rows = clip_rows(self._rows.toarray() if hasattr(self._rows, "toarray") else self._rows,
+                                       self.cfg["clip-norm"])
         return self._rows
 
     @property
@@ -194,7 +199,7 @@ class NodeData:
     def covariance(self) -> tuple[np.ndarray, int]:
         """``(A_i = M_i^T M_i / s_i, s_i)``, checked by :func:`check_local_matrix` once per matrix and process."""
         if self._covariance is None:
-            if "data-path" in self.node_config or on_nodes(self.cfg):
+            if "data-path" in self.node_config or on_nodes(self.cfg) or self.cfg.get("clip-norm", 0.0) > 0:
                 rows = self.rows
                 with np.errstate(all="ignore"):
                     A, s = rows.T @ rows / max(rows.shape[0], 1), rows.shape[0]
@@ -287,6 +292,9 @@ def check_local_matrix(A: np.ndarray, num_rows: int, cfg: Mapping[str, Any], whe
     if not np.all(np.isfinite(A)):
         raise ValueError(f"{where}: M^T M / s has non-finite entries (the data are too large in magnitude); "
                          "rescale them or set row-normalize = true")
+    bound = cfg.get("clip-norm", 0.0)
+    if bound > 0 and np.trace(A) > bound * bound * (1.0 + 1e-9):
+        raise ValueError(f"{where}: rows are longer than clip-norm = {bound:g} (tr(M^T M / s) = {np.trace(A):.6g})")
     if cfg["row-normalize"] and np.trace(A) > 1.0 + 1e-9:
         raise ValueError(f"{where}: rows are not of unit norm (tr(M^T M / s) = {np.trace(A):.6g} > 1), which the "
                          "privacy calibration assumes")

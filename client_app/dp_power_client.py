@@ -16,11 +16,9 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import ConfigRecord, Context
 
-from fl_strategies.dp_power import client_noise_std
-from fl_strategies.dp_sensitivity import sensitivity
+from fl_strategies.dp_power import client_noise_std, mean_noise_std, privacy_plan, product_sensitivity
 from fl_strategies.eigenspace import STREAM_NOISE
 from fl_strategies.noise import ClientNoise
-from fl_strategies.zcdp import calibrate
 
 __all__ = ["DPPowerClient"]
 
@@ -47,8 +45,7 @@ class DPPowerClient(NumPyClient):
         self.rows = rows if hasattr(rows, "tocsr") else np.ascontiguousarray(rows, dtype=np.float64)
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
         self.s, self.n = rows.shape
-        self.calibration = (calibrate(cfg["epsilon"], cfg["delta"], cfg["num-server-rounds"], cfg["dp-calibration"])
-                            if cfg["epsilon"] > 0 else None)
+        self.calibration, self.releases = privacy_plan(cfg)
         self.noise = ClientNoise(cfg, data.node_config, self.partition_id, context.state,
                                  self.calibration is not None, STREAM_NOISE)
 
@@ -61,8 +58,32 @@ class DPPowerClient(NumPyClient):
         state = self.context.state  # not .config_records: that builds a view of every record at every message
         return int(state[STATE]["released"]) if STATE in state else 0
 
+    def _upload(self, Y: np.ndarray, config) -> tuple[list, int, dict]:
+        """The reply: under SecAgg+ weight 1 and refused outside the clipping range."""
+        secure = self.cfg["dp-channel"] == "secagg"
+        if secure:
+            clip = float(config["secagg-clip"])
+            if np.max(np.abs(Y)) > clip:
+                raise ValueError(f"partition {self.partition_id}: an entry of the product exceeds the SecAgg+ "
+                                 f"clipping range C = {clip:g}; clipping would bias the sum, so nothing is "
+                                 "uploaded (set secagg-clip larger)")
+        return [Y], (1 if secure else self.s), {"partition-id": self.partition_id}
+
+    def _mean_release(self, config):
+        """The centred run's first round: the row sum with this client's share of the mean's noise, once."""
+        if "dp-power-mean" in self.context.state:
+            raise RuntimeError("privacy budget exhausted: this client released its row sum already")
+        S = np.asarray(self.rows.sum(axis=0), dtype=np.float64).ravel()
+        nu = mean_noise_std(self.cfg, self.releases)
+        if nu > 0:
+            S = S + nu * self.noise.generator(int(config["round"]), self.rows, nu, "mean").standard_normal(S.shape)
+            self.context.state["dp-power-mean"] = ConfigRecord({"released": 1})
+        return self._upload(S, config)
+
     def fit(self, parameters, config):
-        """One noisy product with the broadcast ``X``."""
+        """One noisy product with the broadcast ``X`` (or, centring, the noisy row sum in round 1)."""
+        if config.get("phase") == "mean":
+            return self._mean_release(config)
         (X,) = parameters
         p = self.cfg["iteration-rank"]
         if X.shape != (self.n, p) or not np.all(np.isfinite(X)):
@@ -72,16 +93,9 @@ class DPPowerClient(NumPyClient):
             raise RuntimeError(f"privacy budget exhausted: {released} products released, L = "
                                f"{self.calibration.iterations}")
         Y = self.rows.T @ (self.rows @ X)
-        nu = client_noise_std(self.cfg, self.calibration, sensitivity(X, self.cfg["dp-sensitivity"]))
+        nu = client_noise_std(self.cfg, self.calibration, product_sensitivity(self.cfg, X))
         if nu > 0:
             rng = self.noise.generator(int(config["round"]), X, self.rows, nu)
             Y += nu * rng.standard_normal(Y.shape)
         self.context.state[STATE] = ConfigRecord({"released": released + 1})
-        secure = self.cfg["dp-channel"] == "secagg"
-        if secure:
-            clip = float(config["secagg-clip"])
-            if np.max(np.abs(Y)) > clip:
-                raise ValueError(f"partition {self.partition_id}: an entry of the product exceeds the SecAgg+ "
-                                 f"clipping range C = {clip:g}; clipping would bias the sum, so nothing is "
-                                 "uploaded (set secagg-clip larger)")
-        return [Y], (1 if secure else self.s), {"partition-id": self.partition_id}
+        return self._upload(Y, config)

@@ -8,7 +8,9 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import ConfigRecord, Context
 
-from fl_strategies.config import total_iterations
+from fl_strategies.analyze_gauss import covariance_releases, pack_upper
+from fl_strategies.config import secure_covariance, total_iterations
+from fl_strategies.covariance import noise_stds
 from fl_strategies.fedpower import STREAM_NOISE, local_power_iterations
 from fl_strategies.noise import ClientNoise
 from fl_strategies.privacy import noise_std
@@ -93,11 +95,40 @@ class FedPowerClient(NumPyClient):
 
 
 class CovarianceClient(FedPowerClient):
-    """The ``covariance`` strategy's client: its (centred) ``A_i``, ``d x d``, once."""
+    """The ``covariance`` strategy's client: its (centred) ``A_i``, ``d x d``, once; or, secure or private, the
+    upper triangle of ``G_i = M_i^T M_i`` and its row sum with its share of the Analyze Gauss noise
+    (:mod:`fl_strategies.covariance`)."""
+
+    def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
+        super().__init__(data, cfg, context)
+        self.releases = covariance_releases(cfg) if cfg["epsilon"] > 0 else None
+        self.secure = secure_covariance(cfg)
 
     def fit(self, parameters, config):
-        """Answer the ``gram`` phase with ``[A_i]``."""
+        """Answer the ``gram`` phase with ``[A_i]``, or with the one packed (noisy) vector."""
         if config.get("phase") != "gram":
             raise ValueError(f"the covariance client answers the gram phase only, got {config.get('phase')!r}")
-        A, _ = self.data.covariance_for(config)
-        return [np.ascontiguousarray(A)], self.s, {"partition-id": self.partition_id}
+        if not (self.secure or self.releases is not None):
+            A, _ = self.data.covariance_for(config)
+            return [np.ascontiguousarray(A)], self.s, {"partition-id": self.partition_id}
+        state = self.context.state
+        if self.releases is not None and "covariance" in state:
+            raise RuntimeError("privacy budget exhausted: this client released its noisy Gram matrix already")
+        A, s = self.data.covariance
+        parts = [pack_upper(A * s)]
+        if self.cfg["center"]:
+            parts.append(self.data.row_sum)
+        vector = np.concatenate(parts)
+        nu_g, nu_s = noise_stds(self.cfg, self.releases)
+        if nu_g > 0:
+            rng = self.noise.generator(int(config["round"]), A, nu_g, nu_s)
+            std = np.concatenate([np.full(parts[0].size, nu_g)] + ([np.full(self.d, nu_s)] if len(parts) > 1 else []))
+            vector = vector + std * rng.standard_normal(vector.shape)
+            state["covariance"] = ConfigRecord({"released": 1})
+        if self.secure:
+            clip = float(config["secagg-clip"])
+            if np.max(np.abs(vector)) > clip:
+                raise ValueError(f"partition {self.partition_id}: an entry of the upload exceeds the SecAgg+ "
+                                 f"clipping range C = {clip:g}; clipping would bias the sum, so nothing is "
+                                 "uploaded (set secagg-clip larger)")
+        return [vector], (1 if self.secure else self.s), {"partition-id": self.partition_id}

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from fl_strategies.config import row_sums_at_discovery, secure_covariance
+
 __all__ = ["discovery_properties", "summary_reply"]
 
 
@@ -37,11 +39,11 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
     """
     _, s = data.covariance
     props: dict[str, Any] = {"partition-id": data.partition_id, "num-examples": s, "dimension": dimension}
-    if cfg["center"]:
+    if row_sums_at_discovery(cfg):
         props["row-sum"] = data.row_sum.astype("<f8").tobytes()
-    if cfg.get("scale"):  # never with noise (refused by the run config's checks)
+    if cfg.get("scale"):  # only with the row sums in the clear, never with noise (the run config's checks)
         props["col-sq-sum"] = data.column_sq_sums().astype("<f8").tobytes()
-    if not noisy:
+    if not noisy and not secure_covariance(cfg):
         props["sq-sum"] = data.sum_of_squares(cfg["center"])
     return props
 

@@ -27,6 +27,7 @@ import math
 from functools import lru_cache
 
 __all__ = ["ACCOUNTANTS", "EXTRA", "PLD_INTERVAL", "MIN_EFFECTIVE_SIGMA", "available", "make_accountant",
+           "composed_epsilon", "composed_scale",
            "epsilon", "noise_multiplier", "AccountantUnavailable"]
 
 ACCOUNTANTS = ("pld", "rdp")
@@ -137,6 +138,77 @@ def noise_multiplier(kind: str, target_epsilon: float, delta: float, steps: int,
                              f"releases: it needs less noise than sigma = {floor:.4g} (sigma / sqrt(T) = "
                              f"{MIN_EFFECTIVE_SIGMA}), where the guarantee means little; use a smaller epsilon or "
                              "the tight calibration")
+        hi, lo = lo, max(lo / 2.0, floor)
+    while hi / lo - 1.0 > RELATIVE_TOLERANCE:
+        mid = math.sqrt(lo * hi)
+        if certified(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@lru_cache(maxsize=1024)
+def composed_epsilon(kind: str, multipliers: tuple[tuple[float, int], ...], delta: float) -> float:
+    """The accountant's epsilon at ``delta`` after Gaussian releases of different noise multipliers.
+
+    Parameters
+    ----------
+    multipliers : tuple of (sigma, count)
+        Each ``count`` releases with noise multiplier ``sigma`` (noise std over L2 sensitivity), all composed in
+        one accountant.
+
+    Returns
+    -------
+    float
+        ``inf`` if a ``sigma <= 0``; ``nan`` when the accountant cannot compute it; never an exception but
+        :class:`AccountantUnavailable`.
+    """
+    releases = [(float(s), int(c)) for s, c in multipliers if c > 0]
+    if not releases:
+        return 0.0
+    if any(not s > 0 for s, _ in releases):
+        return math.inf
+    dpa = _dp_accounting()
+    effective = 1.0 / math.sqrt(sum(c / (s * s) for s, c in releases))  # the one Gaussian they compose to
+    try:
+        acc = make_accountant(kind, effective, 1)
+        for s, c in releases:
+            acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(s), c))
+        return float(acc.get_epsilon(delta))
+    except (ArithmeticError, ValueError):
+        return math.nan
+
+
+def composed_scale(kind: str, target_epsilon: float, delta: float, weights: tuple[tuple[float, int], ...],
+                   start: float) -> float:
+    """The smallest ``t`` (to :data:`RELATIVE_TOLERANCE`) with ``composed_epsilon(kind, ((t w, count), ...),
+    delta) <= target_epsilon``: the releases' multipliers are ``t`` times their ``weights``.
+
+    Raises
+    ------
+    ValueError
+        When no finite ``t`` meets the target, or the target needs less noise than the PLD can represent.
+    """
+    _dp_accounting()
+
+    def certified(t: float) -> bool:
+        return composed_epsilon(kind, tuple((t * w, c) for w, c in weights), delta) <= target_epsilon
+
+    if not (math.isfinite(start) and start > 0):
+        raise ValueError(f"epsilon = {target_epsilon:g} at delta = {delta:g}: no positive finite noise multiplier")
+    floor = MIN_EFFECTIVE_SIGMA
+    hi = max(start, floor)
+    while not certified(hi):
+        hi *= 2.0
+        if not math.isfinite(hi) or hi > 1e300:
+            raise ValueError(f"no finite noise meets epsilon = {target_epsilon:g} at delta = {delta:g} with the "
+                             f"{kind} accountant")
+    lo = hi / 2.0
+    while certified(lo):
+        if lo <= floor:
+            raise ValueError(f"epsilon = {target_epsilon:g} is too large for dp-calibration = \"{kind}\": it needs "
+                             f"less noise than a multiplier of {floor:g}, where the guarantee means little")
         hi, lo = lo, max(lo / 2.0, floor)
     while hi / lo - 1.0 > RELATIVE_TOLERANCE:
         mid = math.sqrt(lo * hi)

@@ -36,7 +36,7 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
 from . import node_directory
-from .config import ConfigError, check_against_data
+from .config import ConfigError, check_against_data, row_sums_at_discovery
 from .harness import on_nodes, widths_listed
 from .participation import Participation
 from .registry import spec
@@ -174,6 +174,12 @@ class FederatedStrategy(Strategy):
         """Strategy-specific columns of the row of ``server_round`` (e.g. privacy spent)."""
         return {}
 
+    @property
+    def center_at_discovery(self) -> bool:
+        """Whether the nodes send their row sums at discovery (``center``), in the clear: not when the sums go
+        through SecAgg+ with the round's other sums (:func:`fl_strategies.config.row_sums_at_discovery`)."""
+        return row_sums_at_discovery(self.cfg)
+
     # -- set-up -------------------------------------------------------------------------------------
     WAIT_LOG_EVERY = 10.0
     """Seconds between two "waiting for N nodes, M connected" lines while the server waits for its nodes."""
@@ -202,7 +208,7 @@ class FederatedStrategy(Strategy):
         self._register(answers)
         self.mean = np.zeros(self.d)
         self.scale = None
-        if self.cfg.get("center"):  # the global mean from the registered nodes' row sums and counts
+        if self.center_at_discovery:  # the global mean from the registered nodes' row sums and counts
             sizes, row_sums = self._sizes_and_sums(self._row_sums)
             self.mean = pooled_mean(sizes, row_sums)
             log.info("center = true: the mean of %d rows, from the clients' row sums", sum(sizes))
@@ -236,7 +242,7 @@ class FederatedStrategy(Strategy):
             return None
         n = sum(self.sizes.values())
         total = float(sum(sums))
-        if self.cfg.get("center"):
+        if self.center_at_discovery:
             total += float(np.sum(between_sum_of_squares(*self._sizes_and_sums(self._row_sums), self.mean)))
         return total / n
 
@@ -281,7 +287,7 @@ class FederatedStrategy(Strategy):
             self.d = self._agreed_dimension(answers)
         checked = [(proxy, props if isinstance(props, str) else check_properties(props, self.m, self.d))
                    for proxy, props in answers]
-        if self.cfg.get("center"):
+        if self.center_at_discovery:
             checked = [(proxy, self._column_sums(proxy, props, info)) for (proxy, info), (_, props)
                        in zip(checked, answers)]
         return checked

@@ -29,11 +29,13 @@ from .noise import NOISE_SOURCES
 from .accounting import AccountantUnavailable
 from .privacy import achieved_epsilon, epsilon_spent, noise_multiplier
 from .zcdp import CALIBRATIONS, calibrate
+from .analyze_gauss import covariance_releases
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
 from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
 from .schedule import SCHEDULES, round_lengths
 
-__all__ = ["ConfigError", "KEYS", "validate_run_config", "effective_config", "check_against_data",
+__all__ = ["ConfigError", "KEYS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
+           "validate_run_config", "effective_config", "check_against_data",
            "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
            "previous_results", "check_results_dir"]
 
@@ -109,6 +111,9 @@ KEYS: dict[str, Key] = {
              lambda v: v >= 0, "an integer >= 0"),
         _key("row-normalize", bool,
              "scale every row to unit L2 norm on its node (never done unless set; required by epsilon / noise-std)"),
+        _key("clip-norm", float, "c > 0: rows longer than c are scaled down to L2 norm c on their node, others kept "
+             "(the privacy bound for data already bounded; with epsilon: covariance only); 0 = off; the model "
+             "records it and transform applies it", lambda v: v >= 0, "a finite number >= 0"),
         _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy (and pca.npz) "
              "('' = none); one that already holds any of them is refused unless overwrite or resume is true",
              allowed="string (a writable directory)"),
@@ -182,15 +187,19 @@ KEYS: dict[str, Key] = {
              "SecAgg+, each client adds noise sigma/sqrt(s)), plaintext (same noise, summed in the clear: a test "
              "mode, private only with one client) or public (each client adds the full central noise, no SecAgg)",
              choices=("secagg", "plaintext", "public")),
-        _key("dp-calibration", str, "fedpower, dp-power: the noise for the target (epsilon, delta): paper "
+        _key("dp-calibration", str, "fedpower, dp-power, covariance: the noise for the target (epsilon, delta): paper "
              "(fedpower: Theorem 6; dp-power: sigma = sqrt(4 L ln(1/delta))/epsilon), tight (exact zCDP "
              "conversion, less noise), pld or rdp (the smallest noise that dp-accounting's privacy-loss-"
              "distribution or Renyi accountant certifies over the run's releases; needs the privacy extra); "
              "epsilon_spent is by the same accountant", choices=CALIBRATIONS),
-        _key("secagg-clip", float, "dp-power with SecAgg+: clipping range C of each uploaded entry (quantisation step "
+        _key("secure-aggregation", str, "covariance: send each client's Gram matrix (and row sum, with center) "
+             "through Flower's SecAgg+, so that the server learns only the sums: auto (= true whenever epsilon is "
+             "set and there are >= 2 clients), true or false (dp-power: see dp-channel)",
+             choices=("auto", "true", "false")),
+        _key("secagg-clip", float, "dp-power, covariance with SecAgg+: clipping range C of each uploaded entry (quantisation step "
              "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data",
              lambda v: v >= 0, "a finite number >= 0"),
-        _key("secagg-num-shares", int, "dp-power with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
+        _key("secagg-num-shares", int, "dp-power, covariance with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
              "else the odd number near 2 log2(s) + 1); the reconstruction threshold is half of them, plus one",
              lambda v: v == 0 or v >= 3, "0 or an integer >= 3"),
         # participation and stragglers (fl_strategies.participation)
@@ -238,7 +247,8 @@ KEYS: dict[str, Key] = {
         _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
-             "and counts before round 1), as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
+             "and counts before round 1; covariance with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
+             "its dp-channel), with noise under epsilon), as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
         _key("scale", bool, "PCA: also divide every column by its pooled standard deviation (population, from "
              "per-client sums of squares exchanged once before round 1; constant columns keep scale 1), as "
              "scikit-learn's StandardScaler then PCA; needs center = true"),
@@ -310,6 +320,8 @@ def _coerce(key: Key, value: Any) -> Any:
         if is_bool:
             return bool(value)
         raise ConfigError(f"{key.name} must be true or false, got {value!r}")
+    if is_bool and key.kind is str and "true" in key.choices:  # a true/false/auto key given as a TOML boolean
+        return "true" if value else "false"
     if is_bool:
         raise ConfigError(f"{key.name} must be {key.allowed or 'a ' + key.kind.__name__}, got {value!r}")
     if key.kind is int:
@@ -414,8 +426,18 @@ def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     if noisy and cfg["stop-tol"] > 0:
         raise ConfigError("stop-tol must be 0 when epsilon or noise-std is set: the stopping rule needs each "
                           "client's exact objective, which the noise is there to hide")
-    if noisy and not cfg["row-normalize"] and cfg["strategy"] != "dp-power":
-        raise ConfigError("row-normalize must be true when epsilon or noise-std is set: the privacy "
+    if cfg["clip-norm"] > 0:
+        if cfg["row-normalize"]:
+            raise ConfigError("clip-norm and row-normalize = true contradict each other: choose one (row-normalize "
+                              "scales every row to norm 1, clip-norm only the rows longer than clip-norm)")
+        if not spec(cfg["strategy"]).pca:
+            raise ConfigError(f"clip-norm applies to the strategies that write a PCA model, not {cfg['strategy']!r}")
+        if noisy and cfg["strategy"] != "covariance":
+            raise ConfigError(f"clip-norm with epsilon or noise-std is supported by covariance only: the privacy "
+                              f"calibration of {cfg['strategy']!r} assumes unit rows (row-normalize = true)")
+    if noisy and not cfg["row-normalize"] and not cfg["clip-norm"] > 0 and cfg["strategy"] != "dp-power":
+        raise ConfigError("row-normalize must be true when epsilon or noise-std is set (or, for covariance, clip-norm "
+                          "> 0): the privacy "
                           "calibration (Theorem 6) assumes rows of unit L2 norm, and fedspectral does not "
                           "rescale a node's rows unless the run config asks for it (row-normalize = true "
                           "scales every row to unit norm on its node)")
@@ -449,13 +471,18 @@ def _check_pca(cfg: dict[str, Any]) -> None:
     if cfg["scale"] and noisy:
         raise ConfigError("scale is refused with epsilon or noise-std set: the clients' per-column sums of squares "
                           "would be released in the clear, which the privacy guarantee does not cover")
+    if cfg["scale"] and not row_sums_at_discovery(cfg):
+        channel = ("its private channel (dp-channel)" if cfg["strategy"] == "dp-power" else
+                   f"SecAgg+ (secure-aggregation = {cfg['secure-aggregation']!r})")
+        raise ConfigError(f"scale is refused for {cfg['strategy']!r} here: its row sums travel through {channel}, "
+                          "and the per-column sums of squares would be sent in the clear at discovery")
     for key, active in (("center", cfg["center"]), ("variance-target", cfg["variance-target"] > 0),
                         ("init-from", bool(cfg["init-from"]))):
         if not active:
             continue
-        if not spec(cfg["strategy"]).pca:
+        if not spec(cfg["strategy"]).pca and not (key == "center" and cfg["strategy"] == "dp-power"):
             raise ConfigError(f"{key} applies to the strategies that write a PCA model (fedpower, power, ssi, "
-                              f"localpower, faps, covariance), not {cfg['strategy']!r}")
+                              f"localpower, faps, covariance; center also dp-power), not {cfg['strategy']!r}")
         if key == "init-from" and cfg["strategy"] == "covariance":
             raise ConfigError("init-from does not apply to strategy 'covariance': it computes the exact "
                               "components in one round from no starting basis")
@@ -463,14 +490,15 @@ def _check_pca(cfg: dict[str, Any]) -> None:
             raise ConfigError("init-from is refused with epsilon or noise-std set: the earlier model was computed "
                               "from the data without noise, and a start drawn from it would carry it into the "
                               "private run's releases unaccounted")
-        if noisy:
-            raise ConfigError(f"{key} is refused with epsilon or noise-std set: the clients' row sums (centring) "
+        if noisy and cfg["strategy"] not in PRIVATE_PCA:
+            raise ConfigError(f"{key} is refused with epsilon or noise-std set for {cfg['strategy']!r} (private "
+                              f"PCA: {', '.join(PRIVATE_PCA)}): the clients' row sums (centring) "
                               "and the final summary exchange (explained variance) are sent without noise, so "
                               "the privacy guarantee would not cover them")
     if cfg["init-from"] and not cfg["init-from"].lower().endswith(".npz"):
         raise ConfigError(f"init-from must be '' or a pca.npz file written by an earlier run, got "
                           f"{cfg['init-from']!r}")
-    if cfg["center"] and cfg["discovery"] == "engine":
+    if row_sums_at_discovery(cfg) and cfg["discovery"] == "engine":
         raise ConfigError('center = true needs discovery = "ask": the clients send their row sums at discovery')
 
 
@@ -505,6 +533,8 @@ def _check_more(cfg: dict[str, Any]) -> None:
                               f"over T = {T} steps is not a finite number; use 0 for no noise or a larger value")
     elif cfg["strategy"] == "dp-power":
         _check_dp_power(cfg)
+    elif cfg["strategy"] == "covariance":
+        _check_covariance(cfg)
     elif cfg["epsilon"] > 0:
         _check_fedpower_privacy(cfg, T)
 
@@ -533,11 +563,63 @@ def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
                           f"T = {T} steps is not a finite number")
 
 
-def _check_dp_power(cfg: dict[str, Any]) -> None:
-    """dp-power: a target (epsilon, delta) the calibration meets, and a SecAgg+ set-up Flower can run."""
+PRIVATE_PCA = ("covariance", "dp-power")
+"""The strategies whose noisy runs centre privately and write a PCA model (``center``; ``variance-target``:
+covariance only, dp-power's model has no explained-variance ratio)."""
+
+
+def secure_covariance(cfg: Mapping[str, Any]) -> bool:
+    """Whether a ``covariance`` run sends its sums through SecAgg+ (``secure-aggregation``; ``auto``: with
+    ``epsilon`` and at least two clients)."""
+    if cfg["strategy"] != "covariance":
+        return False
+    choice = cfg["secure-aggregation"]
+    return choice == "true" or (choice == "auto" and cfg["epsilon"] > 0 and cfg["num-clients"] >= 2)
+
+
+def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
+    """Whether ``center`` has the nodes send their row sums at discovery, in the clear (noise-free runs without
+    SecAgg+); a secure ``covariance`` sends them through SecAgg+ with its Gram matrix instead."""
+    return bool(cfg.get("center")) and not secure_covariance(cfg) and cfg.get("strategy") != "dp-power"
+
+
+def _check_covariance(cfg: dict[str, Any]) -> None:
+    """covariance: a target the Analyze Gauss calibration meets; SecAgg+ whenever noise meets more than one client."""
     if cfg["epsilon"] > 0:
         try:
-            calibrate(cfg["epsilon"], cfg["delta"], cfg["num-server-rounds"], cfg["dp-calibration"])
+            covariance_releases(cfg)
+        except AccountantUnavailable as ex:
+            raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
+        except (ValueError, ArithmeticError) as ex:
+            raise ConfigError(f"epsilon = {cfg['epsilon']!r} (delta = {cfg['delta']!r}): {ex}") from None
+        if cfg["num-clients"] > 1 and not secure_covariance(cfg):
+            raise ConfigError("secure-aggregation = false with epsilon set and num-clients > 1: each client adds "
+                              "only its share of the noise, so its matrix would reach the server less private "
+                              "than accounted; use secure-aggregation = \"auto\" or \"true\"")
+    if secure_covariance(cfg):
+        if not 2 <= cfg["num-clients"] <= MAX_SECAGG_CLIENTS:
+            raise ConfigError(f"secure-aggregation = true needs 2 <= num-clients <= {MAX_SECAGG_CLIENTS} (SecAgg+ "
+                              f"masks need two clients), got {cfg['num-clients']}")
+        if cfg["secagg-clip"] == 0 and not cfg["row-normalize"] and not cfg["clip-norm"] > 0:
+            raise ConfigError("secagg-clip must be set (> 0) when neither row-normalize nor clip-norm is set: "
+                              "without bounded rows the server has no public bound on the entries the clients upload")
+        if cfg["secagg-num-shares"] > cfg["num-clients"]:
+            raise ConfigError(f"secagg-num-shares must be at most num-clients = {cfg['num-clients']}, got "
+                              f"{cfg['secagg-num-shares']}")
+
+
+def _check_dp_power(cfg: dict[str, Any]) -> None:
+    """dp-power: a target (epsilon, delta) the calibration meets, and a SecAgg+ set-up Flower can run."""
+    if cfg["center"] and cfg["epsilon"] > 0:
+        if not cfg["row-normalize"] or cfg["dp-sensitivity"] != "one":
+            raise ConfigError("dp-power with center = true and epsilon needs row-normalize = true and dp-sensitivity "
+                              "= \"one\": the mean and the products are accounted for one unit row replaced "
+                              "(sensitivity 2 each)")
+    if cfg["epsilon"] > 0:
+        try:
+            from .dp_power import privacy_plan
+
+            privacy_plan(cfg)
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:

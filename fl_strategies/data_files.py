@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FILE_SUFFIXES", "is_data_file", "read_samples", "normalize_rows"]
+__all__ = ["clip_rows", "FILE_SUFFIXES", "is_data_file", "read_samples", "normalize_rows"]
 
 FILE_SUFFIXES = (".npy", ".csv")
 """File suffixes accepted as files of samples."""
@@ -79,6 +79,25 @@ def normalize_rows(X: np.ndarray) -> np.ndarray:
     out = np.zeros_like(X)
     np.divide(X, norms, out=out, where=norms > 0)
     return out
+
+
+def clip_rows(X: np.ndarray, bound: float) -> np.ndarray:
+    """Scale the rows longer than ``bound`` down to L2 norm ``bound``; shorter rows are kept as they are.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        Input matrix (not modified).
+    bound : float
+        ``c > 0``, the largest row norm kept.
+
+    Returns
+    -------
+    ndarray of shape (n, d), float64
+    """
+    X = np.asarray(X, dtype=np.float64)
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return X * np.minimum(1.0, bound / np.where(norms > 0, norms, 1.0))
 
 
 def _read_npy(path: Path, where: str) -> np.ndarray:

@@ -32,6 +32,19 @@ product exceeds ``C`` refuses to upload (clipping would bias the sum and void th
 Quantising Gaussian noise is not covered by the paper's proof (it defers to Kairouz et al. 2021); at this step
 the effect is far below the noise.
 
+Centring (``center = true``). Flower round 1 releases the mean instead of a product: each client uploads its
+row sum plus its share of ``N(0, (2 sigma_mean)^2)`` (replacing one unit row moves a row sum by at most 2), summed
+like the products; the server takes ``mu = S / n`` (projected onto the unit ball, which holds every mean of unit
+rows: post-processing) and the ``L`` product rounds follow. The clients keep sending the uncentred products
+``A^(i) X + G^(i)``; the server centres their sum itself, ``Y - n mu (mu^T X)`` (``sum (x - mu)(x - mu)^T =
+A - n mu mu^T`` for the released ``mu``: post-processing again), so that the iterations follow the centred
+covariance. Under ``epsilon`` the mean and the products are accounted together, for one unit row replaced
+(row counts are public): the products' sensitivity is then 2 (``||(x x^T - y y^T) X||_F <= 2`` for orthonormal
+``X``, ``dp-sensitivity = "one"``, required) and the mean's 2, their multipliers split the privacy with
+:data:`MEAN_SHARE` for the mean (:func:`privacy_plan`). The model (``pca.npz``) is built from the last centred
+sum ``Y_L / n ~ C X_{L-1}``: its left singular vectors are the components, its singular values the explained
+variance (post-processing); ``tr(C)`` is not released, so the explained-variance ratio is NaN.
+
 Output and metrics. ``X_L`` with all ``p`` columns; the accuracy metric is ``||(I - X X^T) U_k||_2`` (column
 ``subspace_distance``). Each row also reports ``delta_a`` and ``delta_b`` of the broadcast iterate, the
 sensitivity used, the per-client noise std, and the ``(rho, epsilon_spent)`` after that round at ``delta``.
@@ -52,12 +65,57 @@ from .dp_sensitivity import delta_a, delta_b, sensitivity
 from .base import log, uploaded_bytes
 from .eigenspace import EigenspaceStrategy
 from .linalg import orth
-from .replies import check_array, check_origin, decode_arrays
+from .secure_sum import secure_sum
 from . import accounting
-from .zcdp import Calibration, calibrate, spent_epsilon
+from .zcdp import Calibration, calibrate, epsilon_of, rho_of, spent_epsilon
+from . import analyze_gauss as ag
 
 __all__ = ["DPPowerStrategy", "client_noise_std", "num_shares", "secagg_tolerance",
-           "QUANTIZATION_RANGE"]
+           "QUANTIZATION_RANGE", "MEAN_SHARE", "CENTRED_SENSITIVITY", "privacy_plan", "product_sensitivity",
+           "mean_noise_std", "project_mean"]
+
+MEAN_SHARE = 0.05
+"""The mean's share of the privacy (``1 / sigma^2``) in a centred private run (module docstring, Centring)."""
+CENTRED_SENSITIVITY = 2.0
+"""Sensitivity of a product and of a row sum when one unit row is replaced (a centred private run)."""
+
+
+def privacy_plan(cfg: dict[str, Any]) -> tuple[Calibration | None, ag.PrivateReleases | None]:
+    """``(calibration of the products, the composed releases or None)`` of a run config.
+
+    Without ``center``: the products' calibration over ``L`` releases (``None`` without ``epsilon``) and no
+    composition. With ``center`` and ``epsilon``: the mean and the ``L`` products calibrated together
+    (:func:`fl_strategies.analyze_gauss.calibrate`), the products' :class:`~fl_strategies.zcdp.Calibration`
+    carrying their multiplier.
+    """
+    if not cfg["epsilon"] > 0:
+        return None, None
+    L = cfg["num-server-rounds"]
+    if not cfg["center"]:
+        return calibrate(cfg["epsilon"], cfg["delta"], L, cfg["dp-calibration"]), None
+    releases = ag.calibrate(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"],
+                            {"mean": (MEAN_SHARE, 1), "products": (1.0 - MEAN_SHARE, L)})
+    return Calibration(releases.multipliers["products"], L, cfg["delta"], cfg["dp-calibration"]), releases
+
+
+def product_sensitivity(cfg: dict[str, Any], X: np.ndarray) -> float:
+    """``Delta_l`` of the product with ``X``: :data:`CENTRED_SENSITIVITY` in a centred run, else by
+    ``dp-sensitivity``."""
+    return CENTRED_SENSITIVITY if cfg["center"] else sensitivity(X, cfg["dp-sensitivity"])
+
+
+def mean_noise_std(cfg: dict[str, Any], releases: ag.PrivateReleases | None) -> float:
+    """Per-entry noise std a client adds to its row sum (0 without ``epsilon``), shared as the products'."""
+    if releases is None:
+        return 0.0
+    share = 1.0 if cfg["dp-channel"] == "public" else math.sqrt(cfg["num-clients"])
+    return CENTRED_SENSITIVITY * releases.multipliers["mean"] / share
+
+
+def project_mean(mu: np.ndarray) -> np.ndarray:
+    """``mu`` scaled into the unit ball (the mean of unit rows lies there)."""
+    norm = float(np.linalg.norm(mu))
+    return mu / norm if norm > 1.0 else mu
 
 QUANTIZATION_RANGE = 2 ** 22
 """Levels of SecAgg+'s stochastic quantisation of ``[-C, C]`` (Flower's default)."""
@@ -127,8 +185,8 @@ class DPPowerStrategy(EigenspaceStrategy):
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
         self.L = cfg["num-server-rounds"]
-        self.calibration = (calibrate(cfg["epsilon"], cfg["delta"], self.L, cfg["dp-calibration"])
-                            if cfg["epsilon"] > 0 else None)
+        self.calibration, self.releases = privacy_plan(cfg)
+        self.centred = bool(cfg["center"])
         self.secure = cfg["dp-channel"] == "secagg"
         self.clip = cfg["secagg-clip"]
         self.aggregated: set[int] = set()
@@ -140,8 +198,12 @@ class DPPowerStrategy(EigenspaceStrategy):
 
     @property
     def num_rounds(self) -> int:
-        """``L``, one round per noisy power iteration."""
-        return self.L
+        """``L``, one round per noisy power iteration, after the mean's round when centring."""
+        return self.L + int(self.centred)
+
+    def products_before(self, server_round: int) -> int:
+        """Products released in rounds ``1 .. server_round``."""
+        return max(0, server_round - int(self.centred))
 
     def __repr__(self) -> str:
         c = self.cfg
@@ -153,7 +215,8 @@ class DPPowerStrategy(EigenspaceStrategy):
         parameters = super().initialize_parameters(client_manager)
         if self.secure and self.clip == 0:
             # |(A^(i) X)_jk| <= ||A^(i)||_2 <= tr(A^(i)) = s_i for unit rows; the noise exceeds 8 std w.p. 1e-15
-            nu = client_noise_std(self.cfg, self.calibration, self.sensitivity_bound())
+            nu = max(client_noise_std(self.cfg, self.calibration, self.sensitivity_bound()),
+                     mean_noise_std(self.cfg, self.releases))  # |row sum entries| <= s_i too
             self.clip = float(max(self.sizes.values()) + 8.0 * nu)
         if self.secure:
             log.info("dp-power: SecAgg+ clipping range C = %.6g, sum exact to %.3g per entry", self.clip,
@@ -161,7 +224,9 @@ class DPPowerStrategy(EigenspaceStrategy):
         return parameters
 
     def sensitivity_bound(self) -> float:
-        """Largest ``Delta_l`` any iterate can have: ``sqrt(p)`` for ``max-entry``, else 1."""
+        """Largest ``Delta_l`` any iterate can have: ``sqrt(p)`` for ``max-entry``, 2 when centring, else 1."""
+        if self.centred:
+            return CENTRED_SENSITIVITY
         return math.sqrt(self.r) if self.cfg["dp-sensitivity"] == "max-entry" else 1.0
 
     # -- one round ----------------------------------------------------------------------------------
@@ -169,12 +234,13 @@ class DPPowerStrategy(EigenspaceStrategy):
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
         """Send ``X_{l-1}`` to every client (all ``s`` noises must be in the sum)."""
         X = parameters_to_ndarrays(parameters)[0]
-        Delta = sensitivity(X, self.cfg["dp-sensitivity"])
-        config: dict[str, Scalar] = {"round": server_round}
+        phase = "mean" if self.centred and server_round == 1 else "product"
+        Delta = product_sensitivity(self.cfg, X) if phase == "product" else CENTRED_SENSITIVITY
+        config: dict[str, Scalar] = {"round": server_round, "phase": phase}
         if self.secure:
             config["secagg-clip"] = self.clip
         targets = sorted(self.proxies)
-        self._pending = {"start": time.perf_counter(), "X": X, "asked": set(targets), "Delta": Delta,
+        self._pending = {"start": time.perf_counter(), "X": X, "asked": set(targets), "Delta": Delta, "phase": phase,
                          "bytes_down": len(targets) * X.nbytes,
                          "round_time": self.participation.plan(server_round, targets).round_time}
         return [(self.proxies[pid], FitIns(parameters, config)) for pid in targets]
@@ -189,14 +255,15 @@ class DPPowerStrategy(EigenspaceStrategy):
         """Sum the ``s`` noisy products (or take SecAgg+'s sum) and orthonormalise; stop if one is missing."""
         pend = self._pending
         pend["bytes_up"] = uploaded_bytes(results)
-        shape = (self.d, self.r)
+        mean_round = pend["phase"] == "mean"
+        shape = (self.d,) if mean_round else (self.d, self.r)
         if self.secure:
             total = self._secure_sum(server_round, results, failures, shape)
             if total is None:
                 return None, {}
         else:
             replies, rejected = self.collect_replies(server_round, results, pend["asked"], [shape],
-                                                     broadcast=pend["X"])
+                                                     broadcast=None if mean_round else pend["X"])
             missing = sorted(pend["asked"] - set(replies))
             if missing:
                 self.abort_round(server_round, f"no valid product from partition(s) {', '.join(map(str, missing))} "
@@ -207,32 +274,33 @@ class DPPowerStrategy(EigenspaceStrategy):
         if not np.all(np.isfinite(total)):
             self.abort_round(server_round, "the sum of the products is not finite")
             return None, {}
+        self.aggregated.add(server_round)
+        n = sum(self.sizes.values())
+        if mean_round:  # the private mean; the estimate is unchanged
+            self.mean = project_mean(total / n)
+            self.iterates.append(pend["X"])
+            return ndarrays_to_parameters([pend["X"]]), {}
+        if self.centred:  # sum (x - mu)(x - mu)^T X = A X - n mu (mu^T X): post-processing of the released sum
+            total = total - n * np.outer(self.mean, self.mean @ pend["X"])
         X_new = orth(total)
         self.last_sum = total
-        self.aggregated.add(server_round)
         self.iterates.append(X_new)
+        if self.centred and server_round == self.num_rounds:
+            self._centred_model(total, n)
         return ndarrays_to_parameters([X_new]), {}
 
+    def _centred_model(self, total: np.ndarray, n: int) -> None:
+        """The PCA model of a centred run from its last centred sum ``Y_L ~ n C X_{L-1}`` (module docstring)."""
+        U, values, _ = np.linalg.svd(total / n, full_matrices=False)
+        privacy = None
+        if self.releases is not None:
+            privacy = {**self.releases.record({"mean": CENTRED_SENSITIVITY, "products": CENTRED_SENSITIVITY}),
+                       "channel": self.cfg["dp-channel"], "noise_source": self.noise_source()}
+        self.set_model(U, U * values, math.nan, n, privacy=privacy)
+
     def _secure_sum(self, server_round: int, results, failures, shape) -> np.ndarray | None:
-        """``sum_i Y^(i)`` from SecAgg+'s average: every result carries the same average of its uploads."""
-        pids = [self.partition_of(proxy) for proxy, _ in results]
-        missing = sorted(set(self.proxies) - {p for p in pids if p is not None})
-        if missing or len(results) != self.m or len(set(pids)) != len(pids):
-            self.abort_round(server_round, f"SecAgg+ summed {len(results)} of s = {self.m} products (missing "
-                                     f"partition(s) {', '.join(map(str, missing)) or 'none'}; {len(failures)} "
-                                     "failure(s))" + (f": {failures[0]}" if failures else ""))
-            return None
-        first = results[0][1].parameters.tensors
-        if any(res.parameters.tensors != first for _, res in results[1:]):  # SecAgg+ gives every result its sum
-            self.abort_round(server_round, "the replies are not a SecAgg+ aggregate (they differ): this server loop does not "
-                                    "run SecAgg+ (use the fedspectral ServerApp, server_app.app.run_server)")
-            return None
-        arrays = decode_arrays(results[0][1], 1, max_bytes=16 * self.d * self.r + 4096)
-        reason = arrays if isinstance(arrays, str) else check_array(arrays[0], shape, name="SecAgg+ average")
-        if reason is not None:
-            self.abort_round(server_round, f"the SecAgg+ aggregate is unusable: {reason}")
-            return None
-        return arrays[0].astype(np.float64) * len(results)
+        """``sum_i Y^(i)`` from SecAgg+'s average (:func:`fl_strategies.secure_sum.secure_sum`)."""
+        return secure_sum(self, server_round, results, failures, shape)
 
     # -- results ------------------------------------------------------------------------------------
     def round_columns(self, server_round: int) -> dict[str, Any]:
@@ -242,8 +310,9 @@ class DPPowerStrategy(EigenspaceStrategy):
                     **self.privacy_columns(0), "noise_source": self.noise_source()}
         X = self._pending["X"]
         Delta = self._pending["Delta"]
-        return {"delta_a": delta_a(X), "delta_b": delta_b(X), "sensitivity": Delta,
-                "client_noise_std": client_noise_std(self.cfg, self.calibration, Delta),
+        nu = (mean_noise_std(self.cfg, self.releases) if self._pending.get("phase") == "mean"
+              else client_noise_std(self.cfg, self.calibration, Delta))
+        return {"delta_a": delta_a(X), "delta_b": delta_b(X), "sensitivity": Delta, "client_noise_std": nu,
                 **self.privacy_columns(server_round), "noise_source": self.noise_source()}
 
     def privacy_columns(self, releases: int) -> dict[str, Any]:
@@ -253,6 +322,14 @@ class DPPowerStrategy(EigenspaceStrategy):
         c = self.calibration
         if c is None:
             return {"rho": None, "epsilon_spent": None, "delta": None, "epsilon_zcdp": None, "epsilon_pld": None}
+        if self.releases is not None:  # centred: the mean (round 1) and the products, composed
+            counts = {"mean": min(releases, 1), "products": self.products_before(releases)}
+            pairs = [(self.releases.multipliers[k], v) for k, v in counts.items() if v]
+            rho = sum(rho_of(sigma, v) for sigma, v in pairs)
+            pld = (accounting.composed_epsilon("pld", tuple(pairs), c.delta) if pairs and accounting.available()
+                   else 0.0 if not pairs else None)
+            return {"rho": rho, "epsilon_spent": self.releases.spent(counts), "delta": c.delta,
+                    "epsilon_zcdp": epsilon_of(rho, c.delta) if pairs else 0.0, "epsilon_pld": pld}
         rho, eps = c.spent(releases)
         pld = accounting.epsilon("pld", c.sigma, releases, c.delta) if accounting.available() else None
         return {"rho": rho, "epsilon_spent": eps, "delta": c.delta, "epsilon_zcdp": spent_epsilon(c.sigma, releases,

@@ -224,11 +224,12 @@ class EigenspaceStrategy(FederatedStrategy):
             last["explained_variance_ratio"] = float(model["explained_variance_ratio"].sum())
         return model
 
-    def set_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int = 0
-                  ) -> dict[str, Any]:
+    def set_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int = 0,
+                  privacy: dict[str, Any] | None = None) -> dict[str, Any]:
         """The run's PCA model (``k = rank``, or chosen by ``variance-target``); ``on_model`` receives it.
 
-        ``CZ`` is ``C Z`` and ``total`` is ``tr(C)`` for the pooled (centred) second-moment matrix ``C``.
+        ``CZ`` is ``C Z`` and ``total`` is ``tr(C)`` for the pooled (centred) second-moment matrix ``C``;
+        ``privacy`` is what a private run spent (recorded in the model), ``None`` for a noise-free one.
         """
         model = pca_model(Z, CZ, total, n, self.mean if self.mean is not None else np.zeros(self.d), self.r,
                           scale=self.scale)
@@ -242,8 +243,14 @@ class EigenspaceStrategy(FederatedStrategy):
         self.model = {key: (value[:k] if isinstance(value, np.ndarray) and key not in ("mean", "scale") else value)
                       for key, value in model.items()}
         self.model["summary_bytes"] = summary_bytes
-        log.info("PCA model: %d component(s) explain %.4g of the variance (%d rows)", k,
-                 float(self.model["explained_variance_ratio"].sum()), n)
+        if privacy is not None:
+            self.model["privacy"] = privacy
+        ratio = float(self.model["explained_variance_ratio"].sum())
+        if np.isfinite(ratio):
+            log.info("PCA model: %d component(s) explain %.4g of the variance (%d rows)", k, ratio, n)
+        else:
+            log.info("PCA model: %d component(s), explained variance %s (%d rows; total variance not released)", k,
+                     np.array2string(self.model["explained_variance"], precision=4), n)
         if self.on_model is not None:
             self.on_model(self.model)
         return self.model

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .data_files import normalize_rows
+from .data_files import clip_rows, normalize_rows
 
 __all__ = ["MODEL_KEYS", "pca_model", "choose_rank", "save_model", "load_model", "transform"]
 
@@ -50,7 +50,7 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
     CZ : ndarray of shape (d, r)
         ``C Z`` with ``C = (1/n) sum_i s_i A_i`` (the clients' replies, weighted by rows, summed, over ``n``).
     total_variance : float
-        ``tr(C)``.
+        ``tr(C)``; NaN when it is unknown (the ratio is then NaN).
     n_samples : int
         ``n``, rows over all clients.
     mean : ndarray of shape (d,)
@@ -74,7 +74,8 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
     return {"components": np.ascontiguousarray((Z @ W[:, order]).T), "mean": np.asarray(mean, dtype=np.float64),
             "scale": np.ones(Z.shape[0]) if scale is None else np.asarray(scale, dtype=np.float64),
             "explained_variance": lam * n / max(n - 1, 1),
-            "explained_variance_ratio": lam / total_variance if total_variance > 0 else np.zeros_like(lam),
+            "explained_variance_ratio": (lam / total_variance if total_variance > 0 else np.zeros_like(lam))
+            if np.isfinite(total_variance) else np.full_like(lam, np.nan),
             "singular_values": np.sqrt(lam * n), "n_samples": n}
 
 
@@ -93,13 +94,14 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
                privacy: Mapping[str, Any] | None = None) -> Path:
     """Write ``model`` to ``path`` (``.npz``, written to a temporary file and renamed) with the run config.
 
-    The run config travels as JSON (``run_config``), with the privacy spent (``privacy``) and
-    ``row_normalize``, which :func:`transform` applies to new rows as the run did.
+    The run config travels as JSON (``run_config``), with the privacy spent (``privacy``), ``row_normalize``
+    and ``clip_norm``, which :func:`transform` applies to new rows as the run did.
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(tmp, **{key: np.asarray(model[key]) for key in MODEL_KEYS},
              row_normalize=np.asarray(bool(run_config.get("row-normalize", False))),
+             clip_norm=np.asarray(float(run_config.get("clip-norm", 0.0))),
              run_config=np.asarray(json.dumps(dict(run_config), sort_keys=True, default=str)),
              privacy=np.asarray(json.dumps(dict(privacy or {}), sort_keys=True, default=str)))
     tmp.replace(path)
@@ -131,6 +133,7 @@ def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
         raise ValueError(f"{what} {str(path)!r}: its scale has entries that are not > 0")
     model["n_samples"] = int(model["n_samples"])
     model["row_normalize"] = bool(model.get("row_normalize", False))
+    model["clip_norm"] = float(model.get("clip_norm", 0.0))
     return model
 
 
@@ -138,7 +141,8 @@ def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
     """Scores of rows ``X`` (m, d): ``((X - mean) / scale) @ components.T``, shape (m, k), as ``PCA.transform``
     (after ``StandardScaler.transform`` when the run scaled its columns).
 
-    Rows are scaled to unit norm first when the run did so (``row_normalize`` of the model).
+    Rows are scaled to unit norm first when the run did so (``row_normalize`` of the model), or the rows longer
+    than the run's ``clip-norm`` scaled down to it (``clip_norm`` of the model).
     """
     X = np.asarray(X, dtype=np.float64)
     d = model["components"].shape[1]
@@ -146,4 +150,6 @@ def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
         raise ValueError(f"the rows have shape {X.shape}; the model needs {d} columns")
     if model.get("row_normalize", False):
         X = normalize_rows(X)
+    if model.get("clip_norm", 0.0) > 0:
+        X = clip_rows(X, float(model["clip_norm"]))
     return ((X - model["mean"]) / model.get("scale", 1.0)) @ model["components"].T

@@ -103,7 +103,7 @@ class ResultsWriter:
     def write_model(self, model: dict, run_config: dict) -> None:
         """Write the run's PCA model to ``pca.npz`` (:func:`fl_strategies.pca.save_model`)."""
         path = save_model(self.dir / "pca.npz", model, run_config,
-                          privacy={"epsilon": 0.0, "note": "no noise: a PCA model is written for noise-free runs only"})
+                          privacy=model.get("privacy") or {"epsilon": 0.0, "note": "no noise"})
         log.info("PCA model written to %s", path.resolve())
 
     def restore(self, records: list[dict], iterates: list[np.ndarray]) -> None:

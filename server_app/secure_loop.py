@@ -1,4 +1,5 @@
-"""The rounds of a strategy whose fit rounds run Flower's SecAgg+ protocol (``dp-power``, ``dp-channel = secagg``).
+"""The rounds of a strategy whose fit rounds run Flower's SecAgg+ protocol (``dp-power`` with ``dp-channel = secagg``,
+``covariance`` with ``secure-aggregation``).
 
 Flower's ``SecAggPlusWorkflow`` works only inside its legacy ``DefaultWorkflow`` stack (a ``LegacyContext``).
 ``DefaultWorkflow`` always runs every round; this loop is the same sequence (initial parameters and evaluation,
@@ -39,7 +40,7 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
     grid : flwr.server.Grid
     context : flwr.common.Context
         The ServerApp's context.
-    strategy : fl_strategies.dp_power.DPPowerStrategy
+    strategy : fl_strategies.dp_power.DPPowerStrategy or fl_strategies.covariance.CovarianceStrategy
         Provides ``num_shares`` settings via :func:`fl_strategies.dp_power.num_shares`, ``clip`` (after
         ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``abort_round``.
     num_rounds : int

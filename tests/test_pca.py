@@ -107,7 +107,7 @@ def test_choose_rank_when_the_target_is_not_reached():
 @pytest.mark.parametrize("over, key", [
     ({"variance-target": 1.5}, "variance-target"),
     ({"center": True, "epsilon": 1.0, "row-normalize": True}, "center"),
-    ({"center": True, "strategy": "dp-power"}, "center"),
+    ({"variance-target": 0.9, "strategy": "dp-power"}, "variance-target"),  # centring is private there, the ratio not
     ({"variance-target": 0.9, "noise-std": 0.1, "row-normalize": True}, "variance-target"),
     ({"center": True, "discovery": "engine"}, "center"),
 ])

@@ -151,7 +151,9 @@ def test_a_nodes_column_sums_of_squares_dense_and_sparse():
     ({"scale": True}, r"^scale = true needs center = true"),
     ({"scale": True, "center": True, "epsilon": 1.0, "row-normalize": True}, r"^scale is refused with epsilon"),
     ({"scale": True, "center": True, "noise-std": 0.1, "row-normalize": True}, r"^scale is refused with epsilon"),
-    ({"scale": True, "center": True, "strategy": "dp-power"}, r"^center applies to the strategies"),
+    ({"scale": True, "center": True, "strategy": "dp-power"}, r"^scale is refused for .dp-power. here: its row sums"),
+    ({"scale": True, "center": True, "strategy": "covariance", "secure-aggregation": "true"},
+     r"^scale is refused for .covariance. here: its row sums travel through SecAgg\+"),
 ])
 def test_scale_settings_that_cannot_hold_are_refused(over, message):
     with pytest.raises(ConfigError, match=message):
