@@ -2,10 +2,11 @@
 
 One data source per node, chosen by its node config:
 
-* ``data-path`` names a local ``.npy`` / ``.csv`` file whose rows are samples
+* ``data-path`` names a local ``.npy`` / ``.csv`` / ``.npz`` / ``.bed`` file whose rows are samples
   (``flower-supernode --node-config 'partition-id=0 data-path="rows.npy"'``):
-  read by :func:`fl_strategies.data_files.read_samples`; the file never
-  leaves the node. This is the deployment's source, and the only one with
+  opened by :func:`fl_strategies.data_files.open_samples` and kept as
+  stored (a ``.npy`` memory-mapped in its dtype), once per process; the
+  file never leaves the node. This is the deployment's source, and the only one with
   ``dataset = "nodes"``.
 * Otherwise the run is a simulation and the node takes partition
   ``partition-id`` of the run's data set from the simulation harness that
@@ -32,7 +33,8 @@ config key at fault; the server leaves such a node out of the run before round
   server still iterates exactly the pooled covariance, so refusing the
   partition would silently change the result;
 * ``A_i = M_i^T M_i / s_i`` is finite (data of huge magnitude without
-  ``row-normalize`` would overflow it);
+  ``row-normalize`` would overflow it): checked on its diagonal, the
+  columns' sums of squares, block by block, when no ``d x d`` matrix is formed;
 * with ``clip-norm = c`` every row longer than ``c`` is scaled down to ``c`` (others are kept), before
   anything is computed from the rows;
 * with ``row-normalize`` every row has unit norm (or is zero), so
@@ -45,17 +47,21 @@ config key at fault; the server leaves such a node out of the run before round
 
 from __future__ import annotations
 
-import weakref
+import logging
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from fl_strategies.data_files import clip_rows, normalize_rows, read_samples
+from fl_strategies.data_files import open_samples
 from fl_strategies.harness import find_harness, on_nodes, partition_file
+from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
+from fl_strategies.kernels.rows import RowBlocks
 
-__all__ = ["NodeData", "partition_id", "load_client_rows", "load_client_covariance", "check_local_matrix"]
+__all__ = ["NodeData", "partition_id", "load_client_rows", "load_client_covariance", "check_local_matrix",
+           "check_local_operator"]
 
 
 def partition_id(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> int:
@@ -73,11 +79,13 @@ def partition_id(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> int:
 
 
 class NodeData:
-    """One node's data: its partition id, and on first use its rows ``M_i`` or its ``A_i = M_i^T M_i / s_i``.
+    """One node's data: its partition id, and on first use its rows ``M_i`` and its local operator ``A_i``.
 
     Every client class is built as ``Client(NodeData, cfg, context)`` and reads
-    what it needs: :attr:`rows` (dp-power, fedmf, FedLRGD, FedAve) or
-    :attr:`covariance` (FedPower and its baselines, FAPS).
+    what it needs: :attr:`rows` (fedmf, FedLRGD, FedAve: float64 in memory) or
+    :meth:`operator` (the eigenspace clients: ``A_i = M_i^T M_i / s_i`` applied
+    to ``(d, r)`` blocks from the rows as stored, or from a cached Gram matrix
+    where that is cheaper; :mod:`fl_strategies.kernels.products`).
 
     Parameters
     ----------
@@ -90,14 +98,19 @@ class NodeData:
     def __init__(self, cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> None:
         self.cfg, self.node_config = cfg, node_config
         self.partition_id = partition_id(cfg, node_config)
-        self._rows = self._covariance = self._centered = None
+        self._rows = self._operator = None
 
     @classmethod
     def of(cls, partition_id: int, *, rows=None, covariance: tuple[np.ndarray, int] | None = None) -> "NodeData":
         """Data given directly (tests, notebooks): ``rows`` (s_i, d) and/or ``covariance`` ``(A_i, s_i)``."""
         data = cls.__new__(cls)
         data.cfg, data.node_config, data.partition_id = {}, {}, int(partition_id)
-        data._rows, data._covariance, data._centered = rows, covariance, None
+        data._rows, data._operator = rows, None
+        if covariance is not None:
+            A, s = covariance
+            data._operator = LocalOperator.from_gram(A, s, rows=None if rows is None else RowBlocks(rows))
+        elif rows is not None:
+            data._operator = LocalOperator.from_rows(RowBlocks(rows))
         return data
 
     @property
@@ -110,113 +123,173 @@ class NodeData:
             return f"partition {self.partition_id}: node config data-path {str(self.node_config['data-path'])!r}"
         return f"partition {self.partition_id} of dataset {self.cfg.get('dataset')!r}"
 
+    def _file(self) -> tuple[str, str] | None:
+        """``(path, what)`` of the node's file, or ``None`` when a harness provides the rows."""
+        if "data-path" in self.node_config:
+            return str(self.node_config["data-path"]), "node config data-path"
+        folder_file = partition_file(self.cfg["dataset"], self.partition_id)
+        if folder_file is not None:  # a folder of per-client files: this client's own file only
+            return str(folder_file), "dataset folder file"
+        return None
+
+    def _stored(self) -> RowBlocks:
+        """The node's rows as stored (a file's, read once per process and file version)."""
+        file = self._file()
+        if file is not None:
+            return _file_rows(self.cfg, self.partition_id, *file)
+        rows = _harness(self.cfg, self.partition_id).client_rows(self.cfg, self.partition_id)
+        if rows.shape[0] < 1:
+            raise ValueError(f"partition {self.partition_id}: the partition has no rows")
+        return RowBlocks(rows, clip=self.cfg.get("clip-norm", 0.0))
+
     @property
     def rows(self):
-        """``M_i``, shape (s_i, d): an ndarray (a scipy sparse matrix for a folder of interactions)."""
+        """``M_i``, shape (s_i, d): a float64 ndarray (a scipy sparse matrix for sparse rows), normalised with
+        ``row-normalize`` for a node file."""
         if self._rows is None:
-            folder_file = partition_file(self.cfg["dataset"], self.partition_id)
-            if "data-path" in self.node_config:
-                self._rows = _file_rows(self.cfg, self.partition_id, str(self.node_config["data-path"]))
-            elif folder_file is not None:  # a folder of per-client files: this client's own file only
-                self._rows = _file_rows(self.cfg, self.partition_id, str(folder_file), "dataset folder file")
+            if self._operator is not None and self._operator.rows is not None:
+                stored = self._operator.rows
             else:
-                self._rows = _harness(self.cfg, self.partition_id).client_rows(self.cfg, self.partition_id)
-            if self._rows.shape[0] < 1:
-                raise ValueError(f"partition {self.partition_id}: the partition has no rows")
-            if self.cfg.get("clip-norm", 0.0) > 0:  # rows longer than c scaled down to c (the privacy bound)
-                self._rows = clip_rows(self._rows.toarray() if hasattr(self._rows, "toarray") else self._rows,
-                                       self.cfg["clip-norm"])
+                stored = self._stored()
+            rows = stored.rows
+            if stored.normalize or stored.clip > 0 or not (
+                    hasattr(rows, "tocsr") or isinstance(rows, np.ndarray) and rows.dtype == np.float64
+                    and not isinstance(rows, np.memmap)):
+                rows = next(RowBlocks(rows, stored.normalize, block_bytes=8 * rows.shape[0] * rows.shape[1],
+                                      clip=stored.clip).blocks())
+            self._rows = rows
         return self._rows
+
+    @property
+    def num_rows(self) -> int:
+        """``s_i``."""
+        return self.operator().num_rows
 
     @property
     def row_sum(self) -> np.ndarray:
         """``sum`` of the rows, shape (d,) (what centring sends at discovery)."""
-        return np.asarray(self.rows.sum(axis=0), dtype=np.float64).ravel()
+        return self.operator().row_sum
 
     def sum_of_squares(self, centered: bool) -> float:
         """``sum_j ||x_j||^2`` over the rows, or about their own mean ``m_i`` when ``centered``.
 
-        What a node reports as ``sq-sum`` at discovery (the total variance of reference-free progress);
-        ``s_i tr(A_i)``, and with ``centered`` the rows' deviations summed directly (no cancellation).
+        What a node reports as ``sq-sum`` at discovery (the total variance of reference-free progress):
+        ``s_i tr(A_i)``, and with ``centered`` the rows' deviations summed block by block (no cancellation).
         """
-        A, s = self.covariance
+        op = self.operator()
         if not centered:
-            return float(s * np.trace(A))
-        rows = self.rows
-        m = self.row_sum / s
-        if hasattr(rows, "toarray"):  # sparse rows: the identity sum ||x - m||^2 = sum ||x||^2 - s ||m||^2
-            return max(float(s * np.trace(A) - s * m @ m), 0.0)
-        return float(np.sum((np.asarray(rows, dtype=np.float64) - m) ** 2))
+            return float(op.num_rows * op.trace())
+        return op.rows.centered_sum_of_squares(op.row_sum / op.num_rows)
 
     def column_sq_sums(self) -> np.ndarray:
         """``sum_j (x_j - m_i)^2`` per column about the rows' own mean ``m_i``, shape (d,).
 
         What a node reports as ``col-sq-sum`` at discovery with ``scale = true``
-        (:mod:`fl_strategies.standardize`): the deviations summed directly, a block of rows at a time (no
-        cancellation, no copy of the rows); sparse rows by the identity ``sum x^2 - s m^2``.
+        (:mod:`fl_strategies.standardize`): the deviations summed block by block (no cancellation, no copy of the
+        rows); sparse rows by the identity ``sum x^2 - s m^2``.
         """
-        rows, s = self.rows, self.rows.shape[0]
-        m = self.row_sum / s
-        if hasattr(rows, "toarray"):
-            return np.clip(np.asarray(rows.multiply(rows).sum(axis=0), dtype=np.float64).ravel() - s * m * m,
-                           0.0, None)
-        total = np.zeros(rows.shape[1])
-        for start in range(0, s, _BLOCK_ROWS):
-            block = np.asarray(rows[start:start + _BLOCK_ROWS], dtype=np.float64) - m
-            total += np.einsum("ij,ij->j", block, block)
-        return total
+        op = self.operator()
+        return op.rows.centered_column_squares(op.row_sum / op.num_rows)
 
-    def covariance_for(self, config: Mapping[str, Any]) -> tuple[np.ndarray, int]:
-        """``(A_i, s_i)``, centred with the global mean when the server sends one (``config["mean"]``), and with
-        its columns scaled when it sends their scales (``config["scale"]``, ``scale = true``).
+    def operator(self, products: int = 1, rank: int = 1) -> LocalOperator:
+        """The uncentred local operator ``A_i = M_i^T M_i / s_i`` (cached per process and data source).
+
+        Parameters
+        ----------
+        products, rank : int
+            How many products with ``rank`` columns the client expects in the run: with the row count and the
+            width they choose the rows or the Gram path (:func:`fl_strategies.kernels.products.gram_is_cheaper`),
+            once per source and process; the choice is logged at INFO.
+
+        Raises
+        ------
+        ValueError
+            If the data fail a check of the module docstring (:func:`check_local_operator`).
+        """
+        if self._operator is None:
+            key = self._source_key()
+            op = _OPERATORS.get(key)
+            if op is None:
+                op = self._build_operator(products, rank)
+                _OPERATORS[key] = op
+                while len(_OPERATORS) > _MAX_OPERATORS:
+                    _OPERATORS.pop(next(iter(_OPERATORS)))
+            self._operator = op
+        return self._operator
+
+    def _source_key(self) -> tuple:
+        file = self._file()
+        if file is not None:
+            return ("file", file[0], _version(file[0]), bool(self.cfg["row-normalize"]),
+                    float(self.cfg.get("clip-norm", 0.0)))
+        return ("harness", tuple(sorted(self.cfg.items())), self.partition_id)
+
+    def _build_operator(self, products: int, rank: int) -> LocalOperator:
+        stored = self._stored()
+        s, d = stored.num_rows, stored.dimension
+        # the harness caches A_i (of unclipped rows) across the runs of a sweep
+        harness = self._file() is None and not stored.sparse and stored.clip <= 0
+        use_gram = gram_is_cheaper(s, d, rank, products, shared=harness)
+        if use_gram and harness:
+            A, s_h = _harness(self.cfg, self.partition_id).client_covariance(self.cfg, self.partition_id)
+            op = LocalOperator.from_gram(A, s_h, rows=stored)
+        else:
+            op = LocalOperator.from_rows(stored, use_gram=use_gram)
+        check_local_operator(op, self.cfg, self.source)
+        log.info("%s: s = %d rows, d = %d, about %d products of %d columns: %s path (%s)", self.source, s, d,
+                 products, rank, op.path, "M^T M / s formed once" if op.path == "gram"
+                 else "M^T (M Z) from row blocks, no d x d matrix")
+        return op
+
+    def operator_for(self, config: Mapping[str, Any], products: int = 1, rank: int = 1) -> LocalOperator:
+        """:meth:`operator`, centred with the global mean when the server sends one (``config["mean"]``), and
+        with its columns divided by their scales when it sends them (``config["scale"]``, ``scale = true``).
 
         ``(M_i - 1 mu^T)^T (M_i - 1 mu^T) / s_i = A_i - m_i mu^T - mu m_i^T + mu mu^T`` with the client's row
-        mean ``m_i``; scaled, ``D^{-1} (...) D^{-1}`` with ``D = diag(scale)``; cached per mean and scale.
+        mean ``m_i``, scaled ``D^{-1} (...) D^{-1}`` with ``D = diag(scale)``; never materialising the centred
+        or scaled rows (:class:`~fl_strategies.kernels.products.LocalOperator`).
         """
-        A, s = self.covariance
+        op = self.operator(products, rank)
         mean, scale = config.get("mean"), config.get("scale")
         if mean is None and scale is None:
-            return A, s
-        d = A.shape[0]
+            return op
+        d = op.shape[0]
         for name, value in (("mean", mean), ("scale", scale)):
             if value is not None and (not isinstance(value, bytes) or len(value) != 8 * d):
                 raise ValueError(f"{self.source}: the broadcast {name} is not {d} float64 numbers")
-        if scale is not None and mean is None:
+        if mean is None:
             raise ValueError(f"{self.source}: the server sent column scales without the mean they are about")
-        if self._centered is None or self._centered[0] != (mean, scale):
-            mu = np.frombuffer(mean, dtype="<f8").astype(np.float64)
-            m = self.row_sum / s
-            centered = A - np.outer(m, mu) - np.outer(mu, m) + np.outer(mu, mu)
-            if scale is not None:
-                inverse = 1.0 / np.frombuffer(scale, dtype="<f8").astype(np.float64)
-                if not np.all(np.isfinite(inverse) & (inverse > 0)):
-                    raise ValueError(f"{self.source}: the broadcast scale has entries that are not finite and > 0")
-                centered = centered * np.outer(inverse, inverse)
-            self._centered = ((mean, scale), centered)
-        return self._centered[1], s
+        if scale is not None:
+            scale = np.frombuffer(scale, dtype="<f8").astype(np.float64)
+            if not np.all(np.isfinite(scale) & (scale > 0)):
+                raise ValueError(f"{self.source}: the broadcast scale has entries that are not finite and > 0")
+        return op.centered(np.frombuffer(mean, dtype="<f8").astype(np.float64), scale)
+
+    def covariance_for(self, config: Mapping[str, Any]) -> tuple[np.ndarray, int]:
+        """``(A_i, s_i)`` as a dense (d, d) array, centred as :meth:`operator_for` (the ``covariance`` strategy)."""
+        op = self.operator_for(config)
+        return op.dense(), op.num_rows
 
     @property
     def covariance(self) -> tuple[np.ndarray, int]:
-        """``(A_i = M_i^T M_i / s_i, s_i)``, checked by :func:`check_local_matrix` once per matrix and process."""
-        if self._covariance is None:
-            if "data-path" in self.node_config or on_nodes(self.cfg) or self.cfg.get("clip-norm", 0.0) > 0:
-                rows = self.rows
-                with np.errstate(all="ignore"):
-                    A, s = rows.T @ rows / max(rows.shape[0], 1), rows.shape[0]
-            else:
-                A, s = _harness(self.cfg, self.partition_id).client_covariance(self.cfg, self.partition_id)
-            if _CHECKED.get(id(A)) is None or _CHECKED[id(A)]() is not A:
-                check_local_matrix(A, s, self.cfg, self.source)
-                _CHECKED[id(A)] = weakref.ref(A, lambda _, key=id(A): _CHECKED.pop(key, None))
-            self._covariance = (A, s)
-        return self._covariance
+        """``(A_i = M_i^T M_i / s_i, s_i)`` as a dense (d, d) array."""
+        op = self.operator()
+        return op.dense(), op.num_rows
 
 
-_BLOCK_ROWS = 4096
-"""Rows per block of a pass over a node's rows (bounds the temporary copy to ``_BLOCK_ROWS x d`` float64)."""
+log = logging.getLogger("flwr.fedspectral")
 
-_CHECKED: dict[int, weakref.ref] = {}
-"""Matrices that passed :func:`check_local_matrix` in this process (a harness caches ``A_i``: check it once)."""
+_OPERATORS: "OrderedDict[tuple, LocalOperator]" = OrderedDict()
+"""Local operators built in this process, per data source (a client is rebuilt at every message; its data never)."""
+_MAX_OPERATORS = 16384
+
+
+def _version(path: str):
+    try:
+        stat = Path(path).stat()
+        return (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        return None  # the reader names the problem
 
 
 def _harness(cfg: Mapping[str, Any], pid: int):
@@ -228,27 +301,20 @@ def _harness(cfg: Mapping[str, Any], pid: int):
     return harness
 
 
-def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node config data-path") -> np.ndarray:
-    """The rows of a ``data-path`` file, checked and (with ``row-normalize``) normalised; cached per file version."""
-    try:
-        stat = Path(path).stat()
-        version = (stat.st_mtime_ns, stat.st_size)
-    except OSError:
-        version = None  # read_samples names the problem
-    X = _read_cached(path, version, cfg["row-normalize"], f"partition {pid}: {what}")
+def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node config data-path") -> RowBlocks:
+    """The rows of a ``data-path`` file as stored, checked; with ``row-normalize`` normalised block by block."""
+    X = _read_cached(path, _version(path), f"partition {pid}: {what}")
     if not on_nodes(cfg) and cfg["dimension"] > 0 and X.shape[1] != cfg["dimension"]:
         raise ValueError(f"partition {pid}: {what} {path!r}: has {X.shape[1]} columns, but the "
                          f"run's data have dimension d = {cfg['dimension']}")
-    return X
+    return RowBlocks(X, normalize=bool(cfg["row-normalize"]), clip=cfg.get("clip-norm", 0.0))
 
 
 @lru_cache(maxsize=64)  # a client is rebuilt at every message; a changed file (mtime, size) is read again
-def _read_cached(path: str, version, row_normalize: bool, label: str) -> np.ndarray:
-    X = read_samples(path, label)
-    if row_normalize:  # scaled by the largest entry first, so that no row norm overflows
-        scale = np.max(np.abs(X), axis=1, keepdims=True)
-        X = normalize_rows(X / np.where(scale > 0, scale, 1.0))
-    X.setflags(write=False)
+def _read_cached(path: str, version, label: str):
+    X = open_samples(path, label)
+    if isinstance(X, np.ndarray) and not isinstance(X, np.memmap):
+        X.setflags(write=False)
     return X
 
 
@@ -292,9 +358,24 @@ def check_local_matrix(A: np.ndarray, num_rows: int, cfg: Mapping[str, Any], whe
     if not np.all(np.isfinite(A)):
         raise ValueError(f"{where}: M^T M / s has non-finite entries (the data are too large in magnitude); "
                          "rescale them or set row-normalize = true")
-    bound = cfg.get("clip-norm", 0.0)
-    if bound > 0 and np.trace(A) > bound * bound * (1.0 + 1e-9):
-        raise ValueError(f"{where}: rows are longer than clip-norm = {bound:g} (tr(M^T M / s) = {np.trace(A):.6g})")
     if cfg["row-normalize"] and np.trace(A) > 1.0 + 1e-9:
         raise ValueError(f"{where}: rows are not of unit norm (tr(M^T M / s) = {np.trace(A):.6g} > 1), which the "
+                         "privacy calibration assumes")
+
+
+def check_local_operator(op: LocalOperator, cfg: Mapping[str, Any], where: str) -> None:
+    """:func:`check_local_matrix` on an operator: its Gram matrix when it has one, else from the column sums of
+    squares (``diag(M_i^T M_i)``, computed block by block)."""
+    if op.gram is not None:
+        check_local_matrix(op.gram, op.num_rows, cfg, where)
+        return
+    if op.num_rows < 1:
+        raise ValueError(f"{where}: the partition has no rows")
+    squares = op.column_squares()
+    if not (np.all(np.isfinite(squares)) and np.all(np.isfinite(op.row_sum))):
+        raise ValueError(f"{where}: M^T M / s has non-finite entries (the data are too large in magnitude); "
+                         "rescale them or set row-normalize = true")
+    trace = float(squares.sum()) / op.num_rows
+    if cfg["row-normalize"] and trace > 1.0 + 1e-9:
+        raise ValueError(f"{where}: rows are not of unit norm (tr(M^T M / s) = {trace:.6g} > 1), which the "
                          "privacy calibration assumes")

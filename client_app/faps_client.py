@@ -18,12 +18,12 @@ ARRAYS, SCALARS = "faps-arrays", "faps-scalars"  # one RecordDict namespace for 
 
 
 class FapsClient(NumPyClient):
-    """Holds ``M_i = A_i A_i^T`` and its private FAPS state between rounds.
+    """Holds ``M_i = A_i A_i^T`` (as an operator) and its private FAPS state between rounds.
 
     Parameters
     ----------
     data : client_app.data.NodeData
-        Its partition id and ``(A_i, s_i)``: the normalised covariance
+        Its partition id and local operator: the normalised covariance
         ``M_i^T M_i / s_i`` (the FAPS matrix is ``s_i`` times it: the paper
         sums unnormalised Gram matrices) and its row count.
     cfg : dict
@@ -36,8 +36,11 @@ class FapsClient(NumPyClient):
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
         self.data = data
-        A, self.s = data.covariance
-        self.d = A.shape[0]
+        inner = cfg["inner-steps"] or max(cfg["inner-max-steps"], cfg["inner-min-steps"])
+        # products in the run: per round the inner iterations, the multiplier, the message and the objective
+        self.products = cfg["num-server-rounds"] * (inner + 3) + 1
+        op = data.operator(self.products, cfg["iteration-rank"])
+        self.s, self.d = op.num_rows, op.shape[0]
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
 
     def get_properties(self, config):
@@ -62,9 +65,11 @@ class FapsClient(NumPyClient):
         p = self.cfg["iteration-rank"]
         if Z.shape != (self.d, p) or not np.all(np.isfinite(Z)):
             raise ValueError(f"broadcast Z has shape {Z.shape} or non-finite values; expected ({self.d}, {p})")
-        A, _ = self.data.covariance_for(config)
+        A = self.data.operator_for(config, self.products, p)
         if config.get("phase") == "summary":
             return summary_reply(A, Z, self.s, 0.0, self.partition_id)
-        Y, f, state, steps = faps_client_round(A * self.s, Z.astype(np.float64), self._load(), self.cfg)
+        # s_i A_i, the paper's unnormalised Gram, with the same mean and column scales as A_i
+        M = self.data.operator().centered(A.mean, A.scale, weight=float(self.s))
+        Y, f, state, steps = faps_client_round(M, Z.astype(np.float64), self._load(), self.cfg)
         self._save(state)
         return [Y], self.s, {"f": f, "inner-steps": steps}

@@ -21,15 +21,16 @@ __all__ = ["FedPowerClient", "CovarianceClient"]
 
 
 class FedPowerClient(NumPyClient):
-    """Holds ``A_i = M_i^T M_i / s_i`` and answers FedPower's fit instructions.
+    """Holds the local operator ``A_i = M_i^T M_i / s_i`` and answers FedPower's fit instructions.
 
     Parameters
     ----------
     data : client_app.data.NodeData
-        Its partition id (partition 0 is the reference client) and
-        ``(A_i = M_i^T M_i / s_i, s_i)``: the local matrix (d, d) and the
-        number of records behind it (the privacy calibration and the server's
-        weights use it).
+        Its partition id (partition 0 is the reference client) and its
+        local operator (:meth:`~client_app.data.NodeData.operator`: products
+        ``A_i Z`` from the rows, or from ``M_i^T M_i / s_i`` where cheaper)
+        with ``s_i``, the number of records behind it (the privacy
+        calibration and the server's weights use it).
     cfg : dict
         Effective run config.
     context : flwr.common.Context
@@ -40,10 +41,12 @@ class FedPowerClient(NumPyClient):
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
         self.data = data
-        self.A, self.s = data.covariance
-        self.d = self.A.shape[0]
-        self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
         T = total_iterations(cfg)
+        # products in the run: T local steps (the objective reuses the first of a round's), the summary
+        self.products = T + 1
+        op = data.operator(self.products, cfg["iteration-rank"])
+        self.s, self.d = op.num_rows, op.shape[0]
+        self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
         if cfg["noise-std"] > 0:
             self.noise_std = cfg["noise-std"]
         elif cfg["epsilon"] > 0:
@@ -70,7 +73,7 @@ class FedPowerClient(NumPyClient):
         r = self.cfg["iteration-rank"]
         if Z.shape != (self.d, r) or not np.all(np.isfinite(Z)):
             raise ValueError(f"broadcast Z has shape {Z.shape} or non-finite values; expected ({self.d}, {r})")
-        A, _ = self.data.covariance_for(config)
+        A = self.data.operator_for(config, self.products, r)
         if config.get("phase") == "summary":
             return summary_reply(A, Z, self.s, self.noise_std, self.partition_id)
         steps = int(config["local-steps"])
@@ -79,18 +82,20 @@ class FedPowerClient(NumPyClient):
         done = max(self._steps_done(), int(config.get("iteration-offset", 0)))
         if self.noise_std > 0 and done + steps > self.budget:
             raise RuntimeError(f"privacy budget exhausted: {done} + {steps} local steps exceed T = {self.budget}")
-        rng = None
-        if self.noise_std > 0:  # node-secret: a function of everything this release depends on
-            rng = self.noise.generator(int(config["round"]), Z, A, self.noise_std, steps)
-        Y, Z_prev = local_power_iterations(A, Z, steps, self.noise_std, rng)
-        self.context.state["fedpower"] = ConfigRecord({"steps": done + steps})
-        arrays = [Y, Z_prev] if steps > 1 else [Y]
         metrics = {"partition-id": self.partition_id}
+        AZ = None
         if self.cfg["stop-tol"] > 0 or config.get("objective"):  # f_i = tr(Z^T M_i Z) at the received Z
             if self.noise_std > 0:
                 raise RuntimeError("the server asks for the objective tr(Z^T M_i Z) in a noisy run: it would be "
                                    "released without noise, so this client does not answer")
-            metrics["f"] = float(self.s * np.sum(Z * (A @ Z)))
+            AZ = A @ Z  # also the first local step's product
+            metrics["f"] = float(self.s * np.sum(Z * AZ))
+        rng = None
+        if self.noise_std > 0:  # node-secret: a function of everything this release depends on
+            rng = self.noise.generator(int(config["round"]), Z, A.digest_input, self.noise_std, steps)
+        Y, Z_prev = local_power_iterations(A, Z, steps, self.noise_std, rng, first=AZ)
+        self.context.state["fedpower"] = ConfigRecord({"steps": done + steps})
+        arrays = [Y, Z_prev] if steps > 1 else [Y]
         return arrays, self.s, metrics
 
 

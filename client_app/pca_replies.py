@@ -37,7 +37,7 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
         Flower properties (scalars and bytes): ``partition-id``, ``num-examples``, ``dimension``, and
         ``row-sum`` / ``col-sq-sum`` (``d`` float64 as bytes each) / ``sq-sum`` (float) as above.
     """
-    _, s = data.covariance
+    s = data.num_rows
     props: dict[str, Any] = {"partition-id": data.partition_id, "num-examples": s, "dimension": dimension}
     if row_sums_at_discovery(cfg):
         props["row-sum"] = data.row_sum.astype("<f8").tobytes()
@@ -48,12 +48,14 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
     return props
 
 
-def summary_reply(A: np.ndarray, Z: np.ndarray, s: int, noise_std: float, partition_id: int):
+def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int):
     """The summary exchange's reply (:mod:`fl_strategies.pca`): ``[A_i Z]``, ``s_i`` and ``tr(A_i)``.
+
+    ``A`` is the client's (centred) local operator (:class:`fl_strategies.kernels.products.LocalOperator`).
 
     Refused when the client adds privacy noise: the summary is exact, its release would not be covered.
     """
     if noise_std > 0:
         raise RuntimeError("a noisy client sends no summary: its exact A_i Z would not be covered by the privacy "
                            "guarantee")
-    return [A @ Z], s, {"partition-id": partition_id, "trace": float(np.trace(A))}
+    return [A @ Z], s, {"partition-id": partition_id, "trace": A.trace()}

@@ -418,6 +418,35 @@ class FederatedStrategy(Strategy):
         self.failure, self.stopped = reason, True
         log.error("%s: %s", self.cfg["strategy"], reason)
 
+    def progress_problem(self) -> str | None:
+        """Why the run produced no result, or ``None``: called once after the last round.
+
+        A run fails when no client reply was accepted in any of its rounds (every
+        reply rejected, dropped out or too late: the estimate is its seeded start,
+        or the server's own work alone), or when its estimate after the last round
+        equals its start exactly (every round kept it). Both are judged over the
+        whole run, so a run with one productive round is never declared failed.
+        """
+        rows = [*self.records, *([self._held[0]] if self._held is not None else [])]
+        rounds = [row for row in rows if row.get("round", 0) >= 1]
+        if rounds and not any(row.get("participants", 0) for row in rounds):
+            rejected = sum(int(row.get("rejected", 0) or 0) for row in rounds)
+            failures = sum(int(row.get("failures", 0) or 0) for row in rounds)
+            late = sum(int(row.get("late", 0) or 0) for row in rounds)
+            return (f"no client reply was accepted in any of its {len(rounds)} round(s) ({rejected} rejected, "
+                    f"{failures} failed or dropped out, {late} late): the result would be its start")
+        if len(self.iterates) >= 2 and all(np.array_equal(Z, self.iterates[0]) for Z in self.iterates[1:]):
+            return (f"the estimate never moved from its start in {len(self.iterates) - 1} round(s) (no usable "
+                    "replies, or replies that sum to zero)")
+        return None
+
+    def check_progress(self) -> None:
+        """:meth:`abort` a run that :meth:`progress_problem` finds without a result (after its last round)."""
+        if self.failure is None:
+            reason = self.progress_problem()
+            if reason is not None:
+                self.abort(reason)
+
     def end_round_without_clients(self, server_round: int, estimate: np.ndarray, name: str, **columns) -> None:
         """End a round in ``configure_fit`` whose sampled clients all dropped out: the estimate is kept.
 

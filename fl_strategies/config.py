@@ -26,7 +26,7 @@ from .data_files import is_data_file
 from .harness import folder_partitions
 from .dp_sensitivity import SENSITIVITIES
 from .noise import NOISE_SOURCES
-from .accounting import AccountantUnavailable
+from .accounting import AccountantUnavailable, unmeasurable
 from .privacy import achieved_epsilon, epsilon_spent, noise_multiplier
 from .zcdp import CALIBRATIONS, calibrate
 from .analyze_gauss import covariance_releases
@@ -67,7 +67,9 @@ KEYS: dict[str, Key] = {
     for k in [
         _key("strategy", str, "algorithm to run", choices=STRATEGY_NAMES),
         _key("dataset", str, "nodes: every node's own data-path file (the server holds no data); a folder holding "
-             "partition_0.npy ... partition_<m-1>.npy (or .csv): client i reads only its own file; in simulation a "
+             "partition_0.npy ... partition_<m-1>.npy (or .csv, scipy sparse .npz, PLINK .bed): client i reads only its own "
+             "file "
+             "(a .npy in its stored dtype, memory-mapped); in simulation a "
              "named generator or bundled set (fedpower-model1, fedpower-model1-lazy (per partition, for large "
              "populations), fedpower-model2, digits, faps-geometric, faps-arithmetic, mf-synthetic, mf-step, "
              "mf-decay, dp-haar, dp-coherent; erm-logistic, erm-ridge for FedLRGD/FedAve, label in the last column), "
@@ -513,7 +515,10 @@ def _check_more(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"server-data must be '' or a .npy/.csv file, got {cfg['server-data']!r}")
     if not cfg["dataset"].strip():
         raise ConfigError(f"dataset must name a data set or a .npy/.csv file, got {cfg['dataset']!r}")
-    files = folder_partitions(cfg["dataset"])
+    try:
+        files = folder_partitions(cfg["dataset"])
+    except ValueError as ex:  # two files for one partition
+        raise ConfigError(f"dataset: {ex}") from None
     if files is not None and files != cfg["num-clients"]:
         raise ConfigError(f"num-clients = {cfg['num-clients']}, but the dataset folder {cfg['dataset']!r} holds "
                           f"{files} per-client file(s) (partition_0 .. partition_{files - 1}): set num-clients = "
@@ -561,6 +566,15 @@ def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
         raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too large: the "
                           f"calibrated noise (sigma_g = {sigma_g:.3g}) is so small that the epsilon spent over "
                           f"T = {T} steps is not a finite number")
+    _check_measurable(cfg, sigma_g, T)
+
+
+def _check_measurable(cfg: dict[str, Any], sigma: float, releases: int) -> None:
+    """Refuse a target whose noise is too small for the PLD accountant to report (``epsilon_pld`` left empty)."""
+    if unmeasurable(sigma, releases, cfg["delta"]):
+        raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too large: its noise "
+                          f"(sigma = {sigma:.3g} over {releases} releases) is so small that dp-accounting's PLD "
+                          "accountant cannot measure the epsilon spent (epsilon_pld); lower epsilon")
 
 
 PRIVATE_PCA = ("covariance", "dp-power")
@@ -619,11 +633,12 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
         try:
             from .dp_power import privacy_plan
 
-            privacy_plan(cfg)
+            c, _ = privacy_plan(cfg)
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:
             raise ConfigError(str(ex)) from None
+        _check_measurable(cfg, c.sigma, cfg["num-server-rounds"])
     if cfg["dp-channel"] == "secagg":
         if not 2 <= cfg["num-clients"] <= MAX_SECAGG_CLIENTS:
             raise ConfigError(f"dp-channel = \"secagg\" needs 2 <= num-clients <= {MAX_SECAGG_CLIENTS} (SecAgg+ "

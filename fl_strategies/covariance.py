@@ -19,11 +19,15 @@ components and the explained variance are post-processing of the one release, an
 privacy spent. Uploads are clipped to ``[-C, C]`` (``secagg-clip``, by default from the public bound
 ``s_i c^2`` plus 8 noise std) and quantised as in ``dp-power``; a missing client stops the run. ``noise-std`` is
 refused (the registry fixes it).
+
+Where ``d^2`` does not fit, the strategy refuses before round 1 (:func:`check_covariance_fits`): the server holds
+the ``m`` replies and ``C``, ``8 (m + 2) d^2`` bytes; ``fedpower`` needs ``O(d r)``.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Any
 
@@ -34,13 +38,40 @@ from flwr.server.client_proxy import ClientProxy
 
 from . import analyze_gauss as ag
 from .base import log, uploaded_bytes
-from .config import secure_covariance
+from .config import ConfigError, secure_covariance
 from .dp_power import secagg_tolerance
 from .eigenspace import EigenspaceStrategy
 from .linalg import top_eigenvectors
 from .secure_sum import secure_sum
 
-__all__ = ["CovarianceStrategy", "upload_length", "noise_stds"]
+__all__ = ["CovarianceStrategy", "upload_length", "noise_stds", "check_covariance_fits"]
+
+
+def check_covariance_fits(dimension: int, num_clients: int, memory: int | None = None) -> None:
+    """Refuse a ``covariance`` run whose ``d x d`` exchange does not fit in this machine's memory.
+
+    Parameters
+    ----------
+    dimension, num_clients : int
+        ``d`` and ``m``.
+    memory : int, optional
+        Bytes available (default: the physical memory; unknown on some platforms, then nothing is checked).
+
+    Raises
+    ------
+    ConfigError
+        If ``8 (m + 2) d^2`` bytes (the ``m`` replies, their sum and ``C``) exceed ``memory``.
+    """
+    if memory is None:
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):
+            return
+    need = 8 * (num_clients + 2) * dimension * dimension
+    if need > memory:
+        raise ConfigError(f"strategy = \"covariance\" with d = {dimension} and {num_clients} clients needs about "
+                          f"{need / 1e9:.3g} GB for the d x d matrices (8 (m + 2) d^2 bytes) and this machine has "
+                          f"{memory / 1e9:.3g} GB; use strategy = \"fedpower\", which exchanges d x r")
 
 
 def upload_length(d: int, center: bool) -> int:
@@ -63,6 +94,8 @@ class CovarianceStrategy(EigenspaceStrategy):
     """Sum the clients' ``d x d`` matrices once and take ``eigh``; the PCA model is exact (no summary exchange)."""
 
     def __init__(self, cfg: dict[str, Any], dimension: int | None, reference=None, wait_timeout: float = 600.0) -> None:
+        if dimension:
+            check_covariance_fits(dimension, cfg["num-clients"])
         super().__init__(cfg, dimension, reference, wait_timeout)
         self.secure = secure_covariance(cfg)
         self.releases = ag.covariance_releases(cfg) if cfg["epsilon"] > 0 else None
@@ -73,6 +106,11 @@ class CovarianceStrategy(EigenspaceStrategy):
             log.warning("covariance: noise-source = \"%s\" derives every client's noise from the run seed, which "
                         "the server knows (reproducible experiments only); a deployment must use "
                         "noise-source = \"auto\", \"node-secret\" or \"os\"", cfg["noise-source"])
+
+    def _register(self, answers) -> None:
+        """Discovery's bookkeeping, then the memory check with the ``d`` the nodes reported."""
+        super()._register(answers)
+        check_covariance_fits(self.d, self.m)
 
     @property
     def num_rounds(self) -> int:  # noqa: D102

@@ -57,6 +57,7 @@ from flwr.server.client_proxy import ClientProxy
 
 from .base import uploaded_bytes
 from .eigenspace import EigenspaceStrategy
+from .kernels.faps_local import local_subproblem, masked_product, multiplier_factor
 from .linalg import orth
 from .replies import scalar_metric
 
@@ -68,80 +69,14 @@ class FapsState(dict):
     """A client's private FAPS state: ``X``, ``W`` (d x p), ``beta``, ``dhist`` (list of d_i)."""
 
 
-def multiplier_factor(M: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """``W = -(I - X X^T) M X`` (eq. 16); the multiplier is ``Lambda = X W^T + W X^T`` (eq. 15).
-
-    Parameters
-    ----------
-    M : ndarray of shape (d, d)
-    X : ndarray of shape (d, p), orthonormal
-
-    Returns
-    -------
-    ndarray of shape (d, p)
-    """
-    MX = M @ X
-    return -(MX - X @ (X.T @ MX))
-
-
-def _h_product(M, X, W, beta, Z, V):
-    """``H V`` with ``H = M + X W^T + W X^T + beta Z Z^T``, never forming ``H``."""
-    return M @ V + X @ (W.T @ V) + W @ (X.T @ V) + beta * (Z @ (Z.T @ V))
-
-
-def masked_product(X: np.ndarray, W: np.ndarray, beta: float, Z: np.ndarray) -> np.ndarray:
-    """``Y = Q Z`` with ``Q = beta X X^T - Lambda`` (eq. 18), from the factors only.
-
-    Returns
-    -------
-    ndarray of shape (d, p)
-    """
-    XtZ = X.T @ Z
-    return beta * (X @ XtZ) - X @ (W.T @ Z) - W @ XtZ
-
-
-def local_subproblem(M, X, W, beta, Z, *, solver="ssi", tol=1e-2, min_steps=1, max_steps=100):
-    """Approximate ``argmax_{X^T X = I} tr(X^T H X)`` (eqs. 11-12).
-
-    Parameters
-    ----------
-    M, X, W, beta, Z
-        The client's matrix, current basis and multiplier factor, penalty and
-        the received estimate.
-    solver : {"ssi", "exact"}
-        ``ssi``: subspace iterations on ``H`` warm-started from ``X``, stopped
-        by rule (26) ``||V_new - V||_F <= tol ||V_new||_F`` once at least
-        ``min_steps`` were done, and after ``max_steps`` at the latest.
-        ``exact``: the dominant eigenvectors of ``H`` (scipy ``eigh``).
-
-    Returns
-    -------
-    X_new : ndarray of shape (d, p)
-    steps : int
-        Inner iterations performed (0 for the exact solver).
-    """
-    if solver == "exact":
-        d, p = X.shape
-        H = M + X @ W.T + W @ X.T + beta * (Z @ Z.T)
-        _, vecs = scipy.linalg.eigh((H + H.T) / 2, subset_by_index=[d - p, d - 1], driver="evx")
-        return vecs[:, ::-1], 0
-    V = X
-    for step in range(1, max_steps + 1):
-        V_new = orth(_h_product(M, X, W, beta, Z, V))
-        done = step >= min_steps and np.linalg.norm(V_new - V) <= tol * np.linalg.norm(V_new)
-        V = V_new
-        if done:
-            break
-    return V, step
-
-
 def faps_client_round(M: np.ndarray, Z: np.ndarray, state: FapsState | None, cfg: dict[str, Any]):
     """One round of FAPS at a client (lines 1-19 of the spec's pseudo-code).
 
     Parameters
     ----------
-    M : ndarray of shape (d, d)
-        ``A_i A_i^T``.
+    M : ndarray of shape (d, d) or fl_strategies.kernels.products.LocalOperator
+        ``A_i A_i^T``, or an operator applying it (products from the client's rows; then the exact solver
+        and ``||M||_2`` use Lanczos, scipy ``eigsh``, and no ``d x d`` matrix is formed).
     Z : ndarray of shape (d, p)
         The received estimate ``Z_k``.
     state : FapsState or None
@@ -164,7 +99,8 @@ def faps_client_round(M: np.ndarray, Z: np.ndarray, state: FapsState | None, cfg
     """
     p = Z.shape[1]
     if state is None:  # one-off set-up: beta_0 = c ||A_i||_2^2, X_0 = Z_0, W_0 by (16)
-        norm2 = float(scipy.linalg.eigh(M, eigvals_only=True, subset_by_index=[M.shape[0] - 1] * 2)[0])
+        norm2 = (float(scipy.linalg.eigh(M, eigvals_only=True, subset_by_index=[M.shape[0] - 1] * 2)[0])
+                 if isinstance(M, np.ndarray) else M.largest_eigenvalue())
         state = FapsState(X=Z.copy(), W=multiplier_factor(M, Z), beta=cfg["penalty-init"] * norm2, dhist=[0.0])
         k = 0
     else:

@@ -46,6 +46,7 @@ from flwr.server.client_proxy import ClientProxy
 from .config import total_iterations
 from .base import log, uploaded_bytes
 from .eigenspace import STREAM_NOISE, EigenspaceStrategy
+from .kernels.power import local_power_iterations
 from .linalg import orth, procrustes
 from . import accounting
 from .privacy import achieved_epsilon, epsilon_spent, noise_multiplier, noise_std
@@ -53,41 +54,6 @@ from .replies import check_array, check_orthonormal
 from .schedule import round_lengths
 
 __all__ = ["local_power_iterations", "FedPowerStrategy", "STREAM_NOISE"]
-
-
-def local_power_iterations(
-    A: np.ndarray, Z: np.ndarray, steps: int, noise_std: float, rng: np.random.Generator | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Run ``steps`` noisy power iterations from ``Z`` (lines 6-7 of Algorithm 2).
-
-    Parameters
-    ----------
-    A : ndarray of shape (d, d)
-        The client's local matrix ``A_i = M_i^T M_i / s_i``.
-    Z : ndarray of shape (d, r)
-        Orthonormal starting basis (the server's broadcast).
-    steps : int
-        ``p_j >= 1`` local iterations.
-    noise_std : float
-        ``nu``; fresh ``N(0, nu^2)`` noise is added at *every* step.
-    rng : numpy.random.Generator or None
-        The client's own generator; may be ``None`` when ``noise_std == 0``.
-
-    Returns
-    -------
-    Y : ndarray of shape (d, r)
-        ``A_i Z_prev + noise`` from the last step, not orthonormalised.
-    Z_prev : ndarray of shape (d, r)
-        The basis multiplied in the last step (``Z`` itself when ``steps == 1``).
-    """
-    Z_prev = Z
-    for step in range(steps):
-        if step:
-            Z_prev = orth(Y)
-        Y = A @ Z_prev
-        if noise_std > 0:
-            Y = Y + noise_std * rng.standard_normal(Y.shape)
-    return Y, Z_prev
 
 
 class FedPowerStrategy(EigenspaceStrategy):
@@ -258,6 +224,11 @@ class FedPowerStrategy(EigenspaceStrategy):
             mean = total / weight
         if not np.all(np.isfinite(mean)):  # only possible without row-normalize (no norm bound on Y)
             log.warning("round %d: the weighted average of the replies overflows; Z is kept", server_round)
+            self.iterates.append(pend["Z"])
+            return ndarrays_to_parameters([pend["Z"]]), {}
+        if not np.any(mean):  # data without variance along Z: orth would return an arbitrary basis
+            log.warning("round %d: the replies sum to zero (the data have no variance along Z); Z is kept",
+                        server_round)
             self.iterates.append(pend["Z"])
             return ndarrays_to_parameters([pend["Z"]]), {}
         Z_new = orth(mean)

@@ -4,13 +4,16 @@ The reference is computed by the harness from the pooled data (which no client
 sends): the matrix the run estimates, :func:`pooled_covariance` (``C = (1/n)
 X^T X``, ``= A A^T / n`` in the FAPS paper's features-by-samples notation, or
 its centred form with ``center = true``), and its leading eigenpairs from
-``scipy.linalg.eigh``. Every metric here is invariant to the scale of ``C``.
+``scipy.linalg.eigh``; or, for wide data, from the pooled rows ``X`` (n, d)
+alone by a thin SVD, ``C`` then being the operator ``Q -> X_c^T (X_c Q) / n``
+(:class:`PooledRows`, no ``d x d`` array). Every metric here is invariant to
+the scale of ``C``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import scipy.sparse as sp
@@ -18,7 +21,34 @@ import scipy.sparse as sp
 from .linalg import orth, subspace_distance, top_eigenvectors
 from .standardize import column_scale
 
-__all__ = ["Reference", "pooled_covariance", "kkt_violation", "singular_value_error", "round_metrics"]
+__all__ = ["Reference", "PooledRows", "pooled_covariance", "kkt_violation", "singular_value_error",
+           "round_metrics"]
+
+
+class PooledRows:
+    """``C = X_c^T X_c / n`` as an operator of the pooled rows ``X`` (n, d), centred (``X_c = X - mean``) with
+    ``center`` and its columns standardised with ``scale`` (:func:`fl_strategies.standardize.column_scale`):
+    ``C @ Q`` and :meth:`trace`, the two things the metrics need, without a ``d x d`` array."""
+
+    def __init__(self, X: np.ndarray, center: bool, scale: bool = False) -> None:
+        X = np.asarray(X, dtype=np.float64)
+        mean = X.mean(axis=0)
+        self.X = X - mean if center else X
+        if scale:
+            if not center:
+                raise ValueError("columns are scaled about the mean: scale needs center")
+            self.X = self.X / column_scale(np.mean(self.X * self.X, axis=0), mean, X.shape[0])
+        self.shape = (X.shape[1], X.shape[1])
+
+    def __matmul__(self, Q: np.ndarray) -> np.ndarray:
+        return self.X.T @ (self.X @ Q) / self.X.shape[0]
+
+    def trace(self) -> float:
+        return float(np.sum(self.X * self.X) / self.X.shape[0])
+
+
+def _trace(C) -> float:
+    return float(np.trace(C)) if isinstance(C, np.ndarray) else C.trace()
 
 
 @dataclass(frozen=True)
@@ -27,8 +57,8 @@ class Reference:
 
     Attributes
     ----------
-    covariance : ndarray of shape (d, d)
-        The matrix the run estimates (:func:`pooled_covariance`).
+    covariance : ndarray of shape (d, d) or PooledRows
+        The matrix the run estimates (:func:`pooled_covariance`), or, for wide data, it as an operator.
     values : ndarray of shape (r,)
         Its ``r`` largest eigenvalues, descending.
     vectors : ndarray of shape (d, r)
@@ -37,7 +67,7 @@ class Reference:
         Target rank: ``vectors[:, :k]`` is the subspace to estimate.
     """
 
-    covariance: np.ndarray
+    covariance: Any
     values: np.ndarray
     vectors: np.ndarray
     k: int
@@ -52,6 +82,26 @@ class Reference:
     def from_rows(cls, blocks: Iterable, k: int, r: int, *, center: bool, scale: bool = False) -> "Reference":
         """Build the reference from the run's preprocessed rows (see :func:`pooled_covariance`)."""
         return cls.from_covariance(pooled_covariance(blocks, center=center, scale=scale), k, r)
+
+    @classmethod
+    def from_thin_svd(cls, X: np.ndarray, k: int, r: int, *, center: bool, scale: bool = False) -> "Reference":
+        """The same reference from the pooled rows ``X`` (n, d) by a thin SVD (scipy), without a ``d x d`` array.
+
+        ``X_c = U S V^T`` gives the eigenpairs ``(S^2 / n, V)`` of ``C = X_c^T X_c / n``; O(n^2 d) time, O(n d)
+        memory: what wide data (``n < d``) need. With ``r > min(n, d)`` the missing eigenvalues are 0 and their
+        vectors complete ``V`` to ``r`` orthonormal columns.
+        """
+        import scipy.linalg
+
+        C = PooledRows(X, center, scale)
+        _, S, Vt = scipy.linalg.svd(C.X, full_matrices=False)
+        values, vectors = S[:r] ** 2 / C.X.shape[0], Vt[:r].T
+        if vectors.shape[1] < r:
+            extra = np.random.default_rng(0).standard_normal((C.X.shape[1], r - vectors.shape[1]))
+            extra -= vectors @ (vectors.T @ extra)
+            vectors = np.hstack([vectors, np.linalg.qr(extra)[0]])
+            values = np.concatenate([values, np.zeros(r - len(values))])
+        return cls(C, values, vectors, k)
 
 
 def pooled_covariance(blocks: Iterable, *, center: bool, scale: bool = False) -> np.ndarray:
@@ -137,7 +187,7 @@ def kkt_violation(Z: np.ndarray, C: np.ndarray) -> float:
     """
     Q = orth(Z)
     CQ = C @ Q
-    return float(np.linalg.norm(CQ - Q @ (Q.T @ CQ)) / np.trace(C))
+    return float(np.linalg.norm(CQ - Q @ (Q.T @ CQ)) / _trace(C))
 
 
 def singular_value_error(Z: np.ndarray, C: np.ndarray, values: np.ndarray) -> float:
@@ -148,7 +198,8 @@ def singular_value_error(Z: np.ndarray, C: np.ndarray, values: np.ndarray) -> fl
     ``C``, as in the FAPS paper's tables (spec pitfall P5).
     """
     Q = orth(Z)
-    ritz = np.sqrt(np.clip(np.linalg.eigvalsh(Q.T @ C @ Q)[::-1], 0, None))
+    QCQ = Q.T @ C @ Q if isinstance(C, np.ndarray) else Q.T @ (C @ Q)
+    ritz = np.sqrt(np.clip(np.linalg.eigvalsh(QCQ)[::-1], 0, None))
     exact = np.sqrt(np.clip(values[: Q.shape[1]], 0, None))
     return float(np.linalg.norm(ritz - exact) / np.linalg.norm(exact))
 

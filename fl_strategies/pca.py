@@ -26,6 +26,7 @@ scaling ``scale`` is all ones.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -114,7 +115,7 @@ def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
     Raises
     ------
     ValueError
-        If the file is not such a model (missing keys, inconsistent shapes).
+        If the file is not such a model (missing keys, shapes that do not fit, a non-numeric or non-finite field).
     """
     try:
         with np.load(path, allow_pickle=False) as f:
@@ -126,14 +127,28 @@ def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
         raise ValueError(f"{what} {str(path)!r} lacks {', '.join(missing)}: not a fedspectral pca.npz")
     components, mean = model["components"], model["mean"]
     model.setdefault("scale", np.ones(mean.shape))  # a model written before scale existed: unscaled
-    if components.ndim != 2 or mean.shape != (components.shape[1],) or model["scale"].shape != mean.shape:
-        raise ValueError(f"{what} {str(path)!r}: components {components.shape}, mean {mean.shape} and scale "
-                         f"{model['scale'].shape} do not fit")
+    if components.ndim != 2 or mean.shape != (components.shape[1],):
+        raise ValueError(f"{what} {str(path)!r}: components {components.shape} and mean {mean.shape} do not fit")
+    k = components.shape[0]
+    for key in MODEL_KEYS:
+        value = model[key]
+        if value.dtype == np.bool_ or not np.issubdtype(value.dtype, np.number) or np.iscomplexobj(value):
+            raise ValueError(f"{what} {str(path)!r}: {key} has dtype {value.dtype}; real numbers are required")
+        want = {"components": components.shape, "mean": mean.shape, "scale": mean.shape, "n_samples": ()}.get(key, (k,))
+        if value.shape != want:
+            raise ValueError(f"{what} {str(path)!r}: {key} has shape {value.shape}, expected {want}")
+        unknown = key == "explained_variance_ratio" and np.all(np.isnan(value))  # a model without tr(C)
+        if not (unknown or np.all(np.isfinite(value))):
+            raise ValueError(f"{what} {str(path)!r}: {key} has non-finite entries (NaN/inf)")
     if not np.all(model["scale"] > 0):
         raise ValueError(f"{what} {str(path)!r}: its scale has entries that are not > 0")
+    if k < 1 or model["n_samples"] < 1 or model["n_samples"] != int(model["n_samples"]):
+        raise ValueError(f"{what} {str(path)!r}: {k} components and n_samples {model['n_samples']}: not a model")
     model["n_samples"] = int(model["n_samples"])
     model["row_normalize"] = bool(model.get("row_normalize", False))
     model["clip_norm"] = float(model.get("clip_norm", 0.0))
+    if not (math.isfinite(model["clip_norm"]) and model["clip_norm"] >= 0):
+        raise ValueError(f"{what} {str(path)!r}: clip_norm {model['clip_norm']} is not a finite number >= 0")
     return model
 
 

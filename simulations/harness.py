@@ -37,19 +37,25 @@ def check_memory(cfg: Mapping[str, Any]) -> None:
     """Refuse a generated data set that cannot fit in this machine's memory, before anything is allocated.
 
     The run holds the ``n x d`` data and ``d x d`` matrices (the pooled
-    covariance, each client's ``A_i``); a typo such as ``dimension = 1e9``
-    would otherwise get the process killed by the operating system. Files and
-    bundled sets (``dimension = 0``) are not estimated.
+    covariance, each client's ``A_i``, ``covariance``'s exchange); a typo such as
+    ``dimension = 1e9`` would otherwise get the process killed by the operating
+    system. An eigenspace strategy other than ``covariance`` forms a ``d x d``
+    matrix only where it is no larger than the rows (a client's Gram matrix when
+    ``s_i >= d``; the reference of wide data comes from the rows), so its ``d x d``
+    term is at most ``3 min(d^2, n d)``. Files and bundled sets (``dimension = 0``)
+    are not estimated.
 
     Raises
     ------
     ConfigError
-        If ``8 (n d + 3 d^2)`` bytes exceed the physical memory.
+        If ``8 (n d + 3 d^2)`` bytes (eigenspace strategies but ``covariance``:
+        ``8 (n d + 3 min(d^2, n d))``) exceed the physical memory.
     """
     cfg = sized(cfg)
     d = cfg["dimension"]
     rows = cfg["num-clients"] * d if cfg["dataset"] == "fedpower-model2" else cfg["num-samples"]
-    need = 8 * (rows * d + 3 * d * d)
+    row_products = spec(cfg["strategy"]).family == "eigenspace" and cfg["strategy"] != "covariance"
+    need = 8 * (rows * d + 3 * (min(d * d, rows * d) if row_products else d * d))
     try:
         have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):  # not available on this platform

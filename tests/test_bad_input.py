@@ -461,7 +461,9 @@ def test_data_errors_are_config_errors_before_round_one():
     with pytest.raises(ConfigError, match="partitioner"):
         run_app(**dict(TINY, partitioner="group"))
     with pytest.raises(ConfigError, match=r"dimension = 1000000000 .* need about 2.4e\+10 GB of memory"):
-        run_app(**dict(TINY, dimension=10**9))  # would otherwise be killed by the operating system
+        run_app(**dict(TINY, dimension=10**9, strategy="covariance"))  # would otherwise be killed by the OS
+    with pytest.raises(ConfigError, match=r"dimension = 1000000000 .* need about 2.56e\+03 GB of memory"):
+        run_app(**dict(TINY, dimension=10**9))  # fedpower: the rows, no d x d matrix
     with pytest.raises(ConfigError, match="num-clients"):
         run_app(**dict(TINY, num_clients=10**20))  # refused before the in-process engine makes its nodes
 

@@ -46,8 +46,24 @@ def aligned(scores, expected):
 ROUNDS = {"covariance": 1, "faps": 150}
 
 
+@pytest.fixture(params=["rows", "gram"])
+def product_path(request, monkeypatch):
+    """Every client computes its products on this path (``M^T (M Z)`` from rows, or a Gram matrix formed once)."""
+    import client_app.data
+
+    monkeypatch.setattr(client_app.data, "gram_is_cheaper", lambda *args, **kwargs: request.param == "gram")
+    return request.param
+
+
+def paths_used(folder):
+    """The product paths of the local operators built in this process for the files of ``folder``."""
+    from client_app.data import _OPERATORS
+
+    return {op.path for key, op in _OPERATORS.items() if key[0] == "file" and str(folder) in key[1]}
+
+
 @pytest.mark.parametrize("strategy", ["fedpower", "power", "ssi", "localpower", "faps", "covariance"])
-def test_scaled_run_is_standard_scaler_then_pca(tmp_path, strategy):
+def test_scaled_run_is_standard_scaler_then_pca(tmp_path, strategy, product_path):
     X = np.vstack(unit_files(tmp_path / "data"))
     s = run_app(strategy=strategy, dataset=str(tmp_path / "data"), num_clients=3, rank=K, iteration_rank=4,
                 num_server_rounds=ROUNDS.get(strategy, 60), center=True, scale=True, row_normalize=False,
@@ -68,6 +84,7 @@ def test_scaled_run_is_standard_scaler_then_pca(tmp_path, strategy):
     np.testing.assert_allclose(aligned(transform(model, new), expected), expected, atol=1e-8)
     unscaled = PCA(n_components=K).fit(X)  # the units dominate without scaling: a different answer
     assert subspace_distance(model["components"].T, unscaled.components_.T) > 0.5
+    assert paths_used(tmp_path / "data") == {product_path}
 
 
 def test_transform_command_applies_the_scale(tmp_path):
@@ -114,6 +131,21 @@ def test_the_reference_standardises_blocks_far_from_zero():
     np.testing.assert_allclose(pooled_covariance(blocks, center=True, scale=True), Y.T @ Y / len(X), atol=1e-8)
     with pytest.raises(ValueError, match="scale needs center"):
         pooled_covariance(blocks, center=False, scale=True)
+
+
+def test_the_wide_reference_standardises_like_the_dense_one():
+    """Wide data (n < d): the thin-SVD reference of the standardised rows = eigh of the standardised covariance."""
+    from fl_strategies.metrics import Reference
+
+    rng = np.random.default_rng(5)
+    X = 3.0 + rng.standard_normal((40, 60)) @ np.diag(10.0 ** rng.uniform(-2, 2, 60))
+    X[:, 7] = -1.0
+    dense = Reference.from_rows([X[:15], X[15:]], 3, 4, center=True, scale=True)
+    wide = Reference.from_thin_svd(X, 3, 4, center=True, scale=True)
+    np.testing.assert_allclose(wide.values, dense.values, rtol=1e-10)
+    assert subspace_distance(wide.vectors, dense.vectors) < 1e-8
+    Q = np.linalg.qr(rng.standard_normal((60, 4)))[0]
+    np.testing.assert_allclose(wide.covariance @ Q, dense.covariance @ Q, atol=1e-10)
 
 
 def test_pooled_variance_is_free_of_cancellation():

@@ -92,7 +92,7 @@ def test_a_model_with_fewer_components_than_iteration_rank_starts_a_run(tmp_path
 @pytest.mark.parametrize("make, over, message", [
     (None, {}, r"^init-from '.*missing.npz' is not a readable pca.npz: .*No such file"),
     ("text", {}, r"^init-from '.*m.npz' is not a readable pca.npz"),
-    ("nan", {}, r"^init-from '.*m.npz': the model's components has non-finite values \(NaN or inf\)"),
+    ("nan", {}, r"^init-from '.*m.npz': components has non-finite entries \(NaN/inf\)"),
     ("ok", {"center": False}, r"^init-from '.*m.npz' was fitted with center = true, but this run has center = false"),
     ("ok", {"scale": True}, r"^init-from '.*m.npz' was fitted with scale = false, but this run has scale = true"),
     ("wide", {}, rf"^init-from '.*m.npz' has components of width {D + 1}, but the run's data have d = {D} columns"),

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from fl_strategies.kernels.products import GRAM_FLOOR_BYTES
 from fl_strategies.linalg import top_eigenvectors
 from fl_strategies.metrics import Reference, pooled_covariance
 
@@ -157,7 +158,9 @@ def reference(cfg: Mapping[str, Any]) -> Reference:
 
     The matrix is :func:`fl_strategies.metrics.pooled_covariance` of all
     rows, after the run's preprocessing, with the run's :data:`ESTIMATOR_KEYS`
-    (``center``, ``scale``); its top ``iteration-rank`` eigenpairs come from scipy ``eigh``.
+    (``center``, ``scale``); its top ``iteration-rank`` eigenpairs come from scipy ``eigh``,
+    or, for wide data (``n < d``) whose ``d x d`` matrix would exceed
+    ``GRAM_FLOOR_BYTES``, from a thin SVD of the rows (no ``d x d`` array).
     """
     estimator = tuple(bool(cfg.get(key, False)) for key in ESTIMATOR_KEYS)
     return _cached_reference(_values(cfg), cfg["rank"], cfg["iteration-rank"], estimator)
@@ -170,7 +173,10 @@ def _cached_reference(values: tuple, k: int, r: int, estimator: tuple) -> Refere
     if c["dataset"] in LAZY_DATASETS:  # one partition at a time: O(d^2) memory
         blocks = (_rows(values, i) for i in range(c["num-clients"]))
     else:
-        blocks = [_cached(values)[0].X]
+        X = _cached(values)[0].X
+        if X.shape[0] < X.shape[1] and 8 * X.shape[1] ** 2 > GRAM_FLOOR_BYTES:  # wide: a thin SVD, no d x d
+            return Reference.from_thin_svd(X, k, r, **options)
+        blocks = [X]
     return Reference.from_rows(blocks, k, r, **options)
 
 

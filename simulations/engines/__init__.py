@@ -135,28 +135,87 @@ def _check_folder(cfg: dict, option: str) -> int:
     ArgumentError
         One line naming the option, the partition and the file, or the key.
     """
+    from fl_strategies.harness import partition_file
+
+    try:
+        files = [partition_file(cfg["dataset"], pid) for pid in range(cfg["num-clients"])]
+    except ValueError as ex:
+        raise ArgumentError(f"{option}: {ex}") from None
+    return check_node_files(cfg, files, option, "dataset folder file", f"dataset folder {cfg['dataset']!r}")
+
+
+def check_node_files(cfg: dict, files: list[Path], option: str, label: str, where: str) -> int:
+    """Read every node's file (as its client will) and check them together against the run config.
+
+    Each file must pass :func:`fl_strategies.data_files.open_samples` (a ``.npy`` read without pickles or a
+    numeric ``.csv``; 2-D, non-empty, finite), all must have one width, and that width and the rows over all
+    files must fit the run config (:func:`fl_strategies.config.check_against_data`).
+
+    Parameters
+    ----------
+    cfg : dict
+        The validated run config.
+    files : list of Path
+        File ``i`` is partition ``i``'s.
+    option : str
+        The command-line option the messages start with (``--run-config``, ``--data-dir DIR``).
+    label, where : str
+        How a message names one file (``"dataset folder file"``) and all of them (``"dataset folder 'DIR'"``).
+
+    Returns
+    -------
+    int
+        The files' common width ``d``.
+
+    Raises
+    ------
+    ArgumentError
+        One line naming the option, the partition and the file, or the key.
+    """
     from fl_strategies.config import ConfigError, check_against_data
-    from fl_strategies.data_files import read_samples
-    from fl_strategies.harness import partition_file, widths_listed
+    from fl_strategies.data_files import open_samples
+    from fl_strategies.harness import widths_listed
 
     widths: dict[int, list[str]] = {}
     rows = 0
-    for pid in range(cfg["num-clients"]):
-        path = partition_file(cfg["dataset"], pid)
+    for pid, path in enumerate(files):
         try:
-            X = read_samples(path, f"partition {pid}: dataset folder file")
+            X = open_samples(path, f"partition {pid}: {label}")  # as stored: memory-mapped, blockwise checks
         except ValueError as ex:
             raise ArgumentError(f"{option}: {ex}") from None
-        widths.setdefault(X.shape[1], []).append(f"partition {pid} ({path.name})")
+        widths.setdefault(X.shape[1], []).append(f"partition {pid} ({Path(path).name})")
         rows += X.shape[0]
+        del X
     if len(widths) > 1:
-        raise ArgumentError(f"{option}: the files of dataset folder {cfg['dataset']!r} disagree on the number of "
-                            f"columns: {widths_listed(widths)}")
+        raise ArgumentError(f"{option}: the files of {where} disagree on the number of columns: "
+                            f"{widths_listed(widths)}")
     try:
         check_against_data(cfg, next(iter(widths)), rows)
     except ConfigError as ex:
         raise ArgumentError(f"{option}: {ex}") from None
     return next(iter(widths))
+
+
+OUTPUT_KEYS = ("results-dir", "checkpoint-dir")
+"""Run-config keys naming a directory the server writes into."""
+
+
+def check_output_dirs(cfg: dict, option: str = "--run-config", keys: tuple[str, ...] = OUTPUT_KEYS) -> None:
+    """Create (if needed) and test-write every output directory of ``cfg`` before any Flower process starts.
+
+    Raises
+    ------
+    ArgumentError
+        One line naming the option (when not ``""``), the key and the reason.
+    """
+    from fl_strategies.config import ConfigError, writable_directory
+
+    for key in keys:
+        if cfg.get(key):
+            try:
+                writable_directory(cfg[key], key)
+            except ConfigError as ex:
+                raise ArgumentError(f"{option}: {ex}" if option else str(ex)) from None
 
 
 def read_results(directory: str | Path, columns: tuple[str, ...] = (), name: str = "results.csv"):
