@@ -18,7 +18,8 @@ __all__ = ["discovery_properties", "fingerprint_property", "summary_reply"]
 
 
 def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool) -> dict[str, Any]:
-    """The node's answer to discovery: partition id, row count and ``d``; with ``center`` its row sum; without
+    """The node's answer to discovery: partition id, row count and ``d``; with ``center`` its row sum; with
+    ``scale`` its per-column sums of squares about its own mean (:mod:`fl_strategies.standardize`); without
     noise its sum of squares ``sq-sum`` (the total variance of reference-free progress).
 
     Parameters
@@ -36,12 +37,14 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
     -------
     dict
         Flower properties (scalars and bytes): ``partition-id``, ``num-examples``, ``dimension``, and
-        ``row-sum`` (``d`` float64 as bytes) / ``sq-sum`` (float) as above.
+        ``row-sum`` / ``col-sq-sum`` (``d`` float64 as bytes each) / ``sq-sum`` (float) as above.
     """
     s = data.num_rows
     props: dict[str, Any] = {"partition-id": data.partition_id, "num-examples": s, "dimension": dimension}
     if row_sums_at_discovery(cfg):
         props["row-sum"] = data.row_sum.astype("<f8").tobytes()
+    if cfg.get("scale"):  # only with the row sums in the clear, never with noise (the run config's checks)
+        props["col-sq-sum"] = data.column_sq_sums().astype("<f8").tobytes()
     if not noisy and not secure_covariance(cfg):
         props["sq-sum"] = data.sum_of_squares(cfg["center"])
     return props

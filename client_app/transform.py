@@ -1,8 +1,9 @@
 """Apply a run's PCA model to rows on this node: ``python -m client_app.transform --model pca.npz --data rows.npy
 --out scores.npy``.
 
-The rows never leave the node; the scores are ``(X - mean) @ components.T`` (shape ``(m, k)``), as scikit-learn's
-``PCA.transform``, after the same row normalisation as the run (:func:`fl_strategies.pca.transform`).
+The rows never leave the node; the scores are ``((X - mean) / scale) @ components.T`` (shape ``(m, k)``), as
+scikit-learn's ``PCA.transform`` (after ``StandardScaler.transform`` when the run had ``scale = true``; ``scale`` is
+all ones otherwise), after the same row normalisation as the run (:func:`fl_strategies.pca.transform`).
 
 Nothing the user owns is written over: ``--out`` may never be the ``--data`` or ``--model`` file, an existing
 ``--out`` is refused unless ``--force``, and the scores are written to a temporary file of mode 600 that is

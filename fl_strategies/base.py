@@ -42,6 +42,7 @@ from .harness import on_nodes, widths_listed
 from .participation import Participation
 from .registry import spec
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
+from .standardize import between_sum_of_squares, column_scale, constant_columns, pooled_mean, pooled_variance
 
 __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 
@@ -148,7 +149,9 @@ class FederatedStrategy(Strategy):
         self.node_properties: dict[str, Any] = {}  # what each node answered at discovery (by node id)
         self._pid_by_cid: dict[str, int] = {}
         self._row_sums: dict[str, np.ndarray] = {}
+        self._col_sq_sums: dict[str, np.ndarray] = {}
         self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
+        self.scale: np.ndarray | None = None  # the columns' pooled standard deviations (scale = true), at discovery
         self.total_variance: float | None = None  # tr(C) from the nodes' sq-sum (noise-free), set at discovery
         self.model: dict[str, Any] | None = None  # the PCA model of the summary exchange (fl_strategies.pca)
         self.on_model: Callable[[dict], None] | None = None
@@ -207,19 +210,35 @@ class FederatedStrategy(Strategy):
             answers = self._ask(proxies)
         self._register(answers)
         self.mean = np.zeros(self.d)
+        self.scale = None
         if self.center_at_discovery:  # the global mean from the registered nodes' row sums and counts
-            self.mean = sum(self._row_sums[p.cid] for p in self.proxies.values()) / sum(self.sizes.values())
-            log.info("center = true: the mean of %d rows, from the clients' row sums", sum(self.sizes.values()))
-        self.total_variance = self._total_variance()
+            sizes, row_sums = self._sizes_and_sums(self._row_sums)
+            self.mean = pooled_mean(sizes, row_sums)
+            log.info("center = true: the mean of %d rows, from the clients' row sums", sum(sizes))
+        if self.cfg.get("scale"):  # and the columns' spread from their sums of squares (needs center)
+            _, sq_sums = self._sizes_and_sums(self._col_sq_sums)
+            variance = pooled_variance(sizes, row_sums, sq_sums, self.mean)
+            self.scale = column_scale(variance, self.mean, sum(sizes))
+            log.info("scale = true: every column over its pooled standard deviation (%d constant column(s) keep "
+                     "scale 1)", int(np.sum(constant_columns(variance, self.mean, sum(sizes)))))
+            self.total_variance = float(np.sum(variance / self.scale ** 2))  # tr(C) in the scaled space
+        else:
+            self.total_variance = self._total_variance()
+
+    def _sizes_and_sums(self, vectors: dict[str, np.ndarray]) -> tuple[list[int], list[np.ndarray]]:
+        """The registered nodes' row counts and one of their discovery vectors (by node id), in the same order."""
+        return ([self.sizes[pid] for pid in self.proxies],
+                [vectors[proxy.cid] for proxy in self.proxies.values()])
 
     def _total_variance(self) -> float | None:
         """``tr(C)`` of the pooled (centred) second-moment matrix from the nodes' ``sq-sum``, or ``None``.
 
         A node reports ``sq-sum`` at discovery in a noise-free run: ``sum_j ||x_j||^2`` over its rows, or with
         ``center = true`` ``sum_j ||x_j - m_i||^2`` about its own mean ``m_i``; the server combines the latter
-        with the row sums as Chan et al.'s pairwise variance does,
+        with the row sums as Chan et al.'s pairwise variance does (:mod:`fl_strategies.standardize`),
         ``tr(C) = (sum_i sq_i + sum_i s_i ||m_i - mu||^2) / n``, free of the cancellation of
         ``sum ||x||^2 - n ||mu||^2``. ``None`` unless every registered node reported a finite value >= 0.
+        (With ``scale = true`` it comes from the per-column sums instead, in the scaled space.)
         """
         sums = [self.node_properties.get(proxy.cid, {}).get("sq-sum") for proxy in self.proxies.values()]
         if not sums or not all(isinstance(v, (int, float)) and np.isfinite(v) and v >= 0 for v in sums):
@@ -227,9 +246,7 @@ class FederatedStrategy(Strategy):
         n = sum(self.sizes.values())
         total = float(sum(sums))
         if self.center_at_discovery:
-            for pid, proxy in self.proxies.items():
-                gap = self._row_sums[proxy.cid] / self.sizes[pid] - self.mean
-                total += self.sizes[pid] * float(gap @ gap)
+            total += float(np.sum(between_sum_of_squares(*self._sizes_and_sums(self._row_sums), self.mean)))
         return total / n
 
     def _from_directory(self, proxies: list[ClientProxy], deadline: float) -> list[tuple[ClientProxy, Any]]:
@@ -275,21 +292,29 @@ class FederatedStrategy(Strategy):
         checked = [(proxy, props if isinstance(props, str) else check_properties(props, self.m, self.d))
                    for proxy, props in answers]
         if self.center_at_discovery:
-            checked = [(proxy, self._row_sum(proxy, props, info)) for (proxy, info), (_, props)
+            checked = [(proxy, self._column_sums(proxy, props, info)) for (proxy, info), (_, props)
                        in zip(checked, answers)]
         return checked
 
-    def _row_sum(self, proxy: ClientProxy, props: Any, info: Any) -> Any:
-        """Keep a node's ``row-sum`` (d float64 as bytes, ``center = true``); a node without a valid one is left out."""
+    def _column_sums(self, proxy: ClientProxy, props: Any, info: Any) -> Any:
+        """Keep a node's ``row-sum`` (``center = true``) and ``col-sq-sum`` (``scale = true``), d float64 as bytes
+        each; a node without valid ones is left out (``info`` becomes the reason)."""
         if isinstance(info, str):
             return info
-        value = props.get("row-sum")
-        if not isinstance(value, bytes) or len(value) != 8 * self.d:
-            return f"no row-sum of {self.d} numbers in its properties (center = true)"
-        row_sum = np.frombuffer(value, dtype="<f8").astype(np.float64)
-        if not np.all(np.isfinite(row_sum)):
-            return "its row-sum is not finite"
-        self._row_sums[proxy.cid] = row_sum
+        wanted = [("row-sum", "center = true", self._row_sums)]
+        if self.cfg.get("scale"):
+            wanted.append(("col-sq-sum", "scale = true", self._col_sq_sums))
+        found = []
+        for key, why, _ in wanted:
+            value = props.get(key)
+            if not isinstance(value, bytes) or len(value) != 8 * self.d:
+                return f"no {key} of {self.d} numbers in its properties ({why})"
+            vector = np.frombuffer(value, dtype="<f8").astype(np.float64)
+            if not np.all(np.isfinite(vector)) or (key == "col-sq-sum" and np.any(vector < 0)):
+                return f"its {key} is not finite" + (" and >= 0" if key == "col-sq-sum" else "")
+            found.append(vector)
+        for (_, _, store), vector in zip(wanted, found):
+            store[proxy.cid] = vector
         return info
 
     def _agreed_dimension(self, answers: list[tuple[ClientProxy, Any]]) -> int:

@@ -256,6 +256,13 @@ KEYS: dict[str, Key] = {
              "and counts before round 1; covariance with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
              "its dp-channel), with noise under epsilon; fedpower with epsilon: each client's row sum with its own noise), "
              "as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
+        _key("scale", bool, "PCA: also divide every column by its pooled standard deviation (population, from "
+             "per-client sums of squares exchanged once before round 1; constant columns keep scale 1), as "
+             "scikit-learn's StandardScaler then PCA; needs center = true"),
+        _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
+             "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
+             "width and center / scale settings must be the run's; '' = a random start",
+             allowed="a string ('' or a pca.npz path)"),
         _key("variance-target", float, "PCA: keep the smallest number of components (<= iteration-rank) whose "
              "explained-variance ratio reaches this fraction, as scikit-learn's fractional n_components; 0 = rank",
              lambda v: 0 <= v < 1, "a number in [0, 1)"),
@@ -468,15 +475,35 @@ def _apply_fixed(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
 
 
 def _check_pca(cfg: dict[str, Any]) -> None:
-    """``center`` and ``variance-target``: strategies that write a PCA model; under noise only the private forms
-    (:data:`PRIVATE_PCA`); nodes asked."""
-    for key, active in (("center", cfg["center"]), ("variance-target", cfg["variance-target"] > 0)):
+    """``scale``, ``center``, ``variance-target``, ``init-from``: strategies that write a PCA model; under noise
+    only the private forms (:data:`PRIVATE_PCA`) of centring; nodes asked."""
+    if cfg["scale"] and not cfg["center"]:
+        raise ConfigError("scale = true needs center = true: the columns are scaled about the pooled mean, as "
+                          "StandardScaler does (set center = true, or scale = false)")
+    noisy = cfg["epsilon"] > 0 or cfg["noise-std"] > 0
+    if cfg["scale"] and noisy:
+        raise ConfigError("scale is refused with epsilon or noise-std set: the clients' per-column sums of squares "
+                          "would be released in the clear, which the privacy guarantee does not cover")
+    if cfg["scale"] and not row_sums_at_discovery(cfg):
+        channel = ("its private channel (dp-channel)" if cfg["strategy"] == "dp-power" else
+                   f"SecAgg+ (secure-aggregation = {cfg['secure-aggregation']!r})")
+        raise ConfigError(f"scale is refused for {cfg['strategy']!r} here: its row sums travel through {channel}, "
+                          "and the per-column sums of squares would be sent in the clear at discovery")
+    for key, active in (("center", cfg["center"]), ("variance-target", cfg["variance-target"] > 0),
+                        ("init-from", bool(cfg["init-from"]))):
         if not active:
             continue
         if not spec(cfg["strategy"]).pca and not (key == "center" and cfg["strategy"] == "dp-power"):
             raise ConfigError(f"{key} applies to the strategies that write a PCA model (fedpower, power, ssi, "
                               f"localpower, faps, covariance; center also dp-power), not {cfg['strategy']!r}")
-        if (cfg["epsilon"] > 0 or cfg["noise-std"] > 0) and cfg["strategy"] not in PRIVATE_PCA:
+        if key == "init-from" and cfg["strategy"] == "covariance":
+            raise ConfigError("init-from does not apply to strategy 'covariance': it computes the exact "
+                              "components in one round from no starting basis")
+        if key == "init-from" and noisy:
+            raise ConfigError("init-from is refused with epsilon or noise-std set: the earlier model was computed "
+                              "from the data without noise, and a start drawn from it would carry it into the "
+                              "private run's releases unaccounted")
+        if noisy and cfg["strategy"] not in PRIVATE_PCA:
             raise ConfigError(f"{key} is refused with epsilon or noise-std set for {cfg['strategy']!r} (private "
                               f"PCA: {', '.join(PRIVATE_PCA)}): the clients' row sums (centring) "
                               "and the final summary exchange (explained variance) are sent without noise, so "
@@ -489,6 +516,9 @@ def _check_pca(cfg: dict[str, Any]) -> None:
         if key == "center" and cfg["noise-std"] > 0 and cfg["strategy"] == "fedpower":
             raise ConfigError("center = true with noise-std is refused for fedpower: the mean is released with "
                               "noise calibrated to epsilon; set epsilon (and delta) instead of noise-std")
+    if cfg["init-from"] and not cfg["init-from"].lower().endswith(".npz"):
+        raise ConfigError(f"init-from must be '' or a pca.npz file written by an earlier run, got "
+                          f"{cfg['init-from']!r}")
     if row_sums_at_discovery(cfg) and cfg["discovery"] == "engine":
         raise ConfigError('center = true needs discovery = "ask": the clients send their row sums at discovery')
 

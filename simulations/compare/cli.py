@@ -65,6 +65,7 @@ except ModuleNotFoundError as _missing:  # a dependency of the package, missing 
                      f"fedspectral (or pip install -e . in a clone) installs it") from None
 
 from fl_strategies.config import KEYS, ConfigError, suggest, validate_run_config
+from fl_strategies.warm_start import check_width, load_start
 from fl_strategies.harness import find_harness
 from fl_strategies.base import RunFailed
 from fl_strategies.registry import STRATEGY_NAMES, spec
@@ -419,10 +420,13 @@ def _check_data(jobs: list[Job], config: str | Path = "") -> None:
             continue
         seen.add(key)
         harness = find_harness(cfg)
-        if harness is None:  # rows on the clients (a folder of per-client files): the nodes report them
-            continue
         try:  # a data set that cannot be loaded (missing file, rank above its dimension, ...) is a ValueError
-            harness.server_data(cfg, evaluate=False)
+            start = load_start(cfg)  # init-from: the earlier model, read as the server will
+            if harness is None:  # rows on the clients (a folder of per-client files): the nodes report them
+                continue
+            data = harness.server_data(cfg, evaluate=False)
+            if start is not None:
+                check_width(start, data.dimension)
         except (ValueError, MemoryError) as ex:
             where = f"{config}:{job.line or 1}: " if config else ""
             raise ComparisonError(f"{where}run {job.run!r} seed {job.seed}: {str(ex) or type(ex).__name__}") from None

@@ -91,9 +91,12 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     """
     from fl_strategies.config import ConfigError, check_against_data, check_results_dir, validate_run_config
 
+    from fl_strategies.warm_start import check_width, load_start
+
     try:
         cfg = validate_run_config(fused_run_config(overrides))
         check_results_dir(cfg)
+        start = load_start(cfg)  # init-from: the earlier model, read as the server will
     except (ConfigError, ValueError) as ex:
         raise ArgumentError(f"{option}: {ex}") from None
     from fl_strategies.harness import NODE_DATA, folder_partitions
@@ -101,7 +104,12 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     if cfg["dataset"] == NODE_DATA:  # the nodes' own files: they are checked on the nodes
         return cfg
     if folder_partitions(cfg["dataset"]) is not None:
-        _check_folder(cfg, option)
+        d = _check_folder(cfg, option)
+        if start is not None:
+            try:
+                check_width(start, d)
+            except ConfigError as ex:
+                raise ArgumentError(f"{option}: {ex}") from None
         return cfg
     from simulations.data.federated_data import data_shape
     from simulations.data.interaction_data import interaction_rows, is_interaction_folder
@@ -113,13 +121,16 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
         else:
             n, d = data_shape(cfg)
         check_against_data(cfg, d, n)
+        if start is not None:
+            check_width(start, d)
     except (ValueError, MemoryError) as ex:
         raise ArgumentError(f"{option}: {str(ex) or type(ex).__name__}") from None
     return cfg
 
 
-def _check_folder(cfg: dict, option: str) -> None:
-    """Read every per-client file of a folder data set (as its client will) and check them against the run config.
+def _check_folder(cfg: dict, option: str) -> int:
+    """Read every per-client file of a folder data set (as its client will), check them against the run config,
+    and return their common width ``d``.
 
     The simulated clients read the same files again; here a bad file is one line before Flower starts, naming
     the partition and the file (empty, non-finite, unparsable), and so are files of different widths and ranks
@@ -136,10 +147,10 @@ def _check_folder(cfg: dict, option: str) -> None:
         files = [partition_file(cfg["dataset"], pid) for pid in range(cfg["num-clients"])]
     except ValueError as ex:
         raise ArgumentError(f"{option}: {ex}") from None
-    check_node_files(cfg, files, option, "dataset folder file", f"dataset folder {cfg['dataset']!r}")
+    return check_node_files(cfg, files, option, "dataset folder file", f"dataset folder {cfg['dataset']!r}")
 
 
-def check_node_files(cfg: dict, files: list[Path], option: str, label: str, where: str) -> None:
+def check_node_files(cfg: dict, files: list[Path], option: str, label: str, where: str) -> int:
     """Read every node's file (as its client will) and check them together against the run config.
 
     Each file must pass :func:`fl_strategies.data_files.open_samples` (a ``.npy`` read without pickles or a
@@ -156,6 +167,11 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
         The command-line option the messages start with (``--run-config``, ``--data-dir DIR``).
     label, where : str
         How a message names one file (``"dataset folder file"``) and all of them (``"dataset folder 'DIR'"``).
+
+    Returns
+    -------
+    int
+        The files' common width ``d``.
 
     Raises
     ------
@@ -183,6 +199,7 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
         check_against_data(cfg, next(iter(widths)), rows)
     except ConfigError as ex:
         raise ArgumentError(f"{option}: {ex}") from None
+    return next(iter(widths))
 
 
 OUTPUT_KEYS = ("results-dir", "checkpoint-dir")

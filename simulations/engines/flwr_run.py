@@ -12,7 +12,7 @@ wrong on a machine without internet; this wrapper does them:
 * it asks for as many simulated SuperNodes as the run config has clients
   (Flower's default is 2);
 * it makes relative paths (``results-dir``, ``checkpoint-dir``, a ``dataset``
-  or ``server-data`` file) absolute against the directory it is run from
+  or ``server-data`` file, an ``init-from`` model) absolute against the directory it is run from
   (Flower's processes would resolve them against the SuperLink's);
 * ``flwr run`` exits 0 even when the run failed, so the run's final status is
   read back with ``flwr ls`` and turned into the exit code;
@@ -219,14 +219,14 @@ def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
     return run_id
 
 
-PATH_KEYS = ("results-dir", "checkpoint-dir", "dataset", "server-data")
+PATH_KEYS = ("results-dir", "checkpoint-dir", "dataset", "server-data", "init-from")
 
 
 def absolute_paths(cfg: dict) -> dict[str, str]:
     """The run config's relative paths made absolute against the current directory.
 
-    ``results-dir`` and ``checkpoint-dir`` always (they are created); ``dataset`` and ``server-data`` when they
-    name an existing file or folder here (else ``dataset`` names a generator).
+    ``results-dir`` and ``checkpoint-dir`` always (they are created); ``dataset``, ``server-data`` and
+    ``init-from`` when they name an existing file or folder here (else ``dataset`` names a generator).
     """
     out = {}
     for key in PATH_KEYS:
