@@ -17,15 +17,22 @@ from test_resume import SMALL
 from test_resume_guards import _copy, _open, _write, saved  # noqa: F401  (saved is a fixture)
 
 
-def test_a_document_without_its_format_number_is_refused(saved, tmp_path):  # noqa: F811
-    """A file of an unknown layout is refused even when its checksum is valid (anyone can compute one)."""
+@pytest.mark.parametrize("change", ["no format number", "an older format", "not a table"])
+def test_a_document_of_another_format_is_refused_naming_it(saved, tmp_path, change):  # noqa: F811
+    """A file of another layout is refused even when its checksum is valid (anyone can compute one)."""
     path, cfg = _copy(saved, tmp_path)
     text, _, arrays = _open(path)
     doc = json.loads(text)
-    del doc["version"]
+    if change == "no format number":
+        del doc["version"]
+    elif change == "an older format":
+        doc["version"] = ck.FORMAT_VERSION - 1
+    else:
+        doc = [doc]
     text = json.dumps(doc)
     _write(path, text, ck._checksum(text, arrays), arrays)
-    with pytest.raises(ConfigError, match=f"has format None, expected {ck.FORMAT_VERSION}"):
+    found = ck.FORMAT_VERSION - 1 if change == "an older format" else None
+    with pytest.raises(ConfigError, match=f"has format {found}, expected {ck.FORMAT_VERSION}"):
         ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
 
 
