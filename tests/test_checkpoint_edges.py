@@ -13,7 +13,8 @@ import pytest
 
 from fl_strategies import checkpoint as ck
 from fl_strategies.config import ConfigError
-from test_resume import SMALL
+from conftest import run_app
+from test_resume import SMALL, Killed, kill_server
 from test_resume_guards import _copy, _open, _write, saved  # noqa: F401  (saved is a fixture)
 
 
@@ -87,3 +88,51 @@ def test_a_first_write_that_fails_says_no_checkpoint_is_kept(saved, tmp_path, mo
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and errors[0].endswith("the run goes on and no checkpoint is kept for resume")
     assert checkpoint.saved_round is None and not (tmp_path / ck.CHECKPOINT_FILE).exists()
+
+
+def test_a_run_killed_in_its_first_round_resumes_from_the_checkpoint_of_round_0(tmp_path, monkeypatch):
+    """The server saves the state after round 0 (the first evaluation); a kill in round 1 resumes from it."""
+    with monkeypatch.context() as patch, pytest.raises(Killed):
+        kill_server(patch, 0, before_save=False)
+        run_app(checkpoint_dir=str(tmp_path), **SMALL)
+    cfg = dict(run_app(**SMALL).cfg, resume=True, **{"checkpoint-dir": str(tmp_path)})
+    assert ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"]).resumed["round"] == 0
+
+
+def _forge(path, change) -> None:
+    """Apply ``change(doc)`` and write the checkpoint with a valid checksum, as a forger would."""
+    text, _, arrays = _open(path)
+    doc = json.loads(text)
+    change(doc)
+    text = json.dumps(doc)
+    _write(path, text, ck._checksum(text, arrays), arrays)
+
+
+FORGED = [
+    ("round-true", lambda d: d.update(round=True), "has round True"),
+    ("round-float", lambda d: d.update(round=float(d["round"])), r"has round \d\.0"),
+    ("no-parameters", lambda d: d.update(parameters=[]), "holds no parameters"),
+    ("no-held-row", lambda d: d["strategy"].pop("held"), "holds no strategy state"),
+    ("estimates-not-a-list", lambda d: d["strategy"].update(iterates={}), "holds no rows or estimates"),
+    ("held-row-without-its-estimate", lambda d: d["strategy"].update(held=[{}]), "malformed held row"),
+    ("a-key-missing-from-the-saved-config", lambda d: d["config"].pop("seed"), "seed = None there"),
+]
+
+
+@pytest.mark.parametrize("change, match", [c[1:] for c in FORGED], ids=[c[0] for c in FORGED])
+def test_a_forged_state_of_the_wrong_kind_is_refused(saved, tmp_path, change, match):  # noqa: F811
+    path, cfg = _copy(saved, tmp_path)
+    _forge(path, change)
+    with pytest.raises(ConfigError, match=match):
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+
+
+def test_a_changed_config_names_at_most_five_keys(saved, tmp_path):  # noqa: F811
+    path, cfg = _copy(saved, tmp_path)
+    changed = sorted(k for k, v in cfg.items() if isinstance(v, int) and not isinstance(v, bool)
+                     and k not in ck.SAME_KEYS_EXEMPT)[:6]
+    assert len(changed) == 6
+    _forge(path, lambda d: d["config"].update({k: d["config"][k] + 1 for k in changed}))
+    with pytest.raises(ConfigError, match="another run config") as info:
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+    assert str(info.value).count(" there, ") == 5
