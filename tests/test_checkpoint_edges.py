@@ -113,6 +113,8 @@ FORGED = [
     ("round-float", lambda d: d.update(round=float(d["round"])), r"has round \d\.0"),
     ("no-parameters", lambda d: d.update(parameters=[]), "holds no parameters"),
     ("no-held-row", lambda d: d["strategy"].pop("held"), "holds no strategy state"),
+    ("two-rows-missing", lambda d: d["strategy"].update(records=d["strategy"]["records"][:-2]),
+     "has rows of rounds"),
     ("estimates-not-a-list", lambda d: d["strategy"].update(iterates={}), "holds no rows or estimates"),
     ("held-row-without-its-estimate", lambda d: d["strategy"].update(held=[{}]), "malformed held row"),
     ("a-key-missing-from-the-saved-config", lambda d: d["config"].pop("seed"), "seed = None there"),
