@@ -138,3 +138,15 @@ def test_a_changed_config_names_at_most_five_keys(saved, tmp_path):  # noqa: F81
     with pytest.raises(ConfigError, match="another run config") as info:
         ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
     assert str(info.value).count(" there, ") == 5
+
+
+def test_estimates_of_another_width_than_the_iteration_rank_are_refused(saved, tmp_path):  # noqa: F811
+    """Every estimate one column short, still orthonormal and all of one shape: only the rank check sees it."""
+    path, cfg = _copy(saved, tmp_path)
+    text, _, arrays = _open(path)
+    r = cfg["iteration-rank"]
+    assert r >= 2
+    arrays = [a[:, :-1] if a.ndim == 2 and a.shape[1] == r else a for a in arrays]
+    _write(path, text, ck._checksum(text, arrays), arrays)
+    with pytest.raises(ConfigError, match=rf"holds an estimate of shape \(\d+, {r - 1}\); this run iterates {r}"):
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
