@@ -1,0 +1,38 @@
+"""Edges of the private covariance's calibration (fl_strategies/analyze_gauss.py) that the mutation run showed
+untested: the row bound's default, the epsilon a calibration reports as spent, and the target's range."""
+
+from __future__ import annotations
+
+import pytest
+
+from fl_strategies import analyze_gauss as ag
+
+SHARES = {"gram": (1.0 - ag.MEAN_SHARE, 1), "row-sum": (ag.MEAN_SHARE, 1)}
+
+
+def test_the_row_bound_is_the_clip_norm_when_set_else_one():
+    assert ag.row_bound({}) == ag.row_bound({"clip-norm": 0.0}) == 1.0
+    assert ag.row_bound({"clip-norm": 2.5}) == 2.5
+
+
+@pytest.mark.parametrize("calibration", ["paper", "tight"])
+def test_the_spent_epsilon_counts_every_release_made_and_only_those(calibration):
+    """The calibrated composition spends at most the target (``tight`` converts zCDP exactly, so all of it),
+    one release alone spends less but more than nothing, a third release more, and no release nothing."""
+    epsilon = 0.7
+    releases = ag.calibrate(epsilon, 1e-5, calibration, SHARES)
+    assert 0.0 < releases.epsilon <= epsilon * (1 + 1e-12)
+    if calibration == "tight":
+        assert releases.epsilon == pytest.approx(epsilon, rel=1e-9)
+    assert releases.spent({"gram": 1, "row-sum": 1}) == releases.epsilon
+    alone = releases.spent({"gram": 1, "row-sum": 0})
+    assert 0.0 < alone < releases.epsilon
+    assert releases.spent({"gram": 2, "row-sum": 1}) > releases.epsilon
+    assert releases.spent({"gram": 0, "row-sum": 0}) == releases.spent({}) == 0.0
+    assert all(f"{name}: sigma=" in repr(releases) for name in SHARES)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, -1.0, float("inf"), float("nan")])
+def test_a_target_epsilon_that_is_not_finite_and_positive_is_refused(epsilon):
+    with pytest.raises(ValueError, match="epsilon must be a finite number > 0"):
+        ag.calibrate(epsilon, 1e-5, "tight", SHARES)
