@@ -75,19 +75,28 @@ class _State:
         return {"records": []}
 
 
-def test_a_first_write_that_fails_says_no_checkpoint_is_kept(saved, tmp_path, monkeypatch, caplog):  # noqa: F811
+def test_a_failed_write_names_the_checkpoint_that_is_kept(saved, tmp_path, monkeypatch, caplog):  # noqa: F811
+    """None before the first write succeeds; after it, the last round written."""
     _, cfg = saved
     checkpoint = ck.Checkpoint(tmp_path, dict(cfg, resume=False))
+    savez = ck.np.savez
 
     def full_disk(fh, **arrays):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(ck.np, "savez", full_disk)
     with caplog.at_level(logging.ERROR, logger="flwr.fedspectral"):
+        monkeypatch.setattr(ck.np, "savez", full_disk)
         checkpoint.save(1, [np.eye(3, 2)], _State())
+        assert checkpoint.saved_round is None and not (tmp_path / ck.CHECKPOINT_FILE).exists()
+        monkeypatch.setattr(ck.np, "savez", savez)
+        checkpoint.save(2, [np.eye(3, 2)], _State())
+        assert checkpoint.saved_round == 2 and (tmp_path / ck.CHECKPOINT_FILE).exists()
+        monkeypatch.setattr(ck.np, "savez", full_disk)
+        checkpoint.save(3, [np.eye(3, 2)], _State())
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(errors) == 1 and errors[0].endswith("the run goes on and no checkpoint is kept for resume")
-    assert checkpoint.saved_round is None and not (tmp_path / ck.CHECKPOINT_FILE).exists()
+    assert len(errors) == 2
+    assert errors[0].endswith("the run goes on and no checkpoint is kept for resume")
+    assert errors[1].endswith("the run goes on and the checkpoint of round 2 is kept for resume")
 
 
 def test_a_run_killed_in_its_first_round_resumes_from_the_checkpoint_of_round_0(tmp_path, monkeypatch):
