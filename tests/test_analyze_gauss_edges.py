@@ -36,3 +36,16 @@ def test_the_spent_epsilon_counts_every_release_made_and_only_those(calibration)
 def test_a_target_epsilon_that_is_not_finite_and_positive_is_refused(epsilon):
     with pytest.raises(ValueError, match="epsilon must be a finite number > 0"):
         ag.calibrate(epsilon, 1e-5, "tight", SHARES)
+
+
+@pytest.mark.parametrize("delta", [0.0, 1.0, 1.5])
+def test_a_delta_outside_the_open_unit_interval_is_refused(delta):
+    with pytest.raises(ValueError, match=r"delta must be in \(0, 1\)"):
+        ag.calibrate(1.0, delta, "tight", SHARES)
+
+
+@pytest.mark.parametrize("shares", [{"gram": (1.0, 1), "row-sum": (0.0, 1)}, {"gram": (1.5, 1), "row-sum": (-0.5, 1)},
+                                    {"gram": (0.8, 1), "row-sum": (0.1, 1)}], ids=["zero", "negative", "short"])
+def test_shares_that_are_not_positive_or_do_not_sum_to_one_are_refused(shares):
+    with pytest.raises(ValueError, match="the privacy shares must be > 0 and sum to 1"):
+        ag.calibrate(1.0, 1e-5, "tight", shares)

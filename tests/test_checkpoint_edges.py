@@ -124,6 +124,9 @@ FORGED = [
     ("no-held-row", lambda d: d["strategy"].pop("held"), "holds no strategy state"),
     ("two-rows-missing", lambda d: d["strategy"].update(records=d["strategy"]["records"][:-2]),
      "has rows of rounds"),
+    ("a-negative-count-after-text-and-nan", lambda d: d["strategy"]["records"].__setitem__(
+        1, {"note": None, "spent": float("nan"), "extra_bytes": -1, **d["strategy"]["records"][1]}),
+     "extra_bytes = -1, outside"),
     ("estimates-not-a-list", lambda d: d["strategy"].update(iterates={}), "holds no rows or estimates"),
     ("held-row-without-its-estimate", lambda d: d["strategy"].update(held=[{}]), "malformed held row"),
     ("a-key-missing-from-the-saved-config", lambda d: d["config"].pop("seed"), "seed = None there"),
