@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fl_strategies import analyze_gauss as ag
+from fl_strategies import zcdp
 
 SHARES = {"gram": (1.0 - ag.MEAN_SHARE, 1), "row-sum": (ag.MEAN_SHARE, 1)}
 
@@ -49,3 +50,10 @@ def test_a_delta_outside_the_open_unit_interval_is_refused(delta):
 def test_shares_that_are_not_positive_or_do_not_sum_to_one_are_refused(shares):
     with pytest.raises(ValueError, match="the privacy shares must be > 0 and sum to 1"):
         ag.calibrate(1.0, 1e-5, "tight", shares)
+
+
+@pytest.mark.parametrize("calibration", ["paper", "tight"])
+def test_paper_and_tight_scale_is_their_own_one_gaussian_multiplier(calibration):
+    """A composition of Gaussians is one Gaussian: its multiplier is the calibration's for a single release."""
+    releases = ag.calibrate(0.7, 1e-5, calibration, SHARES)
+    assert releases.scale == zcdp.noise_multiplier(0.7, 1e-5, 1, calibration)

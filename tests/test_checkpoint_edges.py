@@ -127,6 +127,8 @@ FORGED = [
     ("a-negative-count-after-text-and-nan", lambda d: d["strategy"]["records"].__setitem__(
         1, {"note": None, "spent": float("nan"), "extra_bytes": -1, **d["strategy"]["records"][1]}),
      "extra_bytes = -1, outside"),
+    ("distance-between-one-and-two", lambda d: d["strategy"]["records"][1].update(subspace_distance=1.5),
+     "subspace_distance = 1.5, outside"),
     ("estimates-not-a-list", lambda d: d["strategy"].update(iterates={}), "holds no rows or estimates"),
     ("held-row-without-its-estimate", lambda d: d["strategy"].update(held=[{}]), "malformed held row"),
     ("a-key-missing-from-the-saved-config", lambda d: d["config"].pop("seed"), "seed = None there"),
@@ -162,3 +164,11 @@ def test_estimates_of_another_width_than_the_iteration_rank_are_refused(saved, t
     _write(path, text, ck._checksum(text, arrays), arrays)
     with pytest.raises(ConfigError, match=rf"holds an estimate of shape \(\d+, {r - 1}\); this run iterates {r}"):
         ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+
+
+def test_a_row_at_the_largest_subspace_distance_is_accepted(saved, tmp_path):  # noqa: F811
+    """A distance of exactly 1 (orthogonal subspaces) is one a run can write."""
+    path, cfg = _copy(saved, tmp_path)
+    _forge(path, lambda d: d["strategy"]["records"][1].update(subspace_distance=1.0))
+    resumed = ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"]).resumed
+    assert resumed["strategy"]["records"][1]["subspace_distance"] == 1.0
