@@ -35,7 +35,7 @@ from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
 from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
-           "validate_run_config", "effective_config", "unread_keys", "check_unread_keys", "default_run_config", "check_against_data",
+           "validate_run_config", "effective_config", "unread_keys", "check_unread_keys", "default_run_config", "SHADOWING", "MODES", "check_against_data",
            "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
            "previous_results", "check_results_dir"]
 
@@ -487,10 +487,37 @@ def _check_conflicts(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r} with noise-std set: an explicit noise-std "
                           "is not calibrated, and its privacy is accounted by the paper's bound; set "
                           "dp-calibration = \"paper\" (or epsilon instead of noise-std)")
+    inner_rule = cfg["strategy"] == "faps" and cfg["inner-solver"] == "ssi" and cfg["inner-steps"] == 0
+    if inner_rule and cfg["inner-min-steps"] > cfg["inner-max-steps"]:
+        raise ConfigError(f"inner-min-steps = {cfg['inner-min-steps']} exceeds inner-max-steps = "
+                          f"{cfg['inner-max-steps']}: the cap would be raised to inner-min-steps; set inner-min-steps "
+                          "<= inner-max-steps")
+
+
+SHADOWING = (
+    ("fedpower", "total-iterations", lambda c: c["total-iterations"] > 0, ("num-server-rounds",),
+     "it fixes the schedule and so the number of rounds"),
+    ("faps", "inner-steps", lambda c: c["inner-steps"] > 0, ("inner-tol", "inner-min-steps", "inner-max-steps"),
+     "a fixed number of inner iterations replaces the inner-tol rule"),
+)
+"""``(strategy, key, active, keys, why)``: for ``strategy``, ``key`` set so that ``active(cfg)`` holds makes
+``keys`` unread. Two ways of setting one thing: :func:`check_unread_keys` refuses a non-default value of both."""
+
+MODES = (
+    ("faps", "inner-solver", lambda c: c["inner-solver"] == "exact",
+     ("inner-tol", "inner-steps", "inner-min-steps", "inner-max-steps")),
+    ("fedmf", "u-solver", lambda c: c["u-solver"] == "exact", ("local-iterations", "momentum")),
+)
+"""``(strategy, key, active, keys)``: a mode of ``strategy`` in which ``keys`` are not read (the exact solvers
+iterate nothing); named with the keys the strategy never reads (:func:`unread_keys`)."""
+
+
+def _changed(cfg: Mapping[str, Any], defaults: Mapping[str, Any], name: str) -> bool:
+    return name in defaults and name in cfg and cfg[name] != defaults[name]
 
 
 def unread_keys(cfg: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[str]:
-    """The keys set to a value other than their default that ``cfg``'s strategy never reads.
+    """The keys set to a value other than their default that ``cfg``'s strategy does not read.
 
     Parameters
     ----------
@@ -504,32 +531,37 @@ def unread_keys(cfg: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[str
     Returns
     -------
     list of str
-        In the order of :data:`KEYS`: each key whose ``strategies`` excludes ``cfg["strategy"]``.
+        In the order of :data:`KEYS`: each key whose ``strategies`` excludes ``cfg["strategy"]``, and each key
+        a mode of the strategy (:data:`MODES`) leaves unread.
     """
     strategy = cfg["strategy"]
-    return [name for name, key in KEYS.items()
-            if key.strategies and strategy not in key.strategies and name in defaults and name in cfg
-            and cfg[name] != defaults[name]]
-
-
-def unread_message(cfg: Mapping[str, Any], names: list[str]) -> str:
-    """One line naming the keys of :func:`unread_keys` and their values."""
-    listed = ", ".join(f"{name} = {cfg[name]!r}" for name in names)
-    return f"strategy {cfg['strategy']!r} does not read {listed} (set to non-default values; they have no effect)"
+    unread = {name for name, key in KEYS.items() if key.strategies and strategy not in key.strategies}
+    for owner, _, active, keys in MODES:
+        if owner == strategy and active(cfg):
+            unread.update(keys)
+    return [name for name in KEYS if name in unread and _changed(cfg, defaults, name)]
 
 
 def check_unread_keys(cfg: Mapping[str, Any], defaults: Mapping[str, Any]) -> str | None:
-    """The warning line for the keys ``cfg``'s strategy does not read, or ``None`` when there are none.
+    """Refuse the pairs of :data:`SHADOWING`; return the warning line for :func:`unread_keys`, or ``None``.
 
     Raises
     ------
     ConfigError
-        With ``strict = true``, instead of returning the line.
+        For a key of :data:`SHADOWING` set together with a key it makes unread (one message naming both); with
+        ``strict = true``, instead of returning the line.
     """
+    for owner, key, active, keys, why in SHADOWING:
+        shadowed = [name for name in keys if _changed(cfg, defaults, name)]
+        if owner == cfg["strategy"] and active(cfg) and shadowed:
+            listed = ", ".join(f"{name} = {cfg[name]!r}" for name in shadowed)
+            raise ConfigError(f"{key} = {cfg[key]!r} and {listed} are both set: {why}, so {listed} would have "
+                              f"no effect; set only one of them")
     names = unread_keys(cfg, defaults)
     if not names:
         return None
-    line = unread_message(cfg, names)
+    listed = ", ".join(f"{name} = {cfg[name]!r}" for name in names)
+    line = f"strategy {cfg['strategy']!r} does not read {listed} (set to non-default values; they have no effect)"
     if cfg["strict"]:
         raise ConfigError(f"strict = true: {line}")
     return line

@@ -89,3 +89,42 @@ def test_undeclared_keys_leave_the_result_unchanged(strategy, unread):
                                                                    if v != default_run_config()[k]}
     changed = run_app(strategy=strategy, **base, **{k.replace("-", "_"): v for k, v in unread.items()})
     np.testing.assert_array_equal(plain.iterates[-1], changed.iterates[-1])
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"total-iterations": 40, "num-server-rounds": 20},
+     r"^total-iterations = 40 and num-server-rounds = 20 are both set: it fixes"),
+    ({"strategy": "faps", "inner-steps": 3, "inner-tol": 0.5},
+     r"^inner-steps = 3 and inner-tol = 0\.5 are both set"),
+])
+def test_two_ways_of_setting_one_thing_are_refused_at_the_start_naming_both(over, match):
+    cfg = fused_run_config(over)
+    validate_run_config(cfg)  # each value is valid on its own
+    with pytest.raises(ConfigError, match=match):
+        check_unread_keys(cfg, default_run_config())
+
+
+def test_one_of_the_two_alone_is_accepted():
+    for over in ({"total-iterations": 40}, {"num-server-rounds": 20},
+                 {"strategy": "faps", "inner-steps": 3}, {"strategy": "faps", "inner-tol": 0.5},
+                 {"strategy": "power", "total-iterations": 40, "num-server-rounds": 20}):  # power fixes T = 0
+        cfg = fused_run_config(over)
+        line = check_unread_keys(cfg, default_run_config())
+        assert line is None or "num-server-rounds" not in line, over
+
+
+def test_an_exact_solver_names_the_iteration_keys_it_does_not_read():
+    defaults = default_run_config()
+    cfg = fused_run_config({"strategy": "fedmf", "u-solver": "exact", "local-iterations": 60})
+    assert unread_keys(cfg, defaults) == ["local-iterations"]
+    cfg = fused_run_config({"strategy": "faps", "inner-solver": "exact", "inner-tol": 0.5})
+    assert unread_keys(cfg, defaults) == ["inner-tol"]
+    assert unread_keys(fused_run_config({"strategy": "faps", "inner-tol": 0.5}), defaults) == []
+
+
+def test_inner_min_steps_above_inner_max_steps_is_refused_for_the_inner_tol_rule():
+    cfg = fused_run_config({"strategy": "faps", "inner-min-steps": 5, "inner-max-steps": 3})
+    with pytest.raises(ConfigError, match=r"^inner-min-steps = 5 exceeds inner-max-steps = 3"):
+        validate_run_config(cfg)
+    validate_run_config(fused_run_config({"strategy": "faps", "inner-min-steps": 5, "inner-max-steps": 3,
+                                          "inner-steps": 4}))  # the rule is off: neither is read
