@@ -128,3 +128,13 @@ def test_inner_min_steps_above_inner_max_steps_is_refused_for_the_inner_tol_rule
         validate_run_config(cfg)
     validate_run_config(fused_run_config({"strategy": "faps", "inner-min-steps": 5, "inner-max-steps": 3,
                                           "inner-steps": 4}))  # the rule is off: neither is read
+
+
+def test_flwr_run_names_the_unread_keys_before_flower_starts(capsys):
+    from simulations.engines import ArgumentError, checked_run_config
+
+    checked_run_config({"strategy": "covariance", "mf-sigma-1": 3.0, **{k: TINY[k] for k in ("num-clients", "rank")}})
+    assert capsys.readouterr().err == ("warning: strategy 'covariance' does not read mf-sigma-1 = 3.0 (set to "
+                                       "non-default values; they have no effect)\n")
+    with pytest.raises(ArgumentError, match=r"^--run-config: strict = true: strategy 'covariance' does not read"):
+        checked_run_config({"strategy": "covariance", "mf-sigma-1": 3.0, "strict": True})
