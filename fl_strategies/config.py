@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .data_files import is_data_file
+from .errors import ConfigError
 from .harness import folder_partitions
 from .dp_sensitivity import SENSITIVITIES
 from .noise import NOISE_SOURCES
@@ -38,10 +39,6 @@ __all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_cova
            "validate_run_config", "effective_config", "unread_keys", "check_unread_keys", "default_run_config", "SHADOWING", "MODES", "check_against_data",
            "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
            "previous_results", "check_results_dir"]
-
-
-class ConfigError(ValueError):
-    """A run configuration is invalid; the message names the key and what is allowed."""
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from .config import total_iterations
+from .config import ConfigError, total_iterations
 from .base import log, uploaded_bytes
 from .eigenspace import STREAM_NOISE, EigenspaceStrategy
 from .kernels.power import local_power_iterations
@@ -341,8 +341,6 @@ class FedPowerStrategy(EigenspaceStrategy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume only when every node re-draws a repeated round's noise: a node whose noise secret lived in
         the old run's node state (no ``noise-secret`` file) would answer the round in flight with fresh noise."""
-        from .config import ConfigError
-
         lost = sorted(f"node {cid} (partition {pid})" for cid, pid in self._pid_by_cid.items()
                       if self.node_properties.get(cid, {}).get("noise-persistent") is False
                       and (self.cfg["noise-std"] > 0 or self.cfg["epsilon"] > 0))

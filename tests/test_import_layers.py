@@ -64,3 +64,15 @@ def test_kernels_import_neither_flower_nor_the_settings():
         reached = reached_from(name)
         assert not [m for m in reached if m == "flwr" or m.startswith("flwr.")], name
         assert not [m for m in reached if m.startswith(SETTINGS)], name
+
+
+def test_no_circle_between_the_settings_and_participation_nor_datasets_and_erm_data():
+    from fl_strategies import config, errors, participation
+
+    repo = PACKAGE.parent
+    assert "fl_strategies.config" not in imports(PACKAGE / "participation.py")  # neither at the top nor late
+    assert "fl_strategies.participation" in imports(PACKAGE / "config.py")
+    datasets = imports(repo / "simulations" / "data" / "datasets.py")
+    assert not [m for m in datasets if m.startswith("simulations.data.erm_data")]
+    assert "simulations.data.datasets" in imports(repo / "simulations" / "data" / "erm_data.py")
+    assert config.ConfigError is errors.ConfigError is participation.ConfigError  # one class, caught as before
