@@ -11,6 +11,11 @@ server and every client call it on the same input and so agree on the result.
 Relations that need the data (a rank above the dimension, more clients than
 rows) are checked by :func:`check_against_data` as soon as the data are known,
 still before round 1.
+
+Which strategies read each key is declared once, in :data:`KEYS` (``Key.strategies``; none = every strategy).
+At the start of a run :func:`check_unread_keys` names, in one line, the keys set to a non-default value that
+the strategy does not read (refused under ``strict = true``), and refuses two keys that set one thing
+(:data:`SHADOWING`); pairs decidable without the defaults are refused by the validation itself.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
 from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
-           "validate_run_config", "effective_config", "unread_keys", "check_unread_keys", "default_run_config", "SHADOWING", "MODES", "check_against_data",
+           "validate_run_config", "effective_config", "unread_keys", "check_unread_keys", "default_run_config",
+           "SHADOWING", "MODES", "check_against_data",
            "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
            "previous_results", "check_results_dir"]
 
@@ -95,14 +101,18 @@ KEYS: dict[str, Key] = {
              lambda v: v > 0, "a number > 0"),
         _key("num-clients", int, "m, the number of clients (partitions)", lambda v: v >= 1, "an integer >= 1"),
         _key("clients-per-round", int, "K, clients sampled per round (FedPower: with replacement, see sampling); 0 "
-             "or num-clients = full participation without sampling", lambda v: v >= 0, "an integer in [0, num-clients]", strategies=("fedpower",)),
-        _key("rank", int, "k, the target rank", lambda v: v >= 1, "an integer >= 1", strategies=_PCA + ("dp-power",) + _MF),
+             "or num-clients = full participation without sampling", lambda v: v >= 0, "an integer in [0, num-clients]",
+             strategies=("fedpower",)),
+        _key("rank", int, "k, the target rank", lambda v: v >= 1, "an integer >= 1",
+             strategies=_PCA + ("dp-power",) + _MF),
         _key("iteration-rank", int, "r >= k, columns iterated (0 = rank)", lambda v: v >= 0,
              "0 or an integer >= rank", strategies=("fedpower", "power", "covariance", "dp-power")),
         _key("num-server-rounds", int, "communication rounds (the maximum, with stop-tol; used when "
-             "total-iterations is 0)", lambda v: v >= 1, "an integer in [1, 1000000]", strategies=_POWER + ("faps", "dp-power", "fedave") + _MF),
+             "total-iterations is 0)", lambda v: v >= 1, "an integer in [1, 1000000]",
+             strategies=_POWER + ("faps", "dp-power", "fedave") + _MF),
         _key("total-iterations", int, "T, local iterations in total; > 0 fixes the schedule and the number of "
-             "rounds, 0 derives T from num-server-rounds", lambda v: v >= 0, "an integer in [0, 1000000] (and T <= 1000000)", strategies=("fedpower",)),
+             "rounds, 0 derives T from num-server-rounds", lambda v: v >= 0, "an integer in [0, 1000000] (and T <= 1000000)",
+             strategies=("fedpower",)),
         _key("local-steps", int, "p, local iterations between communications", lambda v: v >= 1,
              "an integer >= 1", strategies=("fedpower", "localpower", "fedave")),
         _key("schedule", str, "fixed: p every round; decayed: p, p-1, ..., 1, 1, ...; halving: p, p//2, ..., 1, 1, ...",
@@ -127,7 +137,8 @@ KEYS: dict[str, Key] = {
         _key("dimension", int, "d of a generated data set (0 = 50); for files and bundled sets 0 or their width",
              lambda v: v >= 0, "an integer >= 0"),
         _key("row-normalize", bool,
-             "scale every row to unit L2 norm on its node (never done unless set; required by epsilon / noise-std)", strategies=_PCA + ("dp-power",)),
+             "scale every row to unit L2 norm on its node (never done unless set; required by epsilon / noise-std)",
+             strategies=_PCA + ("dp-power",)),
         _key("clip-norm", float, "c > 0: rows longer than c are scaled down to L2 norm c on their node, others kept "
              "(the privacy bound for data already bounded; with epsilon: covariance only); 0 = off; the model "
              "records it and transform applies it", lambda v: v >= 0, "a finite number >= 0", strategies=_PCA),
@@ -140,7 +151,8 @@ KEYS: dict[str, Key] = {
         _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
              lambda v: v >= 0, "a number >= 0", harmless_on_resume=True),
         _key("stop-tol", float, "stopping rule (27) of the FAPS paper: stop when the objective's relative "
-             "change is at most this (0 = run all rounds)", lambda v: 0 <= v < 1, "a number in [0, 1)", strategies=_POWER + ("faps",)),
+             "change is at most this (0 = run all rounds)", lambda v: 0 <= v < 1, "a number in [0, 1)",
+             strategies=_POWER + ("faps",)),
         _key("inner-solver", str, "FAPS local subproblem: ssi (subspace iterations) or exact (eigh)",
              choices=("ssi", "exact"), strategies=("faps",)),
         _key("inner-tol", float, "FAPS inner rule (26): stop when the basis changes by at most inner-tol (relative Frobenius norm)",
@@ -151,7 +163,8 @@ KEYS: dict[str, Key] = {
              lambda v: v >= 1, "an integer >= 1", strategies=("faps",)),
         _key("inner-max-steps", int, "FAPS: cap on inner iterations under the inner-tol rule",
              lambda v: v >= 1, "an integer >= 1", strategies=("faps",)),
-        _key("penalty-init", float, "FAPS: beta_0 = penalty-init times the squared spectral norm of the client's data", lambda v: v > 0, "a number > 0", strategies=("faps",)),
+        _key("penalty-init", float, "FAPS: beta_0 = penalty-init times the squared spectral norm of the client's data", lambda v: v > 0, "a number > 0",
+             strategies=("faps",)),
         _key("penalty-theta", float, "FAPS rule (25): beta grows by the factor 1 + theta", lambda v: v >= 0,
              "a number >= 0", strategies=("faps",)),
         _key("penalty-mu", float, "FAPS rule (25): required relative decrease of d_i over 5 rounds",
@@ -165,7 +178,8 @@ KEYS: dict[str, Key] = {
         _key("l2", float, "FedLRGD/FedAve: mu, the l2 regularisation (strong-convexity) constant of the loss",
              lambda v: v > 0, "a number > 0", strategies=_ERM),
         _key("server-samples", int, "FedLRGD/FedAve: r, the server's own samples (the first r rows of the data); "
-             "FedLRGD's rank and number of communication rounds", lambda v: v >= 1, "an integer >= 1", strategies=_ERM),
+             "FedLRGD's rank and number of communication rounds", lambda v: v >= 1, "an integer >= 1",
+             strategies=_ERM),
         _key("gd-iterations", int, "FedLRGD: S, inexact gradient-descent steps at the server after the r rounds",
              lambda v: 0 <= v <= 10_000_000, "an integer in [0, 10000000]", strategies=("fedlrgd",)),
         _key("g-inverse", str, "FedLRGD: inv (the literal inverse of each G) or pinv (truncated pseudo-inverse "
@@ -197,7 +211,8 @@ KEYS: dict[str, Key] = {
         _key("mf-noise", float, "mf-synthetic data: std of the added Gaussian noise; mf-step data: the singular "
              "values after the first rank", lambda v: v >= 0, "a finite number >= 0"),
         _key("target-log-excess", float, "mf-altgd and mf-simgd: stop once log10(F - eps_min) is at most this "
-             "(num-server-rounds caps the iterations)", allowed="a finite number", strategies=("mf-altgd", "mf-simgd")),
+             "(num-server-rounds caps the iterations)", allowed="a finite number",
+             strategies=("mf-altgd", "mf-simgd")),
         _key("dp-sensitivity", str, "dp-power: Delta_l of each noisy product: row-norm (the paper's max row norm of "
              "X, relation (12)), max-entry (Hardt & Price, sqrt(p) max |X_ij|) or one (runtime-independent; also "
              "valid for adding or removing one unit-norm row)", choices=SENSITIVITIES, strategies=("dp-power",)),
@@ -222,7 +237,8 @@ KEYS: dict[str, Key] = {
              lambda v: v == 0 or v >= 3, "0 or an integer >= 3", strategies=("covariance", "dp-power")),
         # participation and stragglers (fl_strategies.participation)
         _key("sampling", str, "FedPower, FedAve: how the clients of a round are drawn: auto (the strategy's own "
-             "rule: FedPower with, FedAve without replacement), with-replacement or without-replacement", choices=SAMPLING, strategies=_POWER + ("fedave",)),
+             "rule: FedPower with, FedAve without replacement), with-replacement or without-replacement", choices=SAMPLING,
+             strategies=_POWER + ("fedave",)),
         _key("latency-model", str, "virtual compute time per local work unit: none, shifted-exp (latency-shift + "
              "latency-scale Exp(1), the FedLRGD paper's model) or pareto (latency-shift + latency-scale "
              "Lomax(latency-tail))", choices=LATENCY_MODELS, strategies=_STRAGGLERS),
@@ -244,7 +260,8 @@ KEYS: dict[str, Key] = {
              "(the first-k earliest replies) or deadline (the replies by deadline); round_time in the results",
              choices=ROUND_POLICIES, strategies=_STRAGGLERS),
         _key("first-k", int, "round-policy first-k: replies kept per round (0 with the other policies)",
-             lambda v: v >= 0, "an integer in [1, num-clients] with round-policy first-k, else 0", strategies=_STRAGGLERS),
+             lambda v: v >= 0, "an integer in [1, num-clients] with round-policy first-k, else 0",
+             strategies=_STRAGGLERS),
         _key("deadline", float, "round-policy deadline: virtual time at which the round closes (0 with the other "
              "policies; independent of the real round-timeout)", lambda v: v >= 0,
              "a number > 0 with round-policy deadline, else 0", strategies=_STRAGGLERS),
@@ -261,7 +278,8 @@ KEYS: dict[str, Key] = {
              "the last column; the first server-samples rows are used); '' = the simulation harness's first "
              "server-samples rows of the data set", allowed="a string ('' or a .npy/.csv path)", strategies=_ERM),
         _key("mf-sigma-1", float, "mf-altgd/mf-simgd: sigma_1 of the pooled matrix, for the step sizes (0 = from "
-             "the simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0", strategies=("mf-altgd", "mf-simgd")),
+             "the simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0",
+             strategies=("mf-altgd", "mf-simgd")),
         _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0", strategies=("mf-simgd",)),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
