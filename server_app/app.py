@@ -45,7 +45,11 @@ def build_strategy(run_config) -> tuple:
     num_rounds : int
     """
     cfg, overridden = effective_config(run_config)
-    unread = check_unread_keys(run_config, default_run_config())  # ConfigError under strict = true
+    defaults = default_run_config()
+    if not defaults:
+        log.warning("fedspectral: no pyproject.toml beside the package: keys the strategy does not read are not "
+                    "checked")
+    unread = check_unread_keys(run_config, defaults)  # ConfigError under strict = true
     if unread:
         log.warning("fedspectral: %s", unread)
     if overridden:
