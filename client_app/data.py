@@ -55,7 +55,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fl_strategies.data_files import open_samples
+from fl_strategies.data_files import file_fingerprint, is_data_file, open_samples
 from fl_strategies.harness import find_harness, on_nodes, partition_file
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import RowBlocks
@@ -143,6 +143,18 @@ class NodeData:
         return RowBlocks(rows, clip=self.cfg.get("clip-norm", 0.0))
 
     @property
+    def fingerprint(self) -> str | None:
+        """SHA-256 (hex) of the file the node's rows come from: its ``data-path``, its dataset folder file or
+        the run's dataset file; ``None`` for generated data (the run config, which a resume compares, fixes them).
+        """
+        folder_file = partition_file(self.cfg.get("dataset"), self.partition_id)
+        if "data-path" in self.node_config:
+            return file_fingerprint(str(self.node_config["data-path"]))
+        if folder_file is not None:
+            return file_fingerprint(folder_file)
+        return file_fingerprint(self.cfg["dataset"]) if is_data_file(self.cfg.get("dataset")) else None
+
+    @property
     def rows(self):
         """``M_i``, shape (s_i, d): a float64 ndarray (a scipy sparse matrix for sparse rows), normalised with
         ``row-normalize`` for a node file."""
@@ -180,6 +192,16 @@ class NodeData:
         if not centered:
             return float(op.num_rows * op.trace())
         return op.rows.centered_sum_of_squares(op.row_sum / op.num_rows)
+
+    def column_sq_sums(self) -> np.ndarray:
+        """``sum_j (x_j - m_i)^2`` per column about the rows' own mean ``m_i``, shape (d,).
+
+        What a node reports as ``col-sq-sum`` at discovery with ``scale = true``
+        (:mod:`fl_strategies.standardize`): the deviations summed block by block (no cancellation, no copy of the
+        rows); sparse rows by the identity ``sum x^2 - s m^2``.
+        """
+        op = self.operator()
+        return op.rows.centered_column_squares(op.row_sum / op.num_rows)
 
     def operator(self, products: int = 1, rank: int = 1) -> LocalOperator:
         """The uncentred local operator ``A_i = M_i^T M_i / s_i`` (cached per process and data source).
@@ -232,19 +254,28 @@ class NodeData:
         return op
 
     def operator_for(self, config: Mapping[str, Any], products: int = 1, rank: int = 1) -> LocalOperator:
-        """:meth:`operator`, centred with the global mean when the server sends one (``config["mean"]``).
+        """:meth:`operator`, centred with the global mean when the server sends one (``config["mean"]``), and
+        with its columns divided by their scales when it sends them (``config["scale"]``, ``scale = true``).
 
         ``(M_i - 1 mu^T)^T (M_i - 1 mu^T) / s_i = A_i - m_i mu^T - mu m_i^T + mu mu^T`` with the client's row
-        mean ``m_i``; never materialising the centred rows (:class:`~fl_strategies.kernels.products.LocalOperator`).
+        mean ``m_i``, scaled ``D^{-1} (...) D^{-1}`` with ``D = diag(scale)``; never materialising the centred
+        or scaled rows (:class:`~fl_strategies.kernels.products.LocalOperator`).
         """
         op = self.operator(products, rank)
-        mean = config.get("mean")
-        if mean is None:
+        mean, scale = config.get("mean"), config.get("scale")
+        if mean is None and scale is None:
             return op
         d = op.shape[0]
-        if not isinstance(mean, bytes) or len(mean) != 8 * d:
-            raise ValueError(f"{self.source}: the broadcast mean is not {d} float64 numbers")
-        return op.centered(np.frombuffer(mean, dtype="<f8").astype(np.float64))
+        for name, value in (("mean", mean), ("scale", scale)):
+            if value is not None and (not isinstance(value, bytes) or len(value) != 8 * d):
+                raise ValueError(f"{self.source}: the broadcast {name} is not {d} float64 numbers")
+        if mean is None:
+            raise ValueError(f"{self.source}: the server sent column scales without the mean they are about")
+        if scale is not None:
+            scale = np.frombuffer(scale, dtype="<f8").astype(np.float64)
+            if not np.all(np.isfinite(scale) & (scale > 0)):
+                raise ValueError(f"{self.source}: the broadcast scale has entries that are not finite and > 0")
+        return op.centered(np.frombuffer(mean, dtype="<f8").astype(np.float64), scale)
 
     def covariance_for(self, config: Mapping[str, Any]) -> tuple[np.ndarray, int]:
         """``(A_i, s_i)`` as a dense (d, d) array, centred as :meth:`operator_for` (the ``covariance`` strategy)."""

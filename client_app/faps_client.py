@@ -68,8 +68,8 @@ class FapsClient(NumPyClient):
         A = self.data.operator_for(config, self.products, p)
         if config.get("phase") == "summary":
             return summary_reply(A, Z, self.s, 0.0, self.partition_id)
-        mean = np.frombuffer(config["mean"], dtype="<f8") if config.get("mean") is not None else None
-        M = self.data.operator().centered(mean, weight=float(self.s))  # s_i A_i, the paper's unnormalised Gram
+        # s_i A_i, the paper's unnormalised Gram, with the same mean and column scales as A_i
+        M = self.data.operator().centered(A.mean, A.scale, weight=float(self.s))
         Y, f, state, steps = faps_client_round(M, Z.astype(np.float64), self._load(), self.cfg)
         self._save(state)
         return [Y], self.s, {"f": f, "inner-steps": steps}

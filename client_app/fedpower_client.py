@@ -13,9 +13,9 @@ from fl_strategies.config import secure_covariance, total_iterations
 from fl_strategies.covariance import noise_stds
 from fl_strategies.fedpower import STREAM_NOISE, local_power_iterations
 from fl_strategies.noise import ClientNoise
-from fl_strategies.privacy import noise_std
+from fl_strategies.privacy import client_noise_stds
 
-from .pca_replies import discovery_properties, summary_reply
+from .pca_replies import discovery_properties, fingerprint_property, summary_reply
 
 __all__ = ["FedPowerClient", "CovarianceClient"]
 
@@ -47,21 +47,31 @@ class FedPowerClient(NumPyClient):
         op = data.operator(self.products, cfg["iteration-rank"])
         self.s, self.d = op.num_rows, op.shape[0]
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
-        if cfg["noise-std"] > 0:
-            self.noise_std = cfg["noise-std"]
-        elif cfg["epsilon"] > 0:
-            self.noise_std = noise_std(cfg["epsilon"], cfg["delta"], T, cfg["iteration-rank"], self.s,
-                                       cfg["dp-calibration"])
-        else:
-            self.noise_std = 0.0
+        # products' and (centred, with epsilon) row sum's noise: fl_strategies.privacy
+        self.noise_std, self.mean_noise_std = client_noise_stds(cfg, T, self.s)
         self.budget = T
         # refuses seeded noise on a SuperNode; draws (once) or reads the node's secret (fl_strategies.noise)
         self.noise = ClientNoise(cfg, data.node_config, self.partition_id, context.state, self.noise_std > 0,
                                  STREAM_NOISE)
 
     def get_properties(self, config):
-        """Report what the server needs to plan the run: no data (:func:`discovery_properties`, the noise's)."""
-        return {**discovery_properties(self.data, self.cfg, self.d, self.noise_std > 0), **self.noise.properties()}
+        """Report what the server needs to plan the run: no data (:func:`discovery_properties`, the noise's); in
+        a centred private run the row sum with its noise (:meth:`noisy_row_sum`)."""
+        props = {**discovery_properties(self.data, self.cfg, self.d, self.noise_std > 0), **self.noise.properties(),
+                 **fingerprint_property(self.data, self.cfg, self.noise)}
+        if "row-sum" in props and self.mean_noise_std > 0:
+            props["row-sum"] = self.noisy_row_sum()
+        return props
+
+    def noisy_row_sum(self) -> bytes:
+        """``S_i + N(0, nu_mean^2 I)`` (d float64 as bytes), drawn once and kept in the node state: a repeated
+        discovery gets the same release, never a fresh one (which would spend the mean's budget again)."""
+        state = self.context.state
+        if "fedpower-mean" not in state:
+            rng = self.noise.generator(0, self.data.row_sum, self.mean_noise_std)  # round 0: before every product
+            noisy = self.data.row_sum + self.mean_noise_std * rng.standard_normal(self.d)
+            state["fedpower-mean"] = ConfigRecord({"row-sum": noisy.astype("<f8").tobytes()})
+        return state["fedpower-mean"]["row-sum"]
 
     def _steps_done(self) -> int:
         state = self.context.state  # not .config_records: that builds a view of every record at every message
@@ -73,6 +83,11 @@ class FedPowerClient(NumPyClient):
         r = self.cfg["iteration-rank"]
         if Z.shape != (self.d, r) or not np.all(np.isfinite(Z)):
             raise ValueError(f"broadcast Z has shape {Z.shape} or non-finite values; expected ({self.d}, {r})")
+        if self.mean_noise_std > 0:  # the centred sensitivity holds for a mean in the unit ball only
+            norm = float(np.linalg.norm(np.frombuffer(config.get("mean", b""), dtype="<f8")))
+            if not norm <= 1.0 + 1e-9:
+                raise ValueError(f"the broadcast mean has norm {norm:.6g} > 1: the noise is calibrated for a mean "
+                                 "in the unit ball, so this client does not answer")
         A = self.data.operator_for(config, self.products, r)
         if config.get("phase") == "summary":
             return summary_reply(A, Z, self.s, self.noise_std, self.partition_id)

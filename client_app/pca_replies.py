@@ -1,7 +1,8 @@
 """What an eigenspace client tells the server besides its products: discovery properties and the summary.
 
 Shared by the FedPower-family client and the FAPS client (:mod:`client_app.fedpower_client`,
-:mod:`client_app.faps_client`). Everything here is a count, a ``d``-vector or a scalar: never a row.
+:mod:`client_app.faps_client`). Everything here is a count, a ``d``-vector, a scalar or a fingerprint of the
+data (keyed with the node's secret in a private run): never a row.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from typing import Any
 import numpy as np
 
 from fl_strategies.config import row_sums_at_discovery, secure_covariance
+from fl_strategies.data_files import FINGERPRINT
 
-__all__ = ["discovery_properties", "summary_reply"]
+__all__ = ["discovery_properties", "fingerprint_property", "summary_reply"]
 
 
 def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool) -> dict[str, Any]:
-    """The node's answer to discovery: partition id, row count and ``d``; with ``center`` its row sum; without
+    """The node's answer to discovery: partition id, row count and ``d``; with ``center`` its row sum; with
+    ``scale`` its per-column sums of squares about its own mean (:mod:`fl_strategies.standardize`); without
     noise its sum of squares ``sq-sum`` (the total variance of reference-free progress).
 
     Parameters
@@ -34,15 +37,31 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
     -------
     dict
         Flower properties (scalars and bytes): ``partition-id``, ``num-examples``, ``dimension``, and
-        ``row-sum`` (``d`` float64 as bytes) / ``sq-sum`` (float) as above.
+        ``row-sum`` / ``col-sq-sum`` (``d`` float64 as bytes each) / ``sq-sum`` (float) as above.
     """
     s = data.num_rows
     props: dict[str, Any] = {"partition-id": data.partition_id, "num-examples": s, "dimension": dimension}
     if row_sums_at_discovery(cfg):
         props["row-sum"] = data.row_sum.astype("<f8").tobytes()
+    if cfg.get("scale"):  # only with the row sums in the clear, never with noise (the run config's checks)
+        props["col-sq-sum"] = data.column_sq_sums().astype("<f8").tobytes()
     if not noisy and not secure_covariance(cfg):
         props["sq-sum"] = data.sum_of_squares(cfg["center"])
     return props
+
+
+def fingerprint_property(data, cfg: dict[str, Any], noise) -> dict[str, str]:
+    """``{"data-fingerprint": ...}`` in a run that checkpoints (``checkpoint-dir``), for data read from a file.
+
+    The server records it with the checkpoint and refuses to resume on other data (:mod:`fl_strategies.checkpoint`);
+    the node's noise keys it with the node's secret when it has one
+    (:meth:`fl_strategies.noise.ClientNoise.fingerprint`).
+    Empty without checkpoints or for generated data.
+    """
+    if not cfg["checkpoint-dir"]:
+        return {}
+    digest = data.fingerprint
+    return {} if digest is None else {FINGERPRINT: noise.fingerprint(digest)}
 
 
 def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int):

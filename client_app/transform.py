@@ -1,8 +1,13 @@
 """Apply a run's PCA model to rows on this node: ``python -m client_app.transform --model pca.npz --data rows.npy
 --out scores.npy``.
 
-The rows never leave the node; the scores are ``(X - mean) @ components.T`` (shape ``(m, k)``), as scikit-learn's
-``PCA.transform``, after the same row normalisation as the run (:func:`fl_strategies.pca.transform`).
+The rows never leave the node; the scores are ``((X - mean) / scale) @ components.T`` (shape ``(m, k)``), as
+scikit-learn's ``PCA.transform`` (after ``StandardScaler.transform`` when the run had ``scale = true``; ``scale`` is
+all ones otherwise), after the same row normalisation as the run (:func:`fl_strategies.pca.transform`).
+
+Nothing the user owns is written over: ``--out`` may never be the ``--data`` or ``--model`` file, an existing
+``--out`` is refused unless ``--force``, and the scores are written to a temporary file of mode 600 that is
+renamed into place once complete (:mod:`fl_strategies.plain_files`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import numpy as np
 
 from fl_strategies.data_files import read_samples
 from fl_strategies.pca import load_model, transform
+from fl_strategies.plain_files import refuse_overwrite, write_new_file
 
 __all__ = ["main", "transform"]
 
@@ -24,24 +30,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m client_app.transform", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the run's pca.npz")
     parser.add_argument("--data", required=True, help="a .npy/.csv file of rows (samples) on this node")
-    parser.add_argument("--out", required=True, help="where to write the scores (.npy)")
+    parser.add_argument("--out", required=True, help="where to write the scores (.npy; a new file, mode 600)")
+    parser.add_argument("--force", action="store_true", help="replace an existing --out (never --data or --model)")
     args = parser.parse_args(argv)
     try:
         if not args.out.lower().endswith(".npy"):
             raise ValueError(f"--out {args.out!r}: must name a .npy file")
+        refuse_overwrite(args.out, "--out", {"--data": args.data, "--model": args.model}, args.force)
+        if not Path(args.out).resolve().parent.is_dir():
+            raise ValueError(f"--out {args.out!r}: its folder does not exist")
         model = load_model(args.model)
         X = read_samples(args.data, "--data")
         try:
             scores = transform(model, X)
         except ValueError as ex:
             raise ValueError(f"--data {args.data!r}: {ex}") from None
+        out = write_new_file(args.out, lambda handle: np.save(handle, scores, allow_pickle=False))
     except (ValueError, OSError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    tmp = out.with_name(out.name + ".tmp.npy")
-    np.save(tmp, scores)
-    tmp.replace(out)
     print(f"{scores.shape[0]} rows -> {scores.shape[1]} components: {out}")
     return 0
 

@@ -16,6 +16,14 @@ accountants here measure it more tightly:
 accountant's epsilon decreases with ``sigma``); :func:`epsilon` is the accountant's epsilon after ``steps``
 releases. Both are cached (a client is rebuilt at every message).
 
+Each calibration is checked against the exact answer: ``T`` Gaussian releases with multiplier ``sigma`` compose
+to one Gaussian mechanism with ``mu = sqrt(T) / sigma`` (a Gaussian privacy loss), whose ``(epsilon, delta)``
+curve is known in closed form (Balle & Wang 2018, Theorem 8; :func:`gaussian_delta`). Where an accountant's
+noise exceeds the exact noise for the target by more than :data:`TRUST_FACTOR`, its answer is not a measurement
+of the run but of its own numerical limits (PLD truncates tail mass near ``1e-15``, so a smaller ``delta`` is
+met only by a huge ``sigma``; RDP's fixed orders cannot resolve a tiny ``epsilon`` and report ``0``), and the
+target is refused (:func:`noise_multiplier`).
+
 ``dp-accounting`` is an optional dependency (``pip install "fedspectral[privacy]"``; it pins ``attrs < 24`` and
 ``dm-tree``): without it ``dp-calibration = "pld"`` / ``"rdp"`` is refused with a message naming the extra, the
 paper calibrations work as before and the ``epsilon_pld`` column is empty.
@@ -26,9 +34,9 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-__all__ = ["ACCOUNTANTS", "EXTRA", "PLD_INTERVAL", "MIN_EFFECTIVE_SIGMA", "available", "make_accountant",
-           "composed_epsilon", "composed_scale",
-           "epsilon", "noise_multiplier", "AccountantUnavailable"]
+__all__ = ["ACCOUNTANTS", "EXTRA", "PLD_INTERVAL", "MIN_EFFECTIVE_SIGMA", "TRUST_FACTOR", "available",
+           "make_accountant", "composed_epsilon", "composed_scale", "epsilon", "noise_multiplier", "gaussian_delta",
+           "exact_noise_multiplier", "unmeasurable", "AccountantUnavailable"]
 
 ACCOUNTANTS = ("pld", "rdp")
 EXTRA = "pip install \"fedspectral[privacy]\" (or pip install dp-accounting)"
@@ -39,6 +47,9 @@ MIN_EFFECTIVE_SIGMA = 0.1
 """Smallest ``sigma / sqrt(T)`` the PLD calibration considers (epsilon far above 100): below it the privacy loss
 spans so wide a range that the discretised distribution would need gigabytes."""
 RELATIVE_TOLERANCE = 1e-8
+TRUST_FACTOR = 1.5
+"""Most noise, relative to the exact Gaussian noise for the target, that an accountant's calibration may add
+before its answer is refused as beyond its numerical limits (RDP's looseness at ordinary targets is about 10 %)."""
 
 
 class AccountantUnavailable(ValueError):
@@ -98,6 +109,51 @@ def epsilon(kind: str, sigma: float, steps: int, delta: float) -> float:
         return math.nan
 
 
+def gaussian_delta(eps: float, mu: float) -> float:
+    """Exact ``delta(eps)`` of a Gaussian mechanism with ``mu = sensitivity / std`` (Balle & Wang 2018, Thm 8).
+
+    ``delta = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``, evaluated in logarithms so that it stays exact
+    down to ``1e-300``. ``T`` releases with multiplier ``sigma`` are one such mechanism with
+    ``mu = sqrt(T) / sigma``.
+    """
+    from scipy.special import log_ndtr
+
+    a = float(log_ndtr(-eps / mu + mu / 2.0))
+    b = eps + float(log_ndtr(-eps / mu - mu / 2.0))
+    if not b < a:
+        return 0.0
+    return math.exp(a + math.log1p(-math.exp(b - a)))
+
+
+@lru_cache(maxsize=256)
+def exact_noise_multiplier(target_epsilon: float, delta: float, steps: int) -> float:
+    """The smallest ``sigma`` whose ``steps`` Gaussian releases are exactly ``(target_epsilon, delta)``-DP.
+
+    Bisection on ``log mu`` of :func:`gaussian_delta` (increasing in ``mu``) to :data:`RELATIVE_TOLERANCE`.
+    """
+    lo, hi = 1e-300, 1.0
+    while gaussian_delta(target_epsilon, hi) <= delta and hi < 1e300:
+        lo, hi = hi, hi * 2.0
+    while hi / lo - 1.0 > RELATIVE_TOLERANCE:
+        mid = math.sqrt(lo * hi)
+        if gaussian_delta(target_epsilon, mid) <= delta:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(steps) / lo
+
+
+def unmeasurable(sigma: float, steps: int, delta: float) -> bool:
+    """Whether a run's noise is too small for the PLD accountant to measure (its ``epsilon_pld`` would be empty).
+
+    Only noise below :data:`MIN_EFFECTIVE_SIGMA` per ``sqrt(steps)`` is measured (above it the accountant always
+    answers); False without ``dp-accounting`` (the column is empty then for another reason).
+    """
+    if not available() or sigma / math.sqrt(max(steps, 1)) >= MIN_EFFECTIVE_SIGMA:
+        return False
+    return not math.isfinite(epsilon("pld", float(sigma), int(steps), float(delta)))
+
+
 @lru_cache(maxsize=256)
 def noise_multiplier(kind: str, target_epsilon: float, delta: float, steps: int, start: float) -> float:
     """The smallest ``sigma`` (to :data:`RELATIVE_TOLERANCE`) whose ``steps`` releases the accountant certifies
@@ -112,7 +168,8 @@ def noise_multiplier(kind: str, target_epsilon: float, delta: float, steps: int,
     ------
     ValueError
         When the target needs ``sigma / sqrt(steps)`` below :data:`MIN_EFFECTIVE_SIGMA` (epsilon far above 100),
-        or no finite ``sigma`` meets it.
+        no finite ``sigma`` meets it, or the accountant's ``sigma`` exceeds the exact one
+        (:func:`exact_noise_multiplier`) by more than :data:`TRUST_FACTOR` (a target beyond its limits).
     AccountantUnavailable
         Without ``dp-accounting``.
     """
@@ -145,6 +202,14 @@ def noise_multiplier(kind: str, target_epsilon: float, delta: float, steps: int,
             hi = mid
         else:
             lo = mid
+    exact = exact_noise_multiplier(target_epsilon, delta, steps)
+    if hi > TRUST_FACTOR * exact:
+        raise ValueError(f"(epsilon, delta) = ({target_epsilon:g}, {delta:g}) is beyond what the {kind} accountant "
+                         f"resolves over {steps} releases: it certifies only sigma = {hi:.4g}, {hi / exact:.3g} "
+                         f"times the exact Gaussian noise {exact:.4g}, and would report epsilon = "
+                         f"{epsilon(kind, hi, steps, delta):.3g}; use a larger "
+                         f"{'delta (pld: at least about 1e-15)' if kind == 'pld' else 'epsilon'} or "
+                         "dp-calibration = \"tight\"")
     return hi
 
 

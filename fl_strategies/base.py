@@ -37,10 +37,12 @@ from flwr.server.strategy import Strategy
 
 from . import node_directory
 from .config import ConfigError, check_against_data, row_sums_at_discovery
+from .data_files import FINGERPRINT
 from .harness import on_nodes, widths_listed
 from .participation import Participation
 from .registry import spec
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
+from .standardize import between_sum_of_squares, column_scale, constant_columns, pooled_mean, pooled_variance
 
 __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 
@@ -142,10 +144,14 @@ class FederatedStrategy(Strategy):
         self.iterates: list[np.ndarray] = []
         self.proxies: dict[int, ClientProxy] = {}
         self.sizes: dict[int, int] = {}
+        self.fingerprints: dict[int, str] = {}  # partition id -> the fingerprint of its data reported at discovery
+        self._engine_fingerprints: dict[int, str] = {}  # the same, from the engine (discovery = "engine")
         self.node_properties: dict[str, Any] = {}  # what each node answered at discovery (by node id)
         self._pid_by_cid: dict[str, int] = {}
         self._row_sums: dict[str, np.ndarray] = {}
+        self._col_sq_sums: dict[str, np.ndarray] = {}
         self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
+        self.scale: np.ndarray | None = None  # the columns' pooled standard deviations (scale = true), at discovery
         self.total_variance: float | None = None  # tr(C) from the nodes' sq-sum (noise-free), set at discovery
         self.model: dict[str, Any] | None = None  # the PCA model of the summary exchange (fl_strategies.pca)
         self.on_model: Callable[[dict], None] | None = None
@@ -204,19 +210,35 @@ class FederatedStrategy(Strategy):
             answers = self._ask(proxies)
         self._register(answers)
         self.mean = np.zeros(self.d)
+        self.scale = None
         if self.center_at_discovery:  # the global mean from the registered nodes' row sums and counts
-            self.mean = sum(self._row_sums[p.cid] for p in self.proxies.values()) / sum(self.sizes.values())
-            log.info("center = true: the mean of %d rows, from the clients' row sums", sum(self.sizes.values()))
-        self.total_variance = self._total_variance()
+            sizes, row_sums = self._sizes_and_sums(self._row_sums)
+            self.mean = pooled_mean(sizes, row_sums)
+            log.info("center = true: the mean of %d rows, from the clients' row sums", sum(sizes))
+        if self.cfg.get("scale"):  # and the columns' spread from their sums of squares (needs center)
+            _, sq_sums = self._sizes_and_sums(self._col_sq_sums)
+            variance = pooled_variance(sizes, row_sums, sq_sums, self.mean)
+            self.scale = column_scale(variance, self.mean, sum(sizes))
+            log.info("scale = true: every column over its pooled standard deviation (%d constant column(s) keep "
+                     "scale 1)", int(np.sum(constant_columns(variance, self.mean, sum(sizes)))))
+            self.total_variance = float(np.sum(variance / self.scale ** 2))  # tr(C) in the scaled space
+        else:
+            self.total_variance = self._total_variance()
+
+    def _sizes_and_sums(self, vectors: dict[str, np.ndarray]) -> tuple[list[int], list[np.ndarray]]:
+        """The registered nodes' row counts and one of their discovery vectors (by node id), in the same order."""
+        return ([self.sizes[pid] for pid in self.proxies],
+                [vectors[proxy.cid] for proxy in self.proxies.values()])
 
     def _total_variance(self) -> float | None:
         """``tr(C)`` of the pooled (centred) second-moment matrix from the nodes' ``sq-sum``, or ``None``.
 
         A node reports ``sq-sum`` at discovery in a noise-free run: ``sum_j ||x_j||^2`` over its rows, or with
         ``center = true`` ``sum_j ||x_j - m_i||^2`` about its own mean ``m_i``; the server combines the latter
-        with the row sums as Chan et al.'s pairwise variance does,
+        with the row sums as Chan et al.'s pairwise variance does (:mod:`fl_strategies.standardize`),
         ``tr(C) = (sum_i sq_i + sum_i s_i ||m_i - mu||^2) / n``, free of the cancellation of
         ``sum ||x||^2 - n ||mu||^2``. ``None`` unless every registered node reported a finite value >= 0.
+        (With ``scale = true`` it comes from the per-column sums instead, in the scaled space.)
         """
         sums = [self.node_properties.get(proxy.cid, {}).get("sq-sum") for proxy in self.proxies.values()]
         if not sums or not all(isinstance(v, (int, float)) and np.isfinite(v) and v >= 0 for v in sums):
@@ -224,9 +246,7 @@ class FederatedStrategy(Strategy):
         n = sum(self.sizes.values())
         total = float(sum(sums))
         if self.center_at_discovery:
-            for pid, proxy in self.proxies.items():
-                gap = self._row_sums[proxy.cid] / self.sizes[pid] - self.mean
-                total += self.sizes[pid] * float(gap @ gap)
+            total += float(np.sum(between_sum_of_squares(*self._sizes_and_sums(self._row_sums), self.mean)))
         return total / n
 
     def _from_directory(self, proxies: list[ClientProxy], deadline: float) -> list[tuple[ClientProxy, Any]]:
@@ -248,6 +268,7 @@ class FederatedStrategy(Strategy):
                 answers.append((proxy, "the engine's node directory does not know it"))
             else:
                 answers.append((proxy, (int(pid), int(directory.sizes[pid]))))
+        self._engine_fingerprints = dict(directory.fingerprints)
         return answers
 
     def _ask(self, proxies: list[ClientProxy]) -> list[tuple[ClientProxy, Any]]:
@@ -271,21 +292,29 @@ class FederatedStrategy(Strategy):
         checked = [(proxy, props if isinstance(props, str) else check_properties(props, self.m, self.d))
                    for proxy, props in answers]
         if self.center_at_discovery:
-            checked = [(proxy, self._row_sum(proxy, props, info)) for (proxy, info), (_, props)
+            checked = [(proxy, self._column_sums(proxy, props, info)) for (proxy, info), (_, props)
                        in zip(checked, answers)]
         return checked
 
-    def _row_sum(self, proxy: ClientProxy, props: Any, info: Any) -> Any:
-        """Keep a node's ``row-sum`` (d float64 as bytes, ``center = true``); a node without a valid one is left out."""
+    def _column_sums(self, proxy: ClientProxy, props: Any, info: Any) -> Any:
+        """Keep a node's ``row-sum`` (``center = true``) and ``col-sq-sum`` (``scale = true``), d float64 as bytes
+        each; a node without valid ones is left out (``info`` becomes the reason)."""
         if isinstance(info, str):
             return info
-        value = props.get("row-sum")
-        if not isinstance(value, bytes) or len(value) != 8 * self.d:
-            return f"no row-sum of {self.d} numbers in its properties (center = true)"
-        row_sum = np.frombuffer(value, dtype="<f8").astype(np.float64)
-        if not np.all(np.isfinite(row_sum)):
-            return "its row-sum is not finite"
-        self._row_sums[proxy.cid] = row_sum
+        wanted = [("row-sum", "center = true", self._row_sums)]
+        if self.cfg.get("scale"):
+            wanted.append(("col-sq-sum", "scale = true", self._col_sq_sums))
+        found = []
+        for key, why, _ in wanted:
+            value = props.get(key)
+            if not isinstance(value, bytes) or len(value) != 8 * self.d:
+                return f"no {key} of {self.d} numbers in its properties ({why})"
+            vector = np.frombuffer(value, dtype="<f8").astype(np.float64)
+            if not np.all(np.isfinite(vector)) or (key == "col-sq-sum" and np.any(vector < 0)):
+                return f"its {key} is not finite" + (" and >= 0" if key == "col-sq-sum" else "")
+            found.append(vector)
+        for (_, _, store), vector in zip(wanted, found):
+            store[proxy.cid] = vector
         return info
 
     def _agreed_dimension(self, answers: list[tuple[ClientProxy, Any]]) -> int:
@@ -316,6 +345,9 @@ class FederatedStrategy(Strategy):
                 continue
             pid, size = info
             self.proxies[pid], self.sizes[pid] = proxy, size
+            fingerprint = self.node_properties.get(proxy.cid, {}).get(FINGERPRINT, self._engine_fingerprints.get(pid))
+            if isinstance(fingerprint, str) and 0 < len(fingerprint) <= 128:
+                self.fingerprints[pid] = fingerprint
         self._pid_by_cid = {proxy.cid: pid for pid, proxy in self.proxies.items()}
         missing = sorted(set(range(self.m)) - set(self.proxies))
         if missing:
@@ -393,6 +425,35 @@ class FederatedStrategy(Strategy):
         self.failure, self.stopped = reason, True
         log.error("%s: %s", self.cfg["strategy"], reason)
 
+    def progress_problem(self) -> str | None:
+        """Why the run produced no result, or ``None``: called once after the last round.
+
+        A run fails when no client reply was accepted in any of its rounds (every
+        reply rejected, dropped out or too late: the estimate is its seeded start,
+        or the server's own work alone), or when its estimate after the last round
+        equals its start exactly (every round kept it). Both are judged over the
+        whole run, so a run with one productive round is never declared failed.
+        """
+        rows = [*self.records, *([self._held[0]] if self._held is not None else [])]
+        rounds = [row for row in rows if row.get("round", 0) >= 1]
+        if rounds and not any(row.get("participants", 0) for row in rounds):
+            rejected = sum(int(row.get("rejected", 0) or 0) for row in rounds)
+            failures = sum(int(row.get("failures", 0) or 0) for row in rounds)
+            late = sum(int(row.get("late", 0) or 0) for row in rounds)
+            return (f"no client reply was accepted in any of its {len(rounds)} round(s) ({rejected} rejected, "
+                    f"{failures} failed or dropped out, {late} late): the result would be its start")
+        if len(self.iterates) >= 2 and all(np.array_equal(Z, self.iterates[0]) for Z in self.iterates[1:]):
+            return (f"the estimate never moved from its start in {len(self.iterates) - 1} round(s) (no usable "
+                    "replies, or replies that sum to zero)")
+        return None
+
+    def check_progress(self) -> None:
+        """:meth:`abort` a run that :meth:`progress_problem` finds without a result (after its last round)."""
+        if self.failure is None:
+            reason = self.progress_problem()
+            if reason is not None:
+                self.abort(reason)
+
     def end_round_without_clients(self, server_round: int, estimate: np.ndarray, name: str, **columns) -> None:
         """End a round in ``configure_fit`` whose sampled clients all dropped out: the estimate is kept.
 
@@ -463,13 +524,15 @@ class FederatedStrategy(Strategy):
         -------
         dict
             ``records`` (list of dict), ``iterates`` (list of (d, r) arrays),
-            ``held`` (``[row, Z]`` or ``None``), ``last_objective`` and ``sizes``
-            (``[[partition id, rows], ...]`` as discovered).
+            ``held`` (``[row, Z]`` or ``None``), ``last_objective``, ``sizes``
+            (``[[partition id, rows], ...]`` as discovered) and ``fingerprints`` (``[[partition id, str], ...]``:
+            the fingerprint of each partition's data its node reported at discovery, where it reported one).
         """
         return {"records": self.records, "iterates": self.iterates,
                 "held": None if self._held is None else [self._held[0], self._held[1]],
                 "last_objective": self._last_objective,
-                "sizes": [[pid, size] for pid, size in sorted(self.sizes.items())]}
+                "sizes": [[pid, size] for pid, size in sorted(self.sizes.items())],
+                "fingerprints": [[pid, fp] for pid, fp in sorted(self.fingerprints.items())]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` after discovery (the nodes of the new run are known).
@@ -477,14 +540,26 @@ class FederatedStrategy(Strategy):
         Raises
         ------
         ConfigError
-            If a partition now has another row count than when the state was
-            saved (the data changed: the run cannot be continued).
+            If a partition now has another row count or other data (another fingerprint, or a fingerprint on one
+            side only) than when the state was saved: the run cannot be continued.
         """
         saved = {int(pid): int(size) for pid, size in state["sizes"]}
-        changed = [pid for pid in self.sizes if pid in saved and saved[pid] != self.sizes[pid]]
+        changed = [f"partition {pid} had {saved[pid]} rows, now {self.sizes[pid]}"
+                   for pid in sorted(self.sizes) if pid in saved and saved[pid] != self.sizes[pid]]
+        then = {int(pid): fp for pid, fp in state.get("fingerprints", [])}
+        for pid in sorted(self.sizes):
+            if pid not in saved or then.get(pid) == self.fingerprints.get(pid):
+                continue
+            node = f"partition {pid} (node {self.proxies[pid].cid})"
+            if pid not in then:
+                changed.append(f"{node} reports a fingerprint of its data, the checkpoint holds none to compare")
+            elif pid not in self.fingerprints:
+                changed.append(f"{node} reports no fingerprint of its data, the checkpoint holds one")
+            else:
+                changed.append(f"{node} holds other data than in the checkpointed run (another fingerprint)")
         if changed:
-            raise ConfigError("resume: the data changed since the checkpoint: " + "; ".join(
-                f"partition {pid} had {saved[pid]} rows, now {self.sizes[pid]}" for pid in changed))
+            raise ConfigError("resume: the data changed since the checkpoint: " + "; ".join(changed)
+                              + "; resume only on the data the run started with, or start a new run")
         if set(saved) != set(self.sizes):
             log.warning("resume: partitions %s then, %s now", sorted(saved), sorted(self.sizes))
         self.records = [dict(row) for row in state["records"]]

@@ -11,14 +11,20 @@ loading it cannot run code. A SHA-256 checksum over the document and every
 array (dtype, shape and bytes) is stored beside them; on load a file that is
 truncated, damaged or altered, whose round is outside ``[0, num-server-rounds]``,
 whose estimates do not have the run's shape or whose rows do not match its round
-is refused with a :class:`~fl_strategies.config.ConfigError` saying which. A
+is refused with a :class:`~fl_strategies.config.ConfigError` saying which. Since
+anyone holding the file can recompute the checksum, every value is checked
+before use as well (:meth:`Checkpoint._problem`): finite orthonormal estimates,
+rows of non-negative numbers, well-formed partition sizes and fingerprints. A
 checkpoint that cannot be written (disk full, directory removed) is reported at
 ERROR and the run goes on; the previous checkpoint stays the one to resume from.
 
 A new run with the same run config plus ``resume = true`` (a new ``flwr run``)
 discovers the nodes again, checks that every partition still has the row count
-it had, restores the strategy's state and goes on with the round after the
-checkpoint. Its ``rounds.csv`` is appended to
+and the data it had (the fingerprint its node reported at discovery,
+:meth:`fl_strategies.base.FederatedStrategy.load_state_dict`), restores the
+strategy's state and goes on with the round after the checkpoint. "The same run
+config" means every key but those declared ``harmless_on_resume``
+(:data:`SAME_KEYS_EXEMPT`). Its ``rounds.csv`` is appended to
 (:class:`server_app.results.ResultsWriter` with ``keep``): rows of rounds the
 checkpoint does not cover (the round in flight at the crash) are written again.
 All randomness derives from ``(seed, stream, round, partition)``, so the
@@ -45,6 +51,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import zipfile
 import zlib
@@ -53,7 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import ConfigError, writable_directory
+from .config import RESUME_HARMLESS, ConfigError, writable_directory
+from .replies import check_orthonormal
 
 __all__ = ["CHECKPOINT_FILE", "NOT_RESUMABLE", "SAME_KEYS_EXEMPT", "Checkpoint", "checkpoint_for"]
 
@@ -62,8 +70,9 @@ log = logging.getLogger("flwr.fedspectral")
 CHECKPOINT_FILE = "checkpoint.npz"
 FORMAT_VERSION = 2
 
-SAME_KEYS_EXEMPT = ("resume", "round-timeout", "results-dir")
-"""Run-config keys that may differ between the checkpointed run and its resumption."""
+SAME_KEYS_EXEMPT = RESUME_HARMLESS
+"""Run-config keys that may differ between the checkpointed run and its resumption: those declared
+``harmless_on_resume`` in :data:`fl_strategies.config.KEYS` (a key added later matters unless declared so)."""
 
 NOT_RESUMABLE = {
     "faps": "each FAPS client keeps its basis, multiplier and penalty in its node state (context.state), which a "
@@ -169,6 +178,7 @@ class Checkpoint:
         saved, now = doc.get("config"), _comparable(self.cfg)
         if not isinstance(saved, dict):
             raise self._refuse("holds no run config")
+        saved = _comparable(saved)  # a key declared harmless after the checkpoint was written
         differ = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
         if differ:
             shown = "; ".join(f"{k} = {saved.get(k)!r} there, {now.get(k)!r} here" for k in differ[:5])
@@ -185,34 +195,55 @@ class Checkpoint:
         return state
 
     def _problem(self, state: dict) -> str | None:
-        """Why a checksummed state cannot be this run's (round, shapes, rows), or ``None``."""
+        """Why a checksummed state cannot be this run's, or ``None``.
+
+        A checksum only shows that the file is as some writer left it (anyone with the file can compute one), so
+        every value is checked before use: the round, every array (floating point, finite, the estimates of the
+        run's shape with orthonormal columns), every row (a dict of scalars, numbers >= 0, distances in [0, 1]),
+        the held row, the objective, the partitions' sizes and fingerprints.
+        """
         rnd = state.get("round")
         last = self.num_rounds if self.num_rounds is not None else self.cfg["num-server-rounds"]
-        if not isinstance(rnd, int) or isinstance(rnd, bool) or not 0 <= rnd <= last:
+        if not _is_int(rnd) or not 0 <= rnd <= last:
             return f"has round {rnd!r}, outside [0, {last}] of this run"
         params = state.get("parameters")
         if not isinstance(params, list) or not params or not all(isinstance(a, np.ndarray) for a in params):
             return "holds no parameters"
+        if not all(a.dtype == np.float64 and np.all(np.isfinite(a)) for a in params):
+            return "holds parameters that are not finite float64 numbers"
         strat = state.get("strategy")
         if not isinstance(strat, dict) or not all(k in strat for k in ("records", "iterates", "held", "sizes")):
             return "holds no strategy state"
-        records, iterates = strat["records"], strat["iterates"]
+        records, iterates, held = strat["records"], strat["iterates"], strat["held"]
         if not isinstance(records, list) or not isinstance(iterates, list):
             return "holds no rows or estimates"
+        if held is not None and not (isinstance(held, list) and len(held) == 2 and isinstance(held[0], dict)):
+            return f"holds a malformed held row ({type(held).__name__})"
         rounds = [row.get("round") if isinstance(row, dict) else None for row in records]
-        if rounds != list(range(len(rounds))) or not rnd - 1 <= len(rounds) - 1 <= rnd:
+        if (not all(_is_int(v) for v in rounds) or rounds != list(range(len(rounds)))
+                or not rnd - 1 <= len(rounds) - 1 <= rnd):
             return f"has rows of rounds {rounds[:3]}...{rounds[-2:]} for round {rnd}"
+        for row in records + ([held[0]] if held else []):
+            problem = _row_problem(row)
+            if problem:
+                return f"has a row of round {row.get('round')!r} with {problem}"
         shape = params[0].shape
         r = self.cfg["iteration-rank"]
-        est = [Z for Z in iterates] + ([strat["held"][1]] if strat["held"] else [])
-        for Z in est:
-            if not isinstance(Z, np.ndarray) or Z.shape != shape or not np.all(np.isfinite(Z)):
-                return (f"holds an estimate of shape {getattr(Z, 'shape', None)}, not {shape} like its "
-                        "parameters, or not finite")
         if self.cfg["strategy"] in ("fedpower", "power", "ssi", "localpower") and (params[0].ndim != 2
                                                                                  or shape[1] != r):
             return f"holds an estimate of shape {shape}; this run iterates {r} columns (iteration-rank)"
-        return None
+        for Z in [params[0]] + iterates + ([held[1]] if held else []):
+            if (not isinstance(Z, np.ndarray) or Z.shape != shape or Z.dtype != np.float64
+                    or not np.all(np.isfinite(Z))):
+                return (f"holds an estimate of shape {getattr(Z, 'shape', None)}, not {shape} like its "
+                        "parameters, or not of finite float64 numbers")
+            reason = check_orthonormal(Z, name="Z") if Z.ndim == 2 else f"Z has {Z.ndim} dimensions"
+            if reason:
+                return f"holds an estimate that is not an orthonormal basis ({reason})"
+        objective = strat.get("last_objective")
+        if objective is not None and not (_is_number(objective) and math.isfinite(objective)):
+            return f"holds the objective {objective!r}, not a finite number"
+        return _sizes_problem(strat["sizes"], strat.get("fingerprints", []), self.cfg["num-clients"])
 
     def save(self, server_round: int, parameters: list[np.ndarray], strategy) -> None:
         """Write the state after ``server_round`` (atomically replacing the previous checkpoint).
@@ -242,6 +273,50 @@ class Checkpoint:
                       "kept for resume", server_round, self.path, type(ex).__name__, ex, kept)
             return
         self.saved_round = server_round
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _row_problem(row: Any) -> str | None:
+    """Why a results row of a checkpoint is not one the run could have written, or ``None``.
+
+    Rows hold strings, ``None`` and numbers; every number the strategies write is >= 0 (counts, times, errors,
+    epsilons; NaN where there is no value), and a subspace distance is in [0, 1].
+    """
+    if not isinstance(row, dict):
+        return "a row that is not a table"
+    for key, value in row.items():
+        if value is None or isinstance(value, (str, bool)):
+            continue
+        if not _is_number(value):
+            return f"{key} = {value!r}, not a number"
+        if math.isnan(value):
+            continue
+        if value < 0 or ("distance" in key and value > 1.0 + 1e-9):
+            return f"{key} = {value!r}, outside {'[0, 1]' if 'distance' in key else '[0, inf)'}"
+    return None
+
+
+def _sizes_problem(sizes: Any, fingerprints: Any, num_clients: int) -> str | None:
+    """Why the checkpoint's partitions (``[[id, rows], ...]``, ``[[id, fingerprint], ...]``) are malformed."""
+    if not isinstance(sizes, list) or not all(isinstance(p, list) and len(p) == 2 and _is_int(p[0]) and _is_int(p[1])
+                                              and 0 <= p[0] < num_clients and p[1] >= 1 for p in sizes):
+        return (f"holds malformed partition sizes (not pairs [partition id in [0, {num_clients}), rows >= 1]): "
+                f"{str(sizes)[:80]}")
+    ids = [p[0] for p in sizes]
+    if len(set(ids)) != len(ids):
+        return f"lists a partition twice in its sizes: {ids}"
+    if not isinstance(fingerprints, list) or not all(
+            isinstance(p, list) and len(p) == 2 and _is_int(p[0]) and p[0] in ids and isinstance(p[1], str)
+            and 0 < len(p[1]) <= 128 for p in fingerprints) or len({p[0] for p in fingerprints}) != len(fingerprints):
+        return f"holds malformed data fingerprints: {str(fingerprints)[:80]}"
+    return None
 
 
 def _numbered(arrays: dict[str, np.ndarray]) -> bool:

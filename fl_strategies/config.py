@@ -26,15 +26,15 @@ from .data_files import is_data_file
 from .harness import folder_partitions
 from .dp_sensitivity import SENSITIVITIES
 from .noise import NOISE_SOURCES
-from .accounting import AccountantUnavailable
-from .privacy import achieved_epsilon, epsilon_spent, noise_multiplier
+from .accounting import AccountantUnavailable, unmeasurable
+from .privacy import achieved_epsilon, centred_releases, epsilon_spent, noise_multiplier
 from .zcdp import CALIBRATIONS, calibrate
 from .analyze_gauss import covariance_releases
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
 from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
 from .schedule import SCHEDULES, round_lengths
 
-__all__ = ["ConfigError", "KEYS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
+__all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
            "validate_run_config", "effective_config", "check_against_data",
            "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
            "previous_results", "check_results_dir"]
@@ -54,10 +54,13 @@ class Key:
     check: Callable[[Any], bool] | None = None
     allowed: str = ""  # human description of the allowed values
     choices: tuple[str, ...] = ()
+    harmless_on_resume: bool = False
+    """May differ between a checkpointed run and its resumption: it changes neither the estimate nor the privacy
+    guarantee (where results go, how long to wait). Every other key must be the same (:data:`RESUME_HARMLESS`)."""
 
 
-def _key(name, kind, doc, check=None, allowed="", choices=()):
-    return Key(name, kind, doc, check, allowed, tuple(choices))
+def _key(name, kind, doc, check=None, allowed="", choices=(), harmless_on_resume=False):
+    return Key(name, kind, doc, check, allowed, tuple(choices), harmless_on_resume)
 
 
 PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.data.partitioners
@@ -118,11 +121,12 @@ KEYS: dict[str, Key] = {
              "records it and transform applies it", lambda v: v >= 0, "a finite number >= 0"),
         _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy (and pca.npz) "
              "('' = none); one that already holds any of them is refused unless overwrite or resume is true",
-             allowed="string (a writable directory)"),
+             allowed="string (a writable directory)", harmless_on_resume=True),
         _key("overwrite", bool, "replace the results of an earlier run in results-dir (its rounds.csv, "
-             "estimate.npy and pca.npz are removed before round 1); false = such a results-dir is refused"),
+             "estimate.npy and pca.npz are removed before round 1); false = such a results-dir is refused",
+             harmless_on_resume=True),
         _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
-             lambda v: v >= 0, "a number >= 0"),
+             lambda v: v >= 0, "a number >= 0", harmless_on_resume=True),
         _key("stop-tol", float, "stopping rule (27) of the FAPS paper: stop when the objective's relative "
              "change is at most this (0 = run all rounds)", lambda v: 0 <= v < 1, "a number in [0, 1)"),
         _key("inner-solver", str, "FAPS local subproblem: ssi (subspace iterations) or exact (eigh)",
@@ -234,9 +238,9 @@ KEYS: dict[str, Key] = {
              "a number > 0 with round-policy deadline, else 0"),
         _key("checkpoint-dir", str, "directory where the server saves its state after every round, for resume "
              "('' = no checkpoints; fedpower, power, ssi and localpower only)",
-             allowed="string (a writable directory)"),
+             allowed="string (a writable directory)", harmless_on_resume=True),
         _key("resume", bool, "continue the run checkpointed in checkpoint-dir (same run config) and append to "
-             "its rounds.csv"),
+             "its rounds.csv", harmless_on_resume=True),
         _key("evaluation", str, "what the server measures each estimate against: auto (the exact reference when "
              "a simulation harness builds the run's data set, none for dataset = \"nodes\"), reference (required: "
              "an error when no harness builds the data) or none (no reference; nothing is computed from pooled data)",
@@ -250,7 +254,15 @@ KEYS: dict[str, Key] = {
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
              "and counts before round 1; covariance with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
-             "its dp-channel), with noise under epsilon), as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
+             "its dp-channel), with noise under epsilon; fedpower with epsilon: each client's row sum with its own noise), "
+             "as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X"),
+        _key("scale", bool, "PCA: also divide every column by its pooled standard deviation (population, from "
+             "per-client sums of squares exchanged once before round 1; constant columns keep scale 1), as "
+             "scikit-learn's StandardScaler then PCA; needs center = true"),
+        _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
+             "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
+             "width and center / scale settings must be the run's; '' = a random start",
+             allowed="a string ('' or a pca.npz path)"),
         _key("variance-target", float, "PCA: keep the smallest number of components (<= iteration-rank) whose "
              "explained-variance ratio reaches this fraction, as scikit-learn's fractional n_components; 0 = rank",
              lambda v: 0 <= v < 1, "a number in [0, 1)"),
@@ -261,6 +273,9 @@ KEYS: dict[str, Key] = {
     ]
 }
 
+RESUME_HARMLESS = tuple(name for name, key in KEYS.items() if key.harmless_on_resume)
+"""The run-config keys a resumed run may change (``harmless_on_resume``); a change of any other is refused."""
+
 MAX_ITERATIONS = 1_000_000
 """Upper limit on ``num-server-rounds``, ``total-iterations`` and the total number of local iterations ``T``.
 
@@ -269,7 +284,8 @@ round) is built in a moment instead of exhausting memory before round 1."""
 
 
 def keys_markdown(defaults: Mapping[str, Any]) -> str:
-    """The README's table of run-config keys: key, default, allowed values, meaning.
+    """The README's table of run-config keys: key, default, allowed values, meaning (and, for the keys
+    declared ``harmless_on_resume``, that a resumed run may change them).
 
     ``python -m fl_strategies.config`` prints it with the defaults of ``pyproject.toml``.
     """
@@ -279,7 +295,8 @@ def keys_markdown(defaults: Mapping[str, Any]) -> str:
         value = defaults[key.name]
         shown = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value
         allowed = ", ".join(key.choices) if key.choices else (key.allowed or kinds[key.kind])
-        lines.append(f"| `{key.name}` | {shown} | {allowed} | {key.doc} |")
+        doc = key.doc + (" (may change on resume)" if key.harmless_on_resume else "")
+        lines.append(f"| `{key.name}` | {shown} | {allowed} | {doc} |")
     return "\n".join(lines) + "\n"
 
 
@@ -458,18 +475,50 @@ def _apply_fixed(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
 
 
 def _check_pca(cfg: dict[str, Any]) -> None:
-    """``center`` and ``variance-target``: strategies that write a PCA model, without noise, nodes asked."""
-    for key, active in (("center", cfg["center"]), ("variance-target", cfg["variance-target"] > 0)):
+    """``scale``, ``center``, ``variance-target``, ``init-from``: strategies that write a PCA model; under noise
+    only the private forms (:data:`PRIVATE_PCA`) of centring; nodes asked."""
+    if cfg["scale"] and not cfg["center"]:
+        raise ConfigError("scale = true needs center = true: the columns are scaled about the pooled mean, as "
+                          "StandardScaler does (set center = true, or scale = false)")
+    noisy = cfg["epsilon"] > 0 or cfg["noise-std"] > 0
+    if cfg["scale"] and noisy:
+        raise ConfigError("scale is refused with epsilon or noise-std set: the clients' per-column sums of squares "
+                          "would be released in the clear, which the privacy guarantee does not cover")
+    if cfg["scale"] and not row_sums_at_discovery(cfg):
+        channel = ("its private channel (dp-channel)" if cfg["strategy"] == "dp-power" else
+                   f"SecAgg+ (secure-aggregation = {cfg['secure-aggregation']!r})")
+        raise ConfigError(f"scale is refused for {cfg['strategy']!r} here: its row sums travel through {channel}, "
+                          "and the per-column sums of squares would be sent in the clear at discovery")
+    for key, active in (("center", cfg["center"]), ("variance-target", cfg["variance-target"] > 0),
+                        ("init-from", bool(cfg["init-from"]))):
         if not active:
             continue
         if not spec(cfg["strategy"]).pca and not (key == "center" and cfg["strategy"] == "dp-power"):
             raise ConfigError(f"{key} applies to the strategies that write a PCA model (fedpower, power, ssi, "
                               f"localpower, faps, covariance; center also dp-power), not {cfg['strategy']!r}")
-        if (cfg["epsilon"] > 0 or cfg["noise-std"] > 0) and cfg["strategy"] not in PRIVATE_PCA:
+        if key == "init-from" and cfg["strategy"] == "covariance":
+            raise ConfigError("init-from does not apply to strategy 'covariance': it computes the exact "
+                              "components in one round from no starting basis")
+        if key == "init-from" and noisy:
+            raise ConfigError("init-from is refused with epsilon or noise-std set: the earlier model was computed "
+                              "from the data without noise, and a start drawn from it would carry it into the "
+                              "private run's releases unaccounted")
+        if noisy and cfg["strategy"] not in PRIVATE_PCA:
             raise ConfigError(f"{key} is refused with epsilon or noise-std set for {cfg['strategy']!r} (private "
                               f"PCA: {', '.join(PRIVATE_PCA)}): the clients' row sums (centring) "
                               "and the final summary exchange (explained variance) are sent without noise, so "
                               "the privacy guarantee would not cover them")
+        if (key == "variance-target" and (cfg["epsilon"] > 0 or cfg["noise-std"] > 0)
+                and cfg["strategy"] != "covariance"):
+            raise ConfigError(f"variance-target is refused with epsilon or noise-std for {cfg['strategy']!r}: its "
+                              "noisy model has no explained-variance ratio (tr(C) is not released); set rank, "
+                              "or use covariance")
+        if key == "center" and cfg["noise-std"] > 0 and cfg["strategy"] == "fedpower":
+            raise ConfigError("center = true with noise-std is refused for fedpower: the mean is released with "
+                              "noise calibrated to epsilon; set epsilon (and delta) instead of noise-std")
+    if cfg["init-from"] and not cfg["init-from"].lower().endswith(".npz"):
+        raise ConfigError(f"init-from must be '' or a pca.npz file written by an earlier run, got "
+                          f"{cfg['init-from']!r}")
     if row_sums_at_discovery(cfg) and cfg["discovery"] == "engine":
         raise ConfigError('center = true needs discovery = "ask": the clients send their row sums at discovery')
 
@@ -485,7 +534,10 @@ def _check_more(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"server-data must be '' or a .npy/.csv file, got {cfg['server-data']!r}")
     if not cfg["dataset"].strip():
         raise ConfigError(f"dataset must name a data set or a .npy/.csv file, got {cfg['dataset']!r}")
-    files = folder_partitions(cfg["dataset"])
+    try:
+        files = folder_partitions(cfg["dataset"])
+    except ValueError as ex:  # two files for one partition
+        raise ConfigError(f"dataset: {ex}") from None
     if files is not None and files != cfg["num-clients"]:
         raise ConfigError(f"num-clients = {cfg['num-clients']}, but the dataset folder {cfg['dataset']!r} holds "
                           f"{files} per-client file(s) (partition_0 .. partition_{files - 1}): set num-clients = "
@@ -533,11 +585,25 @@ def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
         raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too large: the "
                           f"calibrated noise (sigma_g = {sigma_g:.3g}) is so small that the epsilon spent over "
                           f"T = {T} steps is not a finite number")
+    _check_measurable(cfg, sigma_g, T)
+    if cfg["center"]:  # the mean and the T steps, calibrated together
+        try:
+            centred_releases(cfg, T)
+        except (ValueError, ArithmeticError) as ex:
+            raise ConfigError(f"epsilon = {cfg['epsilon']!r} with center = true: {ex}") from None
 
 
-PRIVATE_PCA = ("covariance", "dp-power")
-"""The strategies whose noisy runs centre privately and write a PCA model (``center``; ``variance-target``:
-covariance only, dp-power's model has no explained-variance ratio)."""
+def _check_measurable(cfg: dict[str, Any], sigma: float, releases: int) -> None:
+    """Refuse a target whose noise is too small for the PLD accountant to report (``epsilon_pld`` left empty)."""
+    if unmeasurable(sigma, releases, cfg["delta"]):
+        raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too large: its noise "
+                          f"(sigma = {sigma:.3g} over {releases} releases) is so small that dp-accounting's PLD "
+                          "accountant cannot measure the epsilon spent (epsilon_pld); lower epsilon")
+
+
+PRIVATE_PCA = ("covariance", "dp-power", "fedpower")
+"""The strategies whose noisy runs centre privately (``center``; fedpower with ``epsilon``, not ``noise-std``);
+``variance-target`` under noise: covariance only (the others' models have no explained-variance ratio)."""
 
 
 def secure_covariance(cfg: Mapping[str, Any]) -> bool:
@@ -591,11 +657,12 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
         try:
             from .dp_power import privacy_plan
 
-            privacy_plan(cfg)
+            c, _ = privacy_plan(cfg)
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:
             raise ConfigError(str(ex)) from None
+        _check_measurable(cfg, c.sigma, cfg["num-server-rounds"])
     if cfg["dp-channel"] == "secagg":
         if not 2 <= cfg["num-clients"] <= MAX_SECAGG_CLIENTS:
             raise ConfigError(f"dp-channel = \"secagg\" needs 2 <= num-clients <= {MAX_SECAGG_CLIENTS} (SecAgg+ "

@@ -19,14 +19,18 @@ for a csv, the line and the cell.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import warnings
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from .kernels.rows import BLOCK_BYTES, clip_rows, normalize_rows
 
-__all__ = ["clip_rows", "FILE_SUFFIXES", "is_data_file", "open_samples", "read_samples", "normalize_rows"]
+__all__ = ["clip_rows", "FILE_SUFFIXES", "is_data_file", "open_samples", "read_samples", "normalize_rows",
+           "FINGERPRINT", "file_fingerprint"]
 
 FILE_SUFFIXES = (".npy", ".csv", ".npz", ".bed")
 """File suffixes accepted as files of samples."""
@@ -90,6 +94,40 @@ def read_samples(path: str | Path, label: str = "file") -> np.ndarray:
     """
     X = open_samples(path, label)
     return X.toarray().astype(np.float64) if hasattr(X, "toarray") else np.array(X, dtype=np.float64)
+
+
+FINGERPRINT = "data-fingerprint"
+"""Discovery property in which a node reports its data's fingerprint (a checkpoint records it for resume)."""
+
+
+def file_fingerprint(path: str | Path) -> str:
+    """SHA-256 (hex) of the bytes of the file ``path``: what tells the same data from other data on resume.
+
+    Computed once per file version and process (cached on the file's device, inode, size and modification
+    time, so a replaced or rewritten file is read again), in blocks of 1 MiB.
+
+    Raises
+    ------
+    ValueError
+        If the file cannot be read (the message names it).
+    """
+    try:
+        st = os.stat(path)
+    except OSError as ex:
+        raise ValueError(f"data file {str(path)!r}: cannot be read: {ex.strerror or ex}") from None
+    return _fingerprint_cached(os.path.abspath(path), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@lru_cache(maxsize=64)
+def _fingerprint_cached(path: str, version: tuple) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+    except OSError as ex:
+        raise ValueError(f"data file {path!r}: cannot be read: {ex.strerror or ex}") from None
+    return digest.hexdigest()
 
 
 def _read_npy(path: Path, where: str) -> np.ndarray:

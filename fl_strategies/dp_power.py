@@ -45,6 +45,11 @@ covariance. Under ``epsilon`` the mean and the products are accounted together, 
 sum ``Y_L / n ~ C X_{L-1}``: its left singular vectors are the components, its singular values the explained
 variance (post-processing); ``tr(C)`` is not released, so the explained-variance ratio is NaN.
 
+The model. Every run writes one (:func:`fl_strategies.pca.released_product_model`): without ``center`` from the
+last uncentred sum ``Y_L / n ~ (1/n) A X_{L-1}``, with mean zero (``centered = False`` in ``pca.npz``: the
+uncentred PCA, which ``transform`` applies as it is). Under noise the model records the privacy spent: the ``L``
+products, their noise multiplier and each round's ``Delta_l``.
+
 Output and metrics. ``X_L`` with all ``p`` columns; the accuracy metric is ``||(I - X X^T) U_k||_2`` (column
 ``subspace_distance``). Each row also reports ``delta_a`` and ``delta_b`` of the broadcast iterate, the
 sensitivity used, the per-client noise std, and the ``(rho, epsilon_spent)`` after that round at ``delta``.
@@ -64,7 +69,7 @@ from flwr.server.client_proxy import ClientProxy
 from .dp_sensitivity import delta_a, delta_b, sensitivity
 from .base import log, uploaded_bytes
 from .eigenspace import EigenspaceStrategy
-from .linalg import orth
+from .linalg import into_unit_ball, orth
 from .secure_sum import secure_sum
 from . import accounting
 from .zcdp import Calibration, calibrate, epsilon_of, rho_of, spent_epsilon
@@ -112,10 +117,8 @@ def mean_noise_std(cfg: dict[str, Any], releases: ag.PrivateReleases | None) -> 
     return CENTRED_SENSITIVITY * releases.multipliers["mean"] / share
 
 
-def project_mean(mu: np.ndarray) -> np.ndarray:
-    """``mu`` scaled into the unit ball (the mean of unit rows lies there)."""
-    norm = float(np.linalg.norm(mu))
-    return mu / norm if norm > 1.0 else mu
+project_mean = into_unit_ball
+"""``mu`` scaled into the unit ball (the mean of unit rows lies there)."""
 
 QUANTIZATION_RANGE = 2 ** 22
 """Levels of SecAgg+'s stochastic quantisation of ``[-C, C]`` (Flower's default)."""
@@ -191,6 +194,7 @@ class DPPowerStrategy(EigenspaceStrategy):
         self.clip = cfg["secagg-clip"]
         self.aggregated: set[int] = set()
         self.last_sum: np.ndarray | None = None
+        self.sensitivities: list[float] = []  # Delta_l of each product released so far
         if self.calibration is not None and cfg["noise-source"] in ("seeded", "seeded-not-private") and self.m > 1:
             log.warning("dp-power: noise-source = \"%s\" derives every client's noise from the run seed, which "
                         "the server knows (reproducible experiments only); a deployment must use "
@@ -285,18 +289,25 @@ class DPPowerStrategy(EigenspaceStrategy):
         X_new = orth(total)
         self.last_sum = total
         self.iterates.append(X_new)
-        if self.centred and server_round == self.num_rounds:
-            self._centred_model(total, n)
+        self.sensitivities.append(pend["Delta"])
+        if server_round == self.num_rounds:
+            self.set_released_model(total / n, n, self.privacy_record())
         return ndarrays_to_parameters([X_new]), {}
 
-    def _centred_model(self, total: np.ndarray, n: int) -> None:
-        """The PCA model of a centred run from its last centred sum ``Y_L ~ n C X_{L-1}`` (module docstring)."""
-        U, values, _ = np.linalg.svd(total / n, full_matrices=False)
-        privacy = None
+    def privacy_record(self) -> dict[str, Any] | None:
+        """What the model records of the privacy spent (``None`` without noise): the composed releases of a
+        centred run, or the ``L`` products of an uncentred one with the sensitivity of each round."""
+        extra = {"channel": self.cfg["dp-channel"], "noise_source": self.noise_source()}
         if self.releases is not None:
-            privacy = {**self.releases.record({"mean": CENTRED_SENSITIVITY, "products": CENTRED_SENSITIVITY}),
-                       "channel": self.cfg["dp-channel"], "noise_source": self.noise_source()}
-        self.set_model(U, U * values, math.nan, n, privacy=privacy)
+            return {**self.releases.record({"mean": CENTRED_SENSITIVITY, "products": CENTRED_SENSITIVITY}), **extra}
+        c = self.calibration
+        if c is None:
+            return None
+        return {"epsilon": self.privacy_columns(self.L)["epsilon_spent"], "epsilon_target": self.cfg["epsilon"],
+                "delta": c.delta, "calibration": c.calibration,
+                "neighbouring": f"dp-sensitivity = {self.cfg['dp-sensitivity']}; row counts are public",
+                "releases": [{"name": "products", "count": self.L, "noise_multiplier": c.sigma,
+                              "sensitivity": list(self.sensitivities)}], **extra}
 
     def _secure_sum(self, server_round: int, results, failures, shape) -> np.ndarray | None:
         """``sum_i Y^(i)`` from SecAgg+'s average (:func:`fl_strategies.secure_sum.secure_sum`)."""

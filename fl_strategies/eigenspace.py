@@ -1,7 +1,9 @@
 """What every federated eigenspace strategy adds to :class:`fl_strategies.base.FederatedStrategy`.
 
 * **Initial estimate.** ``Z_0 = orth(N(0,1)^{d x r})`` from the run seed: every
-  strategy of a comparison starts from the same ``Z_0`` (paired starts).
+  strategy of a comparison starts from the same ``Z_0`` (paired starts); with
+  ``init-from`` an earlier model's components, completed at random from the same
+  seed (:mod:`fl_strategies.warm_start`).
 * **Results.** One row per round: accuracy against the exact reference
   (:mod:`fl_strategies.metrics`; empty without one), traffic, participation and
   what the subclass adds.
@@ -43,8 +45,9 @@ from .base import FederatedStrategy, log, uploaded_bytes
 from .linalg import gaussian_basis, subspace_distance
 from .metrics import round_metrics
 from .noise import run_noise_source
-from .pca import choose_rank, pca_model
+from .pca import choose_rank, pca_model, released_product_model
 from .participation import STREAM_SAMPLING
+from .warm_start import check_width, initial_basis, load_start
 
 __all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
 
@@ -75,10 +78,25 @@ class EigenspaceStrategy(FederatedStrategy):
         """Rows wait for the next round's ``F`` whenever the clients report it (:attr:`tracks_objective`)."""
         return self.tracks_objective
 
+    def __init__(self, cfg: dict[str, Any], dimension: int | None, reference: Any = None,
+                 wait_timeout: float = 600.0) -> None:
+        super().__init__(cfg, dimension, reference, wait_timeout)
+        self.start_model = load_start(cfg)  # init-from: refused here, before any node is asked, if unusable
+        if self.start_model is not None and self.d is not None:
+            check_width(self.start_model, self.d)  # the width, when the harness knows d before discovery
+
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
-        """Wait for all clients, learn their partition ids and sizes, and draw ``Z_0``."""
+        """Wait for all clients, learn their partition ids and sizes, and draw ``Z_0`` (or, with ``init-from``,
+        start from the earlier model: :mod:`fl_strategies.warm_start`)."""
         self._discover(client_manager)
-        Z0 = gaussian_basis(self.d, self.r, np.random.default_rng([self.cfg["seed"], STREAM_INIT]))
+        rng = np.random.default_rng([self.cfg["seed"], STREAM_INIT])
+        if self.start_model is not None:
+            Z0 = initial_basis(self.start_model, self.d, self.r, rng)
+            log.info("init-from: Z_0 from the %d component(s) of %s%s", min(len(self.start_model["components"]),
+                     self.r), self.start_model["path"], "" if len(self.start_model["components"]) >= self.r else
+                     f", completed to iteration-rank = {self.r} columns at random")
+        else:
+            Z0 = gaussian_basis(self.d, self.r, rng)
         self.iterates = [Z0]
         return ndarrays_to_parameters([Z0])
 
@@ -164,18 +182,26 @@ class EigenspaceStrategy(FederatedStrategy):
 
     # -- centring and the summary exchange: the PCA model (fl_strategies.pca) ------------------------------
     def center_config(self) -> dict[str, Scalar]:
-        """``{"mean": bytes}`` (d float64) for every instruction when centring, else ``{}``."""
+        """``{"mean": bytes}`` (d float64) for every instruction when centring, with ``"scale"`` (d float64) when
+        scaling (:mod:`fl_strategies.standardize`), else ``{}``."""
+        config: dict[str, Scalar] = {}
         if self.cfg.get("center") and self.mean is not None:
-            return {"mean": self.mean.astype("<f8").tobytes()}
-        return {}
+            config["mean"] = self.mean.astype("<f8").tobytes()
+        if self.scale is not None:
+            config["scale"] = self.scale.astype("<f8").tobytes()
+        return config
 
     def configure_summary(self) -> list[tuple[ClientProxy, FitIns]]:
         """After the last round: the final estimate to every client, which answers ``A_i Z`` and ``tr(A_i)``.
 
         Only for the strategies that write a PCA model (``spec.pca``), after a
-        run that was not aborted and adds no noise (the summary is exact).
+        run that was not aborted and adds no noise (the summary is exact); a
+        noisy run builds its model from its releases instead (:meth:`released_model`).
         """
-        if not self.spec.pca or self.failure or self.noisy or not self.proxies or not self.iterates:
+        if not self.spec.pca or self.failure or not self.proxies or not self.iterates:
+            return []
+        if self.noisy:  # no exact summary: the model from what the rounds released
+            self.released_model()
             return []
         # the result: the held last row's estimate (the summary runs before finish() writes it), else the last row's
         self._summary_Z = self._held[1] if self._held is not None else self.estimate
@@ -202,6 +228,16 @@ class EigenspaceStrategy(FederatedStrategy):
             last["explained_variance_ratio"] = float(model["explained_variance_ratio"].sum())
         return model
 
+    def released_model(self) -> None:
+        """A noisy run's model from what its rounds released (:meth:`set_released_model`); none by default."""
+
+    def set_released_model(self, Y: np.ndarray, n: int, privacy: dict[str, Any] | None) -> dict[str, Any]:
+        """The model of a run without a summary exchange from its last released product ``Y ~ C Z`` (d, r),
+        post-processing only (:func:`fl_strategies.pca.released_product_model`; ratio NaN: ``tr(C)`` is not
+        released)."""
+        Z, CZ = released_product_model(Y)
+        return self.set_model(Z, CZ, float("nan"), n, privacy=privacy)
+
     def set_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int = 0,
                   privacy: dict[str, Any] | None = None) -> dict[str, Any]:
         """The run's PCA model (``k = rank``, or chosen by ``variance-target``); ``on_model`` receives it.
@@ -209,7 +245,8 @@ class EigenspaceStrategy(FederatedStrategy):
         ``CZ`` is ``C Z`` and ``total`` is ``tr(C)`` for the pooled (centred) second-moment matrix ``C``;
         ``privacy`` is what a private run spent (recorded in the model), ``None`` for a noise-free one.
         """
-        model = pca_model(Z, CZ, total, n, self.mean if self.mean is not None else np.zeros(self.d), self.r)
+        model = pca_model(Z, CZ, total, n, self.mean if self.mean is not None else np.zeros(self.d), self.r,
+                          scale=self.scale)
         k = self.k
         if self.cfg.get("variance-target", 0) > 0:
             k = choose_rank(model["explained_variance_ratio"], self.cfg["variance-target"])
@@ -217,7 +254,7 @@ class EigenspaceStrategy(FederatedStrategy):
                 log.warning("variance-target = %g is not reached by the %d columns iterated (explained-variance "
                             "ratio %.4g, a lower bound): all %d are kept; a larger iteration-rank may reach it",
                             self.cfg["variance-target"], self.r, model["explained_variance_ratio"].sum(), self.r)
-        self.model = {key: (value[:k] if isinstance(value, np.ndarray) and key != "mean" else value)
+        self.model = {key: (value[:k] if isinstance(value, np.ndarray) and key not in ("mean", "scale") else value)
                       for key, value in model.items()}
         self.model["summary_bytes"] = summary_bytes
         if privacy is not None:

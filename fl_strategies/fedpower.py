@@ -31,6 +31,10 @@ With ``p = 1`` and no noise the method is the distributed power method
 (Algorithm 1), which is how the ``power`` baseline runs; the FAPS paper's
 baselines are the same strategy: ``ssi`` (``p = 1``) and ``localpower`` (the
 ``halving`` schedule 8, 4, 2, 1, ... with OPT alignment), with its stopping rule.
+
+Noise (``epsilon`` or ``noise-std``): each client's replies are private on their own (:mod:`fl_strategies.privacy`,
+also for the private mean of ``center = true``); the run has no exact summary exchange and writes its model from
+the last weighted average of the noisy replies (:meth:`FedPowerStrategy.released_model`).
 """
 
 from __future__ import annotations
@@ -47,9 +51,11 @@ from .config import total_iterations
 from .base import log, uploaded_bytes
 from .eigenspace import STREAM_NOISE, EigenspaceStrategy
 from .kernels.power import local_power_iterations
-from .linalg import orth, procrustes
+from .linalg import into_unit_ball, orth, procrustes
 from . import accounting
-from .privacy import achieved_epsilon, epsilon_spent, noise_multiplier, noise_std
+from .privacy import (ROW_SUM_SENSITIVITY, achieved_epsilon, centred_releases, client_noise_stds, epsilon_spent,
+                      noise_multiplier)
+from .zcdp import epsilon_of, rho_of
 from .replies import check_array, check_orthonormal
 from .schedule import round_lengths
 
@@ -90,6 +96,9 @@ class FedPowerStrategy(EigenspaceStrategy):
         self.lengths = round_lengths(cfg["local-steps"], cfg["schedule"],
                                      total_iterations=cfg["total-iterations"], num_rounds=cfg["num-server-rounds"])
         self.T = total_iterations(cfg)
+        self.last_sum: np.ndarray | None = None
+        # a centred private run: the mean (at discovery) and the T steps, composed (fl_strategies.privacy)
+        self.releases = centred_releases(cfg, self.T) if cfg["center"] and cfg["epsilon"] > 0 else None
 
     @property
     def num_rounds(self) -> int:
@@ -100,6 +109,14 @@ class FedPowerStrategy(EigenspaceStrategy):
         c = self.cfg
         return (f"FedPowerStrategy({c['strategy']}: {self.d_repr}, k={self.k}, r={self.r}, m={self.m}, K={self.K}, "
                 f"p={c['local-steps']}, schedule={c['schedule']}, T={self.T}, alignment={c['alignment']})")
+
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
+        """Discovery and ``Z_0``; a mean from noisy row sums is projected onto the unit ball (the mean of unit
+        rows lies there; post-processing), where the clients' centred sensitivity holds."""
+        parameters = super().initialize_parameters(client_manager)
+        if self.releases is not None:
+            self.mean = into_unit_ball(self.mean)
+        return parameters
 
     # -- one round ----------------------------------------------------------------------------------
     def _sample(self, server_round: int) -> dict[int, int]:
@@ -158,14 +175,12 @@ class FedPowerStrategy(EigenspaceStrategy):
         cfg = self.cfg
         if not cfg["row-normalize"]:
             return None
+        nu = client_noise_stds(cfg, self.T, self.sizes[partition_id])[0] if partition_id in self.sizes else 0.0
         if cfg["noise-std"] > 0:
             nu = cfg["noise-std"]
-        elif cfg["epsilon"] > 0 and partition_id in self.sizes:
-            nu = noise_std(cfg["epsilon"], cfg["delta"], self.T, self.r, self.sizes[partition_id],
-                           cfg["dp-calibration"])
-        else:
-            nu = 0.0
-        return float(np.sqrt(self.r) + 1e-6 + 8.0 * nu * np.sqrt(self.d * self.r))
+        # rows centred by a mean mu: ||x - mu|| <= 1 + ||mu||, so ||A_i||_2 <= (1 + ||mu||)^2
+        spectral = (1.0 + float(np.linalg.norm(self.mean))) ** 2 if cfg["center"] and self.mean is not None else 1.0
+        return float(spectral * np.sqrt(self.r) + 1e-6 + 8.0 * nu * np.sqrt(self.d * self.r))
 
     def _check_reply(self, partition_id: int, arrays: list[np.ndarray]) -> str | None:
         """FedPower's own checks of a reply (after shapes and finiteness): ``||Y||_F`` within
@@ -226,10 +241,40 @@ class FedPowerStrategy(EigenspaceStrategy):
             log.warning("round %d: the weighted average of the replies overflows; Z is kept", server_round)
             self.iterates.append(pend["Z"])
             return ndarrays_to_parameters([pend["Z"]]), {}
+        if not np.any(mean):  # data without variance along Z: orth would return an arbitrary basis
+            log.warning("round %d: the replies sum to zero (the data have no variance along Z); Z is kept",
+                        server_round)
+            self.iterates.append(pend["Z"])
+            return ndarrays_to_parameters([pend["Z"]]), {}
         Z_new = orth(mean)
+        self.last_sum = mean  # ~ C Z_ref: the released products' weighted average (post-processing)
         pend["misalignment"] = misalignment
         self.iterates.append(Z_new)
         return ndarrays_to_parameters([Z_new]), {}
+
+    # -- the model of a noisy run ------------------------------------------------------------------
+    def released_model(self) -> None:
+        """The PCA model of a noisy run from the last weighted average of the noisy replies, ``~ C Z``
+        (:func:`fl_strategies.pca.released_product_model`: post-processing, ratio NaN), with the privacy spent;
+        none if no round had a usable reply."""
+        if self.last_sum is None or self.stopped:
+            return
+        n = sum(self.sizes.values())
+        self.set_released_model(self.last_sum, n, self.privacy_record())
+
+    def privacy_record(self) -> dict[str, Any]:
+        """What the model records of the privacy spent: per client, after all ``T`` local steps (and the mean)."""
+        extra = {"neighbouring": "replace one unit row of a client; per client: each client's releases are private "
+                                 "on their own (no secure aggregation); row counts are public",
+                 "noise_source": self.noise_source()}
+        if self.releases is not None:
+            return {**self.releases.record({"mean": ROW_SUM_SENSITIVITY, "products": "4 sqrt(r) / s_i"}), **extra}
+        columns = self.privacy_columns(self.T)
+        cfg = self.cfg
+        return {"epsilon": columns["epsilon_spent"], "epsilon_target": cfg["epsilon"] or None,
+                "delta": columns["delta"], "calibration": cfg["dp-calibration"] if cfg["noise-std"] == 0 else "paper",
+                "releases": [{"name": "products", "count": self.T, "noise_multiplier": self._noise_multiplier(),
+                              "sensitivity": "2 sqrt(r) / s_i"}], **extra}
 
     # -- results ------------------------------------------------------------------------------------
     def _noise_multiplier(self) -> float | None:
@@ -255,6 +300,13 @@ class FedPowerStrategy(EigenspaceStrategy):
         """``epsilon_spent`` (the calibration's accountant), ``delta``, and beside them the paper's zCDP bound
         (``epsilon_zcdp``) and ``dp-accounting``'s PLD accountant (``epsilon_pld``, empty without the package)
         for the same noise after ``steps`` local steps; all empty without noise."""
+        if self.releases is not None:  # centred: the mean (at discovery) and the steps so far, composed
+            counts = {"mean": 1, "products": steps}
+            pairs = tuple((self.releases.multipliers[k], v) for k, v in counts.items() if v)
+            pld = accounting.composed_epsilon("pld", pairs, self.cfg["delta"]) if accounting.available() else None
+            return {"epsilon_spent": self.releases.spent(counts), "delta": self.cfg["delta"],
+                    "epsilon_zcdp": epsilon_of(sum(rho_of(sigma, v) for sigma, v in pairs), self.cfg["delta"]),
+                    "epsilon_pld": pld}
         sigma_g = self._noise_multiplier()
         if sigma_g is None:
             return {"epsilon_spent": None, "delta": None, "epsilon_zcdp": None, "epsilon_pld": None}
@@ -282,6 +334,10 @@ class FedPowerStrategy(EigenspaceStrategy):
                     "noise-secret file on every node")
         return None
 
+    def state_dict(self) -> dict[str, Any]:
+        """The base state and ``last_sum`` (the model of a noisy run is built from it after the last round)."""
+        return {**super().state_dict(), "last_sum": self.last_sum}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume only when every node re-draws a repeated round's noise: a node whose noise secret lived in
         the old run's node state (no ``noise-secret`` file) would answer the round in flight with fresh noise."""
@@ -296,3 +352,5 @@ class FedPowerStrategy(EigenspaceStrategy):
                               "spending its privacy budget twice; start those SuperNodes with --node-config "
                               "noise-secret=\"<file>\" (a file that survives the run), or start a new run")
         super().load_state_dict(state)
+        last = state.get("last_sum")
+        self.last_sum = None if last is None else np.asarray(last, dtype=np.float64)

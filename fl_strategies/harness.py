@@ -51,25 +51,40 @@ def partition_file(dataset: object, partition_id: int) -> Path | None:
     reads only its own file and the server reads none (as with
     :data:`NODE_DATA`). A folder is one when it holds ``partition_0.npy`` or
     ``partition_0.csv``.
+
+    Raises
+    ------
+    ValueError
+        If the partition has two files (``partition_<i>.npy`` and ``.csv``), naming both: which one is the
+        owner's data is not for the program to guess.
     """
     if not isinstance(dataset, str) or not dataset.strip() or not Path(dataset).is_dir():
         return None
     folder = Path(dataset)
     if not any((folder / f"partition_0{suffix}").is_file() for suffix in FILE_SUFFIXES):
         return None
-    for suffix in FILE_SUFFIXES:
-        if (folder / f"partition_{partition_id}{suffix}").is_file():
-            return folder / f"partition_{partition_id}{suffix}"
-    return folder / f"partition_{partition_id}.npy"  # missing: the reader names it
+    found = _partition_files(folder, partition_id)
+    return found[0] if found else folder / f"partition_{partition_id}.npy"  # missing: the reader names it
+
+
+def _partition_files(folder: Path, partition_id: int) -> list[Path]:
+    """The files of one partition in ``folder`` (at most one; :class:`ValueError` naming both otherwise)."""
+    found = [folder / f"partition_{partition_id}{suffix}" for suffix in FILE_SUFFIXES
+             if (folder / f"partition_{partition_id}{suffix}").is_file()]
+    if len(found) > 1:
+        raise ValueError(f"dataset folder {str(folder)!r} holds two files for partition {partition_id}: "
+                         f"{' and '.join(repr(p.name) for p in found)}; keep one")
+    return found
 
 
 def folder_partitions(dataset: object) -> int | None:
     """How many per-client files ``partition_0 .. partition_<m-1>`` (``.npy`` or ``.csv``) a folder data set holds
-    without a gap; ``None`` when ``dataset`` is not such a folder."""
+    without a gap; ``None`` when ``dataset`` is not such a folder (:class:`ValueError` naming both files when a
+    partition has two)."""
     if partition_file(dataset, 0) is None:
         return None
     folder, count = Path(dataset), 0
-    while any((folder / f"partition_{count}{suffix}").is_file() for suffix in FILE_SUFFIXES):
+    while _partition_files(folder, count):
         count += 1
     return count
 

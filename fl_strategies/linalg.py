@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["orth", "procrustes", "subspace_distance", "top_eigenvectors", "gaussian_basis"]
+__all__ = ["orth", "procrustes", "subspace_distance", "top_eigenvectors", "gaussian_basis", "into_unit_ball"]
 
 
 def orth(Y: np.ndarray) -> np.ndarray:
@@ -123,3 +123,9 @@ def gaussian_basis(d: int, r: int, rng: np.random.Generator) -> np.ndarray:
     ndarray of shape (d, r)
     """
     return orth(rng.standard_normal((d, r)))
+
+
+def into_unit_ball(v: np.ndarray) -> np.ndarray:
+    """``v`` scaled into the unit ball (unchanged when ``||v|| <= 1``): where the mean of unit rows lies."""
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm > 1.0 else v

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .linalg import orth, subspace_distance, top_eigenvectors
+from .standardize import column_scale
 
 __all__ = ["Reference", "PooledRows", "pooled_covariance", "kkt_violation", "singular_value_error",
            "round_metrics"]
@@ -26,11 +27,17 @@ __all__ = ["Reference", "PooledRows", "pooled_covariance", "kkt_violation", "sin
 
 class PooledRows:
     """``C = X_c^T X_c / n`` as an operator of the pooled rows ``X`` (n, d), centred (``X_c = X - mean``) with
-    ``center``: ``C @ Q`` and :meth:`trace`, the two things the metrics need, without a ``d x d`` array."""
+    ``center`` and its columns standardised with ``scale`` (:func:`fl_strategies.standardize.column_scale`):
+    ``C @ Q`` and :meth:`trace`, the two things the metrics need, without a ``d x d`` array."""
 
-    def __init__(self, X: np.ndarray, center: bool) -> None:
+    def __init__(self, X: np.ndarray, center: bool, scale: bool = False) -> None:
         X = np.asarray(X, dtype=np.float64)
-        self.X = X - X.mean(axis=0) if center else X
+        mean = X.mean(axis=0)
+        self.X = X - mean if center else X
+        if scale:
+            if not center:
+                raise ValueError("columns are scaled about the mean: scale needs center")
+            self.X = self.X / column_scale(np.mean(self.X * self.X, axis=0), mean, X.shape[0])
         self.shape = (X.shape[1], X.shape[1])
 
     def __matmul__(self, Q: np.ndarray) -> np.ndarray:
@@ -72,12 +79,12 @@ class Reference:
         return cls(C, values, vectors, k)
 
     @classmethod
-    def from_rows(cls, blocks: Iterable, k: int, r: int, *, center: bool) -> "Reference":
+    def from_rows(cls, blocks: Iterable, k: int, r: int, *, center: bool, scale: bool = False) -> "Reference":
         """Build the reference from the run's preprocessed rows (see :func:`pooled_covariance`)."""
-        return cls.from_covariance(pooled_covariance(blocks, center=center), k, r)
+        return cls.from_covariance(pooled_covariance(blocks, center=center, scale=scale), k, r)
 
     @classmethod
-    def from_thin_svd(cls, X: np.ndarray, k: int, r: int, *, center: bool) -> "Reference":
+    def from_thin_svd(cls, X: np.ndarray, k: int, r: int, *, center: bool, scale: bool = False) -> "Reference":
         """The same reference from the pooled rows ``X`` (n, d) by a thin SVD (scipy), without a ``d x d`` array.
 
         ``X_c = U S V^T`` gives the eigenpairs ``(S^2 / n, V)`` of ``C = X_c^T X_c / n``; O(n^2 d) time, O(n d)
@@ -86,7 +93,7 @@ class Reference:
         """
         import scipy.linalg
 
-        C = PooledRows(X, center)
+        C = PooledRows(X, center, scale)
         _, S, Vt = scipy.linalg.svd(C.X, full_matrices=False)
         values, vectors = S[:r] ** 2 / C.X.shape[0], Vt[:r].T
         if vectors.shape[1] < r:
@@ -97,7 +104,7 @@ class Reference:
         return cls(C, values, vectors, k)
 
 
-def pooled_covariance(blocks: Iterable, *, center: bool) -> np.ndarray:
+def pooled_covariance(blocks: Iterable, *, center: bool, scale: bool = False) -> np.ndarray:
     """The second-moment matrix an eigenspace run estimates, from its preprocessed rows.
 
     The one definition every exact reference uses, so that an accuracy figure
@@ -106,8 +113,11 @@ def pooled_covariance(blocks: Iterable, *, center: bool) -> np.ndarray:
     ``C = (1/n) sum_j (x_j - mu)(x_j - mu)^T`` (scikit-learn's PCA up to the
     factor ``n / (n - 1)``, which changes no eigenvector), else the papers'
     uncentred ``C = (1/n) X^T X``. The rows are those the clients hold, after
-    the run's preprocessing (``row-normalize``). A further column transform of
-    the estimator (e.g. standardisation) belongs here too.
+    the run's preprocessing (``row-normalize``). With ``scale`` (which needs
+    ``center``) the columns are standardised as the run does
+    (:mod:`fl_strategies.standardize`: population standard deviation, 1 for a
+    constant column), ``D^{-1} C D^{-1}``: scikit-learn's ``StandardScaler``
+    then ``PCA``.
 
     The blocks are combined as Chan et al.'s pairwise variance does (each
     block centred about its own mean, the means' spread added), so that no
@@ -119,6 +129,8 @@ def pooled_covariance(blocks: Iterable, *, center: bool) -> np.ndarray:
         The rows, in any number of blocks (a lazy data set: one partition at a time).
     center : bool
         The run's ``center`` key.
+    scale : bool
+        The run's ``scale`` key.
 
     Returns
     -------
@@ -158,7 +170,13 @@ def pooled_covariance(blocks: Iterable, *, center: bool) -> np.ndarray:
         n += s
     if scatter is None:
         raise ValueError("no rows to compute the covariance of")
-    return scatter / n
+    C = scatter / n
+    if scale:
+        if not center:
+            raise ValueError("columns are scaled about the mean: scale needs center")
+        sd = column_scale(np.diag(C), mean, n)
+        C = C / np.outer(sd, sd)
+    return C
 
 
 def kkt_violation(Z: np.ndarray, C: np.ndarray) -> float:

@@ -19,7 +19,7 @@ deployments use ``discovery = "ask"``.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 __all__ = ["NodeDirectory", "register", "unregister", "lookup"]
@@ -35,10 +35,14 @@ class NodeDirectory:
         Flower node id -> partition id.
     sizes : mapping of int to int
         Partition id -> row count ``s_i``.
+    fingerprints : mapping of int to str
+        Partition id -> fingerprint of the file its rows come from (what a node reports with ``discovery =
+        "ask"``), where the engine knows one; empty for generated data.
     """
 
     partition_of: Mapping[int, int]
     sizes: Mapping[int, int]
+    fingerprints: Mapping[int, str] = field(default_factory=dict)
 
 
 _LOCK = threading.Lock()

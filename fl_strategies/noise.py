@@ -2,10 +2,11 @@
 
 * ``node-secret`` (what ``auto`` means on a SuperNode): the node draws a 32-byte secret from the operating
   system's entropy once and keeps it, in the file its node config names (``--node-config
-  'noise-secret="/path/on/the/node"'``: created with mode 600 if absent, else read; a file that others can read
-  is refused) or, without that key, in its node state (for the run only). Each release's noise is a
-  cryptographic function (BLAKE2b, then SHAKE-256 as a stream of uniforms, Box-Muller) of the secret and of
-  everything the release depends on: partition id, round, the broadcast iterate, the local data, the noise
+  'noise-secret="/path/on/the/node"'``: created with mode 600 if absent, else read; anything but a regular
+  32-byte file of the node's user with mode exactly 600 is refused before it is read,
+  :mod:`fl_strategies.secret_files`) or, without that key, in its node state (for the run only). Each
+  release's noise is a cryptographic function (BLAKE2b, then SHAKE-256 as a stream of uniforms, Box-Muller)
+  of the secret and of everything the release depends on: partition id, round, the broadcast iterate, the local data, the noise
   standard deviation and the number of local steps. Hence
 
   - the server, which never sees the secret, cannot rebuild the noise (unlike ``seeded``);
@@ -33,11 +34,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
+
+from .secret_files import create_secret_file, read_secret_file
 
 __all__ = ["NOISE_SOURCES", "SECRET_KEY", "ClientNoise", "KeyedNormal", "is_deployment", "resolve_source",
            "read_or_create_secret", "run_noise_source"]
@@ -76,33 +78,18 @@ def resolve_source(source: str, node_config: Mapping[str, Any], noisy: bool) -> 
 def read_or_create_secret(path: str | Path) -> bytes:
     """The node's secret in ``path``: read it, or create it (mode 600 from the first byte) from OS entropy.
 
+    An existing file is judged by :func:`fl_strategies.secret_files.read_secret_file` before a byte is read:
+    a regular file (no link, FIFO or device), owned by the node's user, mode exactly 600, of 32 bytes.
+
     Raises
     ------
     ValueError
-        If the file cannot be created or read, is not exactly 32 bytes, or others may read it.
+        One line naming the file, if it cannot be created or read or fails a check above.
     """
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    except OSError as ex:
-        raise ValueError(f"node config {SECRET_KEY} {str(path)!r}: cannot create it: {ex}") from None
-    else:
-        with os.fdopen(fd, "wb") as f:
-            f.write(os.urandom(SECRET_BYTES))
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        secret = path.read_bytes()
-    except OSError as ex:
-        raise ValueError(f"node config {SECRET_KEY} {str(path)!r}: cannot read it: {ex}") from None
-    if mode & 0o077:
-        raise ValueError(f"node config {SECRET_KEY} {str(path)!r}: others may read it (mode {mode:o}); it must be "
-                         "private to the node (chmod 600)")
-    if len(secret) != SECRET_BYTES:
-        raise ValueError(f"node config {SECRET_KEY} {str(path)!r}: holds {len(secret)} bytes, not a "
-                         f"{SECRET_BYTES}-byte secret (delete it to draw a new one)")
-    return secret
+    label = f"node config {SECRET_KEY}"
+    create_secret_file(path, os.urandom(SECRET_BYTES), label)
+    return read_secret_file(path, SECRET_BYTES, label, what=f"a {SECRET_BYTES}-byte secret (delete the file to "
+                            "draw a new one)")
 
 
 class KeyedNormal:
@@ -189,6 +176,18 @@ class ClientNoise:
     def properties(self) -> dict[str, Any]:
         """What the client reports at discovery: its source and whether its secret survives the run."""
         return {"noise-source": self.source, "noise-persistent": bool(self.persistent)}
+
+    def fingerprint(self, digest: str) -> str:
+        """What the node reports of its data's fingerprint ``digest``: keyed with its secret when it has one.
+
+        A plain hash of the data would let the server test a guess of the data, which the noise is there to
+        prevent; keyed with the node's secret (BLAKE2b, its own personalisation) it only tells the same data
+        from other data, and only to a node with the same secret. Without a secret (no noise, or seeded noise,
+        which the server knows anyway) it is ``digest`` itself.
+        """
+        if self._secret is None:
+            return digest
+        return hashlib.blake2b(digest.encode(), digest_size=32, key=self._secret, person=b"fedspectral-fp1").hexdigest()
 
     def generator(self, server_round: int, *inputs: Any):
         """The draws of one release: an object with ``standard_normal(shape)``.

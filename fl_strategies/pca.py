@@ -15,12 +15,27 @@ Conventions follow :class:`sklearn.decomposition.PCA`: ``explained_variance``
 uses the ``n - 1`` denominator, ``singular_values`` are those of the centred
 data matrix, ``components`` has one component per row. Without centring the
 ``mean`` is zero and the model is the uncentred PCA (the FedPower papers'
-covariance ``(1/n) X^T X``).
+covariance ``(1/n) X^T X``); the file says which (``centered``).
+
+A noisy run has no summary exchange (its exact ``A_i Z`` would not be covered
+by the privacy guarantee). Its model is post-processing of its last released
+product instead (:func:`released_product_model`): ``Y ~ C Z`` (d x r), whose
+left singular vectors span ``orth(Y)``, the run's final estimate, and whose
+singular values estimate the explained variance; ``tr(C)`` is not released, so
+the explained-variance ratio is NaN.
+
+With ``scale = true`` the clients' matrices are
+those of the standardised rows ``(x - mean) / scale``
+(:mod:`fl_strategies.standardize`) and the model is scikit-learn's
+``StandardScaler`` followed by ``PCA``: ``scale`` is ``StandardScaler.scale_``
+and the explained variances are those of the standardised columns. Without
+scaling ``scale`` is all ones.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,13 +43,14 @@ import numpy as np
 
 from .data_files import clip_rows, normalize_rows
 
-__all__ = ["MODEL_KEYS", "pca_model", "choose_rank", "save_model", "load_model", "transform"]
+__all__ = ["MODEL_KEYS", "pca_model", "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
 
-MODEL_KEYS = ("components", "mean", "explained_variance", "explained_variance_ratio", "singular_values", "n_samples")
+MODEL_KEYS = ("components", "mean", "scale", "explained_variance", "explained_variance_ratio", "singular_values",
+              "n_samples")
 
 
 def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: int, mean: np.ndarray,
-              k: int) -> dict[str, Any]:
+              k: int, scale: np.ndarray | None = None) -> dict[str, Any]:
     """The first ``k`` principal components from a basis and the pooled products of the summary exchange.
 
     Parameters
@@ -51,11 +67,13 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
         The mean the clients centred their rows with (zeros without centring).
     k : int
         Components kept, ``1 <= k <= r``.
+    scale : ndarray of shape (d,), optional
+        The columns' scales the clients divided by (``scale = true``); ``None``: ones.
 
     Returns
     -------
     dict
-        :data:`MODEL_KEYS`: ``components`` (k, d), ``mean`` (d,), ``explained_variance`` (k,),
+        :data:`MODEL_KEYS`: ``components`` (k, d), ``mean`` (d,), ``scale`` (d,), ``explained_variance`` (k,),
         ``explained_variance_ratio`` (k,), ``singular_values`` (k,), ``n_samples`` (int).
     """
     B = Z.T @ CZ
@@ -64,10 +82,32 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
     lam = np.clip(values[order], 0.0, None)
     n = int(n_samples)
     return {"components": np.ascontiguousarray((Z @ W[:, order]).T), "mean": np.asarray(mean, dtype=np.float64),
+            "scale": np.ones(Z.shape[0]) if scale is None else np.asarray(scale, dtype=np.float64),
             "explained_variance": lam * n / max(n - 1, 1),
             "explained_variance_ratio": (lam / total_variance if total_variance > 0 else np.zeros_like(lam))
             if np.isfinite(total_variance) else np.full_like(lam, np.nan),
             "singular_values": np.sqrt(lam * n), "n_samples": n}
+
+
+def released_product_model(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(Z, CZ)`` for :func:`pca_model` from a released product ``Y ~ C Z_prev`` (module docstring).
+
+    Parameters
+    ----------
+    Y : ndarray of shape (d, r)
+        The last released (noisy) product, over ``n``: ``C Z_prev`` plus noise.
+
+    Returns
+    -------
+    Z : ndarray of shape (d, r)
+        The left singular vectors of ``Y`` (the same span as ``orth(Y)``).
+    CZ : ndarray of shape (d, r)
+        ``Z diag(sv)`` with ``sv`` the singular values of ``Y``, so that ``Z^T CZ = diag(sv)``: the explained
+        variance. Exact (the eigenvalues of ``C``) when ``Z_prev`` spans an invariant subspace and there is no
+        noise; under noise biased upward, by about ``nu sqrt(d)`` for per-entry noise std ``nu`` of ``Y``.
+    """
+    U, values, _ = np.linalg.svd(Y, full_matrices=False)
+    return U, U * values
 
 
 def choose_rank(ratios: np.ndarray, target: float) -> int:
@@ -85,12 +125,14 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
                privacy: Mapping[str, Any] | None = None) -> Path:
     """Write ``model`` to ``path`` (``.npz``, written to a temporary file and renamed) with the run config.
 
-    The run config travels as JSON (``run_config``), with the privacy spent (``privacy``), ``row_normalize``
-    and ``clip_norm``, which :func:`transform` applies to new rows as the run did.
+    The run config travels as JSON (``run_config``), with the privacy spent (``privacy``), ``centered`` (whether
+    ``mean`` is the rows' mean or zero: the uncentred model), ``row_normalize`` and ``clip_norm``, which
+    :func:`transform` applies to new rows as the run did.
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(tmp, **{key: np.asarray(model[key]) for key in MODEL_KEYS},
+             centered=np.asarray(bool(run_config.get("center", False))),
              row_normalize=np.asarray(bool(run_config.get("row-normalize", False))),
              clip_norm=np.asarray(float(run_config.get("clip-norm", 0.0))),
              run_config=np.asarray(json.dumps(dict(run_config), sort_keys=True, default=str)),
@@ -99,33 +141,56 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
     return path
 
 
-def load_model(path: str | Path) -> dict[str, Any]:
-    """Read a model written by :func:`save_model`.
+def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
+    """Read a model written by :func:`save_model`; ``what`` names the path in the messages (an option or key).
 
     Raises
     ------
     ValueError
-        If the file is not such a model (missing keys, inconsistent shapes).
+        If the file is not such a model (missing keys, shapes that do not fit, a non-numeric or non-finite field).
     """
     try:
         with np.load(path, allow_pickle=False) as f:
             model = {key: f[key] for key in f.files}
     except Exception as ex:  # noqa: BLE001  (corrupt file, not an npz, ...)
-        raise ValueError(f"--model {str(path)!r} is not a readable pca.npz: {ex}") from None
-    missing = [key for key in MODEL_KEYS if key not in model]
+        raise ValueError(f"{what} {str(path)!r} is not a readable pca.npz: {ex}") from None
+    missing = [key for key in MODEL_KEYS if key not in model and key != "scale"]
     if missing:
-        raise ValueError(f"--model {str(path)!r} lacks {', '.join(missing)}: not a fedspectral pca.npz")
+        raise ValueError(f"{what} {str(path)!r} lacks {', '.join(missing)}: not a fedspectral pca.npz")
     components, mean = model["components"], model["mean"]
+    model.setdefault("scale", np.ones(mean.shape))  # a model written before scale existed: unscaled
     if components.ndim != 2 or mean.shape != (components.shape[1],):
-        raise ValueError(f"--model {str(path)!r}: components {components.shape} and mean {mean.shape} do not fit")
+        raise ValueError(f"{what} {str(path)!r}: components {components.shape} and mean {mean.shape} do not fit")
+    k = components.shape[0]
+    for key in MODEL_KEYS:
+        value = model[key]
+        if value.dtype == np.bool_ or not np.issubdtype(value.dtype, np.number) or np.iscomplexobj(value):
+            raise ValueError(f"{what} {str(path)!r}: {key} has dtype {value.dtype}; real numbers are required")
+        want = {"components": components.shape, "mean": mean.shape, "scale": mean.shape, "n_samples": ()}.get(key, (k,))
+        if value.shape != want:
+            raise ValueError(f"{what} {str(path)!r}: {key} has shape {value.shape}, expected {want}")
+        unknown = key == "explained_variance_ratio" and np.all(np.isnan(value))  # a model without tr(C)
+        if not (unknown or np.all(np.isfinite(value))):
+            raise ValueError(f"{what} {str(path)!r}: {key} has non-finite entries (NaN/inf)")
+    if not np.all(model["scale"] > 0):
+        raise ValueError(f"{what} {str(path)!r}: its scale has entries that are not > 0")
+    if k < 1 or model["n_samples"] < 1 or model["n_samples"] != int(model["n_samples"]):
+        raise ValueError(f"{what} {str(path)!r}: {k} components and n_samples {model['n_samples']}: not a model")
     model["n_samples"] = int(model["n_samples"])
+    if "centered" not in model:  # a file written before the field: the run config says
+        config = json.loads(str(model["run_config"])) if "run_config" in model else {}
+        model["centered"] = bool(config.get("center", bool(np.any(mean))))
+    model["centered"] = bool(model["centered"])
     model["row_normalize"] = bool(model.get("row_normalize", False))
     model["clip_norm"] = float(model.get("clip_norm", 0.0))
+    if not (math.isfinite(model["clip_norm"]) and model["clip_norm"] >= 0):
+        raise ValueError(f"{what} {str(path)!r}: clip_norm {model['clip_norm']} is not a finite number >= 0")
     return model
 
 
 def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
-    """Scores of rows ``X`` (m, d): ``(X - mean) @ components.T``, shape (m, k), as ``PCA.transform``.
+    """Scores of rows ``X`` (m, d): ``((X - mean) / scale) @ components.T``, shape (m, k), as ``PCA.transform``
+    (after ``StandardScaler.transform`` when the run scaled its columns).
 
     Rows are scaled to unit norm first when the run did so (``row_normalize`` of the model), or the rows longer
     than the run's ``clip-norm`` scaled down to it (``clip_norm`` of the model).
@@ -138,4 +203,4 @@ def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
         X = normalize_rows(X)
     if model.get("clip_norm", 0.0) > 0:
         X = clip_rows(X, float(model["clip_norm"]))
-    return (X - model["mean"]) @ model["components"].T
+    return ((X - model["mean"]) / model.get("scale", 1.0)) @ model["components"].T

@@ -73,6 +73,9 @@ class StoppingServer(Server):
                 self.parameters = res_fit[0]
             self.strategy.evaluate(current_round, parameters=self.parameters)
             self._save(current_round)
+        check = getattr(self.strategy, "check_progress", None)
+        if check is not None:  # a run without a result is a failure, and writes no model
+            check()
         self.summary(num_rounds + 1, timeout)  # before finish(): the summary completes the held last row
         finish = getattr(self.strategy, "finish", None)
         if finish is not None:

@@ -147,6 +147,9 @@ def main(grid: Grid, context: Context) -> None:
     """Flower's entry point; its last log line says whether the run completed (``flwr run`` exits 0 either way)."""
     try:
         run_server(grid, context)
+    except RunFailed as ex:
+        log.error("fedspectral: run FAILED: %s", ex)
+        raise
     except Exception as ex:
         log.error("fedspectral: run FAILED: %s: %s", type(ex).__name__, ex)
         raise

@@ -12,6 +12,7 @@ import numpy as np
 
 from fl_strategies.config import RESULT_FILES, ConfigError, check_results_dir, writable_directory
 from fl_strategies.pca import save_model
+from fl_strategies.plain_files import plain_cell
 
 __all__ = ["ResultsWriter", "csv_cell"]
 
@@ -19,12 +20,13 @@ log = logging.getLogger("flwr.fedspectral")
 
 
 def csv_cell(value):
-    """``value`` as written to a results table: ``None`` and non-finite numbers become an empty cell."""
+    """``value`` as written to a results table: ``None`` and non-finite numbers become an empty cell, a string
+    a spreadsheet would execute is escaped (:func:`fl_strategies.plain_files.plain_cell`)."""
     if value is None:
         return ""
     if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and not math.isfinite(value):
         return ""
-    return value
+    return plain_cell(value)
 
 
 class ResultsWriter:

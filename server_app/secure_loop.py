@@ -70,6 +70,7 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
             if strategy.stopped:
                 break
             default_centralized_evaluation_workflow(grid, legacy)
+        strategy.check_progress()
     finally:
         f_stop.set()
         thread.join()

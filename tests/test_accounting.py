@@ -164,3 +164,42 @@ def test_dp_power_with_epsilon_1e308_is_a_config_error_not_a_zero_division():
         validate_run_config(fused(strategy="dp-power", epsilon=1e308, dp_channel="plaintext"))
     with pytest.raises(ConfigError, match="epsilon"):
         validate_run_config(fused(strategy="dp-power", epsilon=1e308, dp_channel="plaintext", dp_calibration="tight"))
+
+
+@pytest.mark.parametrize("eps, delta, steps", [(1.0, 1e-5, 10), (0.1, 1e-5, 10), (5.0, 1e-6, 3), (1.0, 1e-14, 10)])
+def test_the_exact_gaussian_curve_agrees_with_the_pld_accountant(eps, delta, steps):
+    """The closed form (Balle & Wang) is the reference the accountants' limits are judged by: PLD, independent
+    code, certifies within 0.1 % of its noise (and never less), where both are trustworthy."""
+    from fl_strategies import accounting
+
+    exact = accounting.exact_noise_multiplier(eps, delta, steps)
+    pld = accounting.epsilon("pld", exact, steps, delta)
+    assert pld == pytest.approx(eps, rel=1e-3)
+    sigma = zcdp.noise_multiplier(eps, delta, steps, "pld")
+    assert exact * (1 - 1e-7) <= sigma <= exact * 1.001  # to the bisections' tolerance (1e-8)
+    assert accounting.gaussian_delta(eps, math.sqrt(steps) / exact) == pytest.approx(delta, rel=1e-6)
+
+
+@pytest.mark.parametrize("over, fragment", [
+    (dict(epsilon=1.0, delta=1e-300, dp_calibration="pld"), "beyond what the pld accountant resolves over "
+     r"1[01] releases: it certifies only sigma = .*, 995 times the exact Gaussian noise .* and would report "
+     "epsilon = 0.001"),
+    (dict(epsilon=1e-9, dp_calibration="rdp"), "beyond what the rdp accountant resolves .* 1.86 times the exact "
+     "Gaussian noise .* and would report epsilon = 0;"),
+    (dict(epsilon=1e12, dp_calibration="tight"), "PLD accountant cannot measure the epsilon spent"),
+], ids=["pld-delta-1e-300", "rdp-epsilon-1e-9", "epsilon-1e12"])
+@pytest.mark.parametrize("strategy", ["fedpower", "dp-power"])
+def test_a_target_beyond_the_accountants_limits_is_refused(strategy, over, fragment):
+    extra = dict(dp_channel="plaintext") if strategy == "dp-power" else dict(row_normalize=True)
+    with pytest.raises(ConfigError, match=fragment):
+        validate_run_config(fused(strategy=strategy, **extra, **over))
+
+
+def test_targets_within_the_limits_are_accepted():
+    from fl_strategies import accounting
+
+    ratio = zcdp.noise_multiplier(1.0, 1e-5, 10, "rdp") / accounting.exact_noise_multiplier(1.0, 1e-5, 10)
+    assert 1.05 < ratio < 1.15  # rdp's usual looseness, well inside TRUST_FACTOR
+    for over in (dict(epsilon=1.0, delta=1e-15, dp_calibration="pld"), dict(epsilon=0.01, dp_calibration="rdp"),
+                 dict(epsilon=1e4, dp_calibration="tight")):
+        validate_run_config(fused(strategy="fedpower", row_normalize=True, **over))

@@ -81,6 +81,20 @@ def test_check_array_accepts_good_floats_of_any_precision():
         assert check_array(np.full((6, 3), 0.1, dtype=dtype), (6, 3), max_norm=2.0) is None
 
 
+def _frobenius(a: np.ndarray) -> float:
+    """The Frobenius norm in float64 without underflow or overflow (``math.hypot``; ``np.linalg.norm`` returns 0
+    for entries below 1e-154, whose squares underflow)."""
+    with np.errstate(all="ignore"):
+        return math.hypot(*a.astype(np.float64).ravel().tolist())
+
+
+def test_the_norm_bound_holds_for_entries_whose_squares_underflow():
+    tiny = np.array([3e-170, 4e-170])
+    assert _frobenius(tiny) == pytest.approx(5e-170, rel=1e-15)
+    assert check_array(tiny, (2,), max_norm=5.1e-170) is None
+    assert "above the bound" in check_array(tiny, (2,), max_norm=4.9e-170)
+
+
 @FAST
 @given(data=st.data())
 def test_check_array_fuzz_only_none_or_a_reason(data):
@@ -96,20 +110,19 @@ def test_check_array_fuzz_only_none_or_a_reason(data):
     expected = data.draw(st.one_of(st.just(shape), hnp.array_shapes(min_dims=0, max_dims=3, max_side=5)))
     bound = data.draw(st.one_of(st.none(), st.floats(0, 1e6)))
     if dtype.kind == "f" and data.draw(st.booleans()):  # often a bound just above the array's norm
-        with np.errstate(all="ignore"):
-            norm = float(np.linalg.norm(a.astype(np.float64).ravel()))
+        norm = _frobenius(a)
         if math.isfinite(norm):
             bound = norm * (1 + data.draw(st.floats(1e-6, 0.9))) + 1e-300
     reason = check_array(a, expected, max_norm=bound)
     assert reason is None or isinstance(reason, str)
     with np.errstate(all="ignore"):
         good = (a.shape == tuple(expected) and dtype.kind == "f" and bool(np.all(np.isfinite(a)))
-                and (bound is None or np.linalg.norm(a.astype(np.float64).ravel()) <= bound * (1 - 1e-9)))
+                and (bound is None or _frobenius(a) <= bound * (1 - 1e-9)))
     if good:  # a valid array is accepted, whatever else the draw did
         assert reason is None, reason
     if reason is None:
         assert a.shape == expected and dtype.kind == "f" and np.all(np.isfinite(a))
-        assert bound is None or np.linalg.norm(a.astype(np.float64).ravel()) <= bound * (1 + 1e-12)
+        assert bound is None or _frobenius(a) <= bound * (1 + 1e-12)
         if a.ndim == 2:
             assert check_orthonormal(a) is None or isinstance(check_orthonormal(a), str)
 

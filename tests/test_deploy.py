@@ -187,7 +187,8 @@ def test_node_files_are_npy_or_csv_and_bad_arguments_are_one_line(tmp_path, caps
     with pytest.raises(ValueError, match=r"missing node files: .*partition_2\.npy\|\.csv"):
         find_node_files(tmp_path, 3)
     (tmp_path / "partition_0.csv").write_text("1,2\n")
-    with pytest.raises(ValueError, match=r"partition\(s\) 0 have both a \.npy and a \.csv file"):
+    with pytest.raises(ValueError, match=r"partition\(s\) 0 have both a \.npy and a \.csv file \(partition_0\.npy "
+                                         r"and partition_0\.csv\); keep one"):
         find_node_files(tmp_path, 2)
     assert main(["--run-config", 'dataset="nodes" num-clients=2', "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err

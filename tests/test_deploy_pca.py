@@ -36,8 +36,8 @@ def _deploy(data_dir, cwd) -> subprocess.CompletedProcess:
 def test_pca_of_node_files_on_supernodes_is_scikit_learns_and_an_empty_node_file_fails_the_run(tmp_path):
     """Nodes with 60, 90 and 150 rows of a data set with a non-zero mean (node 1 as a .csv file, the others .npy):
     the written ``pca.npz`` has scikit-learn's components (sin theta < 1e-6), explained variance (1e-6 relative),
-    mean (1e-10) and row count. The same command with one node's file empty exits non-zero, and the log names the
-    partition and the reason."""
+    mean (1e-10) and row count. The same command with one node's file empty is refused before any process starts
+    (exit 2, one line naming the partition, its file and the reason)."""
     data = tmp_path / "node-files"  # known to the SuperNodes only
     blocks = node_files(data, sizes=SIZES)
     (data / "partition_1.npy").unlink()
@@ -69,10 +69,13 @@ def test_pca_of_node_files_on_supernodes_is_scikit_learns_and_an_empty_node_file
     assert model["components"].shape == (K, D)
 
     np.save(data / "partition_2.npy", np.zeros((0, D)))  # node 2's file is now empty
+    other = tmp_path / "other-user"  # a fresh results-dir: the first run's results are kept
+    other.mkdir()
     started = time.monotonic()
-    failed = _deploy(data, user)
+    failed = _deploy(data, other)
     log = failed.stdout + failed.stderr
     print(f"deployment run with an empty node file: {time.monotonic() - started:.0f} s")
-    assert failed.returncode == 1, log[-4000:]
-    assert "fedspectral: run FAILED" in log and "no usable node for partition(s) 2" in log, log[-4000:]
-    assert "at least 1 row" in log and "deployment run status: finished:failed" in log, log[-4000:]
+    # refused before any process starts, in one line naming the partition, its file and the reason
+    assert failed.returncode == 2 and len(failed.stderr.strip().splitlines()) == 1, log[-4000:]
+    assert "--data-dir" in log and "partition 2: node file" in log and "partition_2.npy" in log, log[-4000:]
+    assert "at least 1 row" in log and not (other / "pca-out").exists(), log[-4000:]

@@ -62,8 +62,8 @@ def test_flwr_run_wrapper_runs_the_app_and_reports_failure(flower_processes):
         pytest.skip("a local SuperLink is already running; this test starts and stops its own")
     assert main(["--run-config", "num-server-rounds=2 num-clients=4"]) == 0
     assert main(["--run-config", "rank=40 iteration-rank=3"]) == 2  # invalid: refused before Flower starts
-    # a run that fails in the ServerApp (its results-dir cannot be written): flwr run exits 0, the wrapper 1
-    assert main(["--run-config", 'num-server-rounds=1 num-clients=2 results-dir="/proc/fedspectral"']) == 1
+    # a results-dir that cannot be written is refused before Flower starts (one line, exit 2)
+    assert main(["--run-config", 'num-server-rounds=1 num-clients=2 results-dir="/proc/fedspectral"']) == 2
     # a run its strategy aborts (dp-power: a product outside secagg-clip halts SecAgg+ in round 1) ends failed
     assert main(["--run-config", 'strategy="dp-power" dataset="dp-haar" dimension=120 rank=4 iteration-rank=8 '
                  'num-server-rounds=2 num-clients=4 delta=1e-6 row-normalize=false secagg-clip=1.0']) == 1

@@ -38,14 +38,14 @@ def fitres(arrays=None, num_examples=10, metrics=None, tensors=None):
 # -- resume ---------------------------------------------------------------------------------------------------------
 
 class _State:
-    def state_dict(self):  # the state after round 1: rows and estimates of rounds 0 and 1
-        return {"records": [{"round": 0}, {"round": 1}], "iterates": [np.zeros((10, 3)), np.zeros((10, 3))],
+    def state_dict(self):  # the state after round 1: rows and estimates (orthonormal bases) of rounds 0 and 1
+        return {"records": [{"round": 0}, {"round": 1}], "iterates": [np.eye(10, 3), np.eye(10, 3)],
                 "held": None, "last_objective": None, "sizes": [[0, 5]]}
 
 
 def _saved_checkpoint(tmp_path, **over):
     cfg = cfg_of(checkpoint_dir=str(tmp_path), **over)
-    ck.Checkpoint(tmp_path, cfg).save(1, [np.zeros((10, 3))], _State())
+    ck.Checkpoint(tmp_path, cfg).save(1, [np.eye(10, 3)], _State())
     return cfg
 
 

@@ -95,3 +95,44 @@ def test_deploy_secure_writes_its_keys_with_mode_600(tmp_path, monkeypatch, open
         assert deployment.keys == [creds / f"node_{i}" for i in range(3)]
     keys = _private_files(creds)
     assert len(keys) == 5 and {p.name: _mode(p) for p in keys} == {p.name: 0o600 for p in keys}
+
+
+def _contents(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+@pytest.mark.parametrize("present", ["ca.crt", "ca.key", "server.pem", "server.key", "node_1", "node_1.pub"])
+def test_credentials_never_replaces_existing_keys_without_rotate(tmp_path, capsys, present):
+    """A second run (or a directory with one of its files) is refused naming the files, and nothing changes;
+    ``--rotate`` replaces every key and the CA."""
+    from simulations.engines.credentials import main
+
+    out = tmp_path / "creds"
+    assert main([str(out), "--nodes", "2"]) == 0
+    first = _contents(out)
+    for name in first:
+        if name != present:
+            (out / name).unlink()
+    kept = _contents(out)
+    capsys.readouterr()
+    assert main([str(out), "--nodes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"already holds {present}; nothing was written" in err and "--rotate" in err and err.count("\n") == 1
+    assert _contents(out) == kept
+    assert main([str(out), "--nodes", "2", "--rotate"]) == 0
+    rotated = _contents(out)
+    assert set(rotated) == set(first) and rotated[present] != first[present]
+    assert {p.name: _mode(p) for p in _private_files(out)} == {p.name: 0o600 for p in _private_files(out)}
+
+
+def test_credentials_refuses_a_second_run_naming_every_file_it_would_replace(tmp_path, capsys):
+    from simulations.engines.credentials import main
+
+    out = tmp_path / "creds"
+    assert main([str(out), "--nodes", "1"]) == 0
+    before = _contents(out)
+    assert main([str(out), "--nodes", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "already holds ca.crt, ca.key, server.pem, server.key, node_0, node_0.pub;" in err
+    assert _contents(out) == before
+    assert main([str(tmp_path / "other"), "--nodes", "3"]) == 0  # a new directory is fine

@@ -106,7 +106,7 @@ def test_choose_rank_when_the_target_is_not_reached():
 
 @pytest.mark.parametrize("over, key", [
     ({"variance-target": 1.5}, "variance-target"),
-    ({"center": True, "epsilon": 1.0, "row-normalize": True}, "center"),
+    ({"center": True, "noise-std": 0.1, "row-normalize": True}, "center"),  # private centring needs epsilon
     ({"variance-target": 0.9, "strategy": "dp-power"}, "variance-target"),  # centring is private there, the ratio not
     ({"variance-target": 0.9, "noise-std": 0.1, "row-normalize": True}, "variance-target"),
     ({"center": True, "discovery": "engine"}, "center"),
@@ -220,3 +220,72 @@ def test_a_nodes_failure_is_its_own_message_without_the_engines_wrapping():
                                                      " has shape (0, 1); at least 1 row and 1 column are required")
     assert failure_reason(ValueError("no such file")) == "no such file"
     assert failure_reason(RuntimeError("x" * 2000)).endswith(" ...") and len(failure_reason(RuntimeError("x" * 2000))) == 504
+
+
+def _transform(tmp_path, model, data, out, *extra):
+    from client_app.transform import main
+
+    return main(["--model", str(model), "--data", str(data), "--out", str(out), *extra])
+
+
+def test_transform_never_writes_over_its_input_and_refuses_an_existing_out(tmp_path, capsys):
+    folder_run(tmp_path, num_server_rounds=5)
+    model = tmp_path / "out" / "pca.npz"
+    rows = np.random.default_rng(6).standard_normal((7, D))
+    np.save(tmp_path / "rows.npy", rows)
+    (tmp_path / "link.npy").symlink_to(tmp_path / "rows.npy")
+    model_bytes = model.read_bytes()
+    for out, force in [(tmp_path / "rows.npy", []), (tmp_path / "rows.npy", ["--force"]),
+                       (tmp_path / "link.npy", ["--force"]), (tmp_path / "." / "rows.npy", [])]:
+        assert _transform(tmp_path, model, tmp_path / "rows.npy", out, *force) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--data" in err and "rows.npy" in err and "\n" not in err, err
+    (tmp_path / "model.npy").symlink_to(model)
+    assert _transform(tmp_path, model, tmp_path / "rows.npy", tmp_path / "model.npy", "--force") == 2
+    assert "--model" in capsys.readouterr().err
+    np.testing.assert_array_equal(np.load(tmp_path / "rows.npy"), rows)
+    assert model.read_bytes() == model_bytes
+    # an existing --out that is no input: refused, untouched; replaced with --force
+    (tmp_path / "mine.npy").write_bytes(b"the user's own file")
+    assert _transform(tmp_path, model, tmp_path / "rows.npy", tmp_path / "mine.npy") == 2
+    err = capsys.readouterr().err.strip()
+    assert "already exists" in err and "--force" in err and "mine.npy" in err
+    assert (tmp_path / "mine.npy").read_bytes() == b"the user's own file"
+    assert _transform(tmp_path, model, tmp_path / "rows.npy", tmp_path / "mine.npy", "--force") == 0
+    assert np.load(tmp_path / "mine.npy").shape == (7, K)
+
+
+def test_transform_writes_a_new_file_with_mode_600_and_leaves_no_temporary(tmp_path):
+    import os
+    import stat
+
+    folder_run(tmp_path, num_server_rounds=5)
+    np.save(tmp_path / "rows.npy", np.ones((3, D)))
+    old = os.umask(0)
+    try:
+        assert _transform(tmp_path, tmp_path / "out" / "pca.npz", tmp_path / "rows.npy", tmp_path / "s.npy") == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "s.npy").stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["rows.npy", "s.npy"]  # no temporary
+
+
+@pytest.mark.parametrize("key, value", [
+    ("components", lambda m: np.where(np.arange(m.size).reshape(m.shape) == 0, np.nan, m)),
+    ("mean", lambda m: m + np.inf),
+    ("explained_variance", lambda m: np.append(m, 1.0)),
+    ("singular_values", lambda m: np.full_like(m, np.nan)),
+    ("n_samples", lambda m: np.asarray([3, 4])),
+    ("explained_variance_ratio", lambda m: m.astype(str)),
+])
+def test_transform_refuses_a_model_with_a_non_finite_or_misshaped_field(tmp_path, capsys, key, value):
+    folder_run(tmp_path, num_server_rounds=5)
+    with np.load(tmp_path / "out" / "pca.npz") as f:
+        fields = {name: f[name] for name in f.files}
+    fields[key] = value(fields[key])
+    np.savez(tmp_path / "bad.npz", **fields)
+    np.save(tmp_path / "rows.npy", np.ones((3, D)))
+    assert _transform(tmp_path, tmp_path / "bad.npz", tmp_path / "rows.npy", tmp_path / "s.npy") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --model") and key in err and "\n" not in err, err
+    assert not (tmp_path / "s.npy").exists()

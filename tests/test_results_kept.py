@@ -11,6 +11,7 @@ import pytest
 
 from conftest import run_app
 from fl_strategies.config import ConfigError
+from fl_strategies.pca import load_model
 
 SMALL = dict(strategy="power", dimension=12, num_samples=240, num_clients=3, rank=2, iteration_rank=2,
              num_server_rounds=3)
@@ -27,13 +28,13 @@ def test_a_second_run_into_the_same_results_dir_is_refused_and_the_first_is_kept
 
 
 def test_overwrite_replaces_every_result_of_the_earlier_run(tmp_path):
-    """A noisy run writes no pca.npz: with overwrite the earlier model does not stay beside the new rows."""
+    """With overwrite the earlier (noise-free) model does not stay beside the new rows: the noisy run's is there."""
     out = tmp_path / "out"
     run_app(results_dir=str(out), **SMALL)
     (out / "notes.txt").write_text("mine")
     run_app(results_dir=str(out), overwrite=True, epsilon=4.0, row_normalize=True,
             **{**SMALL, "strategy": "fedpower"})
-    assert not (out / "pca.npz").exists() and (out / "rounds.csv").is_file()
+    assert json.loads(str(load_model(out / "pca.npz")["privacy"]))["epsilon"] > 0 and (out / "rounds.csv").is_file()
     assert (out / "notes.txt").read_text() == "mine"  # not a result: untouched
 
 

@@ -7,6 +7,7 @@ import pytest
 from conftest import run_app
 from fl_strategies import checkpoint as ck
 from fl_strategies.config import ConfigError
+from fl_strategies.pca import load_model
 
 FEDPOWER = dict(num_clients=4, num_samples=2000, dimension=15, num_server_rounds=6, clients_per_round=2,
                 local_steps=2, row_normalize=True, epsilon=8.0)  # partial participation and seeded noise
@@ -39,8 +40,9 @@ def table(directory) -> pd.DataFrame:
 @pytest.mark.parametrize("over, after_round, before_save", [
     (FEDPOWER, 3, False),  # killed between rounds
     (FEDPOWER, 4, True),  # killed after round 4's row was written, before its checkpoint
+    (FEDPOWER, 6, False),  # killed after the last round: the noisy run's model comes from the checkpoint
     (SSI, 5, False),  # the stopping rule holds each row one round: the held row is in the checkpoint
-], ids=["fedpower", "fedpower-row-without-checkpoint", "ssi-stop-tol"])
+], ids=["fedpower", "fedpower-row-without-checkpoint", "fedpower-after-the-last-round", "ssi-stop-tol"])
 def test_kill_and_resume_gives_the_uninterrupted_results(tmp_path, monkeypatch, over, after_round, before_save):
     whole = run_app(results_dir=str(tmp_path / "whole"), **over)
     out = tmp_path / "run"
@@ -64,6 +66,9 @@ def test_kill_and_resume_gives_the_uninterrupted_results(tmp_path, monkeypatch, 
     assert strip == [{k: v for k, v in r.items() if k != "wall_time"} for r in whole.records]
     if over.get("stop_tol"):
         assert resumed.stopped and len(resumed.records) < over["num_server_rounds"]
+    model, whole_model = load_model(out / "pca.npz"), load_model(tmp_path / "whole" / "pca.npz")
+    for key in ("components", "mean", "explained_variance", "privacy"):
+        np.testing.assert_array_equal(model[key], whole_model[key])
 
 
 def test_resume_refuses_what_it_cannot_continue(tmp_path, monkeypatch):

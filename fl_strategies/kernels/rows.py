@@ -184,6 +184,18 @@ class RowBlocks:
             out = part if out is None else out + part
         return out
 
+    def centered_column_squares(self, mean: np.ndarray) -> np.ndarray:
+        """``sum_j (x_j - mean)^2`` per column, shape (d,) (sparse rows: ``col_sq - 2 mean * sum + s mean^2``,
+        clipped at 0)."""
+        if self.sparse:
+            total, squares = self.stats()
+            return np.clip(squares - 2.0 * mean * total + self.num_rows * mean * mean, 0.0, None)
+        out = np.zeros(self.dimension)
+        for block in self.blocks():
+            deviation = block - mean
+            out += np.einsum("ij,ij->j", deviation, deviation)
+        return out
+
     def centered_sum_of_squares(self, mean: np.ndarray) -> float:
         """``sum_j ||x_j - mean||^2`` over the rows (sparse rows: ``sum ||x||^2 - 2 mean.sum + s ||mean||^2``)."""
         if self.sparse:

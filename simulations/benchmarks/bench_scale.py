@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fl_strategies.plain_files import plain_frame
+
 __all__ = ["main", "measure"]
 
 ENGINES = ("numpy", "numpy-rows", "local", "ray")
@@ -171,7 +173,7 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
     df["ratio_to_rows_floor"] = [r.per_round_s / rows_floor.get(r.clients, np.nan) for r in df.itertuples()]
     df["ms_per_message_over_floor"] = [1e3 * (r.per_round_s - floor.get(r.clients, np.nan)) / r.clients
                                        for r in df.itertuples()]
-    df.to_csv(out / "bench_scale.csv", index=False)
+    plain_frame(df).to_csv(out / "bench_scale.csv", index=False)
     lines = [f"Produced by `{cmdline}`; FedPower, full participation, p = 1, dimension {rows[0]['dim']}; "
              "wall seconds per round are the mean of rounds 2..; CPU seconds per round (this process; not "
              "measured for Ray, whose work is spread over its processes) are less sensitive to other load on the "

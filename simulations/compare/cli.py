@@ -65,9 +65,11 @@ except ModuleNotFoundError as _missing:  # a dependency of the package, missing 
                      f"fedspectral (or pip install -e . in a clone) installs it") from None
 
 from fl_strategies.config import KEYS, ConfigError, suggest, validate_run_config
+from fl_strategies.warm_start import check_width, load_start
 from fl_strategies.harness import find_harness
 from fl_strategies.base import RunFailed
 from fl_strategies.registry import STRATEGY_NAMES, spec
+from fl_strategies.plain_files import plain_frame
 
 from simulations.engines import ArgumentParser, fused_run_config
 from simulations.compare.report import plot_metric, summarize, write_summary_markdown
@@ -418,31 +420,54 @@ def _check_data(jobs: list[Job], config: str | Path = "") -> None:
             continue
         seen.add(key)
         harness = find_harness(cfg)
-        if harness is None:  # rows on the clients (a folder of per-client files): the nodes report them
-            continue
         try:  # a data set that cannot be loaded (missing file, rank above its dimension, ...) is a ValueError
-            harness.server_data(cfg, evaluate=False)
+            start = load_start(cfg)  # init-from: the earlier model, read as the server will
+            if harness is None:  # rows on the clients (a folder of per-client files): the nodes report them
+                continue
+            data = harness.server_data(cfg, evaluate=False)
+            if start is not None:
+                check_width(start, data.dimension)
         except (ValueError, MemoryError) as ex:
             where = f"{config}:{job.line or 1}: " if config else ""
             raise ComparisonError(f"{where}run {job.run!r} seed {job.seed}: {str(ex) or type(ex).__name__}") from None
 
 
+FAILURE_COLUMN = "failure"
+"""Column of ``results.csv`` (present only when some run failed): why that run and seed failed, else empty."""
+
+
+def _check_checkpoint_dirs(jobs: list[Job], config: str | Path = "") -> None:
+    """Create and test-write every run's ``checkpoint-dir`` before the first job (one line naming run and key)."""
+    from simulations.engines import ArgumentError, check_output_dirs
+
+    for job in jobs:
+        try:
+            check_output_dirs(job.run_config, "", keys=("checkpoint-dir",))
+        except ArgumentError as ex:
+            where = f"{config}:{job.line or 1}: " if config else ""
+            raise ComparisonError(f"{where}run {job.run!r}: {ex}") from None
+
+
 def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:
+    """Run one job; its rows, with :data:`FAILURE_COLUMN` set when the run failed after writing rows."""
     out = workdir / job.stem
+    failure = None
     overrides = {**job.run_config, "results-dir": str(out)}
     if overrides.get("checkpoint-dir"):  # one checkpoint per run and seed, or they would overwrite each other
         overrides["checkpoint-dir"] = str(Path(overrides["checkpoint-dir"]) / job.stem)
-    if engine == "local":
-        from simulations.engines.local import run_local
+    try:  # the ServerApp's RunFailed reaches here from either engine (Flower re-raises it after a Ray run)
+        if engine == "local":
+            from simulations.engines.local import run_local
 
-        try:
             run_local(fused_run_config(overrides))
-        except RunFailed as ex:
-            raise RuntimeError(f"run {job.run!r} seed {job.seed} failed: {ex}") from None
-    else:
-        from simulations.engines.ray import run_ray
+        else:
+            from simulations.engines.ray import run_ray
 
-        run_ray(overrides)
+            run_ray(overrides)
+    except RunFailed as ex:
+        failure = str(ex)
+        if not (out / "rounds.csv").exists():
+            raise RuntimeError(f"run {job.run!r} seed {job.seed} failed: {ex}") from None
     csv = out / "rounds.csv"
     if not csv.exists():
         raise RuntimeError(f"run {job.run!r} seed {job.seed} wrote no results (see the log above)")
@@ -451,6 +476,8 @@ def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:
     for col, value in (("series", job.series), ("panel", job.panel), ("seed", job.seed), ("strategy", job.strategy),
                        ("run", job.run)):
         rows.insert(0, col, value)
+    if failure is not None:
+        rows[FAILURE_COLUMN] = failure
     return rows
 
 
@@ -588,6 +615,7 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
     meta, jobs = load_comparison(config)
     check_out_dir(out)
     _check_data(jobs, config)
+    _check_checkpoint_dirs(jobs, config)
     with OutputDir(out, output_names(meta)) as target:
         stage = target.staging
         workdir = stage / ".runs"
@@ -597,12 +625,16 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
         for job in bar:
             bar.set_postfix_str(f"{job.run} seed {job.seed}")
             frames.append(_run_job(job, engine, workdir))
+            if FAILURE_COLUMN in frames[-1]:  # a failed run has no result: its estimate is not kept
+                continue
             shutil.copy(workdir / job.stem / "estimate.npy", stage / "estimates" / f"{job.stem}.npy")
             if (workdir / job.stem / "pca.npz").exists():  # the PCA model of a noise-free eigenspace run
                 shutil.copy(workdir / job.stem / "pca.npz", stage / "estimates" / f"{job.stem}.pca.npz")
         shutil.rmtree(workdir, ignore_errors=True)
         results = pd.concat(frames, ignore_index=True)
-        results.to_csv(stage / "results.csv", index=False)
+        if FAILURE_COLUMN in results:
+            results[FAILURE_COLUMN] = results[FAILURE_COLUMN].fillna("")
+        plain_frame(results).to_csv(stage / "results.csv", index=False)
         write_report(results, meta, stage)
         target.commit()
     return results
@@ -664,7 +696,11 @@ def report_only(config: str | Path, out: str | Path) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: exit 0 on success, 2 on a bad file or argument (one line), 1 if a run failed."""
+    """Command-line entry point: exit 0 on success, 2 on a bad file or argument (one line), 1 if a run failed.
+
+    A run that failed (``fedspectral: run FAILED: ...``, e.g. no reply accepted in any round) is kept in the
+    results, marked FAILED in ``summary.md`` and named on stderr; the exit status is then 1.
+    """
     parser = ArgumentParser(prog="python -m simulations.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="comparison file (TOML)")
     parser.add_argument("--engine", choices=("local", "ray"), default="local",
@@ -694,7 +730,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print((Path(args.out) / "summary.md").read_text())
     print(f"{len(results)} rows written to {Path(args.out) / 'results.csv'}")
-    return 0
+    failed = failed_runs(results)
+    for (run, seed), why in failed.items():
+        print(f"fedspectral: run FAILED: run {run!r} seed {seed}: {why}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def failed_runs(results: pd.DataFrame) -> dict[tuple[str, int], str]:
+    """``(run, seed) -> why`` for every failed run of a results table (:data:`FAILURE_COLUMN`)."""
+    if FAILURE_COLUMN not in results:
+        return {}
+    rows = results[results[FAILURE_COLUMN].fillna("").astype(str) != ""]
+    return {(str(r["run"]), int(r["seed"])): str(r[FAILURE_COLUMN]) for _, r in rows.drop_duplicates(["run", "seed"])
+            .iterrows()}
 
 
 if __name__ == "__main__":

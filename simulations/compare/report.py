@@ -160,7 +160,15 @@ def _summarize_run(
     row["total_bytes"] = _median_total_bytes(df_run)
     if RATIO in df_run.columns:
         row[FINAL_RATIO] = float(pd.to_numeric(_final_values(df_run, RATIO), errors="coerce").median())
+    if "failure" in df_run:
+        row["failed"] = _failed_seeds(df_run)
     return row
+
+
+def _failed_seeds(df_run: pd.DataFrame) -> str:
+    """``"seed 0: why; seed 2: why"`` for the seeds of a run that failed (column ``failure``), else ``""``."""
+    rows = df_run[df_run["failure"].fillna("").astype(str) != ""].drop_duplicates("seed")
+    return "; ".join(f"seed {seed}: {why}" for seed, why in zip(rows["seed"], rows["failure"]))
 
 
 def summarize(
@@ -206,6 +214,9 @@ def summarize(
             without an exact reference that wrote a PCA model): median over
             seeds of its final value, the share of the variance the model's
             kept components explain.
+        ``failed``
+            Only when the results have a ``failure`` column: ``"seed 0: why; ..."``
+            for the seeds whose run failed, else ``""``.
     """
     thresholds = tuple(thresholds)
     df = df.reset_index(drop=True)  # duplicate indices (e.g. from concat) are fine
@@ -220,6 +231,7 @@ def summarize(
         + [_threshold_column(t) for t in thresholds]
         + ["total_bytes"]
         + ([FINAL_RATIO] if RATIO in df.columns else [])
+        + (["failed"] if "failure" in df else [])
     )
     return pd.DataFrame(rows, columns=columns)
 
@@ -296,7 +308,7 @@ def _markdown_row(row: pd.Series, threshold_cols: Sequence[str]) -> list[str]:
     """Formatted cells for one summary row."""
     return (
         [
-            _escape_cell(row["run"]),
+            _escape_cell(row["run"]) + (" **FAILED**" if row.get("failed") else ""),
             _escape_cell(row["strategy"]),
             _fmt_rounds(row["seeds"]),
             _fmt_rounds(row["rounds"]),
@@ -358,6 +370,10 @@ def write_summary_markdown(
     lines.append(_pipe_line(["---"] * len(header)))
     for _, row in summary.iterrows():
         lines.append(_pipe_line(_markdown_row(row, threshold_cols)))
+    failed = [row for _, row in summary.iterrows() if row.get("failed")]
+    if failed:  # a failed run has no result: its numbers are those of its start
+        lines += ["", "**FAILED** runs (no result; their numbers are those of the start):", ""]
+        lines += [f"- {_escape_cell(row['run'])}: {_escape_cell(row['failed'])}" for row in failed]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -35,7 +35,7 @@ from simulations.data.partitioners import partition
 __all__ = ["federated_dataset", "local_covariance", "reference", "pooled_reference", "mf_reference", "client_rows",
            "partition_sizes", "data_shape"]
 
-ESTIMATOR_KEYS = ("center",)
+ESTIMATOR_KEYS = ("center", "scale")
 """The run-config keys that choose the matrix a run estimates from its rows (:func:`reference`)."""
 
 DATA_KEYS = ("dataset", "num-samples", "dimension", "rank", "num-clients", "data-seed", "row-normalize",
@@ -158,7 +158,7 @@ def reference(cfg: Mapping[str, Any]) -> Reference:
 
     The matrix is :func:`fl_strategies.metrics.pooled_covariance` of all
     rows, after the run's preprocessing, with the run's :data:`ESTIMATOR_KEYS`
-    (``center``); its top ``iteration-rank`` eigenpairs come from scipy ``eigh``,
+    (``center``, ``scale``); its top ``iteration-rank`` eigenpairs come from scipy ``eigh``,
     or, for wide data (``n < d``) whose ``d x d`` matrix would exceed
     ``GRAM_FLOOR_BYTES``, from a thin SVD of the rows (no ``d x d`` array).
     """

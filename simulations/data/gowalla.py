@@ -44,6 +44,8 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.linalg import svds
 
+from fl_strategies.plain_files import plain_frame
+
 __all__ = [
     "DEFAULT_PATH",
     "SPLITS",
@@ -425,8 +427,8 @@ def main(argv: list[str] | None = None) -> int:
             {"source": f"ours_top{args.q}", **{k: row[k] for k in PAPER_TABLE1}},
         ]
     )
-    table.to_csv(args.out / "table1.csv", index=False, float_format="%.6g")
-    prefixes.to_csv(args.out / "mu0_by_q.csv", index=False, float_format="%.6g")
+    plain_frame(table).to_csv(args.out / "table1.csv", index=False, float_format="%.6g")
+    plain_frame(prefixes).to_csv(args.out / "mu0_by_q.csv", index=False, float_format="%.6g")
     text = _markdown(row, prefixes, args.path)
     (args.out / "table1.md").write_text(text)
     print(text)

@@ -29,15 +29,21 @@ def engine_directory(run_config: dict, partition_of: dict[int, int]):
     """The :class:`fl_strategies.node_directory.NodeDirectory` of an engine's nodes (``discovery = "engine"``).
 
     Row counts come from the data generator (:func:`simulations.data.federated_data.partition_sizes`: arithmetic for
-    a lazy data set); nothing is asked of the nodes.
+    a lazy data set); nothing is asked of the nodes. In a run that checkpoints, a data set read from a file gives
+    each partition the fingerprint of that file, as a node would report it.
     """
     from fl_strategies.config import validate_run_config
+    from fl_strategies.data_files import file_fingerprint, is_data_file
     from fl_strategies.node_directory import NodeDirectory
 
     from simulations.data.federated_data import partition_sizes
 
-    sizes = partition_sizes(validate_run_config(run_config))
-    return NodeDirectory(partition_of=dict(partition_of), sizes=dict(enumerate(sizes.tolist())))
+    cfg = validate_run_config(run_config)
+    sizes = dict(enumerate(partition_sizes(cfg).tolist()))
+    fingerprints = {}
+    if cfg["checkpoint-dir"] and is_data_file(cfg["dataset"]):
+        fingerprints = dict.fromkeys(sizes, file_fingerprint(cfg["dataset"]))
+    return NodeDirectory(partition_of=dict(partition_of), sizes=sizes, fingerprints=fingerprints)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -85,9 +91,12 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     """
     from fl_strategies.config import ConfigError, check_against_data, check_results_dir, validate_run_config
 
+    from fl_strategies.warm_start import check_width, load_start
+
     try:
         cfg = validate_run_config(fused_run_config(overrides))
         check_results_dir(cfg)
+        start = load_start(cfg)  # init-from: the earlier model, read as the server will
     except (ConfigError, ValueError) as ex:
         raise ArgumentError(f"{option}: {ex}") from None
     from fl_strategies.harness import NODE_DATA, folder_partitions
@@ -95,7 +104,12 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     if cfg["dataset"] == NODE_DATA:  # the nodes' own files: they are checked on the nodes
         return cfg
     if folder_partitions(cfg["dataset"]) is not None:
-        _check_folder(cfg, option)
+        d = _check_folder(cfg, option)
+        if start is not None:
+            try:
+                check_width(start, d)
+            except ConfigError as ex:
+                raise ArgumentError(f"{option}: {ex}") from None
         return cfg
     from simulations.data.federated_data import data_shape
     from simulations.data.interaction_data import interaction_rows, is_interaction_folder
@@ -107,13 +121,16 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
         else:
             n, d = data_shape(cfg)
         check_against_data(cfg, d, n)
+        if start is not None:
+            check_width(start, d)
     except (ValueError, MemoryError) as ex:
         raise ArgumentError(f"{option}: {str(ex) or type(ex).__name__}") from None
     return cfg
 
 
-def _check_folder(cfg: dict, option: str) -> None:
-    """Read every per-client file of a folder data set (as its client will) and check them against the run config.
+def _check_folder(cfg: dict, option: str) -> int:
+    """Read every per-client file of a folder data set (as its client will), check them against the run config,
+    and return their common width ``d``.
 
     The simulated clients read the same files again; here a bad file is one line before Flower starts, naming
     the partition and the file (empty, non-finite, unparsable), and so are files of different widths and ranks
@@ -124,27 +141,87 @@ def _check_folder(cfg: dict, option: str) -> None:
     ArgumentError
         One line naming the option, the partition and the file, or the key.
     """
+    from fl_strategies.harness import partition_file
+
+    try:
+        files = [partition_file(cfg["dataset"], pid) for pid in range(cfg["num-clients"])]
+    except ValueError as ex:
+        raise ArgumentError(f"{option}: {ex}") from None
+    return check_node_files(cfg, files, option, "dataset folder file", f"dataset folder {cfg['dataset']!r}")
+
+
+def check_node_files(cfg: dict, files: list[Path], option: str, label: str, where: str) -> int:
+    """Read every node's file (as its client will) and check them together against the run config.
+
+    Each file must pass :func:`fl_strategies.data_files.open_samples` (a ``.npy`` read without pickles or a
+    numeric ``.csv``; 2-D, non-empty, finite), all must have one width, and that width and the rows over all
+    files must fit the run config (:func:`fl_strategies.config.check_against_data`).
+
+    Parameters
+    ----------
+    cfg : dict
+        The validated run config.
+    files : list of Path
+        File ``i`` is partition ``i``'s.
+    option : str
+        The command-line option the messages start with (``--run-config``, ``--data-dir DIR``).
+    label, where : str
+        How a message names one file (``"dataset folder file"``) and all of them (``"dataset folder 'DIR'"``).
+
+    Returns
+    -------
+    int
+        The files' common width ``d``.
+
+    Raises
+    ------
+    ArgumentError
+        One line naming the option, the partition and the file, or the key.
+    """
     from fl_strategies.config import ConfigError, check_against_data
     from fl_strategies.data_files import open_samples
-    from fl_strategies.harness import partition_file, widths_listed
+    from fl_strategies.harness import widths_listed
 
     widths: dict[int, list[str]] = {}
     rows = 0
-    for pid in range(cfg["num-clients"]):
-        path = partition_file(cfg["dataset"], pid)
+    for pid, path in enumerate(files):
         try:
-            X = open_samples(path, f"partition {pid}: dataset folder file")  # as stored: memory-mapped, blockwise checks
+            X = open_samples(path, f"partition {pid}: {label}")  # as stored: memory-mapped, blockwise checks
         except ValueError as ex:
             raise ArgumentError(f"{option}: {ex}") from None
-        widths.setdefault(X.shape[1], []).append(f"partition {pid} ({path.name})")
+        widths.setdefault(X.shape[1], []).append(f"partition {pid} ({Path(path).name})")
         rows += X.shape[0]
+        del X
     if len(widths) > 1:
-        raise ArgumentError(f"{option}: the files of dataset folder {cfg['dataset']!r} disagree on the number of "
-                            f"columns: {widths_listed(widths)}")
+        raise ArgumentError(f"{option}: the files of {where} disagree on the number of columns: "
+                            f"{widths_listed(widths)}")
     try:
         check_against_data(cfg, next(iter(widths)), rows)
     except ConfigError as ex:
         raise ArgumentError(f"{option}: {ex}") from None
+    return next(iter(widths))
+
+
+OUTPUT_KEYS = ("results-dir", "checkpoint-dir")
+"""Run-config keys naming a directory the server writes into."""
+
+
+def check_output_dirs(cfg: dict, option: str = "--run-config", keys: tuple[str, ...] = OUTPUT_KEYS) -> None:
+    """Create (if needed) and test-write every output directory of ``cfg`` before any Flower process starts.
+
+    Raises
+    ------
+    ArgumentError
+        One line naming the option (when not ``""``), the key and the reason.
+    """
+    from fl_strategies.config import ConfigError, writable_directory
+
+    for key in keys:
+        if cfg.get(key):
+            try:
+                writable_directory(cfg[key], key)
+            except ConfigError as ex:
+                raise ArgumentError(f"{option}: {ex}" if option else str(ex)) from None
 
 
 def read_results(directory: str | Path, columns: tuple[str, ...] = (), name: str = "results.csv"):

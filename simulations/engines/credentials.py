@@ -1,6 +1,6 @@
 """Certificates for a TLS deployment and SuperNode authentication keys.
 
-``python -m simulations.engines.credentials DIR [--nodes N]`` writes
+``python -m simulations.engines.credentials DIR [--nodes N] [--rotate]`` writes
 
 * ``DIR/ca.crt``: a self-signed certificate authority (give it to every SuperNode
   and to ``flwr`` as ``root-certificates``);
@@ -15,6 +15,10 @@
 Everything is generated with the ``cryptography`` package (a dependency of
 Flower); nothing is downloaded. The keys are for testing and for small
 deployments: keep the CA key (``ca.key``) private, or delete it.
+
+It never replaces what is there: a ``DIR`` that already holds any of these files (a CA, a server key, a node
+key of the requested range) is refused, naming them, and nothing is written; ``--rotate`` replaces them on
+purpose (every SuperNode then needs its new key and the new ``ca.crt``).
 
 Every private key (``ca.key``, ``server.key``, ``node_<i>``) is created with mode 600 from its first byte
 (:func:`write_private` opens it with that mode; nothing is restricted afterwards); a directory the module
@@ -35,7 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-__all__ = ["write_tls_files", "write_node_keys", "write_private"]
+__all__ = ["write_tls_files", "write_node_keys", "write_private", "written_names"]
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -122,6 +126,12 @@ def write_node_keys(directory: Path, count: int, prefix: str = "node") -> list[P
     return paths
 
 
+def written_names(nodes: int, prefix: str = "node") -> list[str]:
+    """The files :func:`write_tls_files` and :func:`write_node_keys` (``nodes`` pairs) write, by name."""
+    return ["ca.crt", "ca.key", "server.pem", "server.key"] + [
+        f"{prefix}_{i}{suffix}" for i in range(nodes) for suffix in ("", ".pub")]
+
+
 MAX_NODES = 10_000
 """Most SuperNode key pairs written in one call."""
 
@@ -134,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory")
     parser.add_argument("--nodes", type=int, default=0, help="number of SuperNode key pairs to write")
     parser.add_argument("--host", action="append", default=[], help="extra name or IP of the SuperLink")
+    parser.add_argument("--rotate", action="store_true",
+                        help="replace the CA and the keys already in DIR (without it, existing files are refused)")
     args = parser.parse_args(argv)
 
     def refuse(message: str) -> int:
@@ -152,12 +164,19 @@ def main(argv: list[str] | None = None) -> int:
             if not re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9*]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                                 r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*", host):
                 return refuse(f"--host {host!r}: not an IP address or a DNS name (letters, digits, '-' and '.')")
+    existing = [name for name in written_names(args.nodes) if os.path.lexists(out / name)]
+    if existing and not args.rotate:
+        shown = ", ".join(existing[:6]) + (f" and {len(existing) - 6} more" if len(existing) > 6 else "")
+        return refuse(f"directory {args.directory}: already holds {shown}; nothing was written (every SuperNode "
+                      "provisioned from them would stop connecting): give --rotate to replace them, or another "
+                      "directory")
     try:
         write_tls_files(out, hosts=("localhost", "127.0.0.1", *args.host))
         write_node_keys(out, args.nodes)
     except OSError as ex:
         return refuse(f"directory {args.directory}: cannot be written: {ex.strerror or ex}")
-    print(f"wrote ca.crt, server.pem, server.key and {args.nodes} node key pair(s) to {out}")
+    replaced = f" (replaced {len(existing)} existing file(s): provision every SuperNode again)" if existing else ""
+    print(f"wrote ca.crt, server.pem, server.key and {args.nodes} node key pair(s) to {out}{replaced}")
     return 0
 
 

@@ -18,7 +18,10 @@ Usage::
     python -m simulations.engines.deploy [--run-config 'key=value ...'] [--out OUT [--force]] [--data-dir DIR]
                                  [--secure] [--noise-secret-dir DIR] [--port PORT] [--fault PID=nan|shape ...]
 
-``--data-dir`` names existing node files ``partition_<i>.npy`` or ``partition_<i>.csv``.
+``--data-dir`` names existing node files ``partition_<i>.npy`` or ``partition_<i>.csv``; before any process
+starts, each is read and checked as its node will (format, no pickles, 2-D, finite, one width for all, fitting
+the run config), and ``--out``, ``results-dir`` and ``checkpoint-dir`` are created and test-written: a bad one
+is one line, exit status 2.
 ``--noise-secret-dir`` keeps each node's noise secret in ``DIR/partition_<i>.secret`` (node config
 ``noise-secret``, :mod:`fl_strategies.noise`), so that a run can be resumed with private noise.
 ``--fault`` makes one SuperNode reply with garbage (:mod:`client_app.faults`). Without ``--port`` the
@@ -46,11 +49,12 @@ from pathlib import Path
 import numpy as np
 
 from client_app.faults import FAULT_KEY, FAULTS
-from fl_strategies.config import previous_results
+from fl_strategies.config import ConfigError, previous_results, writable_directory
 from fl_strategies.data_files import FILE_SUFFIXES
 from fl_strategies.noise import SECRET_KEY
 
-from simulations.engines import APP_DIR, ArgumentError, ArgumentParser, checked_run_config, parse_run_config
+from simulations.engines import (APP_DIR, ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
+                                 checked_run_config, parse_run_config)
 from simulations.engines.credentials import write_node_keys, write_tls_files
 from simulations.data.federated_data import federated_dataset
 from simulations.engines.flwr_run import absolute_paths, flower_env, run_status, stream_run, terminate
@@ -95,13 +99,14 @@ def find_node_files(directory: Path, count: int) -> list[Path]:
         if not found:
             missing.append(str(directory / f"partition_{i}.npy|.csv"))
         elif len(found) > 1:
-            both.append(i)
+            both.append(" and ".join(p.name for p in found))
         else:
             files.append(found[0])
     if missing:
         raise ValueError(f"missing node files: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
     if both:
-        raise ValueError(f"partition(s) {', '.join(map(str, both))} have both a .npy and a .csv file; keep one")
+        pids = ", ".join(name.split(".")[0].removeprefix("partition_") for name in both)
+        raise ValueError(f"partition(s) {pids} have both a .npy and a .csv file ({'; '.join(both)}); keep one")
     return files
 
 
@@ -440,12 +445,24 @@ def main(argv: list[str] | None = None) -> int:
     if cfg["dataset"] == "nodes" and not args.data_dir:
         return refuse('--run-config: dataset = "nodes" reads every node\'s own file: give the files with '
                       '--data-dir')
+    absolute = absolute_paths(cfg)
+    # every node file, then every output directory, is checked before any process starts (nothing is created
+    # for a run refused on its data)
     if args.data_dir:
         try:
             files = find_node_files(Path(args.data_dir), m)
         except ValueError as ex:
             return refuse(f"--data-dir {args.data_dir}: {ex}")
-    else:
+        try:
+            check_node_files(cfg, files, f"--data-dir {args.data_dir}", "node file", f"--data-dir {args.data_dir}")
+        except ArgumentError as ex:
+            return refuse(str(ex))
+    try:
+        writable_directory(out, "--out")
+        check_output_dirs({**cfg, **absolute}, "--run-config")
+    except (ArgumentError, ConfigError) as ex:
+        return refuse(str(ex))
+    if not args.data_dir:
         files = write_node_files(cfg, out / "node-data")
     try:
         secrets = secret_files(Path(args.noise_secret_dir), m) if args.noise_secret_dir else {}
@@ -453,8 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         return refuse(f"--noise-secret-dir {args.noise_secret_dir}: {ex}")
     node_config = {i: f"{faults.get(i, '')} {secrets.get(i, '')}".strip() for i in range(m)}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of this script still stops its processes
-    # Flower's processes resolve relative paths against the SuperLink's directory (OUT): make them absolute here
-    absolute = absolute_paths(cfg)
+    # Flower's processes resolve relative paths against the SuperLink's directory (OUT): made absolute above
     results = Path(absolute.get("results-dir") or cfg.get("results-dir") or out)
     run_config = [args.run_config, " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items()
                                             if key != "results-dir") + (" overwrite=true" if args.force else "")]
@@ -465,7 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, OSError) as ex:
         print(f"{parser.prog}: error: {ex}", file=sys.stderr)
         return 1
-    print(f"deployment run status: {status}; results in {results / 'rounds.csv'}")
+    written = (results / "rounds.csv").is_file()
+    print(f"deployment run status: {status}; " + (f"results in {results / 'rounds.csv'}" if written
+                                                  else f"no results were written to {results}"))
     return 0 if status == "finished:completed" else 1
 
 

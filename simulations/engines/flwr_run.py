@@ -12,7 +12,7 @@ wrong on a machine without internet; this wrapper does them:
 * it asks for as many simulated SuperNodes as the run config has clients
   (Flower's default is 2);
 * it makes relative paths (``results-dir``, ``checkpoint-dir``, a ``dataset``
-  or ``server-data`` file) absolute against the directory it is run from
+  or ``server-data`` file, an ``init-from`` model) absolute against the directory it is run from
   (Flower's processes would resolve them against the SuperLink's);
 * ``flwr run`` exits 0 even when the run failed, so the run's final status is
   read back with ``flwr ls`` and turned into the exit code;
@@ -26,6 +26,10 @@ API's legacy gRPC address, which it only binds with ``FLWR_INTERNAL_GRPC_CONTROL
 Every ``flwr`` command reads them from its environment, so two projects (or two
 test runs) on one machine each get their own local SuperLink by setting them
 to different free ports; the wrapper follows the variable (:func:`local_superlink_port`).
+When the port is held by anything but this ``FLWR_HOME``'s SuperLink (another
+checkout's run), the wrapper takes a free port for its own SuperLink, or, when
+the user set the variable, refuses in one line (:func:`claim_superlink_port`);
+it only ever stops the SuperLink of its own ``FLWR_HOME`` on its port.
 
 Usage::
 
@@ -38,17 +42,21 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from simulations.engines import APP_DIR, ArgumentError, ArgumentParser, checked_run_config, parse_run_config
+from simulations.engines import (APP_DIR, ArgumentError, ArgumentParser, check_output_dirs, checked_run_config,
+                                 parse_run_config)
 
 SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py), unless the variable below is set
 PORT_VARIABLE = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"
 """Flower's environment variable for the local SuperLink's port (``flwr/cli/constant.py``)."""
+CONTROL_PORT_VARIABLE = "FLWR_LOCAL_CONTROL_API_PORT"
+"""Flower's environment variable for the local Control API's legacy gRPC port (default 39093)."""
 
 
 def local_superlink_port(env: dict[str, str] | None = None) -> int:
@@ -84,6 +92,15 @@ def stop_superlink(env: dict[str, str] | None = None) -> None:
     local SuperLink is left alone. SIGTERM first; what still runs after 15 s gets SIGKILL.
     """
     env = flower_env() if env is None else env
+    links, processes = _own_superlinks(env)
+    helpers = [pid for pid, args in processes if "flower-superexec" in args
+               and any(f"--parent-pid {link} " in args + " " for link in links)]
+    terminate(links + helpers, term_wait=15.0)
+
+
+def _own_superlinks(env: dict[str, str]) -> tuple[list[int], list[tuple[int, str]]]:
+    """The pids of the local SuperLink(s) on ``env``'s port whose state lives in ``env``'s ``FLWR_HOME``, and
+    ``(pid, command line)`` of every process (from ``ps``)."""
     port = local_superlink_port(env)
     home = Path(env["FLWR_HOME"]).expanduser()
     databases = {str(home / "local-superlink" / "state.db"),  # as flwr passes it (relative: to APP_DIR)
@@ -92,9 +109,40 @@ def stop_superlink(env: dict[str, str] | None = None) -> None:
     processes = [(int(pid), args) for pid, _, args in (line.strip().partition(" ") for line in ps.splitlines())]
     links = [pid for pid, args in processes if "flower-superlink" in args and f"--port {port} " in args + " "
              and databases & set(args.split()) and pid != os.getpid()]
-    helpers = [pid for pid, args in processes if "flower-superexec" in args
-               and any(f"--parent-pid {link} " in args + " " for link in links)]
-    terminate(links + helpers, term_wait=15.0)
+    return links, processes
+
+
+def _listening(port: int) -> bool:
+    """Whether a program accepts connections on ``127.0.0.1:port`` (a closed port in TIME_WAIT does not)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def claim_superlink_port(env: dict[str, str]) -> str | None:
+    """Make sure ``env``'s local SuperLink port is this ``FLWR_HOME``'s to use; return a line to print, if any.
+
+    The port is kept when this ``FLWR_HOME``'s SuperLink already listens there, or when it is free. When
+    something else holds it (another checkout's local SuperLink, any other program), ``flwr run`` would attach
+    to that SuperLink and lose its run when it stops: then the port comes from :data:`PORT_VARIABLE` only if the
+    user set it (refused, :class:`ArgumentError`: a setting is never overridden), else a free port is taken
+    for this run (``env`` is updated, with the Control API's port two above it unless the user set that one).
+    """
+    from simulations.engines.deploy import free_port_block
+
+    port = local_superlink_port(env)
+    if _own_superlinks(env)[0] or not _listening(port):
+        return None
+    if os.environ.get(PORT_VARIABLE):
+        raise ArgumentError(f"{PORT_VARIABLE}={port}: that port is in use by another program or another "
+                            f"FLWR_HOME's local SuperLink, whose run this one would join; set a free port or "
+                            f"unset {PORT_VARIABLE} (a free one is then taken)")
+    new = free_port_block(4)
+    env[PORT_VARIABLE] = str(new)
+    if not os.environ.get(CONTROL_PORT_VARIABLE):  # a user's own setting is kept
+        env[CONTROL_PORT_VARIABLE] = str(new + 2)
+    return (f"port {port} is in use by another program or another FLWR_HOME's local SuperLink: this run's local "
+            f"SuperLink uses port {new} ({PORT_VARIABLE})")
 
 
 def terminate(pids: list[int], term_wait: float = 5.0, kill_wait: float = 5.0) -> None:
@@ -171,14 +219,14 @@ def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
     return run_id
 
 
-PATH_KEYS = ("results-dir", "checkpoint-dir", "dataset", "server-data")
+PATH_KEYS = ("results-dir", "checkpoint-dir", "dataset", "server-data", "init-from")
 
 
 def absolute_paths(cfg: dict) -> dict[str, str]:
     """The run config's relative paths made absolute against the current directory.
 
-    ``results-dir`` and ``checkpoint-dir`` always (they are created); ``dataset`` and ``server-data`` when they
-    name an existing file or folder here (else ``dataset`` names a generator).
+    ``results-dir`` and ``checkpoint-dir`` always (they are created); ``dataset``, ``server-data`` and
+    ``init-from`` when they name an existing file or folder here (else ``dataset`` names a generator).
     """
     out = {}
     for key in PATH_KEYS:
@@ -198,11 +246,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:  # the fused run config is validated (and checked against its data) before Flower starts anything
         cfg = checked_run_config(parse_run_config(args.run_config))
+        check_output_dirs(cfg)  # results-dir, checkpoint-dir: created and test-written here, one line if not
     except ArgumentError as ex:
         print(f"{parser.prog}: error: {ex}", file=sys.stderr)
         return 2
     num_clients = int(cfg["num-clients"])
     env = flower_env()
+    try:  # never join (and later lose) another FLWR_HOME's local SuperLink
+        note = claim_superlink_port(env)
+    except ArgumentError as ex:
+        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        return 2
+    if note:
+        print(f"{parser.prog}: {note}", file=sys.stderr)
     started_here = not superlink_running(env)
     cmd = ["flwr", "run", str(APP_DIR), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
     if args.run_config:

@@ -42,6 +42,7 @@ import scipy.linalg
 from scipy.linalg.blas import dtrsm
 
 from fl_strategies.dp_sensitivity import delta_a, delta_b
+from fl_strategies.plain_files import plain_frame
 
 __all__ = [
     "DEFAULT_KS",
@@ -309,7 +310,7 @@ def run(
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        df.drop(columns="seconds").to_csv(out / "results.csv", index=False, float_format="%.6g")
+        plain_frame(df.drop(columns="seconds")).to_csv(out / "results.csv", index=False, float_format="%.6g")
         (out / "summary.md").write_text(_summary(df, runs, seed, grid))
         _plot(df, out / "ratio.png")
     return df

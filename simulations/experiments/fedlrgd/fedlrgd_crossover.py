@@ -37,6 +37,7 @@ from fl_strategies.participation import sample_partitions
 from fl_strategies.fedave import step_size
 from fl_strategies.fedlrgd import client_weights, draw_pivots, inexact_gd, invert, server_matrices
 from fl_strategies.losses import minimise, objective, smoothness
+from fl_strategies.plain_files import plain_frame
 
 __all__ = ["make_data", "fedlrgd_curve", "fedave_curve", "first_stay_below", "run"]
 
@@ -248,7 +249,7 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     df = run(c, args.workers)
-    df.to_csv(out / "results.csv", index=False)
+    plain_frame(df).to_csv(out / "results.csv", index=False)
     report(df, out, c.get("title", "FedLRGD vs FedAve"))
     print((out / "summary.md").read_text())
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from fl_strategies.plain_files import plain_frame
+
 DEFAULT_DIMENSIONS = (16, 64, 256, 1000, 2000)
 
 
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("flwr").setLevel(logging.WARNING)
     table = run(args.dimensions, args.tol)
     args.out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(args.out / "crossover.csv", index=False)
+    plain_frame(table).to_csv(args.out / "crossover.csv", index=False)
     text = markdown(table)
     (args.out / "crossover.md").write_text(text)
     print(text, end="")

@@ -1,0 +1,86 @@
+"""The pooled mean and per-column spread of all clients' rows from per-client sums: centring and ``scale``.
+
+Each client sends, once at discovery, its row count ``s_i``, its row sum
+``t_i = sum_j x_j`` (d,) and, for ``scale = true``, its per-column sum of
+squared deviations about its own mean ``q_i = sum_j (x_j - m_i)^2`` (d,),
+``m_i = t_i / s_i``. The server combines them as Chan, Golub and LeVeque's
+pairwise variance does,
+
+``n var = sum_i q_i + sum_i s_i (m_i - mu)^2``,  ``mu = sum_i t_i / n``,
+
+free of the cancellation of ``sum x^2 - n mu^2`` (its accuracy is then that of
+the float64 row sums, which the mean is formed from as well). The scale is the population
+standard deviation (``ddof = 0``) with constant columns given scale 1, as
+:class:`sklearn.preprocessing.StandardScaler` computes ``scale_``. A client then
+works on ``(x - mu) / scale``: its centred second-moment matrix ``A_i`` becomes
+``D^{-1} A_i D^{-1}`` with ``D = diag(scale)``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["pooled_mean", "between_sum_of_squares", "pooled_variance", "constant_columns", "column_scale"]
+
+
+def pooled_mean(sizes: Sequence[int], row_sums: Sequence[np.ndarray]) -> np.ndarray:
+    """``mu = sum_i t_i / sum_i s_i``, shape (d,), from the clients' row counts and row sums (d,) each."""
+    return sum(row_sums) / sum(sizes)
+
+
+def between_sum_of_squares(sizes: Sequence[int], row_sums: Sequence[np.ndarray], mean: np.ndarray) -> np.ndarray:
+    """``sum_i s_i (m_i - mu)^2`` per column, shape (d,): what the clients' own means add to their sums of squares.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        ``s_i``.
+    row_sums : sequence of ndarray of shape (d,)
+        ``t_i``, in the order of ``sizes``.
+    mean : ndarray of shape (d,)
+        ``mu``, the pooled mean.
+    """
+    total = np.zeros_like(np.asarray(mean, dtype=np.float64))
+    for s, t in zip(sizes, row_sums):
+        gap = t / s - mean
+        total += s * gap * gap
+    return total
+
+
+def pooled_variance(sizes: Sequence[int], row_sums: Sequence[np.ndarray], column_sq_sums: Sequence[np.ndarray],
+                    mean: np.ndarray) -> np.ndarray:
+    """Population variance (``ddof = 0``) of every column over all clients' rows, shape (d,).
+
+    Parameters
+    ----------
+    sizes, row_sums : as :func:`between_sum_of_squares`.
+    column_sq_sums : sequence of ndarray of shape (d,)
+        ``q_i``: each client's per-column sum of squared deviations about its own mean.
+    mean : ndarray of shape (d,)
+        ``mu``.
+    """
+    within = sum(np.asarray(q, dtype=np.float64) for q in column_sq_sums)
+    return (within + between_sum_of_squares(sizes, row_sums, mean)) / sum(sizes)
+
+
+def constant_columns(variance: np.ndarray, mean: np.ndarray, n_samples: int) -> np.ndarray:
+    """Which columns are constant up to rounding, shape (d,) bool.
+
+    A column counts as constant when its variance is within the rounding error of a two-pass variance,
+    ``var <= n eps var + (n mu eps)^2`` (Chan, Golub and LeVeque), the rule of scikit-learn's ``StandardScaler``.
+    """
+    variance = np.asarray(variance, dtype=np.float64)
+    eps = np.finfo(np.float64).eps
+    return variance <= n_samples * eps * variance + (n_samples * np.asarray(mean, dtype=np.float64) * eps) ** 2
+
+
+def column_scale(variance: np.ndarray, mean: np.ndarray, n_samples: int) -> np.ndarray:
+    """``sqrt(variance)``, with 1 for the :func:`constant_columns`, shape (d,): ``StandardScaler.scale_``.
+
+    A constant column keeps its (centred, ~0) values instead of being divided by ~0.
+    """
+    scale = np.sqrt(np.clip(np.asarray(variance, dtype=np.float64), 0.0, None))
+    scale[constant_columns(variance, mean, n_samples)] = 1.0
+    return scale

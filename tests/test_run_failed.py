@@ -1,0 +1,89 @@
+"""Failure is failure: a run whose every reply was rejected, dropped or late, or whose estimate never moved from
+its start, ends as a failed run (``RunFailed``, no PCA model, a non-zero exit), never as a result."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import run_aborted, run_app
+from simulations.compare import main as compare_main
+
+NONE_ACCEPTED = "no client reply was accepted in any of its 4 round(s)"
+
+
+def _zero_folder(path):
+    path.mkdir()
+    for i in range(3):
+        np.save(path / f"partition_{i}.npy", np.zeros((20, 6)))
+    return str(path)
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (dict(strategy="fedpower", noise_std=1e308, row_normalize=True), NONE_ACCEPTED + " (40 rejected"),
+    (dict(strategy="fedave", dataset="erm-ridge", loss="ridge", step_schedule="const", step_max=1e308),
+     NONE_ACCEPTED),
+    (dict(strategy="fedpower", dropout=0.999999), NONE_ACCEPTED + " (0 rejected, 40 failed or dropped out"),
+    (dict(strategy="fedpower", round_policy="deadline", deadline=1e-9, latency_model="shifted-exp",
+          latency_shift=1.0), NONE_ACCEPTED),
+], ids=["noise-std-1e308", "fedave-step-1e308", "every-client-dropped", "every-client-late"])
+def test_a_run_without_an_accepted_reply_fails(tmp_path, overrides, reason, caplog):
+    caplog.set_level(logging.CRITICAL, logger="flwr")
+    strategy = run_aborted(re.escape(reason), num_server_rounds=4, results_dir=str(tmp_path / "out"), **overrides)
+    assert [row["round"] for row in strategy.records] == [0, 1, 2, 3, 4]  # the rows say what happened
+    assert not (tmp_path / "out" / "pca.npz").exists()
+
+
+def test_a_run_on_all_zero_data_fails_without_a_model(tmp_path, caplog):
+    caplog.set_level(logging.CRITICAL, logger="flwr")
+    strategy = run_aborted(re.escape("the estimate never moved from its start in 4 round(s)"), strategy="power",
+                           dataset=_zero_folder(tmp_path / "zero"), num_clients=3, rank=2, num_server_rounds=4,
+                           results_dir=str(tmp_path / "out"))
+    assert all(row["participants"] == 3 for row in strategy.records[1:])  # accepted, but carrying nothing
+    assert not (tmp_path / "out" / "pca.npz").exists()
+
+
+def test_a_run_with_some_accepted_replies_is_not_a_failure():
+    strategy = run_app(strategy="fedpower", dropout=0.6, clients_per_round=2, num_server_rounds=6)
+    participants = [row["participants"] for row in strategy.records[1:]]
+    assert 0 in participants and any(participants)  # some rounds lost every client, the run still counts
+    assert strategy.failure is None
+
+
+def test_compare_marks_a_failed_run_and_exits_non_zero(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text("""
+seeds = [0]
+[defaults]
+num-clients = 3
+num-samples = 300
+dimension = 8
+rank = 2
+iteration-rank = 2
+num-server-rounds = 3
+[[runs]]
+name = "good"
+strategy = "fedpower"
+[[runs]]
+name = "drowned"
+strategy = "fedpower"
+row-normalize = true
+noise-std = 1e308
+""")
+    out = tmp_path / "o"
+    assert compare_main([str(config), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "fedspectral: run FAILED: run 'drowned' seed 0: " in err
+    assert "'good'" not in err
+    summary = (out / "summary.md").read_text()
+    assert "| drowned **FAILED** |" in summary and "| good |" in summary
+    assert "- drowned: seed 0: " in summary
+    results = pd.read_csv(out / "results.csv", keep_default_na=False)
+    assert set(results.loc[results["run"] == "good", "failure"]) == {""}
+    assert all(results.loc[results["run"] == "drowned", "failure"].str.len() > 0)
+    estimates = sorted(p.name for p in (out / "estimates").iterdir())
+    assert estimates and all(name.startswith("good") for name in estimates)  # no result of the failed run
