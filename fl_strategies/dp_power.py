@@ -4,7 +4,7 @@ One Flower round is one power iteration ``l = 1 .. L`` (``L = num-server-rounds`
 orthonormal ``X_{l-1}`` (``n x p``, ``p = iteration-rank``); client ``i`` holds an additive share
 ``A^(i) = M_i^T M_i`` of ``A = sum_i A^(i)`` (its rows ``M_i``) and returns ``Y^(i) = A^(i) X_{l-1} + G^(i)`` with
 fresh Gaussian noise of its own; the server forms ``Y = sum_i Y^(i)`` and ``X_l = orth(Y)`` (Householder QR, so
-that Hardt & Price's basis-dependent sensitivity is defined as in the paper, spec pitfall P12).
+that the basis, and with it Hardt & Price's basis-dependent sensitivity, is a deterministic function of ``Y``).
 
 Noise. ``Delta_l`` (:func:`fl_strategies.dp_sensitivity.sensitivity`, config key ``dp-sensitivity``) is a function
 of the public ``X_{l-1}``, computed by every client and by the server alike; ``sigma`` comes from the zCDP
@@ -19,7 +19,7 @@ std of a client is (config key ``dp-channel``)
   release private on its own, total noise variance ``s`` times the central one).
 
 Missing clients. Every one of the ``s`` noises must be in the sum, or the released ``Y`` is less private than
-accounted for (spec pitfall P15), and a missing share also biases ``A``. A round with fewer than ``s`` valid
+accounted for (its noise share is missing from the sum), and a missing share also biases ``A``. A round with fewer than ``s`` valid
 products therefore **stops the run** with an error naming the round and the missing partitions; the rows written
 so far stay. (SecAgg+'s reconstruction lets a round survive a client that drops *after* uploading its masked
 vector: its product and noise are in the sum.)

@@ -8,7 +8,7 @@ Two noise multipliers for the current orthonormal iterate ``X`` (n x p):
 Under the paper's neighbouring relation (12), ``A' = A + C`` with ``C`` symmetric and
 ``||C||_{1,2} = sqrt(sum_i ||C_{i:}||_1^2) <= 1`` (:func:`norm_1_2`), every ``X`` satisfies
 ``||C X||_F <= Delta^b(X) <= Delta^a(X)``. ``Delta^b`` is invariant under a change of
-basis ``X -> X O`` (``O`` orthogonal), ``Delta^a`` is not (spec pitfall P12). Both are
+basis ``X -> X O`` (``O`` orthogonal), ``Delta^a`` is not (its value depends on which orthonormal basis of the span the QR returns). Both are
 deterministic functions of the public iterate, so computing them costs no privacy.
 """
 

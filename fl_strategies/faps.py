@@ -18,8 +18,8 @@ penalty ``beta_i`` and the history of its consensus violation ``d_i``. In round
 4. sends ``Y_i = beta_i X_i X_i^T Z - X_i W_i^T Z - W_i X_i^T Z`` (``= Q_i Z``,
    eq. 18) and the scalar ``f_i = tr(Z^T M_i Z)`` for the stopping rule (27).
 
-The server sets ``Z_{k+1} = orth(sum_i Y_i)``: an *unweighted* sum (spec
-pitfall P7). ``X_i`` and ``beta_i`` never leave the client, which is what keeps
+The server sets ``Z_{k+1} = orth(sum_i Y_i)``: an *unweighted* sum as in the
+paper's algorithm (no weights by row count). ``X_i`` and ``beta_i`` never leave the client, which is what keeps
 the server from solving for ``M_i`` (Proposition 5); the scalar ``f_i`` does
 leak one linear functional of ``M_i`` per round (spec P6).
 

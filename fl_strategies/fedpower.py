@@ -6,7 +6,8 @@ One Flower server round is one communication period: the server broadcasts
 un-orthonormalised) and returns ``Y`` together with the basis ``Z_prev`` it
 multiplied last. The server aligns each ``Y_i`` with the Orthogonal
 Procrustes rotation ``D_i = procrustes(Z_prev_i, Z_prev_ref)`` computed from
-the *previous bases* (spec pitfall P4), averages and orthonormalises.
+the *previous bases* (the orthonormal ``Z_prev`` the clients multiplied, not
+the un-orthonormalised ``Y_i``), averages and orthonormalises.
 
 Weights. The paper assumes an equal split and averages with ``1/m``. Here the
 average is weighted by the client's row count ``s_i`` (times its
@@ -21,10 +22,9 @@ in the average); the reference client (partition 0, "machine 1") is always
 asked as well, and its reply is used for the alignment only unless it was
 sampled. If the reference does not answer, the responder with the smallest
 partition id takes its place (the paper's Remark 2). ``K = m`` means full
-participation without sampling (Algorithm 2). Note (spec pitfall P11) that
-Algorithm 3 with ``K = m`` would sample with replacement and is *not* the
-same as full participation; this implementation follows the issue's
-definition. Sampling and the straggler model (keep the first K replies, or
+participation without sampling (Algorithm 2). Algorithm 3 with ``K = m``
+would sample with replacement and is *not* the same as full participation;
+``K = m`` asks every client once, so that the full run is Algorithm 2. Sampling and the straggler model (keep the first K replies, or
 those before a deadline, in virtual time) are :mod:`fl_strategies.participation`.
 
 With ``p = 1`` and no noise the method is the distributed power method
@@ -47,7 +47,7 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from .config import total_iterations
+from .config import ConfigError, total_iterations
 from .base import log, uploaded_bytes
 from .eigenspace import STREAM_NOISE, EigenspaceStrategy
 from .kernels.power import local_power_iterations
@@ -341,8 +341,6 @@ class FedPowerStrategy(EigenspaceStrategy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume only when every node re-draws a repeated round's noise: a node whose noise secret lived in
         the old run's node state (no ``noise-secret`` file) would answer the round in flight with fresh noise."""
-        from .config import ConfigError
-
         lost = sorted(f"node {cid} (partition {pid})" for cid, pid in self._pid_by_cid.items()
                       if self.node_properties.get(cid, {}).get("noise-persistent") is False
                       and (self.cfg["noise-std"] > 0 or self.cfg["epsilon"] > 0))

@@ -14,7 +14,7 @@ and friends, which build and type-check a new view of the whole content at
 every access, and its NumPyClient wrapper decodes arrays with ``np.load``,
 which parses every header with ``ast.literal_eval``. In the in-process engine
 those were most of the ~0.4 ms a client message cost next to a 14 us product
-(``simulations/benchmarks/bench_scale.py``, issue 7). The functions here build and read
+(measured by ``simulations/benchmarks/bench_scale.py``). The functions here build and read
 the *same* layout directly (``tests/test_fit_records.py`` checks them against
 Flower's converters), so a server or client using them interoperates with
 Flower's own on either side.

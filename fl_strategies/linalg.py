@@ -17,7 +17,8 @@ def orth(Y: np.ndarray) -> np.ndarray:
     The Q factor of the thin QR factorisation ``Y = Q R``, with the signs chosen
     so that ``diag(R) >= 0`` (``sign(0)`` is taken as ``+1``). This makes the
     basis a deterministic function of ``Y``, which plain averaging of local
-    bases implicitly relies on (FedPower spec, pitfall P3).
+    bases implicitly relies on (two clients with the same span must return the
+    same basis, or their average is not a basis of that span).
 
     Parameters
     ----------
@@ -63,7 +64,8 @@ def subspace_distance(Z: np.ndarray, U_k: np.ndarray) -> float:
     ``Q = orth(Z)`` (FedPower, Theorem 1). With ``r > k`` this is the
     distance of the true k-dimensional eigenspace from the estimated
     r-dimensional one; ``||Q Q^T - U_k U_k^T||_2`` would be identically 1
-    there (pitfall P2). The residual is formed explicitly, so the result is
+    there (an ``r``-dimensional projector minus a ``k``-dimensional one has
+    norm 1). The residual is formed explicitly, so the result is
     accurate down to about ``1e-16`` rather than ``1e-8`` (which is what
     ``sqrt(1 - cos^2)`` would give).
 

@@ -195,7 +195,7 @@ def singular_value_error(Z: np.ndarray, C: np.ndarray, values: np.ndarray) -> fl
 
     ``s = sqrt(eig(Q^T C Q))`` (descending, ``Q = orth(Z)``) and
     ``s* = sqrt(values)``: singular values of the data, not eigenvalues of
-    ``C``, as in the FAPS paper's tables (spec pitfall P5).
+    ``C``, as in the FAPS paper's tables (so the numbers compare with them).
     """
     Q = orth(Z)
     QCQ = Q.T @ C @ Q if isinstance(C, np.ndarray) else Q.T @ (C @ Q)

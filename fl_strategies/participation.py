@@ -69,6 +69,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from .errors import ConfigError
+
 __all__ = ["STREAM_SAMPLING", "STREAM_LATENCY", "STREAM_DEVICE", "SAMPLING", "LATENCY_MODELS", "ROUND_POLICIES",
            "sample_partitions", "RoundPlan", "Participation", "check_participation"]
 
@@ -251,8 +253,6 @@ class Participation:
         ConfigError
             Naming the key and the strategy.
         """
-        from .config import ConfigError
-
         if level == "partial":
             return
         why = {"all": f"{strategy} needs the reply of every client in every round (a missing one would bias its "
@@ -279,8 +279,6 @@ def check_participation(cfg: Mapping[str, Any]) -> None:
         ``first-k``/``deadline`` policy without any latency (every reply
         would arrive at time 0).
     """
-    from .config import ConfigError
-
     policy = cfg["round-policy"]
     if policy == "first-k":
         if not 1 <= cfg["first-k"] <= cfg["num-clients"]:

@@ -146,8 +146,8 @@ def noise_std(epsilon: float, delta: float, total_iterations: int, rank: int, nu
     """Per-entry noise standard deviation ``nu`` of Theorem 6 (or of another ``dp-calibration``).
 
     ``nu = 2 sqrt(r) sigma_g / s_i`` (``= (2 sqrt(r) m / n) sigma_g`` for an
-    equal split). Note that the paper calls ``nu`` a variance; it is used as
-    the standard deviation (spec pitfall P1).
+    equal split). The paper calls ``nu`` a variance; here it is the standard
+    deviation of the Gaussian noise drawn.
 
     Returns
     -------

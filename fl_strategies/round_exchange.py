@@ -6,7 +6,7 @@ to a thread pool; each thread converts its instruction to a ``Message``, calls
 many clients per round that costs a thread hand-off and a polling loop per
 client: in the in-process engine the server thread and the worker thread
 contend for the interpreter lock on every message, which was most of the
-per-message overhead measured for issue 7 (``simulations/benchmarks/bench_scale.py``).
+per-message overhead measured by ``simulations/benchmarks/bench_scale.py``.
 
 :func:`fit_in_one_batch` builds the same messages (the layout of Flower's
 ``recorddict_compat``, through :mod:`fl_strategies.fit_records`, so clients see

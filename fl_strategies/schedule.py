@@ -12,7 +12,7 @@ communication round. With ``p`` local steps:
 
 The total number of iterations ``T`` is always a synchronisation time: the
 last round is shortened when needed, so the output is the server's own
-``orth(Y_T)`` and never an unaligned average (spec pitfall P7).
+``orth(Y_T)`` and never an unaligned average of local bases.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from flwr.common import Context
 from flwr.server import Grid, ServerApp, ServerAppComponents, ServerConfig
 from flwr.server.client_manager import SimpleClientManager
 
-from fl_strategies.config import ConfigError, effective_config
+from fl_strategies.config import ConfigError, check_unread_keys, default_run_config, effective_config
 from fl_strategies.data_files import read_samples
 from fl_strategies.base import RunFailed
 from fl_strategies.harness import ServerData, find_harness, on_nodes
@@ -45,6 +45,13 @@ def build_strategy(run_config) -> tuple:
     num_rounds : int
     """
     cfg, overridden = effective_config(run_config)
+    defaults = default_run_config()
+    if not defaults:
+        log.warning("fedspectral: no pyproject.toml beside the package: keys the strategy does not read are not "
+                    "checked")
+    unread = check_unread_keys(run_config, defaults)  # ConfigError under strict = true
+    if unread:
+        log.warning("fedspectral: %s", unread)
     if overridden:
         log.info("strategy %s fixes %s", cfg["strategy"], ", ".join(
             f"{key} = {fixed!r} (run config: {given!r})" for key, (given, fixed) in overridden.items()))

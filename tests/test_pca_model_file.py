@@ -62,10 +62,18 @@ def test_a_model_file_with_a_pickled_object_is_refused(tmp_path):
         load_model(path)
 
 
-@pytest.mark.parametrize("key", MODEL_KEYS)
+@pytest.mark.parametrize("key", [key for key in MODEL_KEYS if key != "scale"])
 def test_a_model_file_without_a_key_is_refused(tmp_path, key):
     with pytest.raises(ValueError, match=f"lacks {key}: not a fedspectral pca.npz"):
         load_model(_saved(tmp_path, **{key: None}))
+
+
+def test_a_model_without_scale_is_unscaled(tmp_path):
+    """A model written before ``scale`` existed loads as unscaled (scale 1), and transform only centres."""
+    model = load_model(_saved(tmp_path, scale=None))
+    np.testing.assert_array_equal(model["scale"], np.ones(model["mean"].shape))
+    X = np.random.default_rng(3).standard_normal((5, model["mean"].shape[0]))
+    np.testing.assert_allclose(transform(model, X), (X - model["mean"]) @ model["components"].T, rtol=1e-12)
 
 
 def test_a_mean_of_another_width_is_refused(tmp_path):

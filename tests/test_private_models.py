@@ -122,7 +122,7 @@ def test_fedpower_with_epsilon_and_center_writes_a_centred_model(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(noise_std=0.01, epsilon=0.0), "center = true with noise-std is refused for fedpower"),
+    (dict(noise_std=0.01, epsilon=0.0, dp_calibration="paper"), "center = true with noise-std is refused for fedpower"),
     (dict(center=False, variance_target=0.9), "variance-target is refused with epsilon"),
 ])
 def test_fedpower_private_centring_refuses_what_it_cannot_account(overrides, message):

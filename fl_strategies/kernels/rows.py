@@ -8,6 +8,7 @@ A float64 ndarray already in memory is used as one block, without a copy.
 
 from __future__ import annotations
 
+import mmap
 from typing import Iterator
 
 import numpy as np
@@ -62,6 +63,19 @@ def unit_rows(X: np.ndarray) -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
     scale = np.max(np.abs(X), axis=1, keepdims=True)
     return normalize_rows(X / np.where(scale > 0, scale, 1.0))
+
+
+def _scratch(shape: tuple[int, int]) -> np.ndarray:
+    """An uninitialised float64 array in its own anonymous memory map, unmapped when the array is freed.
+
+    A block buffer is tens of MB; from ``malloc`` it would come from the calling thread's arena, and glibc keeps
+    freed arena memory resident, so every thread that ever streamed a file (the server asks its nodes from a
+    thread pool at discovery) would hold one buffer's worth of pages for the rest of the process.
+    """
+    size = 8 * shape[0] * shape[1]
+    if size == 0:
+        return np.empty(shape)
+    return np.frombuffer(mmap.mmap(-1, size), dtype=np.float64).reshape(shape)
 
 
 class RowBlocks:
@@ -120,7 +134,7 @@ class RowBlocks:
                                                                and block.dtype == np.float64
                                                                and not isinstance(block, np.memmap)):
                 if buffer is None:
-                    buffer = np.empty((min(self.block, self.num_rows), self.dimension))
+                    buffer = _scratch((min(self.block, self.num_rows), self.dimension))
                 out = buffer[:block.shape[0]]
                 np.copyto(out, block, casting="unsafe")
                 yield out
@@ -140,10 +154,16 @@ class RowBlocks:
         """``(row_sum, col_sq)``: the sum of the rows and each column's sum of squares, both (d,) float64."""
         if self._stats is None:
             total, squares = np.zeros(self.dimension), np.zeros(self.dimension)
+            owned = self._owns_blocks()
             with np.errstate(all="ignore"):  # overflow shows as a non-finite sum, which the caller reports
                 for block in self.blocks():
                     total += np.asarray(block.sum(axis=0)).ravel()
-                    squares += np.asarray((block.multiply(block) if self.sparse else block * block).sum(axis=0)).ravel()
+                    if self.sparse:
+                        squares += np.asarray(block.multiply(block).sum(axis=0)).ravel()
+                    elif owned:  # square the scratch block in place: no second block-sized array
+                        squares += np.multiply(block, block, out=block).sum(axis=0)
+                    else:
+                        squares += (block * block).sum(axis=0)
             self._stats = (total, squares)
         return self._stats
 
@@ -181,4 +201,20 @@ class RowBlocks:
         if self.sparse:
             total, squares = self.stats()
             return max(float(squares.sum() - 2.0 * mean @ total + self.num_rows * mean @ mean), 0.0)
-        return float(sum(np.sum((block - mean) ** 2) for block in self.blocks()))
+        owned = self._owns_blocks()
+
+        def part(block: np.ndarray) -> float:
+            if owned:  # centre and square the scratch block in place: no second block-sized array
+                np.subtract(block, mean, out=block)
+                return np.sum(np.square(block, out=block))
+            return np.sum((block - mean) ** 2)
+
+        return float(sum(part(block) for block in self.blocks()))
+
+    def _owns_blocks(self) -> bool:
+        """Whether the dense blocks of :meth:`blocks` are this object's scratch (float64 copies converted from
+        another dtype or a memory map, normalised or clipped rows), which a caller may overwrite, rather than views
+        of the caller's own float64 ndarray."""
+        plain_float64 = (isinstance(self.rows, np.ndarray) and not isinstance(self.rows, np.memmap)
+                         and self.rows.dtype == np.float64)
+        return not self.sparse and (self.normalize or self.clip > 0 or not plain_float64)

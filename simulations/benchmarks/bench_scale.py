@@ -1,4 +1,4 @@
-"""Per-round cost of the engines against the arithmetic they carry, for 10 to 10,000 clients (issue 7).
+"""Per-round cost of the engines against the arithmetic they carry, for 10 to 10,000 clients.
 
 FedPower with full participation and p = 1 on ``m`` clients of the lazy
 Model I data (``fedpower-model1-lazy``, ``rows`` x ``dim`` blocks, engine
@@ -8,7 +8,7 @@ discovery). For each ``m`` and each of
   the same cached ``A_i``, the sum and the QR): the floor;
 * ``numpy-rows``: the loop a client without the cached ``d x d`` matrix would
   do, ``M_i^T (M_i Z)`` on its ``rows x dim`` block (the floor when the
-  clients hold their blocks, as in the issue's "1,000 x 100 blocks"); shown
+  clients hold their blocks, the "1,000 x 100 blocks" of the target); shown
   beside, the ratios are to ``numpy``;
 * ``local``: the in-process engine (Flower's Strategy / NumPyClient path through
   :class:`simulations.engines.local.LocalGrid`);

@@ -50,9 +50,11 @@ import numpy as np
 
 from fl_strategies.data_files import FILE_SUFFIXES, normalize_rows, read_samples
 
+from simulations.data.erm_rows import generate as generate_erm_rows
+
 DATASET_NAMES = ("fedpower-model1", "fedpower-model1-lazy", "fedpower-model2", "digits", "faps-geometric", "faps-arithmetic",
                  "mf-synthetic", "mf-step", "mf-decay", "erm-logistic", "erm-ridge", "dp-haar", "dp-coherent")
-"""Built-in dataset names accepted by :func:`load_dataset` (``erm-*``: :func:`simulations.data.erm_data.generate`)."""
+"""Built-in dataset names accepted by :func:`load_dataset` (``erm-*``: :func:`simulations.data.erm_rows.generate`)."""
 
 GENERATOR_SIZE = {"num-samples": 10_000, "dimension": 50}
 """The size of a generated data set whose ``num-samples`` / ``dimension`` is 0 (the run config's default: a file
@@ -203,9 +205,7 @@ def load_dataset(
     elif name in ("mf-synthetic", "mf-step", "mf-decay"):
         X, labels, groups = _load_mf(name, num_samples, dimension, rank, seed, mf_noise)
     elif name in ("erm-logistic", "erm-ridge"):  # supervised rows [x, y] for FedLRGD / FedAve
-        from simulations.data.erm_data import generate  # late import: erm_data imports this module
-
-        X, labels, groups = generate(name, num_samples, dimension, seed), None, None
+        X, labels, groups = generate_erm_rows(name, num_samples, dimension, seed), None, None
     elif name in ("dp-haar", "dp-coherent"):  # planted spectra of the DP power-method notes
         from simulations.data.dp_data import planted_rows
 

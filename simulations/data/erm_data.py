@@ -19,49 +19,18 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 import numpy as np
-from scipy.special import expit
 
 from fl_strategies.erm import ErmReference
 from fl_strategies.losses import minimise, objective, split_xy
 
 from simulations.data.datasets import load_dataset, sized
+from simulations.data.erm_rows import ERM_DATASETS, generate
 from simulations.data.partitioners import partition
 
 __all__ = ["ERM_DATASETS", "generate", "erm_split", "erm_client_rows", "erm_reference"]
 
-ERM_DATASETS = ("erm-logistic", "erm-ridge")
-
 ERM_KEYS = ("dataset", "num-samples", "dimension", "num-clients", "data-seed", "partitioner", "dirichlet-alpha",
             "server-samples")
-
-
-def generate(name: str, num_samples: int, dimension: int, seed: int) -> np.ndarray:
-    """Rows ``[x, y]`` of a synthetic supervised data set.
-
-    Parameters
-    ----------
-    name : {"erm-logistic", "erm-ridge"}
-    num_samples : int
-        ``n``.
-    dimension : int
-        ``d = p + 1 >= 2``.
-    seed : int
-
-    Returns
-    -------
-    ndarray of shape (n, d)
-    """
-    if dimension < 2:
-        raise ValueError(f'"dimension" of {name} must be at least 2 (features and a label), got {dimension}')
-    if num_samples < 1:
-        raise ValueError(f'"num-samples" of {name} must be at least 1, got {num_samples}')
-    rng = np.random.default_rng([seed, 404])
-    p = dimension - 1
-    w = rng.uniform(-1.0, 1.0, size=p)
-    X = rng.uniform(0.0, 1.0, size=(num_samples, p))
-    noise = rng.standard_normal(num_samples)
-    y = expit(X @ w + 0.25 * noise) if name == "erm-logistic" else X @ w + 0.1 * noise
-    return np.column_stack([X, y])
 
 
 def _rows(c: Mapping[str, Any]) -> np.ndarray:

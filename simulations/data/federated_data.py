@@ -30,6 +30,7 @@ from fl_strategies.linalg import top_eigenvectors
 from fl_strategies.metrics import Reference, pooled_covariance
 
 from simulations.data.datasets import LAZY_DATASETS, Dataset, lazy_partition, lazy_partition_sizes, load_dataset, sized
+from simulations.data.erm_data import erm_reference as build_erm_reference, erm_split
 from simulations.data.partitioners import partition
 
 __all__ = ["federated_dataset", "local_covariance", "reference", "pooled_reference", "mf_reference", "client_rows",
@@ -125,8 +126,6 @@ def partition_sizes(cfg: Mapping[str, Any]) -> np.ndarray:
     """
     cfg = sized(cfg)
     if cfg["strategy"] in ("fedlrgd", "fedave"):
-        from simulations.data.erm_data import erm_split  # late import: erm_data imports this package's datasets
-
         return np.array([rows.shape[0] for rows in erm_split(cfg)[1]], dtype=np.int64)
     if cfg["dataset"] in LAZY_DATASETS:
         _check_lazy(cfg)
@@ -204,9 +203,7 @@ def erm_reference(cfg: Mapping[str, Any]):
     See :func:`simulations.data.erm_data.erm_reference`; the split differs from
     :func:`federated_dataset`: the server keeps the first ``server-samples`` rows.
     """
-    from simulations.data.erm_data import erm_reference as build  # late import: erm_data imports this package's datasets
-
-    return build(cfg)
+    return build_erm_reference(cfg)
 
 
 def pooled_reference(X: np.ndarray, k: int, center: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -82,19 +82,27 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     Everything that a run would refuse before round 1 and that needs no node is refused here, before any
     Flower process starts: unknown keys, wrong types and ranges (:func:`fl_strategies.config.validate_run_config`),
     a ``results-dir`` holding an earlier run's results (:func:`fl_strategies.config.check_results_dir`),
-    and ranks or ``num-clients`` that the data set cannot hold (without generating a lazy data set).
+    keys the strategy does not read (:func:`fl_strategies.config.check_unread_keys`: printed as one warning
+    line on stderr, refused under ``strict = true``), and ranks or ``num-clients`` that the data set cannot hold (without generating a lazy data set).
 
     Raises
     ------
     ArgumentError
         One line naming the option and the key.
     """
-    from fl_strategies.config import ConfigError, check_against_data, check_results_dir, validate_run_config
+    import sys
+
+    from fl_strategies.config import (ConfigError, check_against_data, check_results_dir, check_unread_keys,
+                                      default_run_config, validate_run_config)
 
     from fl_strategies.warm_start import check_width, load_start
 
     try:
-        cfg = validate_run_config(fused_run_config(overrides))
+        given = fused_run_config(overrides)
+        cfg = validate_run_config(given)
+        unread = check_unread_keys(given, default_run_config())
+        if unread:
+            print(f"warning: {unread}", file=sys.stderr)
         check_results_dir(cfg)
         start = load_start(cfg)  # init-from: the earlier model, read as the server will
     except (ConfigError, ValueError) as ex:

@@ -9,6 +9,7 @@ wide parameter sweeps.
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable, Iterable
 from uuid import uuid4
 
@@ -65,6 +66,9 @@ class LocalGrid(Grid):
             for nid, i in self.partition_of.items()
         }
         self._replies: dict[str, Message] = {}
+        # the server may ask its nodes from several threads (discovery's get_properties); the nodes of this
+        # engine share one process, so they answer one at a time: one node's float64 working set at a time
+        self._client_lock = threading.Lock()
 
     def set_run(self, run: Run) -> None:  # noqa: D102
         self._run = run
@@ -102,7 +106,8 @@ class LocalGrid(Grid):
             else:
                 try:
                     shared = counts[id(msg.content)] > 1
-                    reply = self.client_app(copy.deepcopy(msg) if shared else msg, self.contexts[nid])
+                    with self._client_lock:
+                        reply = self.client_app(copy.deepcopy(msg) if shared else msg, self.contexts[nid])
                 except Exception as ex:  # a failing client becomes an error reply, as in Flower
                     reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=repr(ex)),
                                     reply_to=msg)
