@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -9,7 +10,7 @@ import threading
 import pytest
 
 from fl_strategies.noise import SECRET_BYTES, read_or_create_secret
-from fl_strategies.secret_files import PRIVATE_MODE, read_secret_file
+from fl_strategies.secret_files import PRIVATE_MODE, create_secret_file, read_secret_file
 
 LABEL = "node config noise-secret"
 
@@ -129,3 +130,110 @@ def test_a_dangling_link_is_refused_and_nothing_is_created_through_it(tmp_path):
     link.symlink_to(target)
     _refused(link, "is a symbolic link")
     assert not target.exists()
+
+
+_VERBS = {0o040: "read", 0o004: "read", 0o020: "write", 0o002: "write", 0o010: "execute", 0o001: "execute"}
+
+
+@pytest.mark.parametrize("bit", sorted(_VERBS), ids=lambda b: f"{b:04o}")
+def test_the_refusal_names_only_what_the_extra_bit_lets_others_do(tmp_path, bit):
+    """A mode of 0600 plus one group or other bit: the message names that bit's access and no other."""
+    path = _secret(tmp_path, PRIVATE_MODE | bit)
+    message = _refused(path, "must be exactly 0600")
+    assert f"others may {_VERBS[bit]} it (mode {PRIVATE_MODE | bit:04o})" in message
+    assert [v for v in ("read", "write", "execute") if f"may {v}" in message] == [_VERBS[bit]]
+
+
+def test_a_missing_file_is_named_with_the_systems_reason_only(tmp_path):
+    """The reason is the OS's one-line text (``strerror``), not the exception's repr with the path again."""
+    path = tmp_path / "missing"
+    with pytest.raises(ValueError) as info:
+        read_secret_file(path, SECRET_BYTES, LABEL)
+    assert str(info.value) == f"{LABEL} {str(path)!r}: cannot be read: {os.strerror(errno.ENOENT)}"
+
+
+@pytest.mark.parametrize("where", ["open", "read", "create"])
+def test_an_os_error_is_named_with_the_systems_reason_only(tmp_path, monkeypatch, where):
+    """Opening, reading and creating: the one-line reason is the OS's ``strerror``."""
+    import fl_strategies.secret_files as secret_files
+
+    def fail(*args, **kwargs):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    path = _secret(tmp_path) if where != "create" else tmp_path / "new"
+    monkeypatch.setattr(secret_files.os, "read" if where == "read" else "open", fail)
+    with pytest.raises(ValueError) as info:
+        if where == "create":
+            create_secret_file(path, b"k" * SECRET_BYTES, LABEL)
+        else:
+            read_secret_file(path, SECRET_BYTES, LABEL)
+    verb = "cannot create it" if where == "create" else "cannot be read"
+    assert str(info.value) == f"{LABEL} {str(path)!r}: {verb}: {os.strerror(errno.EIO)}"
+
+
+def _checked_as(monkeypatch, st):
+    """Make ``read_secret_file``'s ``lstat`` report ``st``: the path changes between the check and the open."""
+    import fl_strategies.secret_files as secret_files
+
+    monkeypatch.setattr(secret_files.os, "lstat", lambda p: st)
+
+
+def test_a_link_put_in_place_after_the_check_is_not_followed(tmp_path, monkeypatch):
+    """The checked file itself, reached through a link swapped in after ``lstat``: the open refuses the link."""
+    real = _secret(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    _checked_as(monkeypatch, os.lstat(real))
+    with pytest.raises(ValueError, match="cannot be read"):
+        read_secret_file(link, SECRET_BYTES, LABEL)
+
+
+def test_a_fifo_put_in_place_after_the_check_does_not_block_the_read(tmp_path, monkeypatch):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    _checked_as(monkeypatch, os.lstat(_secret(tmp_path)))
+    outcome = []  # without a non-blocking open this would wait for a writer: run it aside, with a time limit
+
+    def read_fifo():
+        try:
+            read_secret_file(fifo, SECRET_BYTES, LABEL)
+        except ValueError as ex:
+            outcome.append(str(ex))
+
+    worker = threading.Thread(target=read_fifo, daemon=True)
+    worker.start()
+    worker.join(5)
+    assert outcome and "\n" not in outcome[0]
+
+
+def test_a_mode_changed_after_the_check_is_refused_on_the_open_file(tmp_path, monkeypatch):
+    """Same file (same inode), made readable by others between ``lstat`` and the open: the descriptor's check."""
+    path = _secret(tmp_path)
+    private = os.lstat(path)
+    os.chmod(path, 0o644)
+    _checked_as(monkeypatch, private)
+    with pytest.raises(ValueError, match="others may read it"):
+        read_secret_file(path, SECRET_BYTES, LABEL)
+
+
+def test_a_file_that_grew_is_refused_even_when_the_system_reads_a_byte_at_a_time(tmp_path, monkeypatch):
+    """Short reads are allowed to a kernel: the bounded read still asks for the byte past the expected size."""
+    import fl_strategies.secret_files as secret_files
+
+    path = _secret(tmp_path, data=b"x" * (SECRET_BYTES + 7))
+    real = os.lstat(path)
+    fake = os.stat_result((real.st_mode, real.st_ino, real.st_dev, real.st_nlink, real.st_uid, real.st_gid,
+                           SECRET_BYTES, real.st_atime, real.st_mtime, real.st_ctime))
+    monkeypatch.setattr(secret_files.os, "lstat", lambda p: fake)
+    monkeypatch.setattr(secret_files.os, "fstat", lambda fd: fake)
+    read = os.read
+    monkeypatch.setattr(secret_files.os, "read", lambda fd, n: read(fd, min(n, 1)))
+    with pytest.raises(ValueError, match=f"holds {SECRET_BYTES + 1} bytes, not {SECRET_BYTES}"):
+        read_secret_file(path, SECRET_BYTES, LABEL)
+
+
+def test_creation_says_whether_it_created_and_never_touches_an_existing_file(tmp_path):
+    path = tmp_path / "new"
+    assert create_secret_file(path, b"a" * SECRET_BYTES, LABEL) is True
+    assert create_secret_file(path, b"b" * SECRET_BYTES, LABEL) is False
+    assert path.read_bytes() == b"a" * SECRET_BYTES

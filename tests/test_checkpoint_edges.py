@@ -1,0 +1,178 @@
+"""Checkpoint edges the mutation run of fl_strategies/checkpoint.py showed untested: the format number's presence
+and the strategy's own round count as the upper bound of a checkpoint's round."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from fl_strategies import checkpoint as ck
+from fl_strategies.config import ConfigError
+from conftest import run_app
+from test_resume import SMALL, Killed, kill_server
+from test_resume_guards import _copy, _open, _write, saved  # noqa: F401  (saved is a fixture)
+
+
+@pytest.mark.parametrize("change", ["no format number", "an older format", "not a table"])
+def test_a_document_of_another_format_is_refused_naming_it(saved, tmp_path, change):  # noqa: F811
+    """A file of another layout is refused even when its checksum is valid (anyone can compute one)."""
+    path, cfg = _copy(saved, tmp_path)
+    text, _, arrays = _open(path)
+    doc = json.loads(text)
+    if change == "no format number":
+        del doc["version"]
+    elif change == "an older format":
+        doc["version"] = ck.FORMAT_VERSION - 1
+    else:
+        doc = [doc]
+    text = json.dumps(doc)
+    _write(path, text, ck._checksum(text, arrays), arrays)
+    found = ck.FORMAT_VERSION - 1 if change == "an older format" else None
+    with pytest.raises(ConfigError, match=f"has format {found}, expected {ck.FORMAT_VERSION}"):
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+
+
+def test_the_round_is_bounded_by_the_strategys_round_count_not_only_the_config(saved, tmp_path):  # noqa: F811
+    """A strategy may run fewer rounds than ``num-server-rounds`` (e.g. a shorter schedule): a checkpoint past
+    its last round is refused."""
+    path, cfg = _copy(saved, tmp_path)
+    done = ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"]).resumed["round"]
+    assert done == cfg["num-server-rounds"] >= 1
+    with pytest.raises(ConfigError, match=rf"has round {done}, outside \[0, {done - 1}\]"):
+        ck.Checkpoint(tmp_path, cfg, num_rounds=done - 1)
+
+
+class _Pickled:
+    """An object whose unpickling creates the directory ``marker``: loading it would run code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_a_checkpoint_holding_a_pickled_object_is_refused_without_running_it(saved, tmp_path):  # noqa: F811
+    path, cfg = _copy(saved, tmp_path)
+    text, checksum, arrays = _open(path)
+    marker = tmp_path / "ran"
+    arrays[0] = np.array([_Pickled(marker)], dtype=object)
+    _write(path, text, checksum, arrays)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+    assert not marker.exists()
+
+
+class _State:
+    """The one method of a strategy that :meth:`Checkpoint.save` calls."""
+
+    def state_dict(self):
+        return {"records": []}
+
+
+def test_a_failed_write_names_the_checkpoint_that_is_kept(saved, tmp_path, monkeypatch, caplog):  # noqa: F811
+    """None before the first write succeeds; after it, the last round written."""
+    _, cfg = saved
+    checkpoint = ck.Checkpoint(tmp_path, dict(cfg, resume=False))
+    savez = ck.np.savez
+
+    def full_disk(fh, **arrays):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with caplog.at_level(logging.ERROR, logger="flwr.fedspectral"):
+        monkeypatch.setattr(ck.np, "savez", full_disk)
+        checkpoint.save(1, [np.eye(3, 2)], _State())
+        assert checkpoint.saved_round is None and not (tmp_path / ck.CHECKPOINT_FILE).exists()
+        monkeypatch.setattr(ck.np, "savez", savez)
+        checkpoint.save(2, [np.eye(3, 2)], _State())
+        assert checkpoint.saved_round == 2 and (tmp_path / ck.CHECKPOINT_FILE).exists()
+        monkeypatch.setattr(ck.np, "savez", full_disk)
+        checkpoint.save(3, [np.eye(3, 2)], _State())
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 2
+    assert errors[0].endswith("the run goes on and no checkpoint is kept for resume")
+    assert errors[1].endswith("the run goes on and the checkpoint of round 2 is kept for resume")
+
+
+def test_a_run_killed_in_its_first_round_resumes_from_the_checkpoint_of_round_0(tmp_path, monkeypatch):
+    """The server saves the state after round 0 (the first evaluation); a kill in round 1 resumes from it."""
+    with monkeypatch.context() as patch, pytest.raises(Killed):
+        kill_server(patch, 0, before_save=False)
+        run_app(checkpoint_dir=str(tmp_path), **SMALL)
+    cfg = dict(run_app(**SMALL).cfg, resume=True, **{"checkpoint-dir": str(tmp_path)})
+    assert ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"]).resumed["round"] == 0
+
+
+def _forge(path, change) -> None:
+    """Apply ``change(doc)`` and write the checkpoint with a valid checksum, as a forger would."""
+    text, _, arrays = _open(path)
+    doc = json.loads(text)
+    change(doc)
+    text = json.dumps(doc)
+    _write(path, text, ck._checksum(text, arrays), arrays)
+
+
+FORGED = [
+    ("round-true", lambda d: d.update(round=True), "has round True"),
+    ("round-float", lambda d: d.update(round=float(d["round"])), r"has round \d\.0"),
+    ("no-parameters", lambda d: d.update(parameters=[]), "holds no parameters"),
+    ("no-held-row", lambda d: d["strategy"].pop("held"), "holds no strategy state"),
+    ("two-rows-missing", lambda d: d["strategy"].update(records=d["strategy"]["records"][:-2]),
+     "has rows of rounds"),
+    ("a-negative-count-after-text-and-nan", lambda d: d["strategy"]["records"].__setitem__(
+        1, {"note": None, "spent": float("nan"), "extra_bytes": -1, **d["strategy"]["records"][1]}),
+     r"extra_bytes = -1, outside \[0, inf\)"),
+    ("distance-between-one-and-two", lambda d: d["strategy"]["records"][1].update(subspace_distance=1.5),
+     r"subspace_distance = 1.5, outside \[0, 1\]"),
+    ("sizes-text-partition", lambda d: d["strategy"].update(sizes=[["0", 200], [1, 200], [2, 200]]),
+     "malformed partition sizes"),
+    ("sizes-partition-at-the-client-count", lambda d: d["strategy"].update(sizes=[[0, 200], [1, 200], [3, 200]]),
+     "malformed partition sizes"),
+    ("estimates-not-a-list", lambda d: d["strategy"].update(iterates={}), "holds no rows or estimates"),
+    ("held-row-without-its-estimate", lambda d: d["strategy"].update(held=[{}]), "malformed held row"),
+    ("a-key-missing-from-the-saved-config", lambda d: d["config"].pop("seed"), "seed = None there"),
+]
+
+
+@pytest.mark.parametrize("change, match", [c[1:] for c in FORGED], ids=[c[0] for c in FORGED])
+def test_a_forged_state_of_the_wrong_kind_is_refused(saved, tmp_path, change, match):  # noqa: F811
+    path, cfg = _copy(saved, tmp_path)
+    _forge(path, change)
+    with pytest.raises(ConfigError, match=match):
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+
+
+def test_a_changed_config_names_at_most_five_keys(saved, tmp_path):  # noqa: F811
+    path, cfg = _copy(saved, tmp_path)
+    changed = sorted(k for k, v in cfg.items() if isinstance(v, int) and not isinstance(v, bool)
+                     and k not in ck.SAME_KEYS_EXEMPT)[:6]
+    assert len(changed) == 6
+    _forge(path, lambda d: d["config"].update({k: d["config"][k] + 1 for k in changed}))
+    with pytest.raises(ConfigError, match="another run config") as info:
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+    assert str(info.value).count(" there, ") == 5
+
+
+def test_estimates_of_another_width_than_the_iteration_rank_are_refused(saved, tmp_path):  # noqa: F811
+    """Every estimate one column short, still orthonormal and all of one shape: only the rank check sees it."""
+    path, cfg = _copy(saved, tmp_path)
+    text, _, arrays = _open(path)
+    r = cfg["iteration-rank"]
+    assert r >= 2
+    arrays = [a[:, :-1] if a.ndim == 2 and a.shape[1] == r else a for a in arrays]
+    _write(path, text, ck._checksum(text, arrays), arrays)
+    with pytest.raises(ConfigError, match=rf"holds an estimate of shape \(\d+, {r - 1}\); this run iterates {r}"):
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+
+
+def test_a_row_at_the_largest_subspace_distance_is_accepted(saved, tmp_path):  # noqa: F811
+    """A distance of exactly 1 (orthogonal subspaces) is one a run can write."""
+    path, cfg = _copy(saved, tmp_path)
+    _forge(path, lambda d: d["strategy"]["records"][1].update(subspace_distance=1.0))
+    resumed = ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"]).resumed
+    assert resumed["strategy"]["records"][1]["subspace_distance"] == 1.0
