@@ -222,6 +222,9 @@ class NodeData:
             key = self._source_key()
             op = _OPERATORS.get(key)
             if op is None:
+                if key[0] == "harness":  # a simulated partition holds a copy of its rows: keep only this run's
+                    for other in [k for k in _OPERATORS if k[0] == "harness" and k[1] != key[1]]:
+                        del _OPERATORS[other]
                 op = self._build_operator(products, rank)
                 _OPERATORS[key] = op
                 while len(_OPERATORS) > _MAX_OPERATORS:
@@ -292,7 +295,11 @@ class NodeData:
 log = logging.getLogger("flwr.fedspectral")
 
 _OPERATORS: "OrderedDict[tuple, LocalOperator]" = OrderedDict()
-"""Local operators built in this process, per data source (a client is rebuilt at every message; its data never)."""
+"""Local operators built in this process, per data source (a client is rebuilt at every message; its data never).
+
+A simulated partition's operator is keyed by the whole run config and holds a copy of the partition's rows, so
+only the current run's are kept: a sweep of many runs in one process (``compare``) would otherwise keep every
+run's rows (the harness's own caches keep the data set and each ``A_i`` across runs)."""
 _MAX_OPERATORS = 16384
 
 

@@ -125,3 +125,20 @@ def test_the_gram_matrix_is_chosen_only_where_it_is_cheaper():
     # a Gram matrix shared by the runs of a sweep is used wherever it is no larger than the rows (or small)
     assert gram_is_cheaper(num_rows=5000, dimension=100, rank=5, products=1, shared=True)
     assert not gram_is_cheaper(num_rows=300, dimension=30_000, rank=2, products=50, shared=True)
+
+
+def test_a_sweep_keeps_only_the_current_runs_simulated_operators():
+    """Each run of a sweep builds its clients' operators (each holding its partition's rows); one process keeps
+    only the current run's, so a sweep of many runs does not accumulate every run's rows."""
+    from client_app import data as node_data
+    from simulations.engines import fused_run_config
+
+    node_data._OPERATORS.clear()
+    for seed in range(3):
+        cfg = fused_run_config({"num-clients": 2, "num-samples": 200, "dimension": 6, "rank": 2,
+                                "iteration-rank": 2, "seed": seed})
+        for pid in range(2):
+            node_data.NodeData(cfg, {"partition-id": pid}).operator()
+        harness = [key for key in node_data._OPERATORS if key[0] == "harness"]
+        assert len(harness) == 2, harness
+        assert all(dict(key[1])["seed"] == seed for key in harness)
