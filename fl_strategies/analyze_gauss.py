@@ -121,10 +121,7 @@ def calibrate(epsilon: float, delta: float, calibration: str, shares: Mapping[st
     fl_strategies.accounting.AccountantUnavailable
         ``pld`` / ``rdp`` without ``dp-accounting``.
     """
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    zcdp.check_target(epsilon, delta)
     total = sum(share for share, _ in shares.values())
     if any(not share > 0 for share, _ in shares.values()) or abs(total - 1.0) > 1e-9:
         raise ValueError(f"the privacy shares must be > 0 and sum to 1, got {dict(shares)}")

@@ -41,8 +41,8 @@ import math
 
 from . import accounting
 
-__all__ = ["CALIBRATIONS", "Calibration", "calibrate", "noise_multiplier", "rho_of", "epsilon_of", "max_epsilon",
-           "tight_rho", "spent_epsilon", "log_inverse"]
+__all__ = ["CALIBRATIONS", "Calibration", "calibrate", "check_target", "noise_multiplier", "rho_of", "epsilon_of",
+           "max_epsilon", "tight_rho", "spent_epsilon", "log_inverse"]
 
 CALIBRATIONS = ("paper", "tight", *accounting.ACCOUNTANTS)
 
@@ -177,6 +177,20 @@ class Calibration:
                 f"eps'={self.epsilon:.6g})")
 
 
+def check_target(epsilon: float, delta: float) -> None:
+    """Refuse a privacy target outside ``epsilon > 0`` (finite) and ``0 < delta < 1``, in one line.
+
+    Raises
+    ------
+    ValueError
+        Naming the value out of range.
+    """
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+
+
 def calibrate(epsilon: float, delta: float, iterations: int, calibration: str = "paper") -> Calibration:
     """Noise multiplier for a target ``(eps, delta)`` over ``L`` iterations, refusing targets it cannot meet.
 
@@ -189,10 +203,7 @@ def calibrate(epsilon: float, delta: float, iterations: int, calibration: str = 
     fl_strategies.accounting.AccountantUnavailable
         ``pld`` / ``rdp`` without ``dp-accounting``.
     """
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    check_target(epsilon, delta)
     if iterations < 1:
         raise ValueError(f"the number of iterations L must be >= 1, got {iterations!r}")
     sigma = noise_multiplier(epsilon, delta, iterations, calibration)
