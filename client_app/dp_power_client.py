@@ -3,7 +3,7 @@
 The client computes ``Delta_l`` from the public broadcast ``X`` exactly as the server does, and draws its noise
 from its node's secret (``noise-source = "node-secret"``, the default on a SuperNode), the operating system's
 entropy (``os``) or, for reproducible simulations, from ``(seed, STREAM_NOISE, partition id, round)``, which the
-server could recompute (``seeded``, refused on a SuperNode; :mod:`fl_strategies.noise`). In a SecAgg+ round it reports one example (SecAgg+'s weights are then exactly 1, so the server recovers the
+server could recompute (``seeded``, refused on a SuperNode; :mod:`fl_strategies.privacy.noise`). In a SecAgg+ round it reports one example (SecAgg+'s weights are then exactly 1, so the server recovers the
 sum) and refuses to upload a product with an entry outside the clipping range ``C`` the server announced:
 clipping would bias the sum. Its reply metrics hold only its partition id (metrics travel in plaintext).
 """
@@ -16,9 +16,9 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import ConfigRecord, Context
 
-from fl_strategies.dp_power import client_noise_std, mean_noise_std, privacy_plan, product_sensitivity
-from fl_strategies.eigenspace import STREAM_NOISE
-from fl_strategies.noise import ClientNoise
+from fl_strategies.protocol.strategies.dp_power import client_noise_std, mean_noise_std, privacy_plan, product_sensitivity
+from fl_strategies.protocol.strategies.eigenspace import STREAM_NOISE
+from fl_strategies.privacy.noise import ClientNoise
 
 __all__ = ["DPPowerClient"]
 

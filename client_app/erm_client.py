@@ -13,9 +13,9 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import Array, ArrayRecord, Context
 
-from fl_strategies.fedave import local_sgd
-from fl_strategies.fedlrgd import client_weights
-from fl_strategies.losses import split_xy
+from fl_strategies.protocol.strategies.fedave import local_sgd
+from fl_strategies.protocol.strategies.fedlrgd import client_weights
+from fl_strategies.kernels.losses import split_xy
 __all__ = ["ErmClient", "FedLrgdClient", "FedAveClient"]
 
 STATE = "fedlrgd-arrays"  # one RecordDict namespace: only an ArrayRecord under this key

@@ -8,7 +8,7 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import Array, ArrayRecord, ConfigRecord, Context
 
-from fl_strategies.faps import FapsState, faps_client_round
+from fl_strategies.protocol.strategies.faps import FapsState, faps_client_round
 
 from .pca_replies import discovery_properties, summary_reply
 

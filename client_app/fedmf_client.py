@@ -8,7 +8,7 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import Array, ArrayRecord, Context
 
-from fl_strategies.fedmf_kernels import (STREAM_BASELINE, altgd_step, exact_u, initial_u, local_gd, mf_loss,
+from fl_strategies.kernels.mf import (STREAM_BASELINE, altgd_step, exact_u, initial_u, local_gd, mf_loss,
                                          power_product, simgd_step, sketch, wk_init)
 
 __all__ = ["FedMFClient"]

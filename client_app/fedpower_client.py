@@ -8,12 +8,12 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import ConfigRecord, Context
 
-from fl_strategies.analyze_gauss import covariance_releases, pack_upper
-from fl_strategies.config import secure_covariance, total_iterations
-from fl_strategies.covariance import noise_stds
-from fl_strategies.fedpower import STREAM_NOISE, local_power_iterations
-from fl_strategies.noise import ClientNoise
-from fl_strategies.privacy import client_noise_stds
+from fl_strategies.privacy.analyze_gauss import covariance_releases, pack_upper
+from fl_strategies.settings.config import secure_covariance, total_iterations
+from fl_strategies.protocol.strategies.covariance import noise_stds
+from fl_strategies.protocol.strategies.fedpower import STREAM_NOISE, local_power_iterations
+from fl_strategies.privacy.noise import ClientNoise
+from fl_strategies.privacy.fedpower_dp import client_noise_stds
 
 from .pca_replies import discovery_properties, fingerprint_property, summary_reply
 
@@ -47,10 +47,10 @@ class FedPowerClient(NumPyClient):
         op = data.operator(self.products, cfg["iteration-rank"])
         self.s, self.d = op.num_rows, op.shape[0]
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
-        # products' and (centred, with epsilon) row sum's noise: fl_strategies.privacy
+        # products' and (centred, with epsilon) row sum's noise: fl_strategies.privacy.fedpower_dp
         self.noise_std, self.mean_noise_std = client_noise_stds(cfg, T, self.s)
         self.budget = T
-        # refuses seeded noise on a SuperNode; draws (once) or reads the node's secret (fl_strategies.noise)
+        # refuses seeded noise on a SuperNode; draws (once) or reads the node's secret (fl_strategies.privacy.noise)
         self.noise = ClientNoise(cfg, data.node_config, self.partition_id, context.state, self.noise_std > 0,
                                  STREAM_NOISE)
 
@@ -117,7 +117,7 @@ class FedPowerClient(NumPyClient):
 class CovarianceClient(FedPowerClient):
     """The ``covariance`` strategy's client: its (centred) ``A_i``, ``d x d``, once; or, secure or private, the
     upper triangle of ``G_i = M_i^T M_i`` and its row sum with its share of the Analyze Gauss noise
-    (:mod:`fl_strategies.covariance`)."""
+    (:mod:`fl_strategies.protocol.strategies.covariance`)."""
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
         super().__init__(data, cfg, context)

@@ -5,7 +5,7 @@ Flower's ``SecAggPlusWorkflow`` works only inside its legacy ``DefaultWorkflow``
 ``DefaultWorkflow`` always runs every round; this loop is the same sequence (initial parameters and evaluation,
 then per round the SecAgg+ fit workflow and the server-side evaluation) but ends the run when the strategy sets
 ``stopped`` or when SecAgg+ halted without calling ``aggregate_fit`` (too few clients answered a stage), and calls
-``strategy.finish()`` at the end, like :class:`fl_strategies.server_loop.StoppingServer`.
+``strategy.finish()`` at the end, like :class:`fl_strategies.protocol.server_loop.StoppingServer`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from flwr.common import ConfigRecord, Context
 from flwr.server import Grid, LegacyContext, ServerConfig
 from flwr.server.workflow import SecAggPlusWorkflow
 
-from fl_strategies.dp_power import QUANTIZATION_RANGE, num_shares
-from fl_strategies.flower_compat import (
+from fl_strategies.protocol.strategies.dp_power import QUANTIZATION_RANGE, num_shares
+from fl_strategies.protocol.flower_compat import (
     MAIN_CONFIGS_RECORD,
     WorkflowKey as Key,
     default_centralized_evaluation_workflow,
@@ -40,8 +40,8 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
     grid : flwr.server.Grid
     context : flwr.common.Context
         The ServerApp's context.
-    strategy : fl_strategies.dp_power.DPPowerStrategy or fl_strategies.covariance.CovarianceStrategy
-        Provides ``num_shares`` settings via :func:`fl_strategies.dp_power.num_shares`, ``clip`` (after
+    strategy : fl_strategies.protocol.strategies.dp_power.DPPowerStrategy or fl_strategies.protocol.strategies.covariance.CovarianceStrategy
+        Provides ``num_shares`` settings via :func:`fl_strategies.protocol.strategies.dp_power.num_shares`, ``clip`` (after
         ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``abort_round``.
     num_rounds : int
     timeout : float, optional

@@ -1,12 +1,12 @@
-"""Edges of the private covariance's calibration (fl_strategies/analyze_gauss.py) that the mutation run showed
+"""Edges of the private covariance's calibration (fl_strategies/privacy/analyze_gauss.py) that the mutation run showed
 untested: the row bound's default, the epsilon a calibration reports as spent, and the target's range."""
 
 from __future__ import annotations
 
 import pytest
 
-from fl_strategies import analyze_gauss as ag
-from fl_strategies import zcdp
+from fl_strategies.privacy import analyze_gauss as ag
+from fl_strategies.privacy import zcdp
 
 SHARES = {"gram": (1.0 - ag.MEAN_SHARE, 1), "row-sum": (ag.MEAN_SHARE, 1)}
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA
 
-from fl_strategies.linalg import subspace_distance
-from fl_strategies.pca import load_model
+from fl_strategies.kernels.linalg import subspace_distance
+from fl_strategies.files.pca import load_model
 from test_pca import D, K, node_files
 
 SIZES = (60, 90, 150)  # different row counts per node

@@ -6,9 +6,9 @@ import scipy.linalg
 from scipy.stats import ortho_group
 
 from conftest import run_app
-from fl_strategies.faps import faps_client_round, local_subproblem, masked_product, multiplier_factor
-from fl_strategies.linalg import orth, subspace_distance
-from fl_strategies.config import validate_run_config
+from fl_strategies.protocol.strategies.faps import faps_client_round, local_subproblem, masked_product, multiplier_factor
+from fl_strategies.kernels.linalg import orth, subspace_distance
+from fl_strategies.settings.config import validate_run_config
 from simulations.engines import fused_run_config
 
 SMALL = dict(dataset="faps-geometric", row_normalize=False, dimension=60, num_samples=1200, xi=1.05,

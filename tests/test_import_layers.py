@@ -7,7 +7,7 @@ from pathlib import Path
 import fl_strategies
 
 PACKAGE = Path(fl_strategies.__file__).resolve().parent
-SETTINGS = ("fl_strategies.config", "fl_strategies.registry")
+SETTINGS = ("fl_strategies.settings",)
 
 
 def module_name(path: Path) -> str:
@@ -53,8 +53,8 @@ def reached_from(start: str) -> set[str]:
 
 
 def test_the_walk_sees_the_imports_it_must_refuse():
-    assert "flwr.common" in reached_from("fl_strategies.round_exchange")  # a protocol module: Flower
-    assert "fl_strategies.registry" in reached_from("fl_strategies.config")
+    assert "flwr.common" in reached_from("fl_strategies.protocol.round_exchange")  # a protocol module: Flower
+    assert "fl_strategies.settings.registry" in reached_from("fl_strategies.settings.config")
 
 
 def test_kernels_import_neither_flower_nor_the_settings():
@@ -67,11 +67,11 @@ def test_kernels_import_neither_flower_nor_the_settings():
 
 
 def test_no_circle_between_the_settings_and_participation_nor_datasets_and_erm_data():
-    from fl_strategies import config, errors, participation
+    from fl_strategies.settings import config, errors, participation
 
     repo = PACKAGE.parent
-    assert "fl_strategies.config" not in imports(PACKAGE / "participation.py")  # neither at the top nor late
-    assert "fl_strategies.participation" in imports(PACKAGE / "config.py")
+    assert "fl_strategies.settings.config" not in imports(PACKAGE / "settings" / "participation.py")  # neither at the top nor late
+    assert "fl_strategies.settings.participation" in imports(PACKAGE / "settings" / "config.py")
     datasets = imports(repo / "simulations" / "data" / "datasets.py")
     assert not [m for m in datasets if m.startswith("simulations.data.erm_data")]
     assert "simulations.data.datasets" in imports(repo / "simulations" / "data" / "erm_data.py")

@@ -7,10 +7,10 @@ import pytest
 import scipy.linalg
 from scipy.stats import ortho_group
 
-from fl_strategies.linalg import orth, procrustes, subspace_distance, top_eigenvectors
-from fl_strategies.privacy import achieved_epsilon, noise_multiplier, noise_std, sensitivity
-from fl_strategies.schedule import round_lengths
-from fl_strategies.fedpower import local_power_iterations
+from fl_strategies.kernels.linalg import orth, procrustes, subspace_distance, top_eigenvectors
+from fl_strategies.privacy.fedpower_dp import achieved_epsilon, noise_multiplier, noise_std, sensitivity
+from fl_strategies.settings.schedule import round_lengths
+from fl_strategies.protocol.strategies.fedpower import local_power_iterations
 
 
 def test_orth_is_orthonormal_with_positive_diagonal_and_unique():

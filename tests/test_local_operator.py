@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse
 
-from fl_strategies.faps import faps_client_round, local_subproblem, multiplier_factor
-from fl_strategies.fedpower import local_power_iterations
+from fl_strategies.protocol.strategies.faps import faps_client_round, local_subproblem, multiplier_factor
+from fl_strategies.protocol.strategies.fedpower import local_power_iterations
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import RowBlocks
 

@@ -1,5 +1,5 @@
 """Resume only the same run on the same data: the run config key by key, the data by fingerprint, and every value
-of a checkpoint checked before use, whatever its checksum says (fl_strategies/checkpoint.py)."""
+of a checkpoint checked before use, whatever its checksum says (fl_strategies/protocol/checkpoint.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import run_app
-from fl_strategies import checkpoint as ck
-from fl_strategies.config import KEYS, RESUME_HARMLESS, ConfigError
+from fl_strategies.protocol import checkpoint as ck
+from fl_strategies.settings.config import KEYS, RESUME_HARMLESS, ConfigError
 from test_resume import SMALL, Killed, kill_server
 
 HARMLESS = {"resume", "round-timeout", "results-dir", "overwrite", "checkpoint-dir",

@@ -1,4 +1,4 @@
-"""SecAgg+ parameters (fl_strategies.dp_power.num_shares) against the protocol's requirements, by computation.
+"""SecAgg+ parameters (fl_strategies.protocol.strategies.dp_power.num_shares) against the protocol's requirements, by computation.
 
 In SecAgg+ every client u splits two secrets among its ``n`` share holders with Shamir's scheme of threshold ``t``:
 the seed of its own mask ``b_u`` and the key of its pairwise masks ``sk_u``. In the unmasking stage an honest
@@ -17,8 +17,8 @@ import os
 
 import pytest
 
-from fl_strategies.config import MAX_SECAGG_CLIENTS
-from fl_strategies.dp_power import num_shares
+from fl_strategies.settings.config import MAX_SECAGG_CLIENTS
+from fl_strategies.protocol.strategies.dp_power import num_shares
 
 
 def _effective(shares: int | float, threshold: int | float, sampled: int) -> tuple[int, int]:

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from fl_strategies.config import (KEYS, ConfigError, check_unread_keys, default_run_config, unread_keys,
+from fl_strategies.settings.config import (KEYS, ConfigError, check_unread_keys, default_run_config, unread_keys,
                                   validate_run_config)
-from fl_strategies.registry import STRATEGY_NAMES
+from fl_strategies.settings.registry import STRATEGY_NAMES
 from simulations.engines import fused_run_config
 
 from conftest import run_app

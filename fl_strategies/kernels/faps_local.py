@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from ..linalg import orth
+from .linalg import orth
 from .products import top_eigenpairs
 
 __all__ = ["multiplier_factor", "masked_product", "local_subproblem"]
