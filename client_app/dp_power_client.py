@@ -16,9 +16,9 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import ConfigRecord, Context
 
-from fl_strategies.protocol.strategies.dp_power import client_noise_std, mean_noise_std, privacy_plan, product_sensitivity
-from fl_strategies.protocol.strategies.eigenspace import STREAM_NOISE
-from fl_strategies.privacy.noise import ClientNoise
+from fl_strategies.privacy.dp_power_noise import client_noise_std, mean_noise_std, privacy_plan, product_sensitivity
+from fl_strategies.privacy.noise import STREAM_NOISE, ClientNoise
+from fl_strategies.protocol.node_state import secret_in_state
 
 __all__ = ["DPPowerClient"]
 
@@ -46,7 +46,7 @@ class DPPowerClient(NumPyClient):
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
         self.s, self.n = rows.shape
         self.calibration, self.releases = privacy_plan(cfg)
-        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, context.state,
+        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, secret_in_state(context.state),
                                  self.calibration is not None, STREAM_NOISE)
 
     def get_properties(self, config):

@@ -31,6 +31,7 @@ from ..files.data_files import is_data_file
 from .errors import ConfigError
 from ..files.harness import folder_partitions
 from ..privacy.dp_sensitivity import SENSITIVITIES
+from ..privacy.dp_power_noise import privacy_plan
 from ..privacy.noise import NOISE_SOURCES
 from ..privacy.accounting import AccountantUnavailable, unmeasurable
 from ..privacy.fedpower_dp import achieved_epsilon, centred_releases, epsilon_spent, noise_multiplier
@@ -792,8 +793,6 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
                               "(sensitivity 2 each)")
     if cfg["epsilon"] > 0:
         try:
-            from ..protocol.strategies.dp_power import privacy_plan
-
             c, _ = privacy_plan(cfg)
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None

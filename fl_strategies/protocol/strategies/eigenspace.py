@@ -49,10 +49,10 @@ from ...files.pca import choose_rank, pca_model, released_product_model
 from ...settings.participation import STREAM_SAMPLING
 from ...files.warm_start import check_width, initial_basis, load_start
 
-__all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
+__all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING"]
 
 # Tags that separate the random streams derived from one run seed.
-STREAM_INIT, STREAM_NOISE = 0, 2  # STREAM_SAMPLING (1) is fl_strategies.settings.participation's
+STREAM_INIT = 0  # STREAM_SAMPLING (1) is fl_strategies.settings.participation's, STREAM_NOISE (2) fl_strategies.privacy.noise's
 
 
 class EigenspaceStrategy(FederatedStrategy):

@@ -49,8 +49,7 @@ from flwr.server.client_proxy import ClientProxy
 
 from ...settings.config import ConfigError, total_iterations
 from ..base import log, uploaded_bytes
-from .eigenspace import STREAM_NOISE, EigenspaceStrategy
-from ...kernels.power import local_power_iterations
+from .eigenspace import EigenspaceStrategy
 from ...kernels.linalg import into_unit_ball, orth, procrustes
 from ...privacy import accounting
 from ...privacy.fedpower_dp import (ROW_SUM_SENSITIVITY, achieved_epsilon, centred_releases, client_noise_stds, epsilon_spent,
@@ -59,7 +58,7 @@ from ...privacy.zcdp import epsilon_of, rho_of
 from ..replies import check_array, check_orthonormal
 from ...settings.schedule import round_lengths
 
-__all__ = ["local_power_iterations", "FedPowerStrategy", "STREAM_NOISE"]
+__all__ = ["FedPowerStrategy"]
 
 
 class FedPowerStrategy(EigenspaceStrategy):

@@ -52,7 +52,7 @@ def central_centred_dp_power(X: np.ndarray, k: int, p: int, L: int, epsilon: flo
     replaced), multipliers from fedspectral's composed calibration (:func:`fl_strategies.privacy.analyze_gauss.calibrate`)
     with ``mean_share`` of the privacy for the mean."""
     from fl_strategies.privacy.analyze_gauss import calibrate
-    from fl_strategies.protocol.strategies.dp_power import project_mean
+    from fl_strategies.privacy.dp_power_noise import project_mean
     from fl_strategies.kernels.linalg import orth
 
     n, d = X.shape
