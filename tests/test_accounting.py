@@ -1,4 +1,4 @@
-"""The tightest accounting (issue 17): dp-calibration = "pld" / "rdp" with Google's dp-accounting, the epsilon
+"""The tightest accounting: dp-calibration = "pld" / "rdp" with Google's dp-accounting, the epsilon
 reported beside the paper's bound, one zCDP conversion, and extreme privacy parameters refused in one line."""
 
 from __future__ import annotations

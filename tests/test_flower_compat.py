@@ -1,4 +1,4 @@
-"""fl_strategies.protocol.flower_compat is the only module that imports private Flower names (issue 14)."""
+"""fl_strategies.protocol.flower_compat is the only module that imports private Flower names."""
 
 from __future__ import annotations
 
