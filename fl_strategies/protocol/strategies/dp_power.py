@@ -41,7 +41,8 @@ A - n mu mu^T`` for the released ``mu``: post-processing again), so that the ite
 covariance. Under ``epsilon`` the mean and the products are accounted together, for one unit row replaced
 (row counts are public): the products' sensitivity is then 2 (``||(x x^T - y y^T) X||_F <= 2`` for orthonormal
 ``X``, ``dp-sensitivity = "one"``, required) and the mean's 2, their multipliers split the privacy with
-:data:`~fl_strategies.privacy.dp_power_noise.MEAN_SHARE` for the mean (:func:`~fl_strategies.privacy.dp_power_noise.privacy_plan`). The model (``pca.npz``) is built from the last centred
+:data:`~fl_strategies.privacy.dp_power_noise.MEAN_SHARE` for the mean
+(:func:`~fl_strategies.privacy.dp_power_noise.privacy_plan`). The model (``pca.npz``) is built from the last centred
 sum ``Y_L / n ~ C X_{L-1}``: its left singular vectors are the components, its singular values the explained
 variance (post-processing); ``tr(C)`` is not released, so the explained-variance ratio is NaN.
 
