@@ -3,9 +3,10 @@
 The client computes ``Delta_l`` from the public broadcast ``X`` exactly as the server does, and draws its noise
 from its node's secret (``noise-source = "node-secret"``, the default on a SuperNode), the operating system's
 entropy (``os``) or, for reproducible simulations, from ``(seed, STREAM_NOISE, partition id, round)``, which the
-server could recompute (``seeded``, refused on a SuperNode; :mod:`fl_strategies.privacy.noise`). In a SecAgg+ round it reports one example (SecAgg+'s weights are then exactly 1, so the server recovers the
-sum) and refuses to upload a product with an entry outside the clipping range ``C`` the server announced:
-clipping would bias the sum. Its reply metrics hold only its partition id (metrics travel in plaintext).
+server could recompute (``seeded``, refused on a SuperNode; :mod:`fl_strategies.privacy.noise`). In a SecAgg+ round it
+reports one example (SecAgg+'s weights are then exactly 1, so the server recovers the sum) and refuses to upload a
+product with an entry outside the clipping range ``C`` the server announced: clipping would bias the sum. Its reply
+metrics hold only its partition id (metrics travel in plaintext).
 """
 
 from __future__ import annotations

@@ -92,7 +92,8 @@ def test_no_circle_between_the_settings_and_participation_nor_datasets_and_erm_d
     from fl_strategies.settings import config, errors, participation
 
     repo = PACKAGE.parent
-    assert "fl_strategies.settings.config" not in imports(PACKAGE / "settings" / "participation.py")  # neither at the top nor late
+    # neither at the top nor late
+    assert "fl_strategies.settings.config" not in imports(PACKAGE / "settings" / "participation.py")
     assert "fl_strategies.settings.participation" in imports(PACKAGE / "settings" / "config.py")
     datasets = imports(repo / "simulations" / "data" / "datasets.py")
     assert not [m for m in datasets if m.startswith("simulations.data.erm_data")]

@@ -107,9 +107,9 @@ def calibrate(epsilon: float, delta: float, calibration: str, shares: Mapping[st
     epsilon, delta : float
         The target.
     calibration : {"paper", "tight", "pld", "rdp"}
-        ``paper`` / ``tight``: the zCDP calibration of one Gaussian (:func:`fl_strategies.privacy.zcdp.noise_multiplier`,
-        exact for a composition, whose zCDP adds up); ``pld`` / ``rdp``: the smallest scale the accountant
-        certifies for the composition of every release.
+        ``paper`` / ``tight``: the zCDP calibration of one Gaussian
+        (:func:`fl_strategies.privacy.zcdp.noise_multiplier`, exact for a composition, whose zCDP adds up); ``pld`` /
+        ``rdp``: the smallest scale the accountant certifies for the composition of every release.
     shares : mapping of str to (float, int)
         ``name -> (share, count)``: the release's share of the privacy (shares sum to 1) and how many times it
         is made.

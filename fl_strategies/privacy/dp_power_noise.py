@@ -35,8 +35,8 @@ def privacy_plan(cfg: dict[str, Any]) -> tuple[Calibration | None, ag.PrivateRel
 
     Without ``center``: the products' calibration over ``L`` releases (``None`` without ``epsilon``) and no
     composition. With ``center`` and ``epsilon``: the mean and the ``L`` products calibrated together
-    (:func:`fl_strategies.privacy.analyze_gauss.calibrate`), the products' :class:`~fl_strategies.privacy.zcdp.Calibration`
-    carrying their multiplier.
+    (:func:`fl_strategies.privacy.analyze_gauss.calibrate`), the products'
+    :class:`~fl_strategies.privacy.zcdp.Calibration` carrying their multiplier.
     """
     if not cfg["epsilon"] > 0:
         return None, None

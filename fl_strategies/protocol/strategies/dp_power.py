@@ -6,10 +6,10 @@ orthonormal ``X_{l-1}`` (``n x p``, ``p = iteration-rank``); client ``i`` holds 
 fresh Gaussian noise of its own; the server forms ``Y = sum_i Y^(i)`` and ``X_l = orth(Y)`` (Householder QR, so
 that the basis, and with it Hardt & Price's basis-dependent sensitivity, is a deterministic function of ``Y``).
 
-Noise. ``Delta_l`` (:func:`fl_strategies.privacy.dp_sensitivity.sensitivity`, config key ``dp-sensitivity``) is a function
-of the public ``X_{l-1}``, computed by every client and by the server alike; ``sigma`` comes from the zCDP
-calibration (:mod:`fl_strategies.privacy.zcdp`) of the target ``(epsilon, delta)`` over ``L`` releases. The per-entry noise
-std of a client is (config key ``dp-channel``)
+Noise. ``Delta_l`` (:func:`fl_strategies.privacy.dp_sensitivity.sensitivity`, config key ``dp-sensitivity``) is a
+function of the public ``X_{l-1}``, computed by every client and by the server alike; ``sigma`` comes from the zCDP
+calibration (:mod:`fl_strategies.privacy.zcdp`) of the target ``(epsilon, delta)`` over ``L`` releases. The per-entry
+noise std of a client is (config key ``dp-channel``)
 
 * ``secagg``: ``Delta_l sigma / sqrt(s)`` for ``s = num-clients`` clients, summed by Flower's SecAgg+ so that the
   server sees only the sum, whose noise is the central ``N(0, Delta_l^2 sigma^2)`` (Theorem 6.2);
