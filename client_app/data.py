@@ -197,8 +197,8 @@ class NodeData:
         """``sum_j (x_j - m_i)^2`` per column about the rows' own mean ``m_i``, shape (d,).
 
         What a node reports as ``col-sq-sum`` at discovery with ``scale = true``
-        (:mod:`fl_strategies.kernels.standardize`): the deviations summed block by block (no cancellation, no copy of the
-        rows); sparse rows by the identity ``sum x^2 - s m^2``.
+        (:mod:`fl_strategies.kernels.standardize`): the deviations summed block by block (no cancellation, no copy of
+        the rows); sparse rows by the identity ``sum x^2 - s m^2``.
         """
         op = self.operator()
         return op.rows.centered_column_squares(op.row_sum / op.num_rows)

@@ -3,9 +3,10 @@
 The client computes ``Delta_l`` from the public broadcast ``X`` exactly as the server does, and draws its noise
 from its node's secret (``noise-source = "node-secret"``, the default on a SuperNode), the operating system's
 entropy (``os``) or, for reproducible simulations, from ``(seed, STREAM_NOISE, partition id, round)``, which the
-server could recompute (``seeded``, refused on a SuperNode; :mod:`fl_strategies.privacy.noise`). In a SecAgg+ round it reports one example (SecAgg+'s weights are then exactly 1, so the server recovers the
-sum) and refuses to upload a product with an entry outside the clipping range ``C`` the server announced:
-clipping would bias the sum. Its reply metrics hold only its partition id (metrics travel in plaintext).
+server could recompute (``seeded``, refused on a SuperNode; :mod:`fl_strategies.privacy.noise`). In a SecAgg+ round it
+reports one example (SecAgg+'s weights are then exactly 1, so the server recovers the sum) and refuses to upload a
+product with an entry outside the clipping range ``C`` the server announced: clipping would bias the sum. Its reply
+metrics hold only its partition id (metrics travel in plaintext).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import ConfigRecord, Context
 
-from fl_strategies.protocol.strategies.dp_power import client_noise_std, mean_noise_std, privacy_plan, product_sensitivity
-from fl_strategies.protocol.strategies.eigenspace import STREAM_NOISE
-from fl_strategies.privacy.noise import ClientNoise
+from fl_strategies.privacy.dp_power_noise import client_noise_std, mean_noise_std, privacy_plan, product_sensitivity
+from fl_strategies.privacy.noise import STREAM_NOISE, ClientNoise
+from fl_strategies.protocol.node_state import secret_in_state
 
 __all__ = ["DPPowerClient"]
 
@@ -46,7 +47,7 @@ class DPPowerClient(NumPyClient):
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
         self.s, self.n = rows.shape
         self.calibration, self.releases = privacy_plan(cfg)
-        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, context.state,
+        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, secret_in_state(context.state),
                                  self.calibration is not None, STREAM_NOISE)
 
     def get_properties(self, config):

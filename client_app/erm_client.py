@@ -13,8 +13,8 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import Array, ArrayRecord, Context
 
-from fl_strategies.protocol.strategies.fedave import local_sgd
-from fl_strategies.protocol.strategies.fedlrgd import client_weights
+from fl_strategies.kernels.fedave import local_sgd
+from fl_strategies.kernels.fedlrgd import client_weights
 from fl_strategies.kernels.losses import split_xy
 __all__ = ["ErmClient", "FedLrgdClient", "FedAveClient"]
 

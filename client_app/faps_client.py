@@ -8,13 +8,21 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import Array, ArrayRecord, ConfigRecord, Context
 
-from fl_strategies.protocol.strategies.faps import FapsState, faps_client_round
+from fl_strategies.kernels.faps_local import FapsOptions, FapsState, faps_client_round
 
 from .pca_replies import discovery_properties, summary_reply
 
-__all__ = ["FapsClient"]
+__all__ = ["FapsClient", "faps_options"]
 
 ARRAYS, SCALARS = "faps-arrays", "faps-scalars"  # one RecordDict namespace for all record types
+
+
+def faps_options(cfg: dict[str, Any]) -> FapsOptions:
+    """The settings of a client's FAPS round, read from the effective run config."""
+    return FapsOptions(penalty_init=cfg["penalty-init"], penalty_mu=cfg["penalty-mu"],
+                       penalty_theta=cfg["penalty-theta"], solver=cfg["inner-solver"],
+                       inner_steps=cfg["inner-steps"], inner_tol=cfg["inner-tol"],
+                       inner_min_steps=cfg["inner-min-steps"], inner_max_steps=cfg["inner-max-steps"])
 
 
 class FapsClient(NumPyClient):
@@ -70,6 +78,6 @@ class FapsClient(NumPyClient):
             return summary_reply(A, Z, self.s, 0.0, self.partition_id)
         # s_i A_i, the paper's unnormalised Gram, with the same mean and column scales as A_i
         M = self.data.operator().centered(A.mean, A.scale, weight=float(self.s))
-        Y, f, state, steps = faps_client_round(M, Z.astype(np.float64), self._load(), self.cfg)
+        Y, f, state, steps = faps_client_round(M, Z.astype(np.float64), self._load(), faps_options(self.cfg))
         self._save(state)
         return [Y], self.s, {"f": f, "inner-steps": steps}

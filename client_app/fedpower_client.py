@@ -8,11 +8,11 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import ConfigRecord, Context
 
-from fl_strategies.privacy.analyze_gauss import covariance_releases, pack_upper
+from fl_strategies.privacy.analyze_gauss import covariance_releases, noise_stds, pack_upper
 from fl_strategies.settings.config import secure_covariance, total_iterations
-from fl_strategies.protocol.strategies.covariance import noise_stds
-from fl_strategies.protocol.strategies.fedpower import STREAM_NOISE, local_power_iterations
-from fl_strategies.privacy.noise import ClientNoise
+from fl_strategies.kernels.power import local_power_iterations
+from fl_strategies.privacy.noise import STREAM_NOISE, ClientNoise
+from fl_strategies.protocol.node_state import secret_in_state
 from fl_strategies.privacy.fedpower_dp import client_noise_stds
 
 from .pca_replies import discovery_properties, fingerprint_property, summary_reply
@@ -51,8 +51,8 @@ class FedPowerClient(NumPyClient):
         self.noise_std, self.mean_noise_std = client_noise_stds(cfg, T, self.s)
         self.budget = T
         # refuses seeded noise on a SuperNode; draws (once) or reads the node's secret (fl_strategies.privacy.noise)
-        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, context.state, self.noise_std > 0,
-                                 STREAM_NOISE)
+        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, secret_in_state(context.state),
+                                 self.noise_std > 0, STREAM_NOISE)
 
     def get_properties(self, config):
         """Report what the server needs to plan the run: no data (:func:`discovery_properties`, the noise's); in

@@ -53,8 +53,8 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
 def fingerprint_property(data, cfg: dict[str, Any], noise) -> dict[str, str]:
     """``{"data-fingerprint": ...}`` in a run that checkpoints (``checkpoint-dir``), for data read from a file.
 
-    The server records it with the checkpoint and refuses to resume on other data (:mod:`fl_strategies.protocol.checkpoint`);
-    the node's noise keys it with the node's secret when it has one
+    The server records it with the checkpoint and refuses to resume on other data
+    (:mod:`fl_strategies.protocol.checkpoint`); the node's noise keys it with the node's secret when it has one
     (:meth:`fl_strategies.privacy.noise.ClientNoise.fingerprint`).
     Empty without checkpoints or for generated data.
     """

@@ -40,9 +40,10 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
     grid : flwr.server.Grid
     context : flwr.common.Context
         The ServerApp's context.
-    strategy : fl_strategies.protocol.strategies.dp_power.DPPowerStrategy or fl_strategies.protocol.strategies.covariance.CovarianceStrategy
-        Provides ``num_shares`` settings via :func:`fl_strategies.protocol.strategies.dp_power.num_shares`, ``clip`` (after
-        ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``abort_round``.
+    strategy : DPPowerStrategy or CovarianceStrategy
+        Of :mod:`fl_strategies.protocol.strategies.dp_power` or :mod:`fl_strategies.protocol.strategies.covariance`.
+        Provides ``num_shares`` settings via :func:`fl_strategies.protocol.strategies.dp_power.num_shares`, ``clip``
+        (after ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``abort_round``.
     num_rounds : int
     timeout : float, optional
         Seconds each SecAgg+ stage waits for replies (``round-timeout``; ``None`` = no limit).

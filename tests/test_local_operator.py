@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import scipy.sparse
 
-from fl_strategies.protocol.strategies.faps import faps_client_round, local_subproblem, multiplier_factor
-from fl_strategies.protocol.strategies.fedpower import local_power_iterations
+from client_app.faps_client import faps_options
+from fl_strategies.kernels.faps_local import faps_client_round, local_subproblem, multiplier_factor
+from fl_strategies.kernels.power import local_power_iterations
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import RowBlocks
 
@@ -94,7 +95,7 @@ def test_faps_client_round_agrees_on_both_paths_and_with_the_dense_matrix(solver
     Z = np.linalg.qr(rng.standard_normal((30, 3)))[0]
     states = {"rows": None, "gram": None, "dense": None}
     for _ in range(3):
-        out = {name: faps_client_round(op, Z, states[name], cfg)
+        out = {name: faps_client_round(op, Z, states[name], faps_options(cfg))
                for name, op in (("rows", rows_op), ("gram", gram_op), ("dense", M))}
         for name in ("rows", "gram"):
             assert rel(out[name][0], out["dense"][0]) <= 1e-10

@@ -1,4 +1,5 @@
-"""SecAgg+ parameters (fl_strategies.protocol.strategies.dp_power.num_shares) against the protocol's requirements, by computation.
+"""SecAgg+ parameters (fl_strategies.protocol.strategies.dp_power.num_shares) against the protocol's requirements, by
+computation.
 
 In SecAgg+ every client u splits two secrets among its ``n`` share holders with Shamir's scheme of threshold ``t``:
 the seed of its own mask ``b_u`` and the key of its pairwise masks ``sk_u``. In the unmasking stage an honest

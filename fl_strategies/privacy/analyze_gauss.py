@@ -35,7 +35,7 @@ import numpy as np
 from . import accounting, zcdp
 
 __all__ = ["MEAN_SHARE", "PrivateReleases", "calibrate", "gram_sensitivity", "sum_sensitivity", "pack_upper",
-           "unpack_upper", "upper_size", "covariance_from_sums", "covariance_releases", "row_bound"]
+           "unpack_upper", "upper_size", "covariance_from_sums", "covariance_releases", "row_bound", "noise_stds"]
 
 MEAN_SHARE = 0.1
 """The row sum's share of the privacy (``1 / sigma^2``) when centring (module docstring, Budget split)."""
@@ -107,9 +107,9 @@ def calibrate(epsilon: float, delta: float, calibration: str, shares: Mapping[st
     epsilon, delta : float
         The target.
     calibration : {"paper", "tight", "pld", "rdp"}
-        ``paper`` / ``tight``: the zCDP calibration of one Gaussian (:func:`fl_strategies.privacy.zcdp.noise_multiplier`,
-        exact for a composition, whose zCDP adds up); ``pld`` / ``rdp``: the smallest scale the accountant
-        certifies for the composition of every release.
+        ``paper`` / ``tight``: the zCDP calibration of one Gaussian
+        (:func:`fl_strategies.privacy.zcdp.noise_multiplier`, exact for a composition, whose zCDP adds up); ``pld`` /
+        ``rdp``: the smallest scale the accountant certifies for the composition of every release.
     shares : mapping of str to (float, int)
         ``name -> (share, count)``: the release's share of the privacy (shares sum to 1) and how many times it
         is made.
@@ -186,3 +186,14 @@ def covariance_from_sums(G: np.ndarray, S: np.ndarray | None, n: int) -> tuple[n
         return G / n, np.zeros(G.shape[0])
     mu = S / n
     return G / n - np.outer(mu, mu), mu
+
+
+def noise_stds(cfg: dict[str, Any], releases: PrivateReleases | None) -> tuple[float, float]:
+    """``(nu_G, nu_S)``: the per-entry noise std each of the ``num-clients`` clients adds to its Gram triangle
+    and row sum (the central std over ``sqrt(num-clients)``); ``(0, 0)`` without ``epsilon``."""
+    if releases is None:
+        return 0.0, 0.0
+    c, share = row_bound(cfg), math.sqrt(cfg["num-clients"])
+    nu_g = gram_sensitivity(c) * releases.multipliers["gram"] / share
+    nu_s = sum_sensitivity(c) * releases.multipliers["row-sum"] / share if "row-sum" in releases.multipliers else 0.0
+    return nu_g, nu_s

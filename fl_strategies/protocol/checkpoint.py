@@ -26,8 +26,9 @@ strategy's state and goes on with the round after the checkpoint. "The same run
 config" means every key but those declared ``harmless_on_resume``
 (:data:`SAME_KEYS_EXEMPT`); a key the checkpointed run's config lacks (it was added since) counts as the same
 when its value now is the one declared to reproduce the runs before it (``absent_means`` of its
-:class:`~fl_strategies.settings.config.Key`), so a new key with a harmless default does not orphan old checkpoints. Its ``rounds.csv`` is appended to
-(:class:`server_app.results.ResultsWriter` with ``keep``): rows of rounds the
+:class:`~fl_strategies.settings.config.Key`), so a new key with a harmless default does not orphan old
+checkpoints. Its ``rounds.csv`` is appended to (:class:`server_app.results.ResultsWriter` with ``keep``): rows
+of rounds the
 checkpoint does not cover (the round in flight at the crash) are written again.
 All randomness derives from ``(seed, stream, round, partition)``, so the
 resumed run ends with the same rows (except ``wall_time``) and the same estimate

@@ -13,9 +13,9 @@ rows) are checked by :func:`check_against_data` as soon as the data are known,
 still before round 1.
 
 Which strategies read each key is derived from their settings classes (:mod:`fl_strategies.settings.strategies`,
-:func:`fl_strategies.settings.registry.readers`). At the start of a run :func:`check_unread_keys` names, in one line, the keys set to a non-default value that
-the strategy does not read (refused under ``strict = true``), and refuses two keys that set one thing
-(:data:`SHADOWING`); pairs decidable without the defaults are refused by the validation itself.
+:func:`fl_strategies.settings.registry.readers`). At the start of a run :func:`check_unread_keys` names, in one
+line, the keys set to a non-default value that the strategy does not read (refused under ``strict = true``), and
+refuses two keys that set one thing (:data:`SHADOWING`); pairs decidable without the defaults are refused by the validation itself.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ..files.data_files import is_data_file
 from .errors import ConfigError
 from ..files.harness import folder_partitions
 from ..privacy.dp_sensitivity import SENSITIVITIES
+from ..privacy.dp_power_noise import privacy_plan
 from ..privacy.noise import NOISE_SOURCES
 from ..privacy.accounting import AccountantUnavailable, unmeasurable
 from ..privacy.fedpower_dp import achieved_epsilon, centred_releases, epsilon_spent, noise_multiplier
@@ -772,8 +773,6 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
                               "(sensitivity 2 each)")
     if cfg["epsilon"] > 0:
         try:
-            from ..protocol.strategies.dp_power import privacy_plan
-
             c, _ = privacy_plan(cfg)
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None

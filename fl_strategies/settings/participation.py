@@ -74,7 +74,8 @@ from .errors import ConfigError
 __all__ = ["STREAM_SAMPLING", "STREAM_LATENCY", "STREAM_DEVICE", "SAMPLING", "LATENCY_MODELS", "ROUND_POLICIES",
            "sample_partitions", "RoundPlan", "Participation", "check_participation"]
 
-# Stream tags (see fl_strategies.protocol.strategies.eigenspace: 0 init, 1 sampling, 2 noise; 3 FedAve SGD; 10-12 fedmf).
+# Stream tags of the run seed: 0 init (protocol.strategies.eigenspace), 1 sampling, 2 noise (privacy.noise),
+# 3 FedAve SGD, 10-12 fedmf (kernels.mf).
 STREAM_SAMPLING = 1
 STREAM_LATENCY, STREAM_DEVICE = 20, 21
 

@@ -26,7 +26,6 @@ the ``m`` replies and ``C``, ``8 (m + 2) d^2`` bytes; ``fedpower`` needs ``O(d r
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any
@@ -44,7 +43,7 @@ from .eigenspace import EigenspaceStrategy
 from ...kernels.linalg import top_eigenvectors
 from ..secure_sum import secure_sum
 
-__all__ = ["CovarianceStrategy", "upload_length", "noise_stds", "check_covariance_fits"]
+__all__ = ["CovarianceStrategy", "upload_length", "check_covariance_fits"]
 
 
 def check_covariance_fits(dimension: int, num_clients: int, memory: int | None = None) -> None:
@@ -77,17 +76,6 @@ def check_covariance_fits(dimension: int, num_clients: int, memory: int | None =
 def upload_length(d: int, center: bool) -> int:
     """Entries of a secure client's upload: the upper triangle of ``G_i`` and, when centring, the row sum."""
     return ag.upper_size(d) + (d if center else 0)
-
-
-def noise_stds(cfg: dict[str, Any], releases: ag.PrivateReleases | None) -> tuple[float, float]:
-    """``(nu_G, nu_S)``: the per-entry noise std each of the ``num-clients`` clients adds to its Gram triangle
-    and row sum (the central std over ``sqrt(num-clients)``); ``(0, 0)`` without ``epsilon``."""
-    if releases is None:
-        return 0.0, 0.0
-    c, share = ag.row_bound(cfg), math.sqrt(cfg["num-clients"])
-    nu_g = ag.gram_sensitivity(c) * releases.multipliers["gram"] / share
-    nu_s = ag.sum_sensitivity(c) * releases.multipliers["row-sum"] / share if "row-sum" in releases.multipliers else 0.0
-    return nu_g, nu_s
 
 
 class CovarianceStrategy(EigenspaceStrategy):
@@ -130,7 +118,7 @@ class CovarianceStrategy(EigenspaceStrategy):
         parameters = super().initialize_parameters(client_manager)
         if self.secure and self.clip == 0:
             c = ag.row_bound(self.cfg)
-            nu = max(noise_stds(self.cfg, self.releases))
+            nu = max(ag.noise_stds(self.cfg, self.releases))
             self.clip = float(max(self.sizes.values()) * max(c * c, c) + 8.0 * nu)
         if self.secure:
             log.info("covariance: SecAgg+ clipping range C = %.6g, sum exact to %.3g per entry", self.clip,

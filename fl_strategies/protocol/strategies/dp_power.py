@@ -6,10 +6,10 @@ orthonormal ``X_{l-1}`` (``n x p``, ``p = iteration-rank``); client ``i`` holds 
 fresh Gaussian noise of its own; the server forms ``Y = sum_i Y^(i)`` and ``X_l = orth(Y)`` (Householder QR, so
 that the basis, and with it Hardt & Price's basis-dependent sensitivity, is a deterministic function of ``Y``).
 
-Noise. ``Delta_l`` (:func:`fl_strategies.privacy.dp_sensitivity.sensitivity`, config key ``dp-sensitivity``) is a function
-of the public ``X_{l-1}``, computed by every client and by the server alike; ``sigma`` comes from the zCDP
-calibration (:mod:`fl_strategies.privacy.zcdp`) of the target ``(epsilon, delta)`` over ``L`` releases. The per-entry noise
-std of a client is (config key ``dp-channel``)
+Noise. ``Delta_l`` (:func:`fl_strategies.privacy.dp_sensitivity.sensitivity`, config key ``dp-sensitivity``) is a
+function of the public ``X_{l-1}``, computed by every client and by the server alike; ``sigma`` comes from the zCDP
+calibration (:mod:`fl_strategies.privacy.zcdp`) of the target ``(epsilon, delta)`` over ``L`` releases. The per-entry
+noise std of a client is (config key ``dp-channel``)
 
 * ``secagg``: ``Delta_l sigma / sqrt(s)`` for ``s = num-clients`` clients, summed by Flower's SecAgg+ so that the
   server sees only the sum, whose noise is the central ``N(0, Delta_l^2 sigma^2)`` (Theorem 6.2);
@@ -41,7 +41,8 @@ A - n mu mu^T`` for the released ``mu``: post-processing again), so that the ite
 covariance. Under ``epsilon`` the mean and the products are accounted together, for one unit row replaced
 (row counts are public): the products' sensitivity is then 2 (``||(x x^T - y y^T) X||_F <= 2`` for orthonormal
 ``X``, ``dp-sensitivity = "one"``, required) and the mean's 2, their multipliers split the privacy with
-:data:`MEAN_SHARE` for the mean (:func:`privacy_plan`). The model (``pca.npz``) is built from the last centred
+:data:`~fl_strategies.privacy.dp_power_noise.MEAN_SHARE` for the mean
+(:func:`~fl_strategies.privacy.dp_power_noise.privacy_plan`). The model (``pca.npz``) is built from the last centred
 sum ``Y_L / n ~ C X_{L-1}``: its left singular vectors are the components, its singular values the explained
 variance (post-processing); ``tr(C)`` is not released, so the explained-variance ratio is NaN.
 
@@ -66,74 +67,21 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from ...privacy.dp_sensitivity import delta_a, delta_b, sensitivity
+from ...privacy.dp_sensitivity import delta_a, delta_b
 from ..base import log, uploaded_bytes
 from .eigenspace import EigenspaceStrategy
-from ...kernels.linalg import into_unit_ball, orth
+from ...kernels.linalg import orth
 from ..secure_sum import secure_sum
 from ...privacy import accounting
-from ...privacy.zcdp import Calibration, calibrate, epsilon_of, rho_of, spent_epsilon
-from ...privacy import analyze_gauss as ag
+from ...privacy.dp_power_noise import (CENTRED_SENSITIVITY, client_noise_std, mean_noise_std, privacy_plan,
+                                       product_sensitivity, project_mean)
+from ...privacy.zcdp import epsilon_of, rho_of, spent_epsilon
 
-__all__ = ["DPPowerStrategy", "client_noise_std", "num_shares", "secagg_tolerance",
-           "QUANTIZATION_RANGE", "MEAN_SHARE", "CENTRED_SENSITIVITY", "privacy_plan", "product_sensitivity",
-           "mean_noise_std", "project_mean"]
+__all__ = ["DPPowerStrategy", "num_shares", "secagg_tolerance", "QUANTIZATION_RANGE"]
 
-MEAN_SHARE = 0.05
-"""The mean's share of the privacy (``1 / sigma^2``) in a centred private run (module docstring, Centring)."""
-CENTRED_SENSITIVITY = 2.0
-"""Sensitivity of a product and of a row sum when one unit row is replaced (a centred private run)."""
-
-
-def privacy_plan(cfg: dict[str, Any]) -> tuple[Calibration | None, ag.PrivateReleases | None]:
-    """``(calibration of the products, the composed releases or None)`` of a run config.
-
-    Without ``center``: the products' calibration over ``L`` releases (``None`` without ``epsilon``) and no
-    composition. With ``center`` and ``epsilon``: the mean and the ``L`` products calibrated together
-    (:func:`fl_strategies.privacy.analyze_gauss.calibrate`), the products' :class:`~fl_strategies.privacy.zcdp.Calibration`
-    carrying their multiplier.
-    """
-    if not cfg["epsilon"] > 0:
-        return None, None
-    L = cfg["num-server-rounds"]
-    if not cfg["center"]:
-        return calibrate(cfg["epsilon"], cfg["delta"], L, cfg["dp-calibration"]), None
-    releases = ag.calibrate(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"],
-                            {"mean": (MEAN_SHARE, 1), "products": (1.0 - MEAN_SHARE, L)})
-    return Calibration(releases.multipliers["products"], L, cfg["delta"], cfg["dp-calibration"]), releases
-
-
-def product_sensitivity(cfg: dict[str, Any], X: np.ndarray) -> float:
-    """``Delta_l`` of the product with ``X``: :data:`CENTRED_SENSITIVITY` in a centred run, else by
-    ``dp-sensitivity``."""
-    return CENTRED_SENSITIVITY if cfg["center"] else sensitivity(X, cfg["dp-sensitivity"])
-
-
-def mean_noise_std(cfg: dict[str, Any], releases: ag.PrivateReleases | None) -> float:
-    """Per-entry noise std a client adds to its row sum (0 without ``epsilon``), shared as the products'."""
-    if releases is None:
-        return 0.0
-    share = 1.0 if cfg["dp-channel"] == "public" else math.sqrt(cfg["num-clients"])
-    return CENTRED_SENSITIVITY * releases.multipliers["mean"] / share
-
-
-project_mean = into_unit_ball
-"""``mu`` scaled into the unit ball (the mean of unit rows lies there)."""
 
 QUANTIZATION_RANGE = 2 ** 22
 """Levels of SecAgg+'s stochastic quantisation of ``[-C, C]`` (Flower's default)."""
-
-
-def client_noise_std(cfg: dict[str, Any], calibration: Calibration | None, Delta: float) -> float:
-    """Per-entry noise std a client adds to its product in a round with sensitivity ``Delta``.
-
-    ``Delta sigma / sqrt(s)`` for ``secagg`` and ``plaintext``, ``Delta sigma`` for ``public``; 0 without a
-    privacy target (``epsilon = 0``).
-    """
-    if calibration is None:
-        return 0.0
-    share = 1.0 if cfg["dp-channel"] == "public" else math.sqrt(cfg["num-clients"])
-    return Delta * calibration.sigma / share
 
 
 def num_shares(cfg: dict[str, Any]) -> tuple[int | float, int | float]:

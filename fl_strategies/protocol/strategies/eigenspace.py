@@ -49,10 +49,12 @@ from ...files.pca import choose_rank, pca_model, released_product_model
 from ...settings.participation import STREAM_SAMPLING
 from ...files.warm_start import check_width, initial_basis, load_start
 
-__all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
+__all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING"]
 
 # Tags that separate the random streams derived from one run seed.
-STREAM_INIT, STREAM_NOISE = 0, 2  # STREAM_SAMPLING (1) is fl_strategies.settings.participation's
+# the random streams of a run's seed: STREAM_INIT (0) here, STREAM_SAMPLING (1) in fl_strategies.settings.participation,
+# STREAM_NOISE (2) in fl_strategies.privacy.noise
+STREAM_INIT = 0
 
 
 class EigenspaceStrategy(FederatedStrategy):

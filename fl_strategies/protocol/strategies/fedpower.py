@@ -32,9 +32,10 @@ With ``p = 1`` and no noise the method is the distributed power method
 baselines are the same strategy: ``ssi`` (``p = 1``) and ``localpower`` (the
 ``halving`` schedule 8, 4, 2, 1, ... with OPT alignment), with its stopping rule.
 
-Noise (``epsilon`` or ``noise-std``): each client's replies are private on their own (:mod:`fl_strategies.privacy.fedpower_dp`,
-also for the private mean of ``center = true``); the run has no exact summary exchange and writes its model from
-the last weighted average of the noisy replies (:meth:`FedPowerStrategy.released_model`).
+Noise (``epsilon`` or ``noise-std``): each client's replies are private on their own
+(:mod:`fl_strategies.privacy.fedpower_dp`, also for the private mean of ``center = true``); the run has no exact summary
+exchange and writes its model from the last weighted average of the noisy replies
+(:meth:`FedPowerStrategy.released_model`).
 """
 
 from __future__ import annotations
@@ -49,17 +50,16 @@ from flwr.server.client_proxy import ClientProxy
 
 from ...settings.config import ConfigError, total_iterations
 from ..base import log, uploaded_bytes
-from .eigenspace import STREAM_NOISE, EigenspaceStrategy
-from ...kernels.power import local_power_iterations
+from .eigenspace import EigenspaceStrategy
 from ...kernels.linalg import into_unit_ball, orth, procrustes
 from ...privacy import accounting
-from ...privacy.fedpower_dp import (ROW_SUM_SENSITIVITY, achieved_epsilon, centred_releases, client_noise_stds, epsilon_spent,
-                      noise_multiplier)
+from ...privacy.fedpower_dp import (ROW_SUM_SENSITIVITY, achieved_epsilon, centred_releases, client_noise_stds,
+                                    epsilon_spent, noise_multiplier)
 from ...privacy.zcdp import epsilon_of, rho_of
 from ..replies import check_array, check_orthonormal
 from ...settings.schedule import round_lengths
 
-__all__ = ["local_power_iterations", "FedPowerStrategy", "STREAM_NOISE"]
+__all__ = ["FedPowerStrategy"]
 
 
 class FedPowerStrategy(EigenspaceStrategy):
