@@ -92,8 +92,8 @@ def test_settings_are_built_from_the_effective_config_with_typed_values(name):
 
 def test_an_undeclared_key_is_an_attribute_error():
     settings = settings_for(validate_run_config(fused_run_config({"strategy": "covariance"})))
-    with pytest.raises(AttributeError, match="local_steps"):
-        settings.local_steps
+    with pytest.raises(AttributeError, match="alignment"):
+        settings.alignment
     power = settings_for(validate_run_config(fused_run_config({"strategy": "power"})))
     with pytest.raises(AttributeError, match="delta"):
         power.delta  # power adds no noise: its settings have no privacy target

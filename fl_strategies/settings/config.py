@@ -706,7 +706,7 @@ def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
     _check_measurable(cfg, sigma_g, T)
     if cfg["center"]:  # the mean and the T steps, calibrated together
         try:
-            centred_releases(cfg, T)
+            centred_releases(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], T)
         except (ValueError, ArithmeticError) as ex:
             raise ConfigError(f"epsilon = {cfg['epsilon']!r} with center = true: {ex}") from None
 

@@ -25,12 +25,13 @@ from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any, Mapping
 
+from ..privacy.fedpower_dp import client_noise_stds
 from .errors import ConfigError
 
 __all__ = ["Settings", "PcaSettings", "NoiseSettings", "StragglerSettings", "CheckpointSettings", "SecAggSettings",
            "ErmSettings", "PowerSettings", "FedPowerSettings", "FapsSettings", "CovarianceSettings",
            "DPPowerSettings", "FedLrgdSettings", "FedAveSettings", "MFSettings", "FedMFSettings",
-           "MFAltGDSettings", "MFSimGDSettings", "key_of", "declared_keys"]
+           "MFAltGDSettings", "MFSimGDSettings", "key_of", "declared_keys", "fedpower_noise_stds"]
 
 
 def key_of(field_name: str) -> str:
@@ -142,6 +143,9 @@ class ErmSettings:
     server_samples: int
     comm_ratio: float
     server_data: str
+    rank: int  # fixed (1) by both, as are iteration-rank and stop-tol: read by the code every strategy shares
+    iteration_rank: int
+    stop_tol: float
 
 
 # -- one class per strategy (the registry names it) ---------------------------------------------------------------
@@ -201,6 +205,9 @@ class CovarianceSettings(Settings, PcaSettings, NoiseSettings, SecAggSettings):
     clients_per_round: int
     stop_tol: float
     noise_std: float
+    local_steps: int  # fixed to one step of one round: its client is FedPower's, which counts the steps
+    schedule: str
+    total_iterations: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,6 +254,8 @@ class MFSettings(Settings):
 
     rank: int
     num_server_rounds: int
+    iteration_rank: int  # fixed (rank), as is stop-tol (0): read by the code every strategy shares
+    stop_tol: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,6 +282,18 @@ class MFSimGDSettings(MFAltGDSettings):
     """``mf-simgd``: simultaneous gradient descent (Ye & Du) with steps from ``sigma_1`` and ``sigma_r``."""
 
     mf_sigma_r: float
+
+
+def fedpower_noise_stds(settings: PowerSettings | CovarianceSettings, total_iterations: int,
+                        num_rows: int) -> tuple[float, float]:
+    """``(nu, nu_mean)`` of a FedPower client with ``num_rows`` rows (and of the covariance client, which is
+    one): :func:`fl_strategies.privacy.fedpower_dp.client_noise_stds` for a strategy with a privacy target,
+    ``(0, 0)`` for the power baselines, which add no noise. The server bounds the replies with the same values."""
+    s = settings
+    if not isinstance(s, NoiseSettings):
+        return 0.0, 0.0
+    return client_noise_stds(s.noise_std, s.epsilon, s.delta, s.dp_calibration, s.iteration_rank, s.center,
+                             total_iterations, num_rows)
 
 
 @cache
