@@ -126,7 +126,8 @@ class CovarianceClient(FedPowerClient):
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
         super().__init__(data, cfg, context)
-        self.releases = covariance_releases(cfg) if self.settings.epsilon > 0 else None
+        s = self.settings
+        self.releases = covariance_releases(s.epsilon, s.delta, s.dp_calibration, s.center) if s.epsilon > 0 else None
         self.secure = secure_covariance(cfg)
 
     def fit(self, parameters, config):
@@ -144,7 +145,7 @@ class CovarianceClient(FedPowerClient):
         if self.settings.center:
             parts.append(self.data.row_sum)
         vector = np.concatenate(parts)
-        nu_g, nu_s = noise_stds(self.cfg, self.releases)
+        nu_g, nu_s = noise_stds(self.settings.clip_norm, self.settings.num_clients, self.releases)
         if nu_g > 0:
             rng = self.noise.generator(int(config["round"]), A, nu_g, nu_s)
             std = np.concatenate([np.full(parts[0].size, nu_g)] + ([np.full(self.d, nu_s)] if len(parts) > 1 else []))

@@ -41,9 +41,10 @@ MEAN_SHARE = 0.1
 """The row sum's share of the privacy (``1 / sigma^2``) when centring (module docstring, Budget split)."""
 
 
-def row_bound(cfg: Mapping[str, Any]) -> float:
-    """``c``, the public bound on a row's L2 norm: ``clip-norm`` when set, else 1 (``row-normalize``)."""
-    return float(cfg.get("clip-norm", 0.0) or 1.0)
+def row_bound(clip_norm: float) -> float:
+    """``c``, the public bound on a row's L2 norm: ``clip_norm`` (``clip-norm``) when set, else 1
+    (``row-normalize``)."""
+    return float(clip_norm or 1.0)
 
 
 def gram_sensitivity(bound: float) -> float:
@@ -146,11 +147,11 @@ def calibrate(epsilon: float, delta: float, calibration: str, shares: Mapping[st
     return result
 
 
-def covariance_releases(cfg: Mapping[str, Any]) -> PrivateReleases:
-    """The ``covariance`` strategy's releases for a run config with ``epsilon > 0``: ``gram`` and, with
-    ``center``, ``row-sum`` (its share :data:`MEAN_SHARE`)."""
-    shares = {"gram": (1.0 - MEAN_SHARE, 1), "row-sum": (MEAN_SHARE, 1)} if cfg["center"] else {"gram": (1.0, 1)}
-    return calibrate(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], shares)
+def covariance_releases(epsilon: float, delta: float, calibration: str, center: bool) -> PrivateReleases:
+    """The ``covariance`` strategy's releases for a target ``epsilon > 0``: ``gram`` and, with ``center``,
+    ``row-sum`` (its share :data:`MEAN_SHARE`)."""
+    shares = {"gram": (1.0 - MEAN_SHARE, 1), "row-sum": (MEAN_SHARE, 1)} if center else {"gram": (1.0, 1)}
+    return calibrate(epsilon, delta, calibration, shares)
 
 
 def upper_size(d: int) -> int:
@@ -188,12 +189,13 @@ def covariance_from_sums(G: np.ndarray, S: np.ndarray | None, n: int) -> tuple[n
     return G / n - np.outer(mu, mu), mu
 
 
-def noise_stds(cfg: dict[str, Any], releases: PrivateReleases | None) -> tuple[float, float]:
-    """``(nu_G, nu_S)``: the per-entry noise std each of the ``num-clients`` clients adds to its Gram triangle
-    and row sum (the central std over ``sqrt(num-clients)``); ``(0, 0)`` without ``epsilon``."""
+def noise_stds(clip_norm: float, num_clients: int, releases: PrivateReleases | None) -> tuple[float, float]:
+    """``(nu_G, nu_S)``: the per-entry noise std each of the ``num_clients`` clients adds to its Gram triangle
+    and row sum (the central std over ``sqrt(num_clients)``; rows bounded by :func:`row_bound` of
+    ``clip_norm``); ``(0, 0)`` without ``epsilon``."""
     if releases is None:
         return 0.0, 0.0
-    c, share = row_bound(cfg), math.sqrt(cfg["num-clients"])
+    c, share = row_bound(clip_norm), math.sqrt(num_clients)
     nu_g = gram_sensitivity(c) * releases.multipliers["gram"] / share
     nu_s = sum_sensitivity(c) * releases.multipliers["row-sum"] / share if "row-sum" in releases.multipliers else 0.0
     return nu_g, nu_s

@@ -3,7 +3,7 @@
 :func:`privacy_plan` calibrates a run config's releases (the ``L`` products, and with ``center`` the mean
 composed with them); :func:`product_sensitivity` is a product's ``Delta_l``; :func:`client_noise_std` and
 :func:`mean_noise_std` are the per-entry noise std a client adds to its product and to its row sum. Each is a
-function of the run config and public values only, so the clients and the server compute the same numbers.
+function of settings and public values only, so the clients and the server compute the same numbers.
 """
 
 from __future__ import annotations
@@ -30,35 +30,37 @@ CENTRED_SENSITIVITY = 2.0
 """Sensitivity of a product and of a row sum when one unit row is replaced (a centred private run)."""
 
 
-def privacy_plan(cfg: dict[str, Any]) -> tuple[Calibration | None, ag.PrivateReleases | None]:
-    """``(calibration of the products, the composed releases or None)`` of a run config.
+def privacy_plan(epsilon: float, delta: float, calibration: str, rounds: int,
+                 center: bool) -> tuple[Calibration | None, ag.PrivateReleases | None]:
+    """``(calibration of the products, the composed releases or None)`` of a target ``(epsilon, delta)`` by
+    ``calibration`` (``dp-calibration``) over ``rounds = L`` products.
 
     Without ``center``: the products' calibration over ``L`` releases (``None`` without ``epsilon``) and no
     composition. With ``center`` and ``epsilon``: the mean and the ``L`` products calibrated together
     (:func:`fl_strategies.privacy.analyze_gauss.calibrate`), the products'
     :class:`~fl_strategies.privacy.zcdp.Calibration` carrying their multiplier.
     """
-    if not cfg["epsilon"] > 0:
+    if not epsilon > 0:
         return None, None
-    L = cfg["num-server-rounds"]
-    if not cfg["center"]:
-        return calibrate(cfg["epsilon"], cfg["delta"], L, cfg["dp-calibration"]), None
-    releases = ag.calibrate(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"],
-                            {"mean": (MEAN_SHARE, 1), "products": (1.0 - MEAN_SHARE, L)})
-    return Calibration(releases.multipliers["products"], L, cfg["delta"], cfg["dp-calibration"]), releases
+    L = rounds
+    if not center:
+        return calibrate(epsilon, delta, L, calibration), None
+    releases = ag.calibrate(epsilon, delta, calibration, {"mean": (MEAN_SHARE, 1), "products": (1.0 - MEAN_SHARE, L)})
+    return Calibration(releases.multipliers["products"], L, delta, calibration), releases
 
 
-def product_sensitivity(cfg: dict[str, Any], X: np.ndarray) -> float:
+def product_sensitivity(center: bool, dp_sensitivity: str, X: np.ndarray) -> float:
     """``Delta_l`` of the product with ``X``: :data:`CENTRED_SENSITIVITY` in a centred run, else by
-    ``dp-sensitivity``."""
-    return CENTRED_SENSITIVITY if cfg["center"] else sensitivity(X, cfg["dp-sensitivity"])
+    ``dp_sensitivity`` (``dp-sensitivity``)."""
+    return CENTRED_SENSITIVITY if center else sensitivity(X, dp_sensitivity)
 
 
-def mean_noise_std(cfg: dict[str, Any], releases: ag.PrivateReleases | None) -> float:
-    """Per-entry noise std a client adds to its row sum (0 without ``epsilon``), shared as the products'."""
+def mean_noise_std(channel: str, num_clients: int, releases: ag.PrivateReleases | None) -> float:
+    """Per-entry noise std a client adds to its row sum (0 without ``epsilon``), shared as the products' over
+    the ``num_clients`` clients unless ``channel`` (``dp-channel``) is ``public``."""
     if releases is None:
         return 0.0
-    share = 1.0 if cfg["dp-channel"] == "public" else math.sqrt(cfg["num-clients"])
+    share = 1.0 if channel == "public" else math.sqrt(num_clients)
     return CENTRED_SENSITIVITY * releases.multipliers["mean"] / share
 
 
@@ -66,13 +68,13 @@ project_mean = into_unit_ball
 """``mu`` scaled into the unit ball (the mean of unit rows lies there)."""
 
 
-def client_noise_std(cfg: dict[str, Any], calibration: Calibration | None, Delta: float) -> float:
+def client_noise_std(channel: str, num_clients: int, calibration: Calibration | None, Delta: float) -> float:
     """Per-entry noise std a client adds to its product in a round with sensitivity ``Delta``.
 
-    ``Delta sigma / sqrt(s)`` for ``secagg`` and ``plaintext``, ``Delta sigma`` for ``public``; 0 without a
-    privacy target (``epsilon = 0``).
+    ``Delta sigma / sqrt(s)`` (``s = num_clients``) for the ``channel`` (``dp-channel``) ``secagg`` and
+    ``plaintext``, ``Delta sigma`` for ``public``; 0 without a privacy target (``epsilon = 0``).
     """
     if calibration is None:
         return 0.0
-    share = 1.0 if cfg["dp-channel"] == "public" else math.sqrt(cfg["num-clients"])
+    share = 1.0 if channel == "public" else math.sqrt(num_clients)
     return Delta * calibration.sigma / share

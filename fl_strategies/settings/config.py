@@ -743,7 +743,7 @@ def _check_covariance(cfg: dict[str, Any]) -> None:
     """covariance: a target the Analyze Gauss calibration meets; SecAgg+ whenever noise meets more than one client."""
     if cfg["epsilon"] > 0:
         try:
-            covariance_releases(cfg)
+            covariance_releases(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], cfg["center"])
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:
@@ -773,7 +773,8 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
                               "(sensitivity 2 each)")
     if cfg["epsilon"] > 0:
         try:
-            c, _ = privacy_plan(cfg)
+            c, _ = privacy_plan(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], cfg["num-server-rounds"],
+                                cfg["center"])
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:

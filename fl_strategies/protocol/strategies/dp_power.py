@@ -135,18 +135,19 @@ class DPPowerStrategy(EigenspaceStrategy):
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
-        self.L = cfg["num-server-rounds"]
-        self.calibration, self.releases = privacy_plan(cfg)
-        self.centred = bool(cfg["center"])
-        self.secure = cfg["dp-channel"] == "secagg"
-        self.clip = cfg["secagg-clip"]
+        s = self.settings
+        self.L = s.num_server_rounds
+        self.calibration, self.releases = privacy_plan(s.epsilon, s.delta, s.dp_calibration, self.L, s.center)
+        self.centred = bool(s.center)
+        self.secure = s.dp_channel == "secagg"
+        self.clip = s.secagg_clip
         self.aggregated: set[int] = set()
         self.last_sum: np.ndarray | None = None
         self.sensitivities: list[float] = []  # Delta_l of each product released so far
-        if self.calibration is not None and cfg["noise-source"] in ("seeded", "seeded-not-private") and self.m > 1:
+        if self.calibration is not None and s.noise_source in ("seeded", "seeded-not-private") and self.m > 1:
             log.warning("dp-power: noise-source = \"%s\" derives every client's noise from the run seed, which "
                         "the server knows (reproducible experiments only); a deployment must use "
-                        "noise-source = \"auto\", \"node-secret\" or \"os\"", cfg["noise-source"])
+                        "noise-source = \"auto\", \"node-secret\" or \"os\"", s.noise_source)
 
     @property
     def num_rounds(self) -> int:
@@ -158,17 +159,18 @@ class DPPowerStrategy(EigenspaceStrategy):
         return max(0, server_round - int(self.centred))
 
     def __repr__(self) -> str:
-        c = self.cfg
+        c = self.settings
         return (f"DPPowerStrategy(n={self.d}, k={self.k}, p={self.r}, s={self.m}, L={self.L}, "
-                f"channel={c['dp-channel']}, sensitivity={c['dp-sensitivity']}, {self.calibration or 'no noise'})")
+                f"channel={c.dp_channel}, sensitivity={c.dp_sensitivity}, {self.calibration or 'no noise'})")
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
         """Discovery, ``X_0 = orth(N(0,1)^{n x p})`` from the (public) run seed, and SecAgg+'s clip range."""
         parameters = super().initialize_parameters(client_manager)
         if self.secure and self.clip == 0:
             # |(A^(i) X)_jk| <= ||A^(i)||_2 <= tr(A^(i)) = s_i for unit rows; the noise exceeds 8 std w.p. 1e-15
-            nu = max(client_noise_std(self.cfg, self.calibration, self.sensitivity_bound()),
-                     mean_noise_std(self.cfg, self.releases))  # |row sum entries| <= s_i too
+            channel = self.settings.dp_channel
+            nu = max(client_noise_std(channel, self.m, self.calibration, self.sensitivity_bound()),
+                     mean_noise_std(channel, self.m, self.releases))  # |row sum entries| <= s_i too
             self.clip = float(max(self.sizes.values()) + 8.0 * nu)
         if self.secure:
             log.info("dp-power: SecAgg+ clipping range C = %.6g, sum exact to %.3g per entry", self.clip,
@@ -179,7 +181,7 @@ class DPPowerStrategy(EigenspaceStrategy):
         """Largest ``Delta_l`` any iterate can have: ``sqrt(p)`` for ``max-entry``, 2 when centring, else 1."""
         if self.centred:
             return CENTRED_SENSITIVITY
-        return math.sqrt(self.r) if self.cfg["dp-sensitivity"] == "max-entry" else 1.0
+        return math.sqrt(self.r) if self.settings.dp_sensitivity == "max-entry" else 1.0
 
     # -- one round ----------------------------------------------------------------------------------
     def configure_fit(self, server_round: int, parameters: Parameters,
@@ -187,7 +189,8 @@ class DPPowerStrategy(EigenspaceStrategy):
         """Send ``X_{l-1}`` to every client (all ``s`` noises must be in the sum)."""
         X = parameters_to_ndarrays(parameters)[0]
         phase = "mean" if self.centred and server_round == 1 else "product"
-        Delta = product_sensitivity(self.cfg, X) if phase == "product" else CENTRED_SENSITIVITY
+        Delta = (product_sensitivity(self.centred, self.settings.dp_sensitivity, X) if phase == "product"
+                 else CENTRED_SENSITIVITY)
         config: dict[str, Scalar] = {"round": server_round, "phase": phase}
         if self.secure:
             config["secagg-clip"] = self.clip
@@ -245,15 +248,15 @@ class DPPowerStrategy(EigenspaceStrategy):
     def privacy_record(self) -> dict[str, Any] | None:
         """What the model records of the privacy spent (``None`` without noise): the composed releases of a
         centred run, or the ``L`` products of an uncentred one with the sensitivity of each round."""
-        extra = {"channel": self.cfg["dp-channel"], "noise_source": self.noise_source()}
+        extra = {"channel": self.settings.dp_channel, "noise_source": self.noise_source()}
         if self.releases is not None:
             return {**self.releases.record({"mean": CENTRED_SENSITIVITY, "products": CENTRED_SENSITIVITY}), **extra}
         c = self.calibration
         if c is None:
             return None
-        return {"epsilon": self.privacy_columns(self.L)["epsilon_spent"], "epsilon_target": self.cfg["epsilon"],
+        return {"epsilon": self.privacy_columns(self.L)["epsilon_spent"], "epsilon_target": self.settings.epsilon,
                 "delta": c.delta, "calibration": c.calibration,
-                "neighbouring": f"dp-sensitivity = {self.cfg['dp-sensitivity']}; row counts are public",
+                "neighbouring": f"dp-sensitivity = {self.settings.dp_sensitivity}; row counts are public",
                 "releases": [{"name": "products", "count": self.L, "noise_multiplier": c.sigma,
                               "sensitivity": list(self.sensitivities)}], **extra}
 
@@ -269,8 +272,9 @@ class DPPowerStrategy(EigenspaceStrategy):
                     **self.privacy_columns(0), "noise_source": self.noise_source()}
         X = self._pending["X"]
         Delta = self._pending["Delta"]
-        nu = (mean_noise_std(self.cfg, self.releases) if self._pending.get("phase") == "mean"
-              else client_noise_std(self.cfg, self.calibration, Delta))
+        channel = self.settings.dp_channel
+        nu = (mean_noise_std(channel, self.m, self.releases) if self._pending.get("phase") == "mean"
+              else client_noise_std(channel, self.m, self.calibration, Delta))
         return {"delta_a": delta_a(X), "delta_b": delta_b(X), "sensitivity": Delta, "client_noise_std": nu,
                 **self.privacy_columns(server_round), "noise_source": self.noise_source()}
 

@@ -77,13 +77,13 @@ class FapsStrategy(EigenspaceStrategy):
 
     @property
     def num_rounds(self) -> int:  # noqa: D102
-        return self.cfg["num-server-rounds"]
+        return self.settings.num_server_rounds
 
     def __repr__(self) -> str:
-        c = self.cfg
-        inner = "exact" if c["inner-solver"] == "exact" else (
-            f"{c['inner-steps']} inner steps" if c["inner-steps"] else f"inner-tol {c['inner-tol']:g}")
-        return f"FapsStrategy({self.d_repr}, p={self.r}, m={self.m}, {inner}, stop-tol={c['stop-tol']:g})"
+        c = self.settings
+        inner = "exact" if c.inner_solver == "exact" else (
+            f"{c.inner_steps} inner steps" if c.inner_steps else f"inner-tol {c.inner_tol:g}")
+        return f"FapsStrategy({self.d_repr}, p={self.r}, m={self.m}, {inner}, stop-tol={c.stop_tol:g})"
 
     def configure_fit(self, server_round: int, parameters: Parameters,
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
