@@ -45,18 +45,18 @@ class FedAveStrategy(ErmStrategy):
     def __init__(self, cfg: dict[str, Any], dimension: int | None, reference=None, wait_timeout: float = 600.0,
                  server_rows: np.ndarray | None = None) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout, server_rows)
-        self.b, self.tau = cfg["local-steps"], cfg["frac-active"]
+        self.b, self.tau = self.settings.local_steps, self.settings.frac_active
         self.active = max(1, int(round(self.tau * self.m)))
         self.T0 = warmup_epochs(self.L1 / self.mu, self.tau, self.m, self.mu, self.b)
 
     @property
     def num_rounds(self) -> int:  # noqa: D102
-        return self.cfg["num-server-rounds"]
+        return self.settings.num_server_rounds
 
     def __repr__(self) -> str:
-        c = self.cfg
+        c = self.settings
         return (f"FedAveStrategy(loss={self.loss}, p={self.p}, m={self.m}, active={self.active}, b={self.b}, "
-                f"{c['step-schedule']} step-max={c['step-max']:g}, server-as-client={c['server-as-client']})")
+                f"{c.step_schedule} step-max={c.step_max:g}, server-as-client={c.server_as_client})")
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
         """Discovery; ``theta^(0) = 0``."""
@@ -67,9 +67,8 @@ class FedAveStrategy(ErmStrategy):
 
     def eta(self, server_round: int) -> float:
         """Step size of the epoch run in ``server_round`` (epoch ``k = server_round - 1``)."""
-        c = self.cfg
-        return step_size(c["step-schedule"], server_round - 1, b=self.b, mu=self.mu, step_max=c["step-max"],
-                         T0=self.T0)
+        c = self.settings
+        return step_size(c.step_schedule, server_round - 1, b=self.b, mu=self.mu, step_max=c.step_max, T0=self.T0)
 
     def configure_fit(self, server_round: int, parameters: Parameters,
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
@@ -97,8 +96,8 @@ class FedAveStrategy(ErmStrategy):
         valid, rejected = self.collect_replies(server_round, results, pend["asked"], [(self.p,)], broadcast=theta)
         thetas = {pid: arrays[0] for pid, (arrays, _) in valid.items()}
         weights = {pid: float(self.sizes[pid]) * pend["multiplicity"][pid] for pid in thetas}
-        if self.cfg["server-as-client"]:
-            rng = np.random.default_rng([self.cfg["seed"], 3, -1 % 2 ** 32, server_round])
+        if self.settings.server_as_client:
+            rng = np.random.default_rng([self.settings.seed, 3, -1 % 2 ** 32, server_round])
             thetas[-1] = local_sgd(self.loss, self.X0, self.y0, theta, self.mu, pend["eta"], self.b, rng)
             weights[-1] = float(self.X0.shape[0])
         pend.update(bytes_up=uploaded_bytes(results),

@@ -60,7 +60,7 @@ class FedLrgdStrategy(ErmStrategy):
                  server_rows: np.ndarray | None = None) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout, server_rows)
         self.rank = self.X0.shape[0]
-        self.S = cfg["gd-iterations"]
+        self.S = self.settings.gd_iterations
         self.A = np.zeros((self.rank, self.p))
         self.trajectory: np.ndarray | None = None
 
@@ -70,15 +70,15 @@ class FedLrgdStrategy(ErmStrategy):
 
     def __repr__(self) -> str:
         return (f"FedLrgdStrategy(loss={self.loss}, p={self.p}, r={self.rank}, m={self.m}, S={self.S}, "
-                f"g-inverse={self.cfg['g-inverse']})")
+                f"g-inverse={self.settings.g_inverse})")
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
         """Discovery, then paper epoch 1: pivots, ``G`` (r^2 gradients) and its inverses; ``theta^(0) = 0``."""
         self._discover(client_manager)
-        rng = np.random.default_rng([self.cfg["seed"], STREAM_INIT])
+        rng = np.random.default_rng([self.settings.seed, STREAM_INIT])
         self.pivots = draw_pivots(rng, self.rank, self.p)
         G = server_matrices(self.loss, self.X0, self.y0, self.pivots, self.mu)
-        self.Ginv, self.cond = invert(G, self.cfg["g-inverse"], self.cfg["pinv-rcond"])
+        self.Ginv, self.cond = invert(G, self.settings.g_inverse, self.settings.pinv_rcond)
         self.gamma += oracle_epoch(self.rank * self.rank, False, self.phi, self.m)
         log.info("FedLRGD: cond(G^(i)) in [%.3g, %.3g]", self.cond.min(), self.cond.max())
         theta0 = np.zeros(self.p)
