@@ -43,6 +43,9 @@ config key at fault; the server leaves such a node out of the run before round
   with ``epsilon`` or ``noise-std`` set is refused by the run-config
   validation, which every client runs on the run's config before it touches
   its data.
+
+It reads the whole run configuration (not a strategy's settings): which data set, rows and scaling apply to
+every strategy's node, and the simulation harness's plug-in API takes the mapping.
 """
 
 from __future__ import annotations

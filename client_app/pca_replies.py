@@ -2,7 +2,9 @@
 
 Shared by the FedPower-family client and the FAPS client (:mod:`client_app.fedpower_client`,
 :mod:`client_app.faps_client`). Everything here is a count, a ``d``-vector, a scalar or a fingerprint of the
-data (keyed with the node's secret in a private run): never a row.
+data (keyed with the node's secret in a private run): never a row. Its functions take the whole run
+configuration: what a node sends at discovery is decided by the rules the validation shares
+(:func:`fl_strategies.settings.config.row_sums_at_discovery`, :func:`~fl_strategies.settings.config.secure_covariance`).
 """
 
 from __future__ import annotations

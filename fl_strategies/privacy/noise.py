@@ -28,6 +28,9 @@
 
 Each client reports its source at discovery (``get_properties``), and every noisy run's rows carry it
 (``noise_source``), as does its log.
+
+:class:`ClientNoise` and :func:`run_noise_source` take the whole run configuration, not a strategy's settings:
+every client builds one (``noise-source`` is read only by the strategies with a privacy target).
 """
 
 from __future__ import annotations

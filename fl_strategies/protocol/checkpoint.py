@@ -3,7 +3,8 @@
 With ``checkpoint-dir = DIR`` the server (:class:`~fl_strategies.protocol.server_loop.StoppingServer`)
 writes ``DIR/checkpoint.npz`` after every round: the round number, the current
 global parameters, the strategy's state (``strategy.state_dict()``: its results
-rows, estimates and stopping-rule state) and the run config. The file is
+rows, estimates and stopping-rule state) and the run config (the whole mapping, not the strategy's settings:
+a resume compares every key). The file is
 replaced atomically (written to a temporary file, then renamed), so a kill at
 any moment leaves the previous or the new checkpoint, never a torn one. It holds
 only arrays and one JSON document (``numpy.load(..., allow_pickle=False)``):

@@ -15,7 +15,8 @@ still before round 1.
 Which strategies read each key is derived from their settings classes (:mod:`fl_strategies.settings.strategies`,
 :func:`fl_strategies.settings.registry.readers`). At the start of a run :func:`check_unread_keys` names, in one
 line, the keys set to a non-default value that the strategy does not read (refused under ``strict = true``), and
-refuses two keys that set one thing (:data:`SHADOWING`); pairs decidable without the defaults are refused by the validation itself.
+refuses two keys that set one thing (:data:`SHADOWING`); pairs decidable without the defaults are refused by the
+validation itself.
 """
 
 from __future__ import annotations

@@ -60,6 +60,9 @@ every client every round, so the latency model may only report the round time;
 ``dropout`` and a ``round-policy`` other than ``all`` are refused with a
 ``ConfigError`` before round 1 rather than aggregating a biased sum), ``none``
 (the fedmf family: no straggler setting at all).
+
+It reads the whole run configuration (not a strategy's settings), as the validation does: refusing the
+straggler settings a strategy does not honour means reading keys that strategy does not declare.
 """
 
 from __future__ import annotations

@@ -262,7 +262,8 @@ class MFBaselineStrategy(_MFBase):
         return self.cap + 1
 
     def __repr__(self) -> str:
-        return (f"MFBaselineStrategy({self.settings.strategy}, {self.d_repr}, r={self.r}, N={self.m}, eta={self.eta:.3g}, "
+        return (f"MFBaselineStrategy({self.settings.strategy}, {self.d_repr}, r={self.r}, N={self.m}, "
+                f"eta={self.eta:.3g}, "
                 f"cap={self.cap}, target={self.target:g})")
 
     def configure_fit(self, server_round: int, parameters: Parameters,
