@@ -54,7 +54,7 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
     try:
         c_done.wait()
         default_init_params_workflow(grid, legacy)  # discovery, X_0, strategy.clip, evaluation of round 0
-        shares, threshold = num_shares(strategy.cfg)
+        shares, threshold = num_shares(strategy.m, strategy.settings.secagg_num_shares)
         workflow = SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=threshold, max_weight=1.0,
                                       clipping_range=strategy.clip, quantization_range=QUANTIZATION_RANGE,
                                       modulus_range=2 ** 32, timeout=timeout)

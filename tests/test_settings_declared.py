@@ -104,3 +104,18 @@ def test_a_missing_key_is_refused_naming_it():
     del cfg["u-solver"], cfg["momentum"]
     with pytest.raises(ConfigError, match="FedMFSettings needs run-config key\\(s\\) momentum, u-solver"):
         settings_for(cfg)
+
+
+def test_strategies_and_clients_read_their_settings_not_the_mapping():
+    """The server strategies and the clients read keys from their settings object only; the mapping is passed on,
+    whole, to what handles every key (participation, the data, the noise source, the checkpoint)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [*sorted((root / "fl_strategies/protocol/strategies").glob("*.py")),
+             root / "fl_strategies/protocol/base.py", *sorted((root / "client_app").glob("*_client.py"))]
+    raw = re.compile(r"\bcfg(\[|\.get\()")
+    found = [f"{path.relative_to(root)}:{i}" for path in files
+             for i, line in enumerate(path.read_text().splitlines(), 1) if raw.search(line)]
+    assert len(files) >= 14 and found == []

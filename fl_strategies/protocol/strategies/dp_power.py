@@ -84,15 +84,16 @@ QUANTIZATION_RANGE = 2 ** 22
 """Levels of SecAgg+'s stochastic quantisation of ``[-C, C]`` (Flower's default)."""
 
 
-def num_shares(cfg: dict[str, Any]) -> tuple[int | float, int | float]:
-    """SecAgg+'s ``(num_shares, reconstruction_threshold)``.
+def num_shares(num_clients: int, requested: int) -> tuple[int | float, int | float]:
+    """SecAgg+'s ``(num_shares, reconstruction_threshold)`` for ``s = num_clients`` clients and ``requested``
+    (``secagg-num-shares``) shares.
 
     ``secagg-num-shares = 0``: every client holds a share of every other (``1.0``) up to 7 clients, else the odd
     number nearest ``2 log2(s) + 1`` (Bell et al.'s O(log s) neighbourhoods); the threshold is half the shares plus
     one (at least 2), so that a share holder who drops can be tolerated while no minority can unmask.
     """
-    s = cfg["num-clients"]
-    shares = cfg["secagg-num-shares"]
+    s = num_clients
+    shares = requested
     if shares == 0:
         if s <= 7:
             return 1.0, max(2, s // 2 + 1)
