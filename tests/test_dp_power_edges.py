@@ -16,11 +16,12 @@ from conftest import run_app
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from fl_strategies import accounting
-from fl_strategies.config import MAX_SECAGG_CLIENTS, validate_run_config
-from fl_strategies.dp_power import (QUANTIZATION_RANGE, DPPowerStrategy, mean_noise_std, num_shares, privacy_plan,
-                                    secagg_tolerance)
-from fl_strategies.linalg import gaussian_basis, orth
+from fl_strategies.kernels.linalg import gaussian_basis, orth
+from fl_strategies.privacy import accounting
+from fl_strategies.privacy.dp_power_noise import mean_noise_std, privacy_plan
+from fl_strategies.protocol.strategies.dp_power import (QUANTIZATION_RANGE, DPPowerStrategy, num_shares,
+                                                        secagg_tolerance)
+from fl_strategies.settings.config import MAX_SECAGG_CLIENTS, validate_run_config
 from simulations.engines import fused_run_config
 
 D, L, S, DELTA = 8, 3, 4, 1e-6
@@ -54,17 +55,16 @@ def unit_rows(n: int, seed: int = 0) -> np.ndarray:
 
 # -- the privacy plan --------------------------------------------------------------------------------------------------
 def test_the_uncentred_plan_is_the_products_calibration_alone():
-    cfg = config(epsilon=2.0)
-    calibration, releases = privacy_plan(cfg)
+    calibration, releases = privacy_plan(2.0, DELTA, "paper", L, False)
     assert releases is None
     assert calibration.sigma == pytest.approx(math.sqrt(4 * L * math.log(1 / DELTA)) / 2.0, rel=1e-12)
-    assert privacy_plan(config(epsilon=0.0)) == (None, None)
+    assert privacy_plan(0.0, DELTA, "paper", L, False) == (None, None)
+    assert privacy_plan(0.0, DELTA, "paper", L, True) == (None, None)
 
 
 @pytest.mark.parametrize("kind", ["paper", "tight"])
 def test_the_centred_plan_gives_the_mean_its_share_and_spends_the_target(kind):
-    cfg = config(epsilon=2.0, center=True, dp_sensitivity="one", dp_calibration=kind)
-    calibration, releases = privacy_plan(cfg)
+    calibration, releases = privacy_plan(2.0, DELTA, kind, L, True)
     sigma_mean, sigma_products = releases.multipliers["mean"], releases.multipliers["products"]
     assert calibration.sigma == sigma_products and calibration.iterations == L
     # one mean and L products: the mean takes 5 % of the composed 1 / sigma^2
@@ -80,10 +80,10 @@ def test_the_centred_plan_gives_the_mean_its_share_and_spends_the_target(kind):
 
 @pytest.mark.parametrize("channel, share", [("plaintext", math.sqrt(S)), ("secagg", math.sqrt(S)), ("public", 1.0)])
 def test_the_mean_noise_is_its_sensitivity_two_times_its_multiplier_over_the_share(channel, share):
-    cfg = config(epsilon=2.0, center=True, dp_sensitivity="one", dp_channel=channel)
-    _, releases = privacy_plan(cfg)
-    assert mean_noise_std(cfg, releases) == pytest.approx(2.0 * releases.multipliers["mean"] / share, rel=1e-12)
-    assert mean_noise_std(cfg, None) == 0.0
+    _, releases = privacy_plan(2.0, DELTA, "paper", L, True)
+    assert mean_noise_std(channel, S, releases) == pytest.approx(2.0 * releases.multipliers["mean"] / share,
+                                                                 rel=1e-12)
+    assert mean_noise_std(channel, S, None) == 0.0
 
 
 # -- the accounting columns --------------------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def test_the_sum_fits_the_modulus_and_the_tolerance_is_one_quantisation_step_per
 
 def test_the_default_share_holders_are_everyone_up_to_seven_then_the_odd_number_nearest_2_log2_s_plus_1():
     for s in range(2, MAX_SECAGG_CLIENTS + 1):
-        shares, threshold = num_shares({"num-clients": s, "secagg-num-shares": 0})
+        shares, threshold = num_shares(s, 0)
         if s <= 7:
             assert shares == 1.0, s
             continue
@@ -240,7 +240,7 @@ def test_a_share_count_of_every_client_is_the_fraction_one_flower_accepts_for_tw
     from flwr.server.workflow import SecAggPlusWorkflow
 
     for s in (2, 3, 9):
-        shares, threshold = num_shares({"num-clients": s, "secagg-num-shares": s})
+        shares, threshold = num_shares(s, s)
         assert shares == 1.0 and isinstance(shares, float)
         SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=threshold, max_weight=1.0,
                            clipping_range=1.0, quantization_range=QUANTIZATION_RANGE, modulus_range=2 ** 32)
@@ -260,7 +260,7 @@ def test_seeded_noise_for_more_than_one_client_is_warned_about(source, epsilon, 
 def test_a_new_strategy_has_no_sum_names_its_noise_and_waits_as_long_as_every_strategy():
     import inspect
 
-    from fl_strategies.base import FederatedStrategy
+    from fl_strategies.protocol.base import FederatedStrategy
 
     private, plain = DPPowerStrategy(config(epsilon=2.0), D), DPPowerStrategy(config(epsilon=0.0), D)
     assert private.last_sum is None and plain.last_sum is None

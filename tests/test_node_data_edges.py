@@ -53,7 +53,7 @@ def test_the_source_names_the_folder_file_the_data_path_or_the_dataset(tmp_path)
 # -- a node's file: which one, its fingerprint, its rows -------------------------------------------------------------
 def config(tmp_path, **overrides) -> dict:
     """A validated run config of a fedpower run on node files (``dataset = "nodes"``)."""
-    from fl_strategies.config import validate_run_config
+    from fl_strategies.settings.config import validate_run_config
     from simulations.engines import fused_run_config
 
     over = {"strategy": "fedpower", "dataset": "nodes", "num-clients": 2, "rank": 1, "iteration-rank": 2,
@@ -171,8 +171,8 @@ def test_the_gram_path_is_taken_when_many_products_make_it_cheaper(tmp_path):
 
 
 def test_a_simulated_partition_on_the_gram_path_uses_the_harness_covariance_of_the_same_rows():
-    from fl_strategies.config import validate_run_config
-    from fl_strategies.harness import find_harness
+    from fl_strategies.settings.config import validate_run_config
+    from fl_strategies.files.harness import find_harness
     from simulations.engines import fused_run_config
 
     cfg = validate_run_config(fused_run_config({"strategy": "fedpower", "dataset": "fedpower-model1",
