@@ -3,6 +3,8 @@ builds from its file, and the checks of ``A_i``; each against a dense computatio
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -160,29 +162,37 @@ def test_at_most_the_configured_number_of_operators_is_kept_oldest_first(tmp_pat
     assert len(kept) == 2 and kept[0] is ops[1] and kept[1] is ops[2]
 
 
-def test_the_gram_path_is_taken_when_many_products_make_it_cheaper(tmp_path):
+def test_the_gram_path_is_taken_when_many_products_make_it_cheaper_and_the_log_says_which(tmp_path, caplog):
     rows = np.random.default_rng(1).standard_normal((200, 5))
-    for name, products, rank, path in (("few", 1, 1, "rows"), ("many", 100, 5, "gram")):
+    for name, products, rank, path, logged in (("few", 1, 1, "rows", "M^T (M Z) from row blocks, no d x d matrix"),
+                                               ("many", 100, 5, "gram", "M^T M / s formed once")):
         np.save(tmp_path / f"{name}.npy", rows)
-        op = NodeData(config(tmp_path), {"partition-id": 0, "data-path": str(tmp_path / f"{name}.npy")}).operator(
-            products, rank)
-        assert op.path == path
+        with caplog.at_level(logging.INFO, logger="flwr"):
+            op = NodeData(config(tmp_path), {"partition-id": 0, "data-path": str(tmp_path / f"{name}.npy")}
+                          ).operator(products, rank)
+        assert op.path == path and f"{path} path ({logged})" in caplog.text
         np.testing.assert_allclose(op @ Z, gram(rows) @ Z, rtol=1e-10)
 
 
-def test_a_simulated_partition_on_the_gram_path_uses_the_harness_covariance_of_the_same_rows():
+@pytest.mark.parametrize("clip", [0.0, 0.5])
+def test_a_simulated_partition_on_the_gram_path_shares_the_harness_covariance_unless_its_rows_are_clipped(clip):
+    # the harness caches A_i of the unclipped rows for every run of a sweep; clipped rows need their own
     from fl_strategies.settings.config import validate_run_config
     from fl_strategies.files.harness import find_harness
+    from fl_strategies.kernels.rows import clip_rows
     from simulations.engines import fused_run_config
 
     cfg = validate_run_config(fused_run_config({"strategy": "fedpower", "dataset": "fedpower-model1",
                                                 "dimension": 6, "num-samples": 400, "num-clients": 2,
-                                                "rank": 1, "iteration-rank": 2, "data-seed": 5}))
-    rows = find_harness(cfg).client_rows(cfg, 1)
+                                                "rank": 1, "iteration-rank": 2, "data-seed": 5,
+                                                "clip-norm": clip}))
+    harness = find_harness(cfg)
+    rows = harness.client_rows(cfg, 1)
     op = NodeData(cfg, {"partition-id": 1}).operator(products=50, rank=2)
     assert op.path == "gram" and op.rows is not None and op.num_rows == len(rows)
+    assert (op.gram is harness.client_covariance(cfg, 1)[0]) is (clip == 0)
     V = RNG.standard_normal((6, 2))
-    np.testing.assert_allclose(op @ V, gram(rows) @ V, rtol=1e-10)
+    np.testing.assert_allclose(op @ V, gram(clip_rows(rows, clip) if clip else rows) @ V, rtol=1e-10)
 
 
 def test_a_node_without_a_file_or_a_harness_is_told_to_give_a_data_path(tmp_path):
@@ -207,6 +217,7 @@ def test_the_broadcast_mean_and_scale_centre_and_scale_the_operator():
 @pytest.mark.parametrize("config, message", [
     ({"mean": np.zeros(4).tobytes()}, "the broadcast mean is not 5 float64 numbers"),
     ({"mean": [0.0] * 5}, "the broadcast mean is not 5 float64 numbers"),
+    ({"mean": [0.0] * 40}, "the broadcast mean is not 5 float64 numbers"),  # 40 items, but not 40 bytes
     ({"mean": np.zeros(5).tobytes(), "scale": np.ones(6).tobytes()}, "the broadcast scale is not 5 float64"),
     ({"scale": np.ones(5).tobytes()}, "column scales without the mean"),
     ({"mean": np.zeros(5).tobytes(), "scale": np.array([1, 1, 0, 1, 1.0]).tobytes()}, "not finite and > 0"),
@@ -227,8 +238,9 @@ def test_the_local_matrix_checks_rows_finiteness_and_unit_trace_at_1e_9():
     with pytest.raises(ValueError, match="non-finite entries"):
         check_local_matrix(np.array([[1.0, np.nan], [np.nan, 1.0]]), 3, raw, "here")
     check_local_matrix(np.diag([0.5, 0.5 + 0.9e-9]), 3, normalised, "here")  # within the rounding slack
+    check_local_matrix(np.diag([1.0, 0.0]), 1, normalised, "here")  # one row is enough
     with pytest.raises(ValueError, match="rows are not of unit norm"):
-        check_local_matrix(np.diag([0.5, 0.5 + 2e-9]), 3, normalised, "here")
+        check_local_matrix(np.diag([0.5, 0.5 + 1.5e-9]), 3, normalised, "here")
     check_local_matrix(np.diag([5.0, 5.0]), 3, raw, "here")  # without row-normalize any finite trace
 
 
@@ -242,9 +254,11 @@ def test_an_operator_from_rows_is_checked_from_its_column_squares():
 
     unit = ROWS / np.linalg.norm(ROWS, axis=1, keepdims=True)
     check(unit, True)  # tr = 1 exactly: accepted
+    check(unit[:1], True)  # one row is enough
+    check(unit * np.sqrt(1 + 0.9e-9), True)  # within the rounding slack
     check(unit * 1.5, False)
     with pytest.raises(ValueError, match="rows are not of unit norm"):
-        check(unit * (1 + 1e-8), True)
+        check(unit * np.sqrt(1 + 1.5e-9), True)
     with pytest.raises(ValueError, match="non-finite entries"):
         check(np.full((3, 2), 1e200), False)  # the squares overflow, the row sums do not
     with pytest.raises(ValueError, match="here: the partition has no rows"):
@@ -289,6 +303,21 @@ def test_an_operator_asked_for_nothing_in_particular_is_built_for_one_product_of
     from fl_strategies.kernels.products import gram_is_cheaper
 
     assert not gram_is_cheaper(100, 2, 1, 1) and gram_is_cheaper(100, 2, 1, 2) and gram_is_cheaper(100, 2, 2, 1)
-    np.save(tmp_path / "thin.npy", np.random.default_rng(2).standard_normal((100, 2)))
-    assert NodeData(config(tmp_path), {"partition-id": 0, "data-path": str(tmp_path / "thin.npy")}).operator().path \
-        == "rows"
+    for name in ("thin.npy", "thin2.npy"):
+        np.save(tmp_path / name, np.random.default_rng(2).standard_normal((100, 2)))
+    cfg = config(tmp_path)
+    assert NodeData(cfg, {"partition-id": 0, "data-path": str(tmp_path / "thin.npy")}).operator().path == "rows"
+    assert NodeData(cfg, {"partition-id": 0, "data-path": str(tmp_path / "thin2.npy")}).operator_for({}).path == "rows"
+
+
+def test_two_files_of_the_same_size_and_time_are_two_sources(tmp_path):
+    import os
+
+    for name, rows in (("a.npy", ROWS), ("b.npy", -ROWS)):
+        np.save(tmp_path / name, rows)
+        os.utime(tmp_path / name, ns=(1_000_000_000, 1_000_000_000))
+    cfg = config(tmp_path)
+    a, b = (NodeData(cfg, {"partition-id": 0, "data-path": str(tmp_path / name)}).operator()
+            for name in ("a.npy", "b.npy"))
+    assert a is not b
+    np.testing.assert_allclose(b.row_sum, -ROWS.sum(axis=0), rtol=1e-12)
