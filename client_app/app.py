@@ -8,10 +8,10 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.client import ClientApp
 from flwr.client.mod import secaggplus_mod
 
-from fl_strategies.config import validate_run_config
-from fl_strategies.fit_records import fit_reply_content, is_fitins_content
-from fl_strategies.flower_compat import RECORD_KEY_CONFIGS
-from fl_strategies.registry import load_class, spec
+from fl_strategies.settings.config import validate_run_config
+from fl_strategies.protocol.fit_records import fit_reply_content, is_fitins_content
+from fl_strategies.protocol.flower_compat import RECORD_KEY_CONFIGS
+from fl_strategies.settings.registry import load_class, spec
 
 from .data import NodeData
 from .faults import garbage_reply_mod
@@ -65,7 +65,7 @@ def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message
 
 
 def numpy_fit_mod(msg: Message, context: Context, call_next) -> Message:
-    """Answer a plain fit instruction with :func:`fl_strategies.fit_records.fit_reply_content`.
+    """Answer a plain fit instruction with :func:`fl_strategies.protocol.fit_records.fit_reply_content`.
 
     The same reply Flower's legacy handler builds (same NumPyClient, same layout), without its per-access record
     views and ``np.load`` header parsing: most of a message's cost in the in-process engine. Every other message

@@ -4,13 +4,13 @@ One data source per node, chosen by its node config:
 
 * ``data-path`` names a local ``.npy`` / ``.csv`` / ``.npz`` / ``.bed`` file whose rows are samples
   (``flower-supernode --node-config 'partition-id=0 data-path="rows.npy"'``):
-  opened by :func:`fl_strategies.data_files.open_samples` and kept as
+  opened by :func:`fl_strategies.files.data_files.open_samples` and kept as
   stored (a ``.npy`` memory-mapped in its dtype), once per process; the
   file never leaves the node. This is the deployment's source, and the only one with
   ``dataset = "nodes"``.
 * Otherwise the run is a simulation and the node takes partition
   ``partition-id`` of the run's data set from the simulation harness that
-  claims it (:func:`fl_strategies.harness.find_harness`): generated from
+  claims it (:func:`fl_strategies.files.harness.find_harness`): generated from
   ``(data-seed, partition-id)``, cached in the worker process.
 
 A node whose data are unusable fails when its client is built, with a
@@ -20,7 +20,7 @@ config key at fault; the server leaves such a node out of the run before round
 
 * ``partition-id`` is an integer in ``0 .. num-clients - 1``;
 * a ``data-path`` file exists, is a ``.npy`` / ``.csv`` file of real numbers,
-  2-D, with only finite entries (:mod:`fl_strategies.data_files`);
+  2-D, with only finite entries (:mod:`fl_strategies.files.data_files`);
 * its width is the run's dimension ``d`` whenever the run config fixes it
   (``dimension > 0`` with a simulation data set; with ``dataset = "nodes"``
   the generators' ``dimension`` plays no part); otherwise the server compares
@@ -43,6 +43,9 @@ config key at fault; the server leaves such a node out of the run before round
   with ``epsilon`` or ``noise-std`` set is refused by the run-config
   validation, which every client runs on the run's config before it touches
   its data.
+
+It reads the whole run configuration (not a strategy's settings): which data set, rows and scaling apply to
+every strategy's node, and the simulation harness's plug-in API takes the mapping.
 """
 
 from __future__ import annotations
@@ -55,8 +58,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fl_strategies.data_files import file_fingerprint, is_data_file, open_samples
-from fl_strategies.harness import find_harness, on_nodes, partition_file
+from fl_strategies.files.data_files import file_fingerprint, is_data_file, open_samples
+from fl_strategies.files.harness import find_harness, on_nodes, partition_file
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import RowBlocks
 
@@ -197,8 +200,8 @@ class NodeData:
         """``sum_j (x_j - m_i)^2`` per column about the rows' own mean ``m_i``, shape (d,).
 
         What a node reports as ``col-sq-sum`` at discovery with ``scale = true``
-        (:mod:`fl_strategies.standardize`): the deviations summed block by block (no cancellation, no copy of the
-        rows); sparse rows by the identity ``sum x^2 - s m^2``.
+        (:mod:`fl_strategies.kernels.standardize`): the deviations summed block by block (no cancellation, no copy of
+        the rows); sparse rows by the identity ``sum x^2 - s m^2``.
         """
         op = self.operator()
         return op.rows.centered_column_squares(op.row_sum / op.num_rows)

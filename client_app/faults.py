@@ -13,7 +13,7 @@ node after its client computed it:
   vector), so it has the wrong shape.
 
 The server must reject such replies, count them in ``rejected`` and never
-average them in (:mod:`fl_strategies.replies`). Nothing else changes: the
+average them in (:mod:`fl_strategies.protocol.replies`). Nothing else changes: the
 node's other messages (discovery, evaluation) are untouched. The key exists for
 tests and fire drills; never set it on a production node.
 """
@@ -26,7 +26,7 @@ import numpy as np
 from flwr.app import Context, Message, MessageType
 from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
-from fl_strategies.flower_compat import recorddict_compat as compat
+from fl_strategies.protocol.flower_compat import recorddict_compat as compat
 
 __all__ = ["FAULT_KEY", "FAULTS", "corrupt", "garbage_reply_mod"]
 

@@ -2,7 +2,9 @@
 
 Shared by the FedPower-family client and the FAPS client (:mod:`client_app.fedpower_client`,
 :mod:`client_app.faps_client`). Everything here is a count, a ``d``-vector, a scalar or a fingerprint of the
-data (keyed with the node's secret in a private run): never a row.
+data (keyed with the node's secret in a private run): never a row. Its functions take the whole run
+configuration: what a node sends at discovery is decided by the rules the validation shares
+(:func:`fl_strategies.settings.config.row_sums_at_discovery`, :func:`~fl_strategies.settings.config.secure_covariance`).
 """
 
 from __future__ import annotations
@@ -11,15 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from fl_strategies.config import row_sums_at_discovery, secure_covariance
-from fl_strategies.data_files import FINGERPRINT
+from fl_strategies.settings.config import row_sums_at_discovery, secure_covariance
+from fl_strategies.files.data_files import FINGERPRINT
 
 __all__ = ["discovery_properties", "fingerprint_property", "summary_reply"]
 
 
 def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool) -> dict[str, Any]:
     """The node's answer to discovery: partition id, row count and ``d``; with ``center`` its row sum; with
-    ``scale`` its per-column sums of squares about its own mean (:mod:`fl_strategies.standardize`); without
+    ``scale`` its per-column sums of squares about its own mean (:mod:`fl_strategies.kernels.standardize`); without
     noise its sum of squares ``sq-sum`` (the total variance of reference-free progress).
 
     Parameters
@@ -53,9 +55,9 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
 def fingerprint_property(data, cfg: dict[str, Any], noise) -> dict[str, str]:
     """``{"data-fingerprint": ...}`` in a run that checkpoints (``checkpoint-dir``), for data read from a file.
 
-    The server records it with the checkpoint and refuses to resume on other data (:mod:`fl_strategies.checkpoint`);
-    the node's noise keys it with the node's secret when it has one
-    (:meth:`fl_strategies.noise.ClientNoise.fingerprint`).
+    The server records it with the checkpoint and refuses to resume on other data
+    (:mod:`fl_strategies.protocol.checkpoint`); the node's noise keys it with the node's secret when it has one
+    (:meth:`fl_strategies.privacy.noise.ClientNoise.fingerprint`).
     Empty without checkpoints or for generated data.
     """
     if not cfg["checkpoint-dir"]:
@@ -65,7 +67,7 @@ def fingerprint_property(data, cfg: dict[str, Any], noise) -> dict[str, str]:
 
 
 def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int):
-    """The summary exchange's reply (:mod:`fl_strategies.pca`): ``[A_i Z]``, ``s_i`` and ``tr(A_i)``.
+    """The summary exchange's reply (:mod:`fl_strategies.files.pca`): ``[A_i Z]``, ``s_i`` and ``tr(A_i)``.
 
     ``A`` is the client's (centred) local operator (:class:`fl_strategies.kernels.products.LocalOperator`).
 

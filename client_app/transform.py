@@ -3,11 +3,11 @@
 
 The rows never leave the node; the scores are ``((X - mean) / scale) @ components.T`` (shape ``(m, k)``), as
 scikit-learn's ``PCA.transform`` (after ``StandardScaler.transform`` when the run had ``scale = true``; ``scale`` is
-all ones otherwise), after the same row normalisation as the run (:func:`fl_strategies.pca.transform`).
+all ones otherwise), after the same row normalisation as the run (:func:`fl_strategies.files.pca.transform`).
 
 Nothing the user owns is written over: ``--out`` may never be the ``--data`` or ``--model`` file, an existing
 ``--out`` is refused unless ``--force``, and the scores are written to a temporary file of mode 600 that is
-renamed into place once complete (:mod:`fl_strategies.plain_files`).
+renamed into place once complete (:mod:`fl_strategies.files.plain_files`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.data_files import read_samples
-from fl_strategies.pca import load_model, transform
-from fl_strategies.plain_files import refuse_overwrite, write_new_file
+from fl_strategies.files.data_files import read_samples
+from fl_strategies.files.pca import load_model, transform
+from fl_strategies.files.plain_files import refuse_overwrite, write_new_file
 
 __all__ = ["main", "transform"]
 

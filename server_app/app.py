@@ -6,10 +6,14 @@ inputs some algorithms need at the server, come from (in this order):
 * the run config: ``server-data`` (FedLRGD / FedAve: the server's own
   samples), ``mf-sigma-1`` / ``mf-sigma-r`` (the MF baselines' step sizes);
 * in a simulation, the harness that builds the run's data set
-  (:mod:`fl_strategies.harness`): the dimension, the exact reference
+  (:mod:`fl_strategies.files.harness`): the dimension, the exact reference
   (``evaluation``) and the same inputs. It is looked up through an entry
   point, never imported by name; with ``dataset = "nodes"`` there is none and
   ``d`` comes from the nodes.
+
+It validates the whole run configuration and keeps it as a mapping where every key is handled: the results and
+``pca.npz`` record it, and the checkpoint compares it; the strategy reads its typed settings
+(:mod:`fl_strategies.settings.strategies`).
 """
 
 from __future__ import annotations
@@ -21,14 +25,14 @@ from flwr.common import Context
 from flwr.server import Grid, ServerApp, ServerAppComponents, ServerConfig
 from flwr.server.client_manager import SimpleClientManager
 
-from fl_strategies.config import ConfigError, check_unread_keys, default_run_config, effective_config
-from fl_strategies.data_files import read_samples
-from fl_strategies.base import RunFailed
-from fl_strategies.harness import ServerData, find_harness, on_nodes
-from fl_strategies.registry import load_class, spec
-from fl_strategies.checkpoint import checkpoint_for
-from fl_strategies.server_loop import StoppingServer
-from fl_strategies.flower_compat import start_grid
+from fl_strategies.settings.config import ConfigError, check_unread_keys, default_run_config, effective_config
+from fl_strategies.files.data_files import read_samples
+from fl_strategies.protocol.base import RunFailed
+from fl_strategies.files.harness import ServerData, find_harness, on_nodes
+from fl_strategies.settings.registry import load_class, spec
+from fl_strategies.protocol.checkpoint import checkpoint_for
+from fl_strategies.protocol.server_loop import StoppingServer
+from fl_strategies.protocol.flower_compat import start_grid
 
 from .results import ResultsWriter
 from .secure_loop import run_secure_aggregation
@@ -117,7 +121,7 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
 
     Strategies whose rounds need Flower's SecAgg+ protocol (``strategy.secure``) run through
     :func:`server_app.secure_loop.run_secure_aggregation`; all others through Flower's legacy server loop
-    (:class:`fl_strategies.server_loop.StoppingServer`).
+    (:class:`fl_strategies.protocol.server_loop.StoppingServer`).
 
     Parameters
     ----------

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.config import RESULT_FILES, ConfigError, check_results_dir, writable_directory
-from fl_strategies.pca import save_model
-from fl_strategies.plain_files import plain_cell
+from fl_strategies.settings.config import RESULT_FILES, ConfigError, check_results_dir, writable_directory
+from fl_strategies.files.pca import save_model
+from fl_strategies.files.plain_files import plain_cell
 
 __all__ = ["ResultsWriter", "csv_cell"]
 
@@ -21,7 +21,7 @@ log = logging.getLogger("flwr.fedspectral")
 
 def csv_cell(value):
     """``value`` as written to a results table: ``None`` and non-finite numbers become an empty cell, a string
-    a spreadsheet would execute is escaped (:func:`fl_strategies.plain_files.plain_cell`)."""
+    a spreadsheet would execute is escaped (:func:`fl_strategies.files.plain_files.plain_cell`)."""
     if value is None:
         return ""
     if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and not math.isfinite(value):
@@ -36,11 +36,11 @@ class ResultsWriter:
     ----------
     directory : str or Path
         Created if needed. Without ``keep`` one holding an earlier run's
-        results (:data:`fl_strategies.config.RESULT_FILES`) is refused unless
+        results (:data:`fl_strategies.settings.config.RESULT_FILES`) is refused unless
         ``overwrite``, which removes them first.
     keep : bool
         Append to an existing ``rounds.csv`` (a resumed run,
-        :mod:`fl_strategies.checkpoint`): before the first row is written, the
+        :mod:`fl_strategies.protocol.checkpoint`): before the first row is written, the
         rows of that round and later ones are dropped (the killed run wrote them
         after its last checkpoint; the resumed run writes them again), every
         earlier row is kept as it is.
@@ -103,7 +103,7 @@ class ResultsWriter:
         tmp.replace(self.dir / "estimate.npy")
 
     def write_model(self, model: dict, run_config: dict) -> None:
-        """Write the run's PCA model to ``pca.npz`` (:func:`fl_strategies.pca.save_model`)."""
+        """Write the run's PCA model to ``pca.npz`` (:func:`fl_strategies.files.pca.save_model`)."""
         path = save_model(self.dir / "pca.npz", model, run_config,
                           privacy=model.get("privacy") or {"epsilon": 0.0, "note": "no noise"})
         log.info("PCA model written to %s", path.resolve())

@@ -5,7 +5,7 @@ Flower's ``SecAggPlusWorkflow`` works only inside its legacy ``DefaultWorkflow``
 ``DefaultWorkflow`` always runs every round; this loop is the same sequence (initial parameters and evaluation,
 then per round the SecAgg+ fit workflow and the server-side evaluation) but ends the run when the strategy sets
 ``stopped`` or when SecAgg+ halted without calling ``aggregate_fit`` (too few clients answered a stage), and calls
-``strategy.finish()`` at the end, like :class:`fl_strategies.server_loop.StoppingServer`.
+``strategy.finish()`` at the end, like :class:`fl_strategies.protocol.server_loop.StoppingServer`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from flwr.common import ConfigRecord, Context
 from flwr.server import Grid, LegacyContext, ServerConfig
 from flwr.server.workflow import SecAggPlusWorkflow
 
-from fl_strategies.dp_power import QUANTIZATION_RANGE, num_shares
-from fl_strategies.flower_compat import (
+from fl_strategies.protocol.strategies.dp_power import QUANTIZATION_RANGE, num_shares
+from fl_strategies.protocol.flower_compat import (
     MAIN_CONFIGS_RECORD,
     WorkflowKey as Key,
     default_centralized_evaluation_workflow,
@@ -40,9 +40,10 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
     grid : flwr.server.Grid
     context : flwr.common.Context
         The ServerApp's context.
-    strategy : fl_strategies.dp_power.DPPowerStrategy or fl_strategies.covariance.CovarianceStrategy
-        Provides ``num_shares`` settings via :func:`fl_strategies.dp_power.num_shares`, ``clip`` (after
-        ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``abort_round``.
+    strategy : DPPowerStrategy or CovarianceStrategy
+        Of :mod:`fl_strategies.protocol.strategies.dp_power` or :mod:`fl_strategies.protocol.strategies.covariance`.
+        Provides ``num_shares`` settings via :func:`fl_strategies.protocol.strategies.dp_power.num_shares`, ``clip``
+        (after ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``abort_round``.
     num_rounds : int
     timeout : float, optional
         Seconds each SecAgg+ stage waits for replies (``round-timeout``; ``None`` = no limit).
@@ -53,7 +54,7 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
     try:
         c_done.wait()
         default_init_params_workflow(grid, legacy)  # discovery, X_0, strategy.clip, evaluation of round 0
-        shares, threshold = num_shares(strategy.cfg)
+        shares, threshold = num_shares(strategy.m, strategy.settings.secagg_num_shares)
         workflow = SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=threshold, max_weight=1.0,
                                       clipping_range=strategy.clip, quantization_range=QUANTIZATION_RANGE,
                                       modulus_range=2 ** 32, timeout=timeout)

@@ -1,4 +1,4 @@
-"""fedspectral's simulation harness, as the product sees it (:mod:`fl_strategies.harness`).
+"""fedspectral's simulation harness, as the product sees it (:mod:`fl_strategies.files.harness`).
 
 Registered under the entry-point group ``fedspectral.harness`` in
 ``pyproject.toml``; the ServerApp and the ClientApp load it only for a run
@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from fl_strategies.config import ConfigError, check_against_data
-from fl_strategies.harness import NODE_DATA, ServerData
-from fl_strategies.registry import spec
+from fl_strategies.settings.config import ConfigError, check_against_data
+from fl_strategies.files.harness import NODE_DATA, ServerData
+from fl_strategies.settings.registry import spec
 
 from simulations.data.datasets import sized
 from simulations.data.federated_data import client_rows, data_shape, local_covariance, mf_reference, reference

@@ -47,7 +47,7 @@ def run_app(fault_fn=None, node_ids=None, observer=None, expect_clean=None, **ov
 
 def run_aborted(match: str = "", **overrides):
     """Run the app expecting its strategy to abort: the ServerApp raises ``RunFailed``; return the strategy."""
-    from fl_strategies.base import RunFailed
+    from fl_strategies.protocol.base import RunFailed
 
     with pytest.raises(RunFailed, match=match) as info:
         run_app(**overrides)

@@ -1,4 +1,4 @@
-"""The tightest accounting (issue 17): dp-calibration = "pld" / "rdp" with Google's dp-accounting, the epsilon
+"""The tightest accounting: dp-calibration = "pld" / "rdp" with Google's dp-accounting, the epsilon
 reported beside the paper's bound, one zCDP conversion, and extreme privacy parameters refused in one line."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from conftest import run_app
-from fl_strategies import privacy, zcdp
-from fl_strategies.config import ConfigError, validate_run_config
+from fl_strategies.privacy import fedpower_dp, zcdp
+from fl_strategies.settings.config import ConfigError, validate_run_config
 
 dp_accounting = pytest.importorskip("dp_accounting")  # the test extra installs it
 
-INTERVAL = 1e-3  # fl_strategies.accounting.PLD_INTERVAL, written out: the test computes independently
+INTERVAL = 1e-3  # fl_strategies.privacy.accounting.PLD_INTERVAL, written out: the test computes independently
 
 
 def direct_epsilon(kind: str, sigma: float, releases: int, delta: float) -> float:
@@ -40,7 +40,7 @@ def test_the_noise_multiplier_is_the_smallest_the_accountant_certifies(kind, eps
     """dp-power's sigma and FedPower's sigma_g (the same composition of releases): the target is met by dp-accounting
     computed here (to 1e-6), and 1e-6 less noise would not meet it."""
     for sigma in (zcdp.calibrate(epsilon, delta, releases, kind).sigma,
-                  privacy.noise_multiplier(epsilon, delta, releases, kind)):
+                  fedpower_dp.noise_multiplier(epsilon, delta, releases, kind)):
         certified = direct_epsilon(kind, sigma, releases, delta)
         assert certified <= epsilon and certified == pytest.approx(epsilon, abs=1e-6)
         assert direct_epsilon(kind, sigma * (1 - 1e-6), releases, delta) > epsilon
@@ -54,7 +54,7 @@ def test_the_noise_multiplier_is_the_smallest_the_accountant_certifies(kind, eps
 def test_pld_needs_less_noise_than_tight_and_tight_less_than_the_paper(epsilon, delta, releases):
     dp = [zcdp.noise_multiplier(epsilon, delta, releases, c) for c in ("pld", "rdp", "tight", "paper")]
     assert dp[0] < dp[1] < dp[2] < dp[3], dp
-    fp = [privacy.noise_multiplier(epsilon, delta, releases, c) for c in ("pld", "tight", "paper")]
+    fp = [fedpower_dp.noise_multiplier(epsilon, delta, releases, c) for c in ("pld", "tight", "paper")]
     assert fp[0] < fp[1] < fp[2], fp
     # the issue's figure: at epsilon 1, delta 1e-5, L = 10 the PLD noise variance is 0.58x the tight one
     if (epsilon, delta, releases) == (1.0, 1e-5, 10):
@@ -67,20 +67,22 @@ def test_fedpower_pld_run_reports_the_accountants_epsilon_beside_the_papers_boun
     strategy = run_app(**over)
     cfg = strategy.cfg
     T = strategy.T
-    sigma = privacy.noise_multiplier(1.0, 1e-5, T, "pld")
+    sigma = fedpower_dp.noise_multiplier(1.0, 1e-5, T, "pld")
     last = strategy.records[-1]
     assert last["epsilon_spent"] == pytest.approx(direct_epsilon("pld", sigma, T, 1e-5), abs=1e-12)
     assert last["epsilon_spent"] == pytest.approx(1.0, abs=1e-6) and last["epsilon_pld"] == last["epsilon_spent"]
-    assert last["epsilon_zcdp"] == pytest.approx(privacy.achieved_epsilon(sigma, T, 1e-5)) and last["epsilon_zcdp"] > 1
+    assert last["epsilon_zcdp"] == pytest.approx(fedpower_dp.achieved_epsilon(sigma, T, 1e-5))
+    assert last["epsilon_zcdp"] > 1
     steps = [r["local_iterations"] for r in strategy.records]
     assert [r["epsilon_spent"] for r in strategy.records] == pytest.approx(
         [direct_epsilon("pld", sigma, s, 1e-5) if s else 0.0 for s in steps], abs=1e-12)
     assert cfg["dp-calibration"] == "pld"
     # a paper run keeps its noise and its epsilon_spent, and gains the PLD epsilon of the same noise
     paper = run_app(**dict(over, dp_calibration="paper"))
-    sigma_paper = privacy.noise_multiplier(1.0, 1e-5, T)
+    sigma_paper = fedpower_dp.noise_multiplier(1.0, 1e-5, T)
     row = paper.records[-1]
-    assert row["epsilon_spent"] == row["epsilon_zcdp"] == pytest.approx(privacy.achieved_epsilon(sigma_paper, T, 1e-5))
+    assert row["epsilon_spent"] == row["epsilon_zcdp"] == pytest.approx(
+        fedpower_dp.achieved_epsilon(sigma_paper, T, 1e-5))
     assert row["epsilon_pld"] == pytest.approx(direct_epsilon("pld", sigma_paper, T, 1e-5), abs=1e-12)
     assert row["epsilon_pld"] < row["epsilon_spent"]
 
@@ -88,7 +90,7 @@ def test_fedpower_pld_run_reports_the_accountants_epsilon_beside_the_papers_boun
 def test_dp_power_pld_error_is_below_tight_on_the_same_seeds():
     """The dp-power utility problem (spec 6.3, haar, central) at epsilon 1: less noise for the same guarantee, a
     smaller error than the tight calibration on every seed's median."""
-    from fl_strategies.linalg import subspace_distance
+    from fl_strategies.kernels.linalg import subspace_distance
 
     base = dict(strategy="dp-power", dataset="dp-haar", dimension=1000, rank=10, iteration_rank=20,
                 num_server_rounds=5, delta=1e-6, row_normalize=False, num_clients=1, dp_channel="plaintext",
@@ -105,16 +107,16 @@ def test_dp_power_pld_error_is_below_tight_on_the_same_seeds():
 def test_one_zcdp_conversion():
     """FedPower's eq. A.2 and dp-power's Prop. 1.3 are one function (zcdp.epsilon_of)."""
     for sigma, T, delta in [(14.87, 3, 1e-4), (3.3, 100, 1e-5)]:
-        assert privacy.achieved_epsilon(sigma, T, delta) == zcdp.epsilon_of(zcdp.rho_of(sigma, T), delta)
-        assert privacy.achieved_epsilon(sigma, T, delta) == pytest.approx(
+        assert fedpower_dp.achieved_epsilon(sigma, T, delta) == zcdp.epsilon_of(zcdp.rho_of(sigma, T), delta)
+        assert fedpower_dp.achieved_epsilon(sigma, T, delta) == pytest.approx(
             T / (2 * sigma**2) + math.sqrt(2 * T * math.log(1 / delta)) / sigma, rel=1e-14)
     import inspect
 
-    assert "log(1.0 / delta)" not in inspect.getsource(privacy)  # the conversion lives in zcdp only
+    assert "log(1.0 / delta)" not in inspect.getsource(fedpower_dp)  # the conversion lives in zcdp only
 
 
 def test_pld_without_dp_accounting_is_refused_naming_the_extra(monkeypatch):
-    from fl_strategies import accounting
+    from fl_strategies.privacy import accounting
 
     monkeypatch.setitem(sys.modules, "dp_accounting", None)  # import dp_accounting now raises ImportError
     assert not accounting.available()
@@ -149,11 +151,12 @@ def test_huge_tiny_and_non_finite_privacy_parameters_fail_in_one_line_naming_the
             assert "\n" not in message and any(key in message for key in case), (case, message)
             continue
         if cfg["epsilon"] > 0 and strategy == "fedpower":
-            from fl_strategies.config import total_iterations
+            from fl_strategies.settings.config import total_iterations
 
             T = total_iterations(cfg)
-            sigma = privacy.noise_multiplier(cfg["epsilon"], cfg["delta"], T, calibration)
-            assert 0 < sigma < math.inf and math.isfinite(privacy.epsilon_spent(sigma, T, cfg["delta"], calibration))
+            sigma = fedpower_dp.noise_multiplier(cfg["epsilon"], cfg["delta"], T, calibration)
+            assert 0 < sigma < math.inf
+            assert math.isfinite(fedpower_dp.epsilon_spent(sigma, T, cfg["delta"], calibration))
         elif cfg["epsilon"] > 0:
             c = zcdp.calibrate(cfg["epsilon"], cfg["delta"], cfg["num-server-rounds"], calibration)
             assert 0 < c.sigma < math.inf and math.isfinite(c.epsilon) and c.epsilon <= cfg["epsilon"] * (1 + 1e-12)
@@ -170,7 +173,7 @@ def test_dp_power_with_epsilon_1e308_is_a_config_error_not_a_zero_division():
 def test_the_exact_gaussian_curve_agrees_with_the_pld_accountant(eps, delta, steps):
     """The closed form (Balle & Wang) is the reference the accountants' limits are judged by: PLD, independent
     code, certifies within 0.1 % of its noise (and never less), where both are trustworthy."""
-    from fl_strategies import accounting
+    from fl_strategies.privacy import accounting
 
     exact = accounting.exact_noise_multiplier(eps, delta, steps)
     pld = accounting.epsilon("pld", exact, steps, delta)
@@ -196,7 +199,7 @@ def test_a_target_beyond_the_accountants_limits_is_refused(strategy, over, fragm
 
 
 def test_targets_within_the_limits_are_accepted():
-    from fl_strategies import accounting
+    from fl_strategies.privacy import accounting
 
     ratio = zcdp.noise_multiplier(1.0, 1e-5, 10, "rdp") / accounting.exact_noise_multiplier(1.0, 1e-5, 10)
     assert 1.05 < ratio < 1.15  # rdp's usual looseness, well inside TRUST_FACTOR

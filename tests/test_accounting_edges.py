@@ -1,7 +1,7 @@
-"""Edges of the numerical accountants (fl_strategies/accounting.py) that the mutation run showed untested: the
-epsilon of no release, of no noise and of infinite noise, the PLD grid widened for tiny noise, the bisections'
-tolerance and the caches. The references are Google's dp-accounting called here and a root of the exact Gaussian
-curve found by scipy."""
+"""Edges of the numerical accountants (fl_strategies/privacy/accounting.py) that the mutation run showed
+untested: the epsilon of no release, of no noise and of infinite noise, the PLD grid widened for tiny noise, the
+bisections' tolerance and the caches. The references are Google's dp-accounting called here and a root of the
+exact Gaussian curve found by scipy."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from fl_strategies import accounting
+from fl_strategies.privacy import accounting
 
 dpa = pytest.importorskip("dp_accounting")  # the test extra installs it
 

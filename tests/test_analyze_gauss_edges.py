@@ -1,4 +1,4 @@
-"""Edges of the private covariance's calibration (fl_strategies/analyze_gauss.py) that the mutation run showed
+"""Edges of the private covariance's calibration (fl_strategies/privacy/analyze_gauss.py) that the mutation run showed
 untested: the row bound's default, the epsilon a calibration reports as spent, and the target's range."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ import math
 
 import pytest
 
-from fl_strategies import analyze_gauss as ag
-from fl_strategies import zcdp
+from fl_strategies.privacy import analyze_gauss as ag
+from fl_strategies.privacy import zcdp
 
 SHARES = {"gram": (0.9, 1), "row-sum": (0.1, 1)}  # the centred split (MEAN_SHARE), written out
 
 
 def test_the_row_bound_is_the_clip_norm_when_set_else_one():
-    assert ag.row_bound({}) == ag.row_bound({"clip-norm": 0.0}) == 1.0
-    assert ag.row_bound({"clip-norm": 2.5}) == 2.5
+    assert ag.row_bound(0.0) == 1.0
+    assert ag.row_bound(2.5) == 2.5
 
 
 @pytest.mark.parametrize("calibration", ["paper", "tight"])
@@ -92,8 +92,7 @@ def test_a_calibration_that_would_spend_more_than_the_target_is_refused(epsilon)
 def test_the_covariance_releases_are_the_gram_triangle_and_with_centring_the_row_sum(center):
     """With centring the row sum takes MEAN_SHARE of 1 / sigma^2, so its multiplier is sqrt((1 - s) / s) times the
     Gram triangle's; without it the Gram triangle is the one Gaussian of the calibration."""
-    cfg = {"center": center, "epsilon": 0.9, "delta": 1e-6, "dp-calibration": "tight"}
-    releases = ag.covariance_releases(cfg)
+    releases = ag.covariance_releases(0.9, 1e-6, "tight", center)
     one = zcdp.noise_multiplier(0.9, 1e-6, 1, "tight")
     assert releases.counts == ({"gram": 1, "row-sum": 1} if center else {"gram": 1})
     assert releases.calibration == "tight" and releases.delta == 1e-6 and releases.target == 0.9

@@ -1,4 +1,4 @@
-"""Bad input never crashes a run and never corrupts a result (issue 9).
+"""Bad input never crashes a run and never corrupts a result.
 
 Three layers, each tested directly and end to end on the in-process engine:
 
@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from conftest import distances, run_app
-from fl_strategies.config import KEYS, MAX_ITERATIONS, ConfigError, validate_run_config
-from fl_strategies.linalg import orth
-from fl_strategies.replies import (
+from fl_strategies.settings.config import KEYS, MAX_ITERATIONS, ConfigError, validate_run_config
+from fl_strategies.kernels.linalg import orth
+from fl_strategies.protocol.replies import (
     check_array,
     check_orthonormal,
     check_origin,
@@ -410,7 +410,7 @@ def test_duplicate_partition_ids_and_strict_strategies(monkeypatch, caplog):
     assert sorted(strategy.proxies) == [0, 1, 3] and strategy.records[-1]["failures"] == 1
     import dataclasses
 
-    from fl_strategies import registry
+    from fl_strategies.settings import registry
 
     strict = dataclasses.replace(registry.STRATEGIES["fedpower"], partial_ok=False)  # needs every partition
     monkeypatch.setitem(registry.STRATEGIES, "fedpower", strict)
@@ -566,7 +566,7 @@ def test_random_small_configs_give_finite_results_or_a_config_error_before_round
 # -- results tables -----------------------------------------------------------------------------------------------
 
 def test_results_table_never_holds_a_non_finite_number(tmp_path, caplog):
-    from fl_strategies.fedpower import FedPowerStrategy
+    from fl_strategies.protocol.strategies.fedpower import FedPowerStrategy
     from server_app.results import ResultsWriter
 
     cfg = client_cfg()

@@ -1,5 +1,5 @@
-"""Checkpoint edges the mutation run of fl_strategies/checkpoint.py showed untested: the format number's presence
-and the strategy's own round count as the upper bound of a checkpoint's round."""
+"""Checkpoint edges the mutation run of fl_strategies/protocol/checkpoint.py showed untested: the format number's
+presence and the strategy's own round count as the upper bound of a checkpoint's round."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import os
 import numpy as np
 import pytest
 
-from fl_strategies import checkpoint as ck
-from fl_strategies.config import ConfigError
+from fl_strategies.protocol import checkpoint as ck
+from fl_strategies.settings.config import ConfigError
 from conftest import run_app
 from test_resume import SMALL, Killed, kill_server
 from test_resume_guards import _copy, _open, _write, saved  # noqa: F401  (saved is a fixture)

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fl_strategies.config import validate_run_config
-from fl_strategies.linalg import subspace_distance
+from fl_strategies.settings.config import validate_run_config
+from fl_strategies.kernels.linalg import subspace_distance
 from simulations.compare import ComparisonError, load_comparison, main
 from simulations.compare.cli import estimate_stem
 from simulations.engines import fused_run_config

@@ -1,4 +1,4 @@
-"""Comparison files that never lose a result (issue 16): every bad file is one line before anything runs,
+"""Comparison files that never lose a result: every bad file is one line before anything runs,
 every run keeps its own files, one process per --out, and a failed or killed re-run leaves the last complete
 results as they were."""
 
@@ -279,7 +279,7 @@ def test_killing_compare_mid_run_leaves_the_previous_results_unchanged(tmp_path)
 
 
 def test_resume_through_compare_keeps_every_earlier_row(tmp_path, monkeypatch):
-    from fl_strategies import checkpoint as ck
+    from fl_strategies.protocol import checkpoint as ck
 
     class Killed(BaseException):
         pass

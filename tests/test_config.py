@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_app
-from fl_strategies.config import KEYS, ConfigError, validate_run_config
+from fl_strategies.settings.config import KEYS, ConfigError, validate_run_config
 from simulations.engines import APP_DIR, fused_run_config
 
 
@@ -66,7 +66,7 @@ def test_bad_configs_fail_before_round_one(overrides, fragment):
 
 
 def test_power_baseline_fixes_its_settings_and_says_so():
-    from fl_strategies.config import effective_config
+    from fl_strategies.settings.config import effective_config
 
     cfg, overridden = effective_config(fused_run_config({"strategy": "power", "local-steps": 4}))
     assert (cfg["local-steps"], cfg["epsilon"], cfg["clients-per-round"], cfg["schedule"]) == (1, 0.0, 10, "fixed")
@@ -85,7 +85,7 @@ def test_a_setting_that_would_weaken_a_promise_is_refused(strategy, over, key):
     with pytest.raises(ConfigError, match=rf"^{key} = .* is not honoured by strategy '{strategy}'"):
         validate_run_config(fused_run_config({"strategy": strategy, **over}))
     # just inside: without the promise keys (the value the strategy fixes anyway) the config is accepted
-    from fl_strategies.registry import PROMISE_KEYS
+    from fl_strategies.settings.registry import PROMISE_KEYS
 
     validate_run_config(fused_run_config({"strategy": strategy,
                                           **{k: v for k, v in over.items() if k not in PROMISE_KEYS}}))
@@ -102,8 +102,8 @@ def test_the_server_logs_every_fixed_setting_at_start(caplog):
 
 
 def test_readme_documents_every_key():
-    """The README's table is `python -m fl_strategies.config` with the pyproject defaults."""
-    from fl_strategies.config import keys_markdown
+    """The README's table is `python -m fl_strategies.settings.config` with the pyproject defaults."""
+    from fl_strategies.settings.config import keys_markdown
 
     defaults = tomllib.loads((APP_DIR / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     table = keys_markdown(defaults)

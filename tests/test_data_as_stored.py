@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse
 
-from fl_strategies.config import ConfigError
-from fl_strategies.data_files import open_samples, read_samples
+from fl_strategies.settings.config import ConfigError
+from fl_strategies.files.data_files import open_samples, read_samples
 
 
 def test_a_npy_file_is_memory_mapped_in_its_dtype(tmp_path):
@@ -19,7 +19,7 @@ def test_a_npy_file_is_memory_mapped_in_its_dtype(tmp_path):
 
 
 def test_a_non_finite_entry_is_found_block_by_block(tmp_path, monkeypatch):
-    import fl_strategies.data_files as data_files
+    import fl_strategies.files.data_files as data_files
 
     monkeypatch.setattr(data_files, "BLOCK_BYTES", 8 * 20 * 3)  # three rows per block
     X = np.ones((40, 20), dtype=np.float32)
@@ -63,7 +63,7 @@ def test_row_normalize_is_applied_block_by_block_to_int8_rows(tmp_path):
 
 
 def test_covariance_refuses_a_d_that_does_not_fit_naming_the_memory_and_fedpower():
-    from fl_strategies.covariance import check_covariance_fits
+    from fl_strategies.protocol.strategies.covariance import check_covariance_fits
 
     check_covariance_fits(1000, 4, memory=10**9)  # 48 MB
     with pytest.raises(ConfigError, match=r'd = 100000 .*4 clients needs about 480 GB.*use strategy = "fedpower"'):
@@ -85,7 +85,7 @@ def test_the_memory_check_counts_d_x_d_only_where_a_strategy_forms_it(monkeypatc
 
 @pytest.mark.parametrize("center", [False, True])
 def test_the_wide_reference_from_a_thin_svd_is_the_eigh_reference(center):
-    from fl_strategies.metrics import Reference, round_metrics
+    from fl_strategies.kernels.metrics import Reference, round_metrics
 
     rng = np.random.default_rng(3)
     X = rng.standard_normal((40, 300)) * np.linspace(4, 0.1, 300) + 2.0

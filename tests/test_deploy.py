@@ -29,7 +29,7 @@ def test_deployment_gives_the_same_numbers_as_the_in_process_engine(tmp_path):
 @pytest.mark.deploy  # real processes, about 45 s
 @pytest.mark.timeout(300)  # every process is stopped in finally blocks; a hang fails the test
 def test_tls_and_supernode_authentication_refuse_an_unregistered_node(tmp_path):
-    from fl_strategies.config import validate_run_config
+    from fl_strategies.settings.config import validate_run_config
     from simulations.engines.credentials import write_node_keys
     from simulations.engines.deploy import LocalDeployment, write_node_files
     from simulations.engines import fused_run_config
@@ -65,7 +65,7 @@ def test_a_supernode_killed_or_silent_mid_run_is_counted_and_the_run_goes_on(tmp
     import threading
     import time
 
-    from fl_strategies.config import validate_run_config
+    from fl_strategies.settings.config import validate_run_config
     from simulations.engines.deploy import LocalDeployment, write_node_files
     from simulations.engines import fused_run_config
 
@@ -113,7 +113,7 @@ def test_garbage_replies_and_a_killed_serverapp_resumed_from_its_checkpoint(tmp_
     import signal
     import time
 
-    from fl_strategies.config import validate_run_config
+    from fl_strategies.settings.config import validate_run_config
     from simulations.engines.deploy import LocalDeployment, write_node_files
     from simulations.engines import fused_run_config
     from simulations.engines.local import LocalGrid

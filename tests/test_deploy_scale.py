@@ -15,8 +15,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from conftest import run_app
-from fl_strategies.linalg import subspace_distance
-from fl_strategies.pca import load_model
+from fl_strategies.kernels.linalg import subspace_distance
+from fl_strategies.files.pca import load_model
 from test_standardize import CONSTANT, D, K, unit_files
 
 

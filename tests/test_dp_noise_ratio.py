@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fl_strategies.linalg import orth
+from fl_strategies.kernels.linalg import orth
 from simulations.experiments.dp_power import dp_noise_ratio
 from simulations.experiments.dp_power.dp_noise_ratio import approx_5_1, cholesky_qr2, empirical_ratio, haar_iterate, run
 

@@ -11,11 +11,11 @@ from flwr.app import Context, RecordDict
 from flwr.common import bytes_to_ndarray
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 
-from fl_strategies.config import ConfigError
-from fl_strategies.dp_power import secagg_tolerance
-from fl_strategies.base import RunFailed
-from fl_strategies.linalg import gaussian_basis, orth, subspace_distance
-from fl_strategies.zcdp import calibrate, epsilon_of, max_epsilon, noise_multiplier, rho_of
+from fl_strategies.settings.config import ConfigError
+from fl_strategies.protocol.strategies.dp_power import secagg_tolerance
+from fl_strategies.protocol.base import RunFailed
+from fl_strategies.kernels.linalg import gaussian_basis, orth, subspace_distance
+from fl_strategies.privacy.zcdp import calibrate, epsilon_of, max_epsilon, noise_multiplier, rho_of
 from simulations.data.dp_data import planted_rows, planted_spectrum
 from simulations.engines import fused_run_config
 from simulations.engines.local import LocalGrid
@@ -219,7 +219,7 @@ def test_a_product_outside_the_clip_range_is_not_uploaded():
 def test_the_client_refuses_to_exceed_its_budget():
     from client_app.data import NodeData
     from client_app.dp_power_client import DPPowerClient
-    from fl_strategies.config import validate_run_config
+    from fl_strategies.settings.config import validate_run_config
 
     cfg = validate_run_config(fused_run_config({k.replace("_", "-"): v for k, v in
                                                 dict(SMALL, epsilon=1.0, dp_channel="plaintext").items()}))
@@ -290,7 +290,7 @@ needs_gowalla = pytest.mark.skipif(not (GOWALLA / "train.txt").is_file(), reason
 
 @needs_gowalla
 def test_gowalla_users_over_clients_give_the_central_power_method_without_noise():
-    from fl_strategies.config import validate_run_config
+    from fl_strategies.settings.config import validate_run_config
     from simulations.data.interaction_data import client_rows, interaction_rows
 
     over = dict(strategy="dp-power", dataset=str(GOWALLA), dimension=300, rank=2, iteration_rank=4, num_clients=3,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_strategies.dp_sensitivity import delta_a, delta_b, norm_1_2
+from fl_strategies.privacy.dp_sensitivity import delta_a, delta_b, norm_1_2
 
 N, P = 500, 20
 

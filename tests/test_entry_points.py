@@ -1,5 +1,5 @@
 """Every command-line entry point turns a bad argument into one line naming it (exit 2), never a traceback, and
-refuses it before any Flower process starts (issue 16)."""
+refuses it before any Flower process starts."""
 
 import subprocess
 import sys
@@ -149,7 +149,7 @@ def test_flwr_run_makes_relative_paths_absolute_against_where_it_is_run(tmp_path
 
 def test_a_misspelt_key_gets_the_closest_valid_one_on_every_path():
     """The engines' config (fused_run_config), the ServerApp's validation and compare share one suggestion."""
-    from fl_strategies.config import ConfigError, suggest
+    from fl_strategies.settings.config import ConfigError, suggest
     from server_app.app import build_strategy
     from simulations.engines import fused_run_config
 

@@ -1,4 +1,4 @@
-"""FedLRGD and FedAve (issue 6): exactness on ridge, pivot exactness, partition invariance, Gamma accounting."""
+"""FedLRGD and FedAve: exactness on ridge, pivot exactness, partition invariance, Gamma accounting."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 import scipy.optimize
 from conftest import run_aborted, run_app
 
-from fl_strategies.fedave import local_sgd, step_size, warmup_epochs
-from fl_strategies.fedlrgd import (client_weights, draw_pivots, fedlrgd_gamma, gradient_estimate, inexact_gd,
-                                   invert, server_matrices)
-from fl_strategies.losses import full_gradient, minimise, objective, per_sample_grads, smoothness, split_xy
+from fl_strategies.kernels.fedave import local_sgd, step_size, warmup_epochs
+from fl_strategies.kernels.fedlrgd import (client_weights, draw_pivots, fedlrgd_gamma, gradient_estimate, inexact_gd,
+                                         invert, server_matrices)
+from fl_strategies.kernels.losses import full_gradient, minimise, objective, per_sample_grads, smoothness, split_xy
 from simulations.data.erm_data import generate
 
 # n - r = 400 rows over m = 5 clients: s = 80 each
@@ -162,7 +162,7 @@ def test_fedave_one_round_is_the_weighted_average_of_local_sgd():
     s = run_app(**cfg)
     ref = s.reference
     from simulations.data.erm_data import erm_split
-    from fl_strategies.config import validate_run_config
+    from fl_strategies.settings.config import validate_run_config
     from simulations.engines import fused_run_config
     full = validate_run_config(fused_run_config({k.replace("_", "-"): v for k, v in cfg.items()}))
     _, clients = erm_split(full)
@@ -186,7 +186,7 @@ def test_step_schedules():
 
 
 def test_too_many_server_samples_is_a_config_error():
-    from fl_strategies.config import ConfigError
+    from fl_strategies.settings.config import ConfigError
     from server_app.app import build_strategy
     from simulations.engines import fused_run_config
 
@@ -197,7 +197,7 @@ def test_too_many_server_samples_is_a_config_error():
 
 def test_client_weights_are_computed_once_and_kept_in_the_node_state():
     calls = []
-    import fl_strategies.fedlrgd as core
+    import fl_strategies.kernels.fedlrgd as core
     import client_app.erm_client as erm_client
 
     original = erm_client.client_weights

@@ -9,8 +9,8 @@ import pytest
 import scipy.linalg
 from conftest import run_aborted, run_app
 
-from fl_strategies.config import validate_run_config
-from fl_strategies.fedmf_kernels import (MFReference, condition_number, exact_u, initial_u, local_gd, mf_loss,
+from fl_strategies.settings.config import validate_run_config
+from fl_strategies.kernels.mf import (MFReference, condition_number, exact_u, initial_u, local_gd, mf_loss,
                                          power_product, sketch_matrix, theorem1_bound)
 from simulations.data.datasets import load_dataset
 from simulations.engines import fused_run_config
@@ -96,7 +96,7 @@ def test_loss_trajectory_does_not_depend_on_the_row_partition(momentum):
         V, traj = _protocol(*[[b[i] for i in order] for b in blocks], 1, 40, momentum)
         assert np.linalg.norm(V - V_c) <= 1e-12 * np.linalg.norm(V_c)
         np.testing.assert_allclose(traj, ref, rtol=1e-10)
-    # regression guard for P1: n_i-weighted aggregation is not a power iteration of S
+    # n_i-weighted aggregation is not a power iteration of S
     blocks = [np.split(a, [60, 200]) for a in (S, Phi, U0)]
     V_w, _ = _protocol(*blocks, 1, 40, momentum, weights=[60 / 300, 140 / 300, 100 / 300])
     assert np.linalg.norm(V_w / np.linalg.norm(V_w) - V_c / np.linalg.norm(V_c)) > 1e-3
@@ -257,7 +257,7 @@ strategy = "mf-altgd"
 @pytest.mark.parametrize("alpha", [0, 1])
 def test_theorem2_condition_bound_holds_with_the_stated_probability(alpha):
     """Spec check 6: over 500 single sketches, P[kappa(V)^2 < kappa_p^2] >= 1 - 3p for both constant versions."""
-    from fl_strategies.fedmf_kernels import theorem2_kappa2
+    from fl_strategies.kernels.mf import theorem2_kappa2
 
     S = load_dataset("mf-synthetic", num_samples=1000, dimension=100, rank=5, num_clients=1, seed=0,
                      row_normalize=False, mf_noise=1e-6).X

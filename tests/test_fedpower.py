@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import distances, run_app
-from fl_strategies.linalg import gaussian_basis, orth, subspace_distance, top_eigenvectors
-from fl_strategies.eigenspace import STREAM_INIT
+from fl_strategies.kernels.linalg import gaussian_basis, orth, subspace_distance, top_eigenvectors
+from fl_strategies.protocol.strategies.eigenspace import STREAM_INIT
 from simulations.engines import fused_run_config
 from simulations.data.federated_data import federated_dataset
 
@@ -112,7 +112,7 @@ def test_noise_floor_matches_the_spec_and_is_linear_in_nu(eps, expected):
     plateaus (check 3: 0.19 / 0.096 / 0.0096) are reproduced at n = 2e4 with the
     same nu (median of 3 seeds).
     """
-    from fl_strategies.privacy import noise_std
+    from fl_strategies.privacy.fedpower_dp import noise_std
 
     nu = noise_std(eps, 1e-4, 10, 5, 100_000)
     finals = [distances(run_app(**MODEL1, local_steps=2, total_iterations=10, noise_std=nu, seed=s))[-1]
@@ -128,7 +128,7 @@ def test_theorem6_noise_is_what_the_clients_add_and_what_is_reported():
 
     cfg = dict(fused_run_config({"epsilon": 0.5, "total-iterations": 10, "iteration-rank": 5,
                                        "row-normalize": True}))
-    from fl_strategies.config import validate_run_config
+    from fl_strategies.settings.config import validate_run_config
 
     cfg = validate_run_config(cfg)
     client = FedPowerClient(NodeData.of(0, covariance=(np.eye(100), 100_000)), cfg, Context(1, 1, {}, RecordDict(), {}))
@@ -207,7 +207,7 @@ def test_failed_clients_are_counted_and_the_run_goes_on():
 def test_client_refuses_steps_beyond_its_privacy_budget():
     from client_app.data import NodeData
     from client_app.fedpower_client import FedPowerClient
-    from fl_strategies.config import validate_run_config
+    from fl_strategies.settings.config import validate_run_config
     from flwr.common import Context, RecordDict
 
     cfg = validate_run_config(fused_run_config({"epsilon": 1.0, "total-iterations": 3, "local-steps": 2,

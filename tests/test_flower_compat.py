@@ -1,4 +1,4 @@
-"""fl_strategies.flower_compat is the only module that imports private Flower names (issue 14)."""
+"""fl_strategies.protocol.flower_compat is the only module that imports private Flower names."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("fl_strategies", "client_app", "server_app", "simulations")
-COMPAT = ROOT / "fl_strategies" / "flower_compat"
+COMPAT = ROOT / "fl_strategies" / "protocol" / "flower_compat"
 
 # Flower's public API: the top-level packages its documentation exposes. A ``from M import n`` is public when
 # ``M`` is listed and ``n`` is no underscore name (and, if ``M`` declares ``__all__``, is in it or is a listed
@@ -82,12 +82,12 @@ def test_only_flower_compat_imports_private_flower_names():
                 continue
             offenders += [f"{path.relative_to(ROOT)}:{line}: {what}"
                           for line, what in private_flower_imports(path.read_text())]
-    assert not offenders, ("private Flower names imported outside fl_strategies/flower_compat (add them there, "
-                           "with what / why / public alternative):\n" + "\n".join(offenders))
+    assert not offenders, ("private Flower names imported outside fl_strategies/protocol/flower_compat (add them "
+                           "there, with what / why / public alternative):\n" + "\n".join(offenders))
 
 
 def test_every_flower_compat_name_resolves():
-    compat = importlib.import_module("fl_strategies.flower_compat")
+    compat = importlib.import_module("fl_strategies.protocol.flower_compat")
     assert compat.__all__, "flower_compat exports nothing"
     for name in compat.__all__:
         assert getattr(compat, name) is not None, name
@@ -96,11 +96,11 @@ def test_every_flower_compat_name_resolves():
 
 
 def test_every_area_module_exports_what_the_package_maps_to_it():
-    compat = importlib.import_module("fl_strategies.flower_compat")
+    compat = importlib.import_module("fl_strategies.protocol.flower_compat")
     areas = {area for area in compat._AREA.values()}
     exported = set()
     for area in areas:
-        module = importlib.import_module(f"fl_strategies.flower_compat.{area}")
+        module = importlib.import_module(f"fl_strategies.protocol.flower_compat.{area}")
         assert {n for n, a in compat._AREA.items() if a == area} == set(module.__all__), area
         exported |= set(module.__all__)
     assert exported == set(compat.__all__)
@@ -111,7 +111,7 @@ def test_renamed_names_are_flowers_own():
     from flwr.server.workflow.constant import Key  # noqa: F401  (only this test and flower_compat may)
     from flwr.simulation.run_simulation import _run_simulation
 
-    import fl_strategies.flower_compat as compat
+    import fl_strategies.protocol.flower_compat as compat
 
     assert compat.WorkflowKey is Key
     assert compat.private_run_simulation is _run_simulation

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA
 
-from fl_strategies.linalg import subspace_distance
-from fl_strategies.pca import load_model
+from fl_strategies.kernels.linalg import subspace_distance
+from fl_strategies.files.pca import load_model
 from simulations.data.genotypes import write_genotype_sites
 
 SIZES = (300, 250, 350, 300)

@@ -16,10 +16,10 @@ import pytest
 from flwr.common import Code, FitRes, Parameters, Status, ndarrays_to_parameters
 
 from conftest import run_app
-from fl_strategies import checkpoint as ck
-from fl_strategies.config import ConfigError, validate_run_config
-from fl_strategies.linalg import orth
-from fl_strategies.replies import check_array, check_orthonormal, check_origin, check_properties, decode_arrays
+from fl_strategies.protocol import checkpoint as ck
+from fl_strategies.settings.config import ConfigError, validate_run_config
+from fl_strategies.kernels.linalg import orth
+from fl_strategies.protocol.replies import check_array, check_orthonormal, check_origin, check_properties, decode_arrays
 from simulations.engines import fused_run_config
 
 TINY = dict(num_clients=3, num_samples=600, dimension=10, rank=2, iteration_rank=3, num_server_rounds=3)
@@ -274,7 +274,7 @@ def test_a_reply_with_another_row_count_is_rejected_end_to_end():
 @pytest.mark.parametrize("delta", [1e-5, 1e-8])
 def test_paper_calibration_refuses_epsilon_just_above_its_limit(delta):
     """``eps' = eps^2 / (8 ln(1/delta)) + eps / sqrt 2 <= eps`` holds iff ``eps <= 8 (1 - 1/sqrt 2) ln(1/delta)``."""
-    from fl_strategies.zcdp import calibrate
+    from fl_strategies.privacy.zcdp import calibrate
     limit = 8 * (1 - 1 / math.sqrt(2)) * math.log(1 / delta)
     assert calibrate(limit * (1 - 1e-9), delta, 5, "paper").epsilon <= limit
     with pytest.raises(ValueError, match="cannot be met with the paper calibration"):
@@ -285,7 +285,7 @@ def test_paper_calibration_refuses_epsilon_just_above_its_limit(delta):
 @pytest.mark.parametrize("extra, failing_round", [(0, None), (1, 3)])
 def test_fedpower_client_refuses_a_step_beyond_its_budget(monkeypatch, extra, failing_round):
     """T = 4 noisy steps (2, 1, 1): a server that claims one more step was done makes the last round exceed T."""
-    from fl_strategies.fedpower import FedPowerStrategy
+    from fl_strategies.protocol.strategies.fedpower import FedPowerStrategy
     configure = FedPowerStrategy.configure_fit
 
     def configure_fit(self, server_round, parameters, client_manager):

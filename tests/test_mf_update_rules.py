@@ -1,6 +1,6 @@
 """The MF baselines' update rules, pinned by hand-computed iterates (lowrank_mf spec, Algorithm 2 and Table 2).
 
-Each expected iterate is written out here from the spec's formula, independently of fl_strategies.fedmf_kernels:
+Each expected iterate is written out here from the spec's formula, independently of fl_strategies.kernels.mf:
 
 * fedmf local GD on ``U`` (``V`` fixed), Nesterov ``beta_k = k / (k + 3)`` (``beta_0 = 0``), step ``1/sigma_max(V)^2``;
 * mf-altgd (Ward & Kolda): ``U <- U - eta (U V^T - S) V``, then ``V <- V - eta sum_i (U V^T - S)^T U`` at the *new* U;
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import run_app
-from fl_strategies.config import validate_run_config
-from fl_strategies.fedmf_kernels import altgd_step, local_gd, simgd_step, wk_init
+from fl_strategies.settings.config import validate_run_config
+from fl_strategies.kernels.mf import altgd_step, local_gd, simgd_step, wk_init
 from simulations.engines import fused_run_config
 from simulations.data.federated_data import federated_dataset
 
@@ -76,7 +76,7 @@ def test_altgd_step_uses_the_new_u_for_v(problem):
 def test_simgd_step_uses_the_old_u_for_v(problem):
     S, V, U = problem
     eta = 0.05
-    G = (U @ V.T - S).T @ U   # at the old U (P16: at the new U it would be alternating GD)
+    G = (U @ V.T - S).T @ U   # at the old U (at the new U it would be alternating GD)
     out_U, out_G = simgd_step(S, U, V, eta)
     np.testing.assert_allclose(out_U, U - eta * (U @ V.T - S) @ V, rtol=1e-12)
     np.testing.assert_allclose(out_G, G, rtol=1e-12)
@@ -90,8 +90,8 @@ def test_baseline_losses_follow_the_hand_iterates_end_to_end(strategy, monkeypat
     Ye & Du's step is so small (about 1e-9 here) that simultaneous and alternating GD agree to round-off over a
     few iterations; mf-simgd runs here with Ward & Kolda's step instead, large enough to tell the rules apart.
     """
-    import fl_strategies.fedmf as fedmf
-    from fl_strategies.fedmf_kernels import wk_constants, yd_constants
+    import fl_strategies.protocol.strategies.fedmf as fedmf
+    from fl_strategies.kernels.mf import wk_constants, yd_constants
 
     def larger_step(sigma1, *args):
         std, _, count = yd_constants(sigma1, *args)

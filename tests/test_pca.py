@@ -7,9 +7,9 @@ import pytest
 from sklearn.decomposition import PCA
 
 from conftest import run_app
-from fl_strategies.config import ConfigError, validate_run_config
-from fl_strategies.linalg import subspace_distance
-from fl_strategies.pca import choose_rank, load_model
+from fl_strategies.settings.config import ConfigError, validate_run_config
+from fl_strategies.kernels.linalg import subspace_distance
+from fl_strategies.files.pca import choose_rank, load_model
 from simulations.engines import fused_run_config
 
 D, K = 8, 3
@@ -210,7 +210,7 @@ def test_a_bad_folder_file_is_one_line_before_flower_starts(tmp_path):
 
 
 def test_a_nodes_failure_is_its_own_message_without_the_engines_wrapping():
-    from fl_strategies.base import failure_reason
+    from fl_strategies.protocol.base import failure_reason
 
     wrapped = ("Message contains an Error (reason: <class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'ray::"
                "ClientAppActor.run() (pid=4242, actor_id=ab12)\n  File \"/x/app.py\", line 3, in run\n"

@@ -1,4 +1,4 @@
-"""The PCA model's maths and its file (fl_strategies/pca.py) against scikit-learn, at the edges the mutation run
+"""The PCA model's maths and its file (fl_strategies/files/pca.py) against scikit-learn, at the edges the mutation run
 found untested: small variances, two samples, zero total variance, the privacy record, and files that are not a
 model (pickled objects, missing keys, a mean of another width, no row_normalize flag)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA
 
-from fl_strategies.pca import MODEL_KEYS, load_model, pca_model, save_model, transform
+from fl_strategies.files.pca import MODEL_KEYS, load_model, pca_model, save_model, transform
 
 
 def _model_of(X: np.ndarray, k: int) -> dict:

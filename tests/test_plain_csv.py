@@ -7,7 +7,7 @@ import csv
 import pandas as pd
 import pytest
 
-from fl_strategies.plain_files import plain_cell, plain_frame
+from fl_strategies.files.plain_files import plain_cell, plain_frame
 from server_app.results import csv_cell
 
 

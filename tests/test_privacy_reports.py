@@ -1,10 +1,10 @@
 """Every privacy number a run reports, against a hand computation from the papers' formulas.
 
 The expected values are computed here from the formulas themselves (FedPower's Theorem 6 and eq. A.2; the DP
-power method's zCDP accounting, Bun & Steinke), never by calling fl_strategies.privacy or fl_strategies.zcdp: a
-bug in those modules, or in how a strategy feeds them (which client, how many steps), must show up as a wrong
-number here. The row counts of the partitions come from the data layer (simulations.data.federated_data), which does
-no accounting.
+power method's zCDP accounting, Bun & Steinke), never by calling fl_strategies.privacy.fedpower_dp or
+fl_strategies.privacy.zcdp: a bug in those modules, or in how a strategy feeds them (which client, how many steps), must
+show up as a wrong number here. The row counts of the partitions come from the data layer
+(simulations.data.federated_data), which does no accounting.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import run_app
-from fl_strategies import checkpoint as ck
-from fl_strategies.config import validate_run_config
+from fl_strategies.protocol import checkpoint as ck
+from fl_strategies.settings.config import validate_run_config
 from simulations.engines import fused_run_config
 from simulations.data.federated_data import federated_dataset
 
@@ -46,7 +46,7 @@ def theorem6_sigma_g(eps: float, delta: float, T: int) -> float:
 
 @pytest.mark.parametrize("eps, sigma_g, achieved", [(0.5, 54.289, 0.2517), (1, 27.145, 0.5068), (10, 2.7145, 5.679)])
 def test_theorem6_calibration_matches_the_spec_table(eps, sigma_g, achieved):
-    from fl_strategies.privacy import achieved_epsilon, noise_multiplier, noise_std
+    from fl_strategies.privacy.fedpower_dp import achieved_epsilon, noise_multiplier, noise_std
     assert noise_multiplier(eps, 1e-4, 10) == pytest.approx(sigma_g, rel=1e-4)
     assert achieved_epsilon(noise_multiplier(eps, 1e-4, 10), 10, 1e-4) == pytest.approx(achieved, rel=1e-3)
     # Model I: r = 5, s_i = n/m = 1e5 rows
@@ -59,7 +59,7 @@ def test_theorem6_calibration_matches_the_spec_table(eps, sigma_g, achieved):
 @pytest.mark.parametrize("eps, delta, L, calibration", [(1.0, 1e-6, 5, "paper"), (2.0, 1e-5, 3, "tight"),
                                                         (0.5, 1e-6, 7, "paper")])
 def test_zcdp_calibration_by_hand(eps, delta, L, calibration):
-    from fl_strategies.zcdp import calibrate
+    from fl_strategies.privacy.zcdp import calibrate
     log_term = math.log(1 / delta)
     if calibration == "paper":
         sigma = math.sqrt(4 * L * log_term) / eps

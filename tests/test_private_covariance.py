@@ -11,11 +11,11 @@ from flwr.app import Context, RecordDict
 from flwr.common import bytes_to_ndarray
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
 
-from fl_strategies import analyze_gauss as ag
-from fl_strategies.config import ConfigError, validate_run_config
-from fl_strategies.dp_power import secagg_tolerance
-from fl_strategies.linalg import subspace_distance
-from fl_strategies.pca import load_model
+from fl_strategies.privacy import analyze_gauss as ag
+from fl_strategies.settings.config import ConfigError, validate_run_config
+from fl_strategies.protocol.strategies.dp_power import secagg_tolerance
+from fl_strategies.kernels.linalg import subspace_distance
+from fl_strategies.files.pca import load_model
 from simulations.engines import fused_run_config
 from simulations.experiments.private_pca.central import central_analyze_gauss
 from simulations.experiments.private_pca.owners import centred_pca, owner_rows, write_folder
@@ -85,7 +85,7 @@ def test_bad_private_covariance_configs_are_refused(overrides, message):
 def test_secure_aggregation_takes_toml_booleans_and_auto_follows_the_noise():
     base = fused_run_config({"strategy": "covariance", "num-clients": 4, "row-normalize": True})
     assert validate_run_config({**base, "secure-aggregation": True})["secure-aggregation"] == "true"
-    from fl_strategies.config import secure_covariance
+    from fl_strategies.settings.config import secure_covariance
     assert not secure_covariance(validate_run_config(base))
     assert secure_covariance(validate_run_config({**base, "epsilon": 1.0, "delta": 1e-6}))
 
@@ -162,7 +162,7 @@ def test_private_centred_covariance_is_within_1_25x_of_central_analyze_gauss(tmp
 # -- clip-norm: rows longer than c scaled to c, the others kept -------------------------------------------------------
 def test_clip_norm_scales_only_long_rows_and_the_model_and_transform_apply_it(tmp_path):
     from client_app.transform import main as transform_main
-    from fl_strategies.data_files import clip_rows
+    from fl_strategies.files.data_files import clip_rows
 
     rng = np.random.default_rng(3)
     blocks = [rng.standard_normal((300, 6)) * rng.uniform(0.1, 0.6, (300, 1)) + 0.2 for _ in range(3)]
@@ -213,7 +213,7 @@ DP_CENTRED = dict(strategy="dp-power", num_clients=4, rank=K, iteration_rank=6, 
 
 
 def test_dp_power_with_center_writes_a_centred_model(tmp_path):
-    from fl_strategies.dp_power import MEAN_SHARE
+    from fl_strategies.privacy.dp_power_noise import MEAN_SHARE
 
     blocks, folder = owners_folder(tmp_path)
     X = np.vstack(blocks)
@@ -252,7 +252,7 @@ def test_dp_power_centring_with_epsilon_needs_one_row_replaced_accounting():
 
 
 def test_a_lost_client_stops_a_private_covariance_round_and_no_model_is_written(tmp_path):
-    from fl_strategies.base import RunFailed
+    from fl_strategies.protocol.base import RunFailed
 
     _, folder = owners_folder(tmp_path, num_rows=400, dimension=6)
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from conftest import run_app
 
-from fl_strategies.linalg import subspace_distance
-from fl_strategies.pca import load_model, transform
+from fl_strategies.kernels.linalg import subspace_distance
+from fl_strategies.files.pca import load_model, transform
 from simulations.experiments.private_pca.owners import owner_rows, write_folder
 
 K = 3
@@ -93,7 +93,7 @@ FEDPOWER = dict(strategy="fedpower", num_clients=4, rank=K, iteration_rank=K, lo
 def test_fedpower_with_epsilon_and_center_writes_a_centred_model(tmp_path):
     from sklearn.decomposition import PCA
 
-    from fl_strategies.privacy import MEAN_SHARE
+    from fl_strategies.privacy.fedpower_dp import MEAN_SHARE
 
     # 10,000 rows per client: each client's release is private on its own, so its noise is the central one's
     blocks, folder = owners_folder(tmp_path, num_rows=40000)
@@ -126,7 +126,7 @@ def test_fedpower_with_epsilon_and_center_writes_a_centred_model(tmp_path):
     (dict(center=False, variance_target=0.9), "variance-target is refused with epsilon"),
 ])
 def test_fedpower_private_centring_refuses_what_it_cannot_account(overrides, message):
-    from fl_strategies.config import ConfigError, validate_run_config
+    from fl_strategies.settings.config import ConfigError, validate_run_config
     from simulations.engines import fused_run_config
 
     cfg = fused_run_config({k.replace("_", "-"): v for k, v in {
@@ -154,7 +154,7 @@ def test_the_reference_of_a_centred_dp_power_run_is_the_centred_pca(tmp_path):
 def test_the_interactions_reference_follows_center(tmp_path):
     from simulations.data.interaction_data import interaction_reference, interaction_rows
     from simulations.engines import fused_run_config
-    from fl_strategies.config import validate_run_config
+    from fl_strategies.settings.config import validate_run_config
 
     folder = tmp_path / "gowalla"
     folder.mkdir()
@@ -177,8 +177,8 @@ def test_the_interactions_reference_follows_center(tmp_path):
 
 # -- the maths of fedpower's private centring -------------------------------------------------------------------------
 def test_the_centred_product_sensitivity_bound_holds_and_is_nearly_attained():
-    from fl_strategies.linalg import into_unit_ball
-    from fl_strategies.privacy import sensitivity
+    from fl_strategies.kernels.linalg import into_unit_ball
+    from fl_strategies.privacy.fedpower_dp import sensitivity
 
     rng = np.random.default_rng(0)
     d, r, s = 6, 3, 1
@@ -205,10 +205,9 @@ def test_the_centred_product_sensitivity_bound_holds_and_is_nearly_attained():
 
 def test_the_centred_releases_are_certified_by_dp_accounting():
     dpa = pytest.importorskip("dp_accounting")
-    from fl_strategies.privacy import centred_releases, MEAN_SHARE
+    from fl_strategies.privacy.fedpower_dp import centred_releases, MEAN_SHARE
 
-    cfg = {"epsilon": 1.0, "delta": 1e-6, "dp-calibration": "pld"}
-    releases = centred_releases(cfg, 3)
+    releases = centred_releases(1.0, 1e-6, "pld", 3)
     assert releases.epsilon <= 1.0
     inv = 1 / releases.multipliers["mean"] ** 2 + 3 / releases.multipliers["products"] ** 2
     assert (1 / releases.multipliers["mean"] ** 2) / inv == pytest.approx(MEAN_SHARE)

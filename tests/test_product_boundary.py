@@ -52,7 +52,7 @@ def test_a_clientapp_answers_a_fedpower_message_on_its_file_without_the_harness(
         from flwr.supercore.task_identity import TaskIdentity  # what an engine sets before messages exist
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
         from client_app.app import app
-        from fl_strategies.fit_records import fitins_content, fitres_from_content
+        from fl_strategies.protocol.fit_records import fitins_content, fitres_from_content
         cfg = dict(defaults, dataset="nodes", **{{"num-clients": 3, "rank": 2, "iteration-rank": 2}})
         context = Context(1, 7, {{"partition-id": 1, "data-path": {str(tmp_path / "rows.npy")!r}}}, RecordDict(), cfg)
         Z = np.linalg.qr(np.random.default_rng(1).standard_normal((6, 2)))[0]
@@ -104,7 +104,7 @@ def test_node_data_runs_end_to_end_with_d_from_the_nodes(tmp_path):
     nodes, writes no reference column, and the estimate is the pooled eigenspace (scipy eigh)."""
     from scipy.linalg import eigh
 
-    from fl_strategies.linalg import subspace_distance
+    from fl_strategies.kernels.linalg import subspace_distance
 
     rng = np.random.default_rng(3)
     U = np.linalg.qr(rng.standard_normal((7, 2)))[0]
@@ -123,7 +123,7 @@ def test_node_data_runs_end_to_end_with_d_from_the_nodes(tmp_path):
 def test_nodes_that_disagree_on_d_are_named_before_round_1(tmp_path):
 
 
-    from fl_strategies.config import ConfigError
+    from fl_strategies.settings.config import ConfigError
 
     blocks = [np.ones((5, 4)), np.ones((5, 4)), np.ones((5, 6))]
     with pytest.raises(ConfigError, match=r"disagree on the dimension d: d = 4: node 1000 \(partition 0\), node 1001 "
@@ -135,7 +135,7 @@ def test_progress_without_a_reference_and_stop_tol_on_node_data(tmp_path):
     """With no reference the rows carry the change of the estimate (sin theta between successive bases) and,
     under a stopping rule, the explained variance tr(Z^T C Z) from the clients' sums: equal to the pooled value.
     stop-tol ends the run before num-server-rounds."""
-    from fl_strategies.linalg import subspace_distance
+    from fl_strategies.kernels.linalg import subspace_distance
 
     rng = np.random.default_rng(4)
     U = np.linalg.qr(rng.standard_normal((7, 2)))[0]
@@ -220,7 +220,7 @@ def test_the_kept_ratio_and_the_iterated_ratio_have_their_own_names(tmp_path):
 def test_the_kept_components_converge_before_the_trailing_columns(tmp_path):
     """rank 2 of iteration-rank 4 on a planted rank-2 spike: the leading columns settle (sin theta ~1e-15 per round)
     while the trailing noise columns still turn; estimate_change_first_k tells them apart."""
-    from fl_strategies.linalg import subspace_distance
+    from fl_strategies.kernels.linalg import subspace_distance
 
     s = _node_run(tmp_path, _spiked_blocks(7), **{"strategy": "power", "rank": 2, "iteration-rank": 4,
                                                   "num-server-rounds": 30, "row-normalize": False})
@@ -235,7 +235,7 @@ def test_no_objective_or_total_variance_leaves_a_noisy_node(tmp_path):
     client asked for f_i in a noisy run refuses."""
     from client_app.data import NodeData
     from client_app.fedpower_client import FedPowerClient
-    from fl_strategies.config import validate_run_config
+    from fl_strategies.settings.config import validate_run_config
     from flwr.common import Context, RecordDict
     from simulations.engines import fused_run_config
 
@@ -257,7 +257,7 @@ def test_no_objective_or_total_variance_leaves_a_noisy_node(tmp_path):
 def test_a_node_with_an_empty_file_stops_a_node_data_run_before_round_1(tmp_path):
 
 
-    from fl_strategies.config import ConfigError
+    from fl_strategies.settings.config import ConfigError
 
     blocks = [np.ones((5, 4)), np.zeros((0, 4)), np.ones((5, 4))]
     with pytest.raises(ConfigError, match=r"no usable node for partition\(s\) 1 .*node 1001: it failed to start: "

@@ -8,8 +8,8 @@ import scipy.sparse as sp
 from sklearn.decomposition import PCA
 
 from conftest import run_app
-from fl_strategies.linalg import subspace_distance
-from fl_strategies.metrics import pooled_covariance
+from fl_strategies.kernels.linalg import subspace_distance
+from fl_strategies.kernels.metrics import pooled_covariance
 from simulations.data.federated_data import federated_dataset, reference
 from simulations.engines import fused_run_config
 

@@ -1,5 +1,5 @@
-"""Edges of the reply checks (fl_strategies/replies.py) that the mutation run found untested: the exact size limit,
-the orthonormality tolerance and its boundary, a basis without columns, and replies whose metrics lack a key."""
+"""Edges of the reply checks (fl_strategies/protocol/replies.py) that the mutation run found untested: the exact size
+limit, the orthonormality tolerance and its boundary, a basis without columns, and replies whose metrics lack a key."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 from flwr.common import ndarrays_to_parameters
 
-from fl_strategies.replies import check_orthonormal, check_origin, decode_arrays, scalar_metric
+from fl_strategies.protocol.replies import check_orthonormal, check_origin, decode_arrays, scalar_metric
 
 
 def test_an_array_of_exactly_the_size_limit_is_decoded():

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import run_app
-from fl_strategies.config import ConfigError
-from fl_strategies.pca import load_model
+from fl_strategies.settings.config import ConfigError
+from fl_strategies.files.pca import load_model
 
 SMALL = dict(strategy="power", dimension=12, num_samples=240, num_clients=3, rank=2, iteration_rank=2,
              num_server_rounds=3)

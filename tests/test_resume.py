@@ -1,13 +1,13 @@
-"""Checkpoints and resume (fl_strategies/checkpoint.py): a killed server continues where it stopped."""
+"""Checkpoints and resume (fl_strategies/protocol/checkpoint.py): a killed server continues where it stopped."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import run_app
-from fl_strategies import checkpoint as ck
-from fl_strategies.config import ConfigError
-from fl_strategies.pca import load_model
+from fl_strategies.protocol import checkpoint as ck
+from fl_strategies.settings.config import ConfigError
+from fl_strategies.files.pca import load_model
 
 FEDPOWER = dict(num_clients=4, num_samples=2000, dimension=15, num_server_rounds=6, clients_per_round=2,
                 local_steps=2, row_normalize=True, epsilon=8.0)  # partial participation and seeded noise

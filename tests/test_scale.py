@@ -1,4 +1,4 @@
-"""Large populations: lazy per-partition data and discovery without messages (issue 7, scale part)."""
+"""Large populations: lazy per-partition data and discovery without messages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import distances, run_app
 
-from fl_strategies.config import ConfigError, validate_run_config
+from fl_strategies.settings.config import ConfigError, validate_run_config
 from simulations.data.datasets import lazy_partition, lazy_partition_sizes, model1_basis
 from simulations.engines import fused_run_config
 from simulations.data.federated_data import (client_rows, data_shape, federated_dataset, local_covariance,
@@ -93,7 +93,7 @@ def test_engine_discovery_sends_nothing_before_round_1_and_gives_the_same_number
 
 
 def test_engine_discovery_without_an_engine_directory_is_a_clear_error():
-    from fl_strategies.fedpower import FedPowerStrategy
+    from fl_strategies.protocol.strategies.fedpower import FedPowerStrategy
 
     class Proxy:
         cid, run_id = "5", 987654321

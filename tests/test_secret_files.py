@@ -1,4 +1,4 @@
-"""Secret files (fl_strategies/secret_files.py): only a private regular file of the expected size is ever read."""
+"""Secret files (fl_strategies/files/secret_files.py): only a private regular file of the expected size is ever read."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from fl_strategies.noise import SECRET_BYTES, read_or_create_secret
-from fl_strategies.secret_files import PRIVATE_MODE, create_secret_file, read_secret_file
+from fl_strategies.privacy.noise import SECRET_BYTES, read_or_create_secret
+from fl_strategies.files.secret_files import PRIVATE_MODE, create_secret_file, read_secret_file
 
 LABEL = "node config noise-secret"
 
@@ -97,7 +97,7 @@ def test_a_file_of_another_size_is_refused(tmp_path, size):
 def test_a_file_that_grows_after_its_check_is_read_no_further_than_one_byte_past_the_expected_size(tmp_path,
                                                                                                     monkeypatch):
     """The read is bounded whatever the file turns into after ``lstat``: here it claims 32 bytes but holds 1 MB."""
-    import fl_strategies.secret_files as secret_files
+    import fl_strategies.files.secret_files as secret_files
 
     path = _secret(tmp_path, data=b"x" * (1 << 20))
     real = os.lstat(path)
@@ -114,7 +114,7 @@ def test_a_file_that_grows_after_its_check_is_read_no_further_than_one_byte_past
 
 
 def test_a_file_replaced_between_its_check_and_its_opening_is_refused(tmp_path, monkeypatch):
-    import fl_strategies.secret_files as secret_files
+    import fl_strategies.files.secret_files as secret_files
 
     path = _secret(tmp_path)
     (tmp_path / "other").mkdir()
@@ -155,7 +155,7 @@ def test_a_missing_file_is_named_with_the_systems_reason_only(tmp_path):
 @pytest.mark.parametrize("where", ["open", "read", "create"])
 def test_an_os_error_is_named_with_the_systems_reason_only(tmp_path, monkeypatch, where):
     """Opening, reading and creating: the one-line reason is the OS's ``strerror``."""
-    import fl_strategies.secret_files as secret_files
+    import fl_strategies.files.secret_files as secret_files
 
     def fail(*args, **kwargs):
         raise OSError(errno.EIO, os.strerror(errno.EIO))
@@ -173,7 +173,7 @@ def test_an_os_error_is_named_with_the_systems_reason_only(tmp_path, monkeypatch
 
 def _checked_as(monkeypatch, st):
     """Make ``read_secret_file``'s ``lstat`` report ``st``: the path changes between the check and the open."""
-    import fl_strategies.secret_files as secret_files
+    import fl_strategies.files.secret_files as secret_files
 
     monkeypatch.setattr(secret_files.os, "lstat", lambda p: st)
 
@@ -218,7 +218,7 @@ def test_a_mode_changed_after_the_check_is_refused_on_the_open_file(tmp_path, mo
 
 def test_a_file_that_grew_is_refused_even_when_the_system_reads_a_byte_at_a_time(tmp_path, monkeypatch):
     """Short reads are allowed to a kernel: the bounded read still asks for the byte past the expected size."""
-    import fl_strategies.secret_files as secret_files
+    import fl_strategies.files.secret_files as secret_files
 
     path = _secret(tmp_path, data=b"x" * (SECRET_BYTES + 7))
     real = os.lstat(path)

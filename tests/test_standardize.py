@@ -11,10 +11,10 @@ from sklearn.preprocessing import StandardScaler
 
 from conftest import run_app
 from client_app.data import NodeData
-from fl_strategies.config import ConfigError, validate_run_config
-from fl_strategies.linalg import subspace_distance
-from fl_strategies.pca import load_model, transform
-from fl_strategies.standardize import column_scale, pooled_mean, pooled_variance
+from fl_strategies.settings.config import ConfigError, validate_run_config
+from fl_strategies.kernels.linalg import subspace_distance
+from fl_strategies.files.pca import load_model, transform
+from fl_strategies.kernels.standardize import column_scale, pooled_mean, pooled_variance
 from simulations.engines import fused_run_config
 
 D, K, CONSTANT = 9, 3, 4
@@ -121,7 +121,7 @@ def test_digits_with_blank_pixels_match_scikit_learn_in_simulation(strategy):
 
 
 def test_the_reference_standardises_blocks_far_from_zero():
-    from fl_strategies.metrics import pooled_covariance
+    from fl_strategies.kernels.metrics import pooled_covariance
 
     rng = np.random.default_rng(2)
     X = 1e4 + rng.standard_normal((300, 6)) @ rng.standard_normal((6, 6)) * [1e-2, 1, 1e2, 1, 1, 1]
@@ -135,7 +135,7 @@ def test_the_reference_standardises_blocks_far_from_zero():
 
 def test_the_wide_reference_standardises_like_the_dense_one():
     """Wide data (n < d): the thin-SVD reference of the standardised rows = eigh of the standardised covariance."""
-    from fl_strategies.metrics import Reference
+    from fl_strategies.kernels.metrics import Reference
 
     rng = np.random.default_rng(5)
     X = 3.0 + rng.standard_normal((40, 60)) @ np.diag(10.0 ** rng.uniform(-2, 2, 60))
@@ -194,10 +194,13 @@ def test_scale_settings_that_cannot_hold_are_refused(over, message):
 
 def test_a_node_without_its_column_sums_is_left_out(tmp_path):
     """A node that sends no col-sq-sum under scale = true fails discovery like one without its row sum."""
-    from fl_strategies.fedpower import FedPowerStrategy
+    from fl_strategies.protocol.strategies.fedpower import FedPowerStrategy
+    from fl_strategies.settings.registry import settings_for
+    from simulations.engines import fused_run_config
 
     strategy = FedPowerStrategy.__new__(FedPowerStrategy)
-    strategy.cfg, strategy.d = {"center": True, "scale": True}, 3
+    strategy.cfg = validate_run_config(fused_run_config({"center": True, "scale": True}))
+    strategy.settings, strategy.d = settings_for(strategy.cfg), 3
     strategy._row_sums, strategy._col_sq_sums = {}, {}
 
     class Proxy:

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from fl_strategies.config import ConfigError, validate_run_config
+from fl_strategies.settings.config import ConfigError, validate_run_config
 from simulations.engines import fused_run_config
 
 needs_permissions = pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")

@@ -9,10 +9,10 @@ import pytest
 from sklearn.decomposition import PCA
 
 from conftest import run_app
-from fl_strategies.config import ConfigError, validate_run_config
-from fl_strategies.linalg import subspace_distance
-from fl_strategies.pca import load_model, save_model
-from fl_strategies.warm_start import initial_basis, load_start
+from fl_strategies.settings.config import ConfigError, validate_run_config
+from fl_strategies.kernels.linalg import subspace_distance
+from fl_strategies.files.pca import load_model, save_model
+from fl_strategies.files.warm_start import initial_basis, load_start
 from simulations.engines import ArgumentError, checked_run_config, fused_run_config
 
 D, K = 40, 3

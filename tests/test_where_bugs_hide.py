@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import run_app
-from fl_strategies.linalg import subspace_distance
+from fl_strategies.kernels.linalg import subspace_distance
 
 D = 7
 
@@ -72,7 +72,7 @@ def test_transform_of_a_raw_row_gives_the_runs_own_preprocessed_rows_scores(tmp_
     from sklearn.decomposition import PCA
 
     from client_app.transform import main
-    from fl_strategies.pca import load_model
+    from fl_strategies.files.pca import load_model
     from test_pca import K, folder_run
 
     _, X, _ = folder_run(tmp_path, row_normalize=True)
@@ -96,7 +96,7 @@ def test_a_second_reply_of_one_partition_is_named_and_dropped(monkeypatch, caplo
     WARNING naming the partition, the first is used, and the run equals the run without the duplicate."""
     from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
-    from fl_strategies.fedpower import FedPowerStrategy
+    from fl_strategies.protocol.strategies.fedpower import FedPowerStrategy
 
     cfg = dict(strategy="fedpower", num_clients=3, num_samples=90, dimension=6, rank=2, iteration_rank=3,
                num_server_rounds=3, local_steps=1, schedule="fixed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..linalg import orth
+from .linalg import orth
 
 __all__ = ["local_power_iterations"]
 

@@ -46,7 +46,7 @@ def _worker(method: str, data: Path, rank: int, iteration_rank: int, rounds: int
     """Run one method in this process; print its wall time and peak memory, save its components and variances."""
     files = sorted(data.glob("partition_*.npy"), key=lambda p: int(p.stem.split("_")[1]))
     if method == "fedpower":
-        from fl_strategies.pca import load_model
+        from fl_strategies.files.pca import load_model
         from simulations.compare import run_comparison
 
         config = out / "fedpower.toml"

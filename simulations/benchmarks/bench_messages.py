@@ -14,7 +14,7 @@ in microseconds per message:
 
 ``flower`` is Flower's own path (``recorddict_compat`` on the server, the
 legacy message handler in the ClientApp); ``fit_records`` is what fedspectral
-runs (:mod:`fl_strategies.fit_records`: the same layout built and read
+runs (:mod:`fl_strategies.protocol.fit_records`: the same layout built and read
 directly). The best of ``--repeats`` passes is printed, and the ratio of the
 totals. Usage::
 
@@ -44,9 +44,9 @@ def stage_times(path: str, clients: int, rows: int, dim: int, repeats: int) -> d
     from threadpoolctl import threadpool_limits
 
     from client_app.app import app, client_fn, mods, numpy_fit_mod
-    from fl_strategies.fit_records import fitins_content, fitres_from_content
-    from fl_strategies.flower_compat import recorddict_compat as compat
-    from fl_strategies.replies import decode_arrays
+    from fl_strategies.protocol.fit_records import fitins_content, fitres_from_content
+    from fl_strategies.protocol.flower_compat import recorddict_compat as compat
+    from fl_strategies.protocol.replies import decode_arrays
 
     from simulations.benchmarks.bench_scale import _overrides
     from simulations.engines import fused_run_config

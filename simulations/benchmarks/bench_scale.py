@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.plain_files import plain_frame
+from fl_strategies.files.plain_files import plain_frame
 
 __all__ = ["main", "measure"]
 
@@ -60,7 +60,7 @@ def _timed_loop(step, dim: int, r: int, rounds: int) -> tuple[list[float], list[
     """
     from threadpoolctl import threadpool_limits
 
-    from fl_strategies.linalg import orth
+    from fl_strategies.kernels.linalg import orth
 
     Z = orth(np.random.default_rng(0).standard_normal((dim, r)))
     times, cpus = [], []
@@ -79,8 +79,8 @@ def measure(engine: str, m: int, rows: int, dim: int, rounds: int) -> dict:
 
     import flwr.common  # noqa: F401  (sets Flower's logger up before it is quieted)
 
-    from fl_strategies.config import validate_run_config
-    from fl_strategies.linalg import orth
+    from fl_strategies.settings.config import validate_run_config
+    from fl_strategies.kernels.linalg import orth
 
     from simulations.engines import fused_run_config
     from simulations.engines.ray import PeakMemory

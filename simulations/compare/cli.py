@@ -64,12 +64,12 @@ except ModuleNotFoundError as _missing:  # a dependency of the package, missing 
     raise SystemExit(f"simulations.compare needs {_missing.name}, a dependency of fedspectral: pip install "
                      f"fedspectral (or pip install -e . in a clone) installs it") from None
 
-from fl_strategies.config import KEYS, ConfigError, suggest, validate_run_config
-from fl_strategies.warm_start import check_width, load_start
-from fl_strategies.harness import find_harness
-from fl_strategies.base import RunFailed
-from fl_strategies.registry import STRATEGY_NAMES, spec
-from fl_strategies.plain_files import plain_frame
+from fl_strategies.settings.config import KEYS, ConfigError, suggest, validate_run_config
+from fl_strategies.files.warm_start import check_width, load_start
+from fl_strategies.files.harness import find_harness
+from fl_strategies.protocol.base import RunFailed
+from fl_strategies.settings.registry import STRATEGY_NAMES, spec
+from fl_strategies.files.plain_files import plain_frame
 
 from simulations.engines import ArgumentParser, fused_run_config
 from simulations.compare.report import plot_metric, summarize, write_summary_markdown
@@ -102,7 +102,7 @@ METRICS = {
     "mf": ("excess_loss", "loss", "log10_excess_loss", "exact_loss", "excess_fixed_v", "kappa_v"),
     "erm": ("loss_gap", "oracle_complexity", "step_size"),
 }
-"""The metrics each strategy family (:attr:`fl_strategies.registry.StrategySpec.family`) writes; the first is
+"""The metrics each strategy family (:attr:`fl_strategies.settings.registry.StrategySpec.family`) writes; the first is
 the default ``metric`` of a file whose runs are all of that family (eigenspace runs without an exact reference:
 ``estimate_change``)."""
 COMMON_METRICS = ("bytes_up", "bytes_down", "participants", "rejected", "failures", "round_time", "wall_time")
@@ -389,7 +389,7 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
 
 def _has_reference(cfg: dict) -> bool:
     """Whether an eigenspace run is measured against the exact reference (a harness builds its data, evaluated)."""
-    from fl_strategies.harness import on_nodes
+    from fl_strategies.files.harness import on_nodes
 
     return cfg["evaluation"] != "none" and not on_nodes(cfg)
 

@@ -20,8 +20,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fl_strategies.erm import ErmReference
-from fl_strategies.losses import minimise, objective, split_xy
+from fl_strategies.protocol.strategies.erm import ErmReference
+from fl_strategies.kernels.losses import minimise, objective, split_xy
 
 from simulations.data.datasets import load_dataset, sized
 from simulations.data.erm_rows import ERM_DATASETS, generate

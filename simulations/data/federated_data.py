@@ -3,7 +3,7 @@
 Both sides of a simulation call :func:`federated_dataset` with the same run
 config: a client takes its own partition, the server's harness takes the
 pooled matrix to compute the exact reference (the top-k eigenvectors of
-the matrix the run estimates, :func:`fl_strategies.metrics.pooled_covariance`:
+the matrix the run estimates, :func:`fl_strategies.kernels.metrics.pooled_covariance`:
 ``(1/n) M^T M``, centred with ``center = true``), which no client ever sends. The result is cached per
 process, so a Ray actor that plays many clients builds the data once.
 
@@ -26,8 +26,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from fl_strategies.kernels.products import GRAM_FLOOR_BYTES
-from fl_strategies.linalg import top_eigenvectors
-from fl_strategies.metrics import Reference, pooled_covariance
+from fl_strategies.kernels.linalg import top_eigenvectors
+from fl_strategies.kernels.metrics import Reference, pooled_covariance
 
 from simulations.data.datasets import LAZY_DATASETS, Dataset, lazy_partition, lazy_partition_sizes, load_dataset, sized
 from simulations.data.erm_data import erm_reference as build_erm_reference, erm_split
@@ -155,7 +155,7 @@ def data_shape(cfg: Mapping[str, Any]) -> tuple[int, int]:
 def reference(cfg: Mapping[str, Any]) -> Reference:
     """Exact spectral reference of the run: the matrix it estimates and its top eigenpairs (cached).
 
-    The matrix is :func:`fl_strategies.metrics.pooled_covariance` of all
+    The matrix is :func:`fl_strategies.kernels.metrics.pooled_covariance` of all
     rows, after the run's preprocessing, with the run's :data:`ESTIMATOR_KEYS`
     (``center``, ``scale``); its top ``iteration-rank`` eigenpairs come from scipy ``eigh``,
     or, for wide data (``n < d``) whose ``d x d`` matrix would exceed
@@ -184,14 +184,14 @@ def mf_reference(cfg: Mapping[str, Any]):
 
     Returns
     -------
-    fl_strategies.fedmf_kernels.MFReference
+    fl_strategies.kernels.mf.MFReference
     """
     return _cached_mf_reference(_values(cfg), cfg["rank"])
 
 
 @lru_cache(maxsize=4)
 def _cached_mf_reference(values: tuple, r: int):
-    from fl_strategies.fedmf_kernels import MFReference
+    from fl_strategies.kernels.mf import MFReference
 
     data, _ = _cached(values)
     return MFReference.from_matrix(data.X, r)
@@ -207,7 +207,8 @@ def erm_reference(cfg: Mapping[str, Any]):
 
 
 def pooled_reference(X: np.ndarray, k: int, center: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k eigenpairs of the pooled covariance of ``X`` (:func:`fl_strategies.metrics.pooled_covariance`).
+    """Exact top-k eigenpairs of the pooled covariance of ``X``
+    (:func:`fl_strategies.kernels.metrics.pooled_covariance`).
 
     Parameters
     ----------

@@ -44,7 +44,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.linalg import svds
 
-from fl_strategies.plain_files import plain_frame
+from fl_strategies.files.plain_files import plain_frame
 
 __all__ = [
     "DEFAULT_PATH",

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from fl_strategies.metrics import Reference
+from fl_strategies.kernels.metrics import Reference
 
 __all__ = ["MAX_ITEMS", "is_interaction_folder", "interaction_rows", "client_rows", "interaction_reference"]
 
@@ -79,7 +79,7 @@ def _split(path: str, dimension: int, num_clients: int, seed: int) -> list[np.nd
 
 
 def interaction_reference(cfg: Mapping[str, Any]) -> Reference:
-    """Exact top eigenpairs of ``(1/users) R~^T R~`` (:func:`fl_strategies.metrics.pooled_covariance`, scipy
+    """Exact top eigenpairs of ``(1/users) R~^T R~`` (:func:`fl_strategies.kernels.metrics.pooled_covariance`, scipy
     ``eigh``), the harness's reference."""
     return Reference.from_rows([interaction_rows(cfg)], cfg["rank"], cfg["iteration-rank"],
                                center=bool(cfg.get("center", False)))

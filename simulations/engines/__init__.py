@@ -14,11 +14,11 @@ def fused_run_config(overrides: dict) -> dict:
 
     Raises
     ------
-    fl_strategies.config.ConfigError
-        On an unknown key, naming the closest valid one (:func:`fl_strategies.config.check_known_keys`).
+    fl_strategies.settings.config.ConfigError
+        On an unknown key, naming the closest valid one (:func:`fl_strategies.settings.config.check_known_keys`).
     """
-    from fl_strategies.config import check_known_keys
-    from fl_strategies.flower_compat import get_fused_config_from_dir
+    from fl_strategies.settings.config import check_known_keys
+    from fl_strategies.protocol.flower_compat import get_fused_config_from_dir
 
     check_known_keys(overrides)
 
@@ -26,15 +26,15 @@ def fused_run_config(overrides: dict) -> dict:
 
 
 def engine_directory(run_config: dict, partition_of: dict[int, int]):
-    """The :class:`fl_strategies.node_directory.NodeDirectory` of an engine's nodes (``discovery = "engine"``).
+    """The :class:`fl_strategies.protocol.node_directory.NodeDirectory` of an engine's nodes (``discovery = "engine"``).
 
     Row counts come from the data generator (:func:`simulations.data.federated_data.partition_sizes`: arithmetic for
     a lazy data set); nothing is asked of the nodes. In a run that checkpoints, a data set read from a file gives
     each partition the fingerprint of that file, as a node would report it.
     """
-    from fl_strategies.config import validate_run_config
-    from fl_strategies.data_files import file_fingerprint, is_data_file
-    from fl_strategies.node_directory import NodeDirectory
+    from fl_strategies.settings.config import validate_run_config
+    from fl_strategies.files.data_files import file_fingerprint, is_data_file
+    from fl_strategies.protocol.node_directory import NodeDirectory
 
     from simulations.data.federated_data import partition_sizes
 
@@ -59,7 +59,7 @@ class ArgumentError(ValueError):
 
 def parse_run_config(text: str, option: str = "--run-config") -> dict:
     """``--run-config`` text (``'key=value ...'`` or a TOML file) as overrides; :class:`ArgumentError` if malformed."""
-    from fl_strategies.flower_compat import parse_config_args
+    from fl_strategies.protocol.flower_compat import parse_config_args
 
     if not text:
         return {}
@@ -80,10 +80,11 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     """The validated run config of ``overrides`` on ``pyproject.toml``'s defaults, checked against its data.
 
     Everything that a run would refuse before round 1 and that needs no node is refused here, before any
-    Flower process starts: unknown keys, wrong types and ranges (:func:`fl_strategies.config.validate_run_config`),
-    a ``results-dir`` holding an earlier run's results (:func:`fl_strategies.config.check_results_dir`),
-    keys the strategy does not read (:func:`fl_strategies.config.check_unread_keys`: printed as one warning
-    line on stderr, refused under ``strict = true``), and ranks or ``num-clients`` that the data set cannot hold (without generating a lazy data set).
+    Flower process starts: unknown keys, wrong types and ranges
+    (:func:`fl_strategies.settings.config.validate_run_config`), a ``results-dir`` holding an earlier run's results
+    (:func:`fl_strategies.settings.config.check_results_dir`), keys the strategy does not read
+    (:func:`fl_strategies.settings.config.check_unread_keys`: printed as one warning line on stderr, refused under
+    ``strict = true``), and ranks or ``num-clients`` that the data set cannot hold (without generating a lazy data set).
 
     Raises
     ------
@@ -92,10 +93,10 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     """
     import sys
 
-    from fl_strategies.config import (ConfigError, check_against_data, check_results_dir, check_unread_keys,
+    from fl_strategies.settings.config import (ConfigError, check_against_data, check_results_dir, check_unread_keys,
                                       default_run_config, validate_run_config)
 
-    from fl_strategies.warm_start import check_width, load_start
+    from fl_strategies.files.warm_start import check_width, load_start
 
     try:
         given = fused_run_config(overrides)
@@ -107,7 +108,7 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
         start = load_start(cfg)  # init-from: the earlier model, read as the server will
     except (ConfigError, ValueError) as ex:
         raise ArgumentError(f"{option}: {ex}") from None
-    from fl_strategies.harness import NODE_DATA, folder_partitions
+    from fl_strategies.files.harness import NODE_DATA, folder_partitions
 
     if cfg["dataset"] == NODE_DATA:  # the nodes' own files: they are checked on the nodes
         return cfg
@@ -149,7 +150,7 @@ def _check_folder(cfg: dict, option: str) -> int:
     ArgumentError
         One line naming the option, the partition and the file, or the key.
     """
-    from fl_strategies.harness import partition_file
+    from fl_strategies.files.harness import partition_file
 
     try:
         files = [partition_file(cfg["dataset"], pid) for pid in range(cfg["num-clients"])]
@@ -161,9 +162,9 @@ def _check_folder(cfg: dict, option: str) -> int:
 def check_node_files(cfg: dict, files: list[Path], option: str, label: str, where: str) -> int:
     """Read every node's file (as its client will) and check them together against the run config.
 
-    Each file must pass :func:`fl_strategies.data_files.open_samples` (a ``.npy`` read without pickles or a
+    Each file must pass :func:`fl_strategies.files.data_files.open_samples` (a ``.npy`` read without pickles or a
     numeric ``.csv``; 2-D, non-empty, finite), all must have one width, and that width and the rows over all
-    files must fit the run config (:func:`fl_strategies.config.check_against_data`).
+    files must fit the run config (:func:`fl_strategies.settings.config.check_against_data`).
 
     Parameters
     ----------
@@ -186,9 +187,9 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
     ArgumentError
         One line naming the option, the partition and the file, or the key.
     """
-    from fl_strategies.config import ConfigError, check_against_data
-    from fl_strategies.data_files import open_samples
-    from fl_strategies.harness import widths_listed
+    from fl_strategies.settings.config import ConfigError, check_against_data
+    from fl_strategies.files.data_files import open_samples
+    from fl_strategies.files.harness import widths_listed
 
     widths: dict[int, list[str]] = {}
     rows = 0
@@ -222,7 +223,7 @@ def check_output_dirs(cfg: dict, option: str = "--run-config", keys: tuple[str, 
     ArgumentError
         One line naming the option (when not ``""``), the key and the reason.
     """
-    from fl_strategies.config import ConfigError, writable_directory
+    from fl_strategies.settings.config import ConfigError, writable_directory
 
     for key in keys:
         if cfg.get(key):

@@ -23,7 +23,7 @@ starts, each is read and checked as its node will (format, no pickles, 2-D, fini
 the run config), and ``--out``, ``results-dir`` and ``checkpoint-dir`` are created and test-written: a bad one
 is one line, exit status 2.
 ``--noise-secret-dir`` keeps each node's noise secret in ``DIR/partition_<i>.secret`` (node config
-``noise-secret``, :mod:`fl_strategies.noise`), so that a run can be resumed with private noise.
+``noise-secret``, :mod:`fl_strategies.privacy.noise`), so that a run can be resumed with private noise.
 ``--fault`` makes one SuperNode reply with garbage (:mod:`client_app.faults`). Without ``--port`` the
 SuperLink and its SuperNodes take a block of free ports, so that several deployments can run on one
 machine at once.
@@ -49,9 +49,9 @@ from pathlib import Path
 import numpy as np
 
 from client_app.faults import FAULT_KEY, FAULTS
-from fl_strategies.config import ConfigError, previous_results, writable_directory
-from fl_strategies.data_files import FILE_SUFFIXES
-from fl_strategies.noise import SECRET_KEY
+from fl_strategies.settings.config import ConfigError, previous_results, writable_directory
+from fl_strategies.files.data_files import FILE_SUFFIXES
+from fl_strategies.privacy.noise import SECRET_KEY
 
 from simulations.engines import (APP_DIR, ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
                                  checked_run_config, parse_run_config)
@@ -114,7 +114,7 @@ def secret_files(directory: Path, count: int) -> dict[int, str]:
     """Node-config text ``noise-secret="directory/partition_<i>.secret"`` for every partition ``i < count``.
 
     The directory is created with mode 700; each node creates its own file (mode 600) at its first noisy
-    release and reads it in every later run (:func:`fl_strategies.noise.read_or_create_secret`).
+    release and reads it in every later run (:func:`fl_strategies.privacy.noise.read_or_create_secret`).
     """
     directory = directory.resolve()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)

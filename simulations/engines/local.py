@@ -17,8 +17,8 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.serverapp import Grid
 from threadpoolctl import threadpool_limits
 
-from fl_strategies import node_directory
-from fl_strategies.flower_compat import (
+from fl_strategies.protocol import node_directory
+from fl_strategies.protocol.flower_compat import (
     NUM_PARTITIONS_KEY,
     PARTITION_ID_KEY,
     SUPERLINK_NODE_ID,
@@ -135,7 +135,7 @@ def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[
         See :class:`LocalGrid`.
     observer : callable, optional
         Installed as the strategy's ``observer``: sees every reply as the server
-        received it (see :class:`fl_strategies.eigenspace.EigenspaceStrategy`).
+        received it (see :class:`fl_strategies.protocol.strategies.eigenspace.EigenspaceStrategy`).
 
     Returns
     -------

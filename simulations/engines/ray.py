@@ -17,8 +17,9 @@ from contextlib import contextmanager
 
 from flwr.app import Context, RecordDict
 
-from fl_strategies import node_directory
-from fl_strategies.flower_compat import NOOP_FEDERATION_ID, RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, Run, TaskIdentity
+from fl_strategies.protocol import node_directory
+from fl_strategies.protocol.flower_compat import (NOOP_FEDERATION_ID, RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, Run,
+                                                  TaskIdentity)
 
 from . import APP_DIR, engine_directory
 
@@ -46,10 +47,10 @@ def run_ray(overrides: dict, num_cpus_per_client: float = 1.0, address: str | No
         (the driver's ``PYTHONPATH`` is passed in the runtime environment).
 
     The ServerApp is fedspectral's own (SecAgg+ rounds included); its training
-    rounds go out in one batch (:mod:`fl_strategies.round_exchange`).
+    rounds go out in one batch (:mod:`fl_strategies.protocol.round_exchange`).
     """
     from client_app.app import app as client_app
-    from fl_strategies.flower_compat import get_fused_config_from_dir
+    from fl_strategies.protocol.flower_compat import get_fused_config_from_dir
     from server_app.app import app as server_app
 
     run_config = get_fused_config_from_dir(APP_DIR, dict(overrides))
@@ -86,7 +87,7 @@ def _init_ray(init_args: dict) -> bool:
 
     import ray
 
-    from fl_strategies.flower_compat import DEFAULT_SIMULATION_CONFIG
+    from fl_strategies.protocol.flower_compat import DEFAULT_SIMULATION_CONFIG
 
     if ray.is_initialized():
         return False
@@ -103,7 +104,7 @@ def _init_ray(init_args: dict) -> bool:
 def _run(run_id, run_config, client_app, server_app, context, run, num_cpus_per_client, init_args) -> None:
     from flwr.common import EventType
 
-    from fl_strategies.flower_compat import private_run_simulation as _run_simulation
+    from fl_strategies.protocol.flower_compat import private_run_simulation as _run_simulation
 
     with _publish_directory(run_id, run_config), _one_pass_message_sweep():
         _run_simulation(
@@ -138,7 +139,7 @@ def _one_pass_message_sweep():
     """
     from flwr.common import now
 
-    from fl_strategies.flower_compat import vce_api
+    from fl_strategies.protocol.flower_compat import vce_api
 
     original = vce_api.add_messages_to_queue
 
@@ -181,12 +182,12 @@ def _publish_directory(run_id: int, run_config: dict):
     partition ``i`` in ``vce_api._register_nodes`` and keeps the map to
     itself; this wraps that private function of flwr 1.41-1.42 for the
     duration of the run, so the ServerApp (same process) reads the map from
-    :mod:`fl_strategies.node_directory` instead of asking every node.
+    :mod:`fl_strategies.protocol.node_directory` instead of asking every node.
     """
     if run_config.get("discovery") != "engine":
         yield
         return
-    from fl_strategies.flower_compat import vce_api
+    from fl_strategies.protocol.flower_compat import vce_api
 
     original = vce_api._register_nodes
 
@@ -275,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import pandas as pd
 
-    from fl_strategies.flower_compat import parse_config_args
+    from fl_strategies.protocol.flower_compat import parse_config_args
 
     parser = argparse.ArgumentParser(prog="python -m simulations.engines.ray", description=main.__doc__.split("\n")[0])
     parser.add_argument("--run-config", default="", help="TOML overrides, e.g. 'num-clients=1000 strategy=\"faps\"'")

@@ -1,7 +1,7 @@
 """Mutation testing of the modules that protect users, one module at a time against its targeted fast tests.
 
     python tests/mutation/run.py                  # every module of [tool.mutmut.targets] in pyproject.toml
-    python tests/mutation/run.py fl_strategies/noise.py fl_strategies/replies.py
+    python tests/mutation/run.py fl_strategies/privacy/noise.py fl_strategies/protocol/replies.py
 
 For each module, ``mutmut run`` (mutmut 2, the ``mutation`` extra) plants one small change at a time in the
 module (in place, restored after each) and runs the module's tests from ``[tool.mutmut.targets]`` under

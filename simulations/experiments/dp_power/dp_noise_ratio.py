@@ -3,7 +3,7 @@
 ``X^0`` is the Q factor of an ``n x k`` standard Gaussian matrix (a Haar-distributed
 orthonormal basis; here ``k`` is the number of columns, the spec's ``p``). For each
 ``(n, k)`` and ``runs`` draws it records ``Delta^a_0 = sqrt(k) max_ij |X^0_ij|`` and
-``Delta^b_0 = max_i ||X^0_{i:}||_2`` (:mod:`fl_strategies.dp_sensitivity`), and the
+``Delta^b_0 = max_i ||X^0_{i:}||_2`` (:mod:`fl_strategies.privacy.dp_sensitivity`), and the
 empirical ratio of their means beside the paper's Approximation 5.1
 (:func:`approx_5_1`, spec section 6.1).
 
@@ -12,7 +12,7 @@ QR is pathologically slow on the 2-core machine (spec P18), and the Gram matrix 
 Gaussian ``n x k`` with ``k <= n / 2`` is well conditioned (condition number of ``G``
 at most ``(sqrt n + sqrt k) / (sqrt n - sqrt k) ~ 6``), so two passes give columns
 orthonormal to rounding. Its Q equals Householder QR's with the signs that make
-``diag(R) > 0`` (the convention of :func:`fl_strategies.linalg.orth`), which matters
+``diag(R) > 0`` (the convention of :func:`fl_strategies.kernels.linalg.orth`), which matters
 for the basis-dependent ``Delta^a``.
 
 Usage::
@@ -41,8 +41,8 @@ import pandas as pd
 import scipy.linalg
 from scipy.linalg.blas import dtrsm
 
-from fl_strategies.dp_sensitivity import delta_a, delta_b
-from fl_strategies.plain_files import plain_frame
+from fl_strategies.privacy.dp_sensitivity import delta_a, delta_b
+from fl_strategies.files.plain_files import plain_frame
 
 __all__ = [
     "DEFAULT_KS",

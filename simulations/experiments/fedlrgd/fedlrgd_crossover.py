@@ -10,8 +10,8 @@ communication ratio ``phi`` it finds
   ``T(eps) (b + phi m)``, with ``T(eps)`` the first epoch after which the
   **mean over seeds** of ``F - F*`` stays <= eps (up to ``max-epochs``).
 
-It runs the strategies' own kernels (:mod:`fl_strategies.fedlrgd`,
-:func:`fl_strategies.fedave.local_sgd`'s update with the clients' random
+It runs the strategies' own kernels (:mod:`fl_strategies.kernels.fedlrgd`,
+:func:`fl_strategies.kernels.fedave.local_sgd`'s update with the clients' random
 streams), which the tests check against the Flower runs; the whole grid in
 Flower rounds would take hours. Usage::
 
@@ -32,12 +32,12 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from fl_strategies.eigenspace import STREAM_INIT
-from fl_strategies.participation import sample_partitions
-from fl_strategies.fedave import step_size
-from fl_strategies.fedlrgd import client_weights, draw_pivots, inexact_gd, invert, server_matrices
-from fl_strategies.losses import minimise, objective, smoothness
-from fl_strategies.plain_files import plain_frame
+from fl_strategies.protocol.strategies.eigenspace import STREAM_INIT
+from fl_strategies.settings.participation import sample_partitions
+from fl_strategies.kernels.fedave import step_size
+from fl_strategies.kernels.fedlrgd import client_weights, draw_pivots, inexact_gd, invert, server_matrices
+from fl_strategies.kernels.losses import minimise, objective, smoothness
+from fl_strategies.files.plain_files import plain_frame
 
 __all__ = ["make_data", "fedlrgd_curve", "fedave_curve", "first_stay_below", "run"]
 
@@ -92,7 +92,7 @@ def fedave_curve(Xs, ys, Xc, yc, r: int, mu: float, b: int, step_max: float, epo
     Every client's SGD indices come from ``default_rng([seed, 3, c, round])`` and
     the server's from ``default_rng([seed, 3, 2**32 - 1, round])``, as in
     :class:`client_app.erm_client.FedAveClient` and
-    :class:`fl_strategies.fedave.FedAveStrategy` (clipped schedule).
+    :class:`fl_strategies.protocol.strategies.fedave.FedAveStrategy` (clipped schedule).
 
     Returns
     -------

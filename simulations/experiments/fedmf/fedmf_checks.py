@@ -17,7 +17,7 @@ import argparse
 
 import numpy as np
 
-from fl_strategies.fedmf_kernels import MFReference, condition_number, exact_u, mf_loss, power_product, sketch_matrix
+from fl_strategies.kernels.mf import MFReference, condition_number, exact_u, mf_loss, power_product, sketch_matrix
 from simulations.data.datasets import load_dataset
 
 __all__ = ["gaps", "figure2", "main"]
@@ -64,7 +64,7 @@ def figure2(out, draws: int = 50, T: int = 1000) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fl_strategies.fedmf_kernels import initial_u
+    from fl_strategies.kernels.mf import initial_u
 
     result = {}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fl_strategies.plain_files import plain_frame
+from fl_strategies.files.plain_files import plain_frame
 
 DEFAULT_DIMENSIONS = (16, 64, 256, 1000, 2000)
 

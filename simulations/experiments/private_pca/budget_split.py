@@ -6,7 +6,7 @@ exact centred PCA (4 owners, 8,000 unit rows, epsilon = 1, delta = 1e-6), for d 
 for centred dp-power (L = 5 products, iteration-rank 6), whose mean is one release composed with the products.
 ``--fedpower`` instead runs centred fedpower with ``epsilon`` on the in-process engine (4 owners of 10,000 unit
 rows, d = 40, T = 3, iteration-rank 3, PLD; median over 10 seeds of sin theta from the exact centred PCA), the
-mean's share set through :data:`fl_strategies.privacy.MEAN_SHARE` for each run.
+mean's share set through :data:`fl_strategies.privacy.fedpower_dp.MEAN_SHARE` for each run.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from unittest import mock
 
 import numpy as np
 
-from fl_strategies.linalg import subspace_distance
+from fl_strategies.kernels.linalg import subspace_distance
 
 from .central import central_analyze_gauss, central_centred_dp_power
 from .owners import centred_pca, owner_rows, write_folder
@@ -56,7 +56,7 @@ def main() -> None:
 
 def fedpower_mean_share(seeds: int = 10) -> None:
     """The table of centred fedpower's mean share (module docstring), from real runs of the app."""
-    from fl_strategies import privacy
+    from fl_strategies.privacy import fedpower_dp
     from simulations.engines import fused_run_config
     from simulations.engines.local import run_local
 
@@ -73,7 +73,7 @@ def fedpower_mean_share(seeds: int = 10) -> None:
                                         "iteration-rank": k, "local-steps": 1, "num-server-rounds": 3,
                                         "total-iterations": 0, "row-normalize": True, "center": True,
                                         "epsilon": 1.0, "delta": 1e-6, "dp-calibration": "pld", "seed": seed})
-                with mock.patch.object(privacy, "MEAN_SHARE", f):
+                with mock.patch.object(fedpower_dp, "MEAN_SHARE", f):
                     run = run_local(cfg)
                 errors[f].append(subspace_distance(run.model["components"].T, U))
     print("| d | " + " | ".join(f"mean share {f}" for f in shares) + " |")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.linalg import subspace_distance
+from fl_strategies.kernels.linalg import subspace_distance
 from simulations.engines import fused_run_config
 from simulations.engines.local import run_local
 

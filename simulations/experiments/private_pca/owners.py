@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.linalg import top_eigenvectors
+from fl_strategies.kernels.linalg import top_eigenvectors
 
 __all__ = ["owner_rows", "write_folder", "centred_pca"]
 

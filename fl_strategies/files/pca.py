@@ -1,0 +1,206 @@
+"""The PCA model an eigenspace run produces, in scikit-learn's names and shapes, and its use on new rows.
+
+After the last round the server sends the final basis ``Z`` (d x r) to every
+client once more (the *summary* exchange) and each client answers
+``A_i Z`` (d x r) and ``tr(A_i)`` (a scalar), where ``A_i = M_i^T M_i / s_i``
+is its (centred, with ``center = true``) second-moment matrix. With
+``C = (1/n) sum_i s_i A_i`` the server forms the Rayleigh-Ritz matrix
+``B = Z^T C Z`` (r x r) from those sums alone, and :func:`pca_model`
+rotates ``Z`` to the eigenvectors of ``B``: the components, sorted by
+explained variance. The Ritz values are the exact eigenvalues of ``C`` when
+``Z`` spans an invariant subspace, and lower bounds otherwise (Cauchy
+interlacing), so an explained-variance ratio is never overstated.
+
+Conventions follow :class:`sklearn.decomposition.PCA`: ``explained_variance``
+uses the ``n - 1`` denominator, ``singular_values`` are those of the centred
+data matrix, ``components`` has one component per row. Without centring the
+``mean`` is zero and the model is the uncentred PCA (the FedPower papers'
+covariance ``(1/n) X^T X``); the file says which (``centered``).
+
+A noisy run has no summary exchange (its exact ``A_i Z`` would not be covered
+by the privacy guarantee). Its model is post-processing of its last released
+product instead (:func:`released_product_model`): ``Y ~ C Z`` (d x r), whose
+left singular vectors span ``orth(Y)``, the run's final estimate, and whose
+singular values estimate the explained variance; ``tr(C)`` is not released, so
+the explained-variance ratio is NaN.
+
+With ``scale = true`` the clients' matrices are
+those of the standardised rows ``(x - mean) / scale``
+(:mod:`fl_strategies.kernels.standardize`) and the model is scikit-learn's
+``StandardScaler`` followed by ``PCA``: ``scale`` is ``StandardScaler.scale_``
+and the explained variances are those of the standardised columns. Without
+scaling ``scale`` is all ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .data_files import clip_rows, normalize_rows
+
+__all__ = ["MODEL_KEYS", "pca_model", "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
+
+MODEL_KEYS = ("components", "mean", "scale", "explained_variance", "explained_variance_ratio", "singular_values",
+              "n_samples")
+
+
+def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: int, mean: np.ndarray,
+              k: int, scale: np.ndarray | None = None) -> dict[str, Any]:
+    """The first ``k`` principal components from a basis and the pooled products of the summary exchange.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (d, r)
+        The run's orthonormal estimate.
+    CZ : ndarray of shape (d, r)
+        ``C Z`` with ``C = (1/n) sum_i s_i A_i`` (the clients' replies, weighted by rows, summed, over ``n``).
+    total_variance : float
+        ``tr(C)``; NaN when it is unknown (the ratio is then NaN).
+    n_samples : int
+        ``n``, rows over all clients.
+    mean : ndarray of shape (d,)
+        The mean the clients centred their rows with (zeros without centring).
+    k : int
+        Components kept, ``1 <= k <= r``.
+    scale : ndarray of shape (d,), optional
+        The columns' scales the clients divided by (``scale = true``); ``None``: ones.
+
+    Returns
+    -------
+    dict
+        :data:`MODEL_KEYS`: ``components`` (k, d), ``mean`` (d,), ``scale`` (d,), ``explained_variance`` (k,),
+        ``explained_variance_ratio`` (k,), ``singular_values`` (k,), ``n_samples`` (int).
+    """
+    B = Z.T @ CZ
+    values, W = np.linalg.eigh((B + B.T) / 2.0)
+    order = np.argsort(values)[::-1][:k]
+    lam = np.clip(values[order], 0.0, None)
+    n = int(n_samples)
+    return {"components": np.ascontiguousarray((Z @ W[:, order]).T), "mean": np.asarray(mean, dtype=np.float64),
+            "scale": np.ones(Z.shape[0]) if scale is None else np.asarray(scale, dtype=np.float64),
+            "explained_variance": lam * n / max(n - 1, 1),
+            "explained_variance_ratio": (lam / total_variance if total_variance > 0 else np.zeros_like(lam))
+            if np.isfinite(total_variance) else np.full_like(lam, np.nan),
+            "singular_values": np.sqrt(lam * n), "n_samples": n}
+
+
+def released_product_model(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(Z, CZ)`` for :func:`pca_model` from a released product ``Y ~ C Z_prev`` (module docstring).
+
+    Parameters
+    ----------
+    Y : ndarray of shape (d, r)
+        The last released (noisy) product, over ``n``: ``C Z_prev`` plus noise.
+
+    Returns
+    -------
+    Z : ndarray of shape (d, r)
+        The left singular vectors of ``Y`` (the same span as ``orth(Y)``).
+    CZ : ndarray of shape (d, r)
+        ``Z diag(sv)`` with ``sv`` the singular values of ``Y``, so that ``Z^T CZ = diag(sv)``: the explained
+        variance. Exact (the eigenvalues of ``C``) when ``Z_prev`` spans an invariant subspace and there is no
+        noise; under noise biased upward, by about ``nu sqrt(d)`` for per-entry noise std ``nu`` of ``Y``.
+    """
+    U, values, _ = np.linalg.svd(Y, full_matrices=False)
+    return U, U * values
+
+
+def choose_rank(ratios: np.ndarray, target: float) -> int:
+    """The smallest ``k`` whose cumulative explained-variance ratio reaches ``target`` (``len(ratios)`` if none).
+
+    ``ratios`` are the Ritz ratios of the ``r = iteration-rank`` columns, lower
+    bounds of the exact ones: when the target is not reached within ``r``
+    columns the answer is ``r``, and a larger ``iteration-rank`` may be needed.
+    """
+    reached = np.nonzero(np.cumsum(ratios) >= target - 1e-15)[0]
+    return int(reached[0]) + 1 if reached.size else len(ratios)
+
+
+def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[str, Any],
+               privacy: Mapping[str, Any] | None = None) -> Path:
+    """Write ``model`` to ``path`` (``.npz``, written to a temporary file and renamed) with the run config.
+
+    The run config travels as JSON (``run_config``), with the privacy spent (``privacy``), ``centered`` (whether
+    ``mean`` is the rows' mean or zero: the uncentred model), ``row_normalize`` and ``clip_norm``, which
+    :func:`transform` applies to new rows as the run did.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **{key: np.asarray(model[key]) for key in MODEL_KEYS},
+             centered=np.asarray(bool(run_config.get("center", False))),
+             row_normalize=np.asarray(bool(run_config.get("row-normalize", False))),
+             clip_norm=np.asarray(float(run_config.get("clip-norm", 0.0))),
+             run_config=np.asarray(json.dumps(dict(run_config), sort_keys=True, default=str)),
+             privacy=np.asarray(json.dumps(dict(privacy or {}), sort_keys=True, default=str)))
+    tmp.replace(path)
+    return path
+
+
+def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
+    """Read a model written by :func:`save_model`; ``what`` names the path in the messages (an option or key).
+
+    Raises
+    ------
+    ValueError
+        If the file is not such a model (missing keys, shapes that do not fit, a non-numeric or non-finite field).
+    """
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            model = {key: f[key] for key in f.files}
+    except Exception as ex:  # noqa: BLE001  (corrupt file, not an npz, ...)
+        raise ValueError(f"{what} {str(path)!r} is not a readable pca.npz: {ex}") from None
+    missing = [key for key in MODEL_KEYS if key not in model and key != "scale"]
+    if missing:
+        raise ValueError(f"{what} {str(path)!r} lacks {', '.join(missing)}: not a fedspectral pca.npz")
+    components, mean = model["components"], model["mean"]
+    model.setdefault("scale", np.ones(mean.shape))  # a model written before scale existed: unscaled
+    if components.ndim != 2 or mean.shape != (components.shape[1],):
+        raise ValueError(f"{what} {str(path)!r}: components {components.shape} and mean {mean.shape} do not fit")
+    k = components.shape[0]
+    for key in MODEL_KEYS:
+        value = model[key]
+        if value.dtype == np.bool_ or not np.issubdtype(value.dtype, np.number) or np.iscomplexobj(value):
+            raise ValueError(f"{what} {str(path)!r}: {key} has dtype {value.dtype}; real numbers are required")
+        want = {"components": components.shape, "mean": mean.shape, "scale": mean.shape, "n_samples": ()}.get(key, (k,))
+        if value.shape != want:
+            raise ValueError(f"{what} {str(path)!r}: {key} has shape {value.shape}, expected {want}")
+        unknown = key == "explained_variance_ratio" and np.all(np.isnan(value))  # a model without tr(C)
+        if not (unknown or np.all(np.isfinite(value))):
+            raise ValueError(f"{what} {str(path)!r}: {key} has non-finite entries (NaN/inf)")
+    if not np.all(model["scale"] > 0):
+        raise ValueError(f"{what} {str(path)!r}: its scale has entries that are not > 0")
+    if k < 1 or model["n_samples"] < 1 or model["n_samples"] != int(model["n_samples"]):
+        raise ValueError(f"{what} {str(path)!r}: {k} components and n_samples {model['n_samples']}: not a model")
+    model["n_samples"] = int(model["n_samples"])
+    if "centered" not in model:  # a file written before the field: the run config says
+        config = json.loads(str(model["run_config"])) if "run_config" in model else {}
+        model["centered"] = bool(config.get("center", bool(np.any(mean))))
+    model["centered"] = bool(model["centered"])
+    model["row_normalize"] = bool(model.get("row_normalize", False))
+    model["clip_norm"] = float(model.get("clip_norm", 0.0))
+    if not (math.isfinite(model["clip_norm"]) and model["clip_norm"] >= 0):
+        raise ValueError(f"{what} {str(path)!r}: clip_norm {model['clip_norm']} is not a finite number >= 0")
+    return model
+
+
+def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
+    """Scores of rows ``X`` (m, d): ``((X - mean) / scale) @ components.T``, shape (m, k), as ``PCA.transform``
+    (after ``StandardScaler.transform`` when the run scaled its columns).
+
+    Rows are scaled to unit norm first when the run did so (``row_normalize`` of the model), or the rows longer
+    than the run's ``clip-norm`` scaled down to it (``clip_norm`` of the model).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    d = model["components"].shape[1]
+    if X.ndim != 2 or X.shape[1] != d:
+        raise ValueError(f"the rows have shape {X.shape}; the model needs {d} columns")
+    if model.get("row_normalize", False):
+        X = normalize_rows(X)
+    if model.get("clip_norm", 0.0) > 0:
+        X = clip_rows(X, float(model["clip_norm"]))
+    return ((X - model["mean"]) / model.get("scale", 1.0)) @ model["components"].T

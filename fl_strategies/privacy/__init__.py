@@ -1,0 +1,1 @@
+"""Differential privacy: noise draws, calibration, accounting and sensitivities."""

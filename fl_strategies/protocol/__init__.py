@@ -1,0 +1,1 @@
+"""The Flower glue: strategies, the round exchange, records, replies, checkpoints."""

@@ -1,0 +1,586 @@
+"""What every fedspectral strategy shares, server side.
+
+* **Discovery.** Before round 1 the server waits for ``num-clients`` nodes and
+  learns each one's partition id and row count, so that sampling, weights and
+  the reference client are defined by partition ids (Flower's node ids are
+  random). ``discovery = "ask"``: a ``get_properties`` message to every node
+  (which also reports its dimension; deployment; with ``dataset = "nodes"``
+  the nodes' dimensions fix ``d`` and must agree). ``discovery = "engine"``:
+  from the :mod:`fl_strategies.protocol.node_directory` the simulation engine
+  registered for the run: no message, nothing per node but a dictionary entry
+  (large populations). Both give the same map, so the same numbers.
+* **Reply intake.** :meth:`FederatedStrategy.collect_replies`: origin,
+  shapes, finiteness, metrics and the strategy's own checks; every rejection
+  counted and logged. :func:`uploaded_bytes` counts the traffic.
+* **Results.** One row per round; ``on_round(row, estimate)`` receives each
+  row (the ServerApp writes them to ``results-dir``). A row may be held until
+  the next round knows its objective (:attr:`FederatedStrategy.holds_rows`).
+* **Abort.** :meth:`FederatedStrategy.abort`: the one way a strategy ends a
+  run it cannot continue; the ServerApp then raises :class:`RunFailed`.
+* **Checkpoints.** :meth:`FederatedStrategy.state_dict` /
+  :meth:`FederatedStrategy.load_state_dict` (:mod:`fl_strategies.protocol.checkpoint`).
+
+Every strategy reads its settings from :attr:`FederatedStrategy.settings` (its class of
+:mod:`fl_strategies.settings.strategies`, built once here). The whole mapping ``cfg`` is kept for what handles
+every key, whether the strategy reads it or not: the participation model (which refuses straggler settings a
+strategy does not honour), the checks against the data shared with the validation, and the checkpoint (which
+compares the whole run config).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import numpy as np
+from flwr.common import GetPropertiesIns
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.strategy import Strategy
+
+from . import node_directory
+from ..settings.config import ConfigError, check_against_data, row_sums_at_discovery
+from ..files.data_files import FINGERPRINT
+from ..files.harness import on_nodes, widths_listed
+from ..settings.participation import Participation
+from ..settings.registry import settings_for, spec
+from ..settings.strategies import PcaSettings
+from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
+from ..kernels.standardize import between_sum_of_squares, column_scale, constant_columns, pooled_mean, pooled_variance
+
+__all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
+
+log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
+
+
+def uploaded_bytes(results: list) -> int:
+    """Bytes of the arrays in a round's ``(proxy, FitRes)`` replies, as they travelled (``bytes_up``)."""
+    return sum(sum(len(t) for t in res.parameters.tensors) for _, res in results)
+
+
+_ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
+
+
+def failure_reason(ex: BaseException, limit: int = 500) -> str:
+    """The innermost ``SomeError: message`` of a node's failure, without the engine's wrapping.
+
+    A ClientApp's exception reaches the server wrapped by Flower (and, in the Ray engine, in a
+    ``RayTaskError`` with the actor's repr and a traceback); the last ``...Error: ...`` line that is not a
+    wrapper is the node's own message (e.g. ``ValueError: partition 2: ... has shape (0, 1)``). Falls back to
+    the whole text, cut at ``limit`` characters.
+    """
+    text = str(ex)
+    found = [m for line in text.splitlines() for m in [_ERROR_LINE.search(line)]
+             if m and not m.group(1).endswith(("ClientAppException", "RayTaskError"))]
+    if found:
+        kind, message = found[-1].group(1).rsplit(".", 1)[-1], found[-1].group(2).rstrip("'>) ")
+        return f"{kind}: {message}"
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+class RunFailed(RuntimeError):
+    """Raised by the ServerApp after a run that its strategy aborted (:meth:`EigenspaceStrategy.abort`).
+
+    The rows up to the abort are written; Flower reports the run as failed.
+    ``strategy`` is the strategy after the run (its ``records``, ``failure``).
+    """
+
+    def __init__(self, message: str, strategy=None) -> None:
+        super().__init__(message)
+        self.strategy = strategy
+
+
+class FederatedStrategy(Strategy):
+    """Base class of every fedspectral strategy: discovery, reply intake, rows, abort, checkpoints.
+
+    Parameters
+    ----------
+    cfg : dict
+        Effective run configuration (:func:`fl_strategies.settings.config.validate_run_config`).
+    dimension : int or None
+        ``d``; ``None``: the nodes report it at discovery (``dataset = "nodes"``).
+    reference : object, optional
+        The evaluator a simulation harness computed from the pooled data
+        (:mod:`fl_strategies.files.harness`); without it the accuracy columns are empty.
+    wait_timeout : float
+        Seconds to wait for ``num-clients`` nodes to register.
+
+    Attributes
+    ----------
+    settings : fl_strategies.settings.strategies.Settings
+        The strategy's typed settings (:func:`fl_strategies.settings.registry.settings_for`); a key its class
+        does not declare is an ``AttributeError``.
+    records : list of dict
+        One row per round (round 0 is the initial estimate).
+    iterates : list of ndarray
+        The estimate after each round, ``iterates[0]`` the initial one.
+    stopped : bool
+        Set when the stopping rule fired or the run was aborted; the server loop then ends the run.
+    failure : str or None
+        Why the run was aborted (:meth:`abort`); the ServerApp then raises :class:`RunFailed`.
+    on_round : callable, optional
+        ``on_round(row, Z)`` is called for every row.
+    observer : callable, optional
+        ``observer(server_round, partition_id, broadcast, arrays)`` sees every
+        reply as the server received it (for analyses of what the server learns).
+    spec : fl_strategies.settings.registry.StrategySpec
+        What the strategy tolerates. A node that fails discovery (it cannot
+        start, e.g. on bad data, or reports a partition id out of range, a
+        duplicate one, another dimension or no rows) is always left out with a
+        WARNING; if that leaves a partition without a node, a strategy whose
+        spec has ``partial_ok`` runs without it, the others refuse to start
+        (``ConfigError`` before round 1). Straggler settings it does not
+        honour (``spec.stragglers``) are refused when it is built.
+    participation : fl_strategies.settings.participation.Participation
+        The run's sampling (``spec.sampling`` for ``sampling = "auto"``) and straggler model.
+    resumable : bool
+        Whether a run can resume from :meth:`state_dict` (``spec.checkpoints``: all state at the server).
+    """
+
+    def __init__(self, cfg: dict[str, Any], dimension: int | None, reference: Any = None,
+                 wait_timeout: float = 600.0) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.settings = settings = settings_for(cfg)
+        self.d, self.r, self.k = dimension, settings.iteration_rank, settings.rank
+        self.m = settings.num_clients
+        self.reference = reference
+        self.wait_timeout = wait_timeout
+        self.timeout = settings.round_timeout or None
+        self.stop_tol = settings.stop_tol
+        self.records: list[dict] = []
+        self.iterates: list[np.ndarray] = []
+        self.proxies: dict[int, ClientProxy] = {}
+        self.sizes: dict[int, int] = {}
+        self.fingerprints: dict[int, str] = {}  # partition id -> the fingerprint of its data reported at discovery
+        self._engine_fingerprints: dict[int, str] = {}  # the same, from the engine (discovery = "engine")
+        self.node_properties: dict[str, Any] = {}  # what each node answered at discovery (by node id)
+        self._pid_by_cid: dict[str, int] = {}
+        self._row_sums: dict[str, np.ndarray] = {}
+        self._col_sq_sums: dict[str, np.ndarray] = {}
+        self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
+        self.scale: np.ndarray | None = None  # the columns' pooled standard deviations (scale = true), at discovery
+        self.total_variance: float | None = None  # tr(C) from the nodes' sq-sum (noise-free), set at discovery
+        self.model: dict[str, Any] | None = None  # the PCA model of the summary exchange (fl_strategies.files.pca)
+        self.on_model: Callable[[dict], None] | None = None
+        self.stopped = False
+        self.failure: str | None = None
+        self.on_round: Callable[[dict, np.ndarray], None] | None = None
+        self.observer: Callable[[int, int, np.ndarray, list], None] | None = None
+        self._pending: dict[str, Any] = {}
+        self._held: tuple[dict, np.ndarray] | None = None
+        self._last_objective: float | None = None
+        self.spec = spec(settings.strategy)
+        self.resumable = self.spec.checkpoints
+        self.participation = Participation(cfg, self.spec.sampling)
+        self.participation.check_support(self.spec.stragglers, settings.strategy)
+
+    # -- to be provided by subclasses ---------------------------------------------------------------
+    @property
+    def num_rounds(self) -> int:
+        """Maximum number of communication rounds of the run."""
+        raise NotImplementedError
+
+    def round_columns(self, server_round: int) -> dict[str, Any]:
+        """Strategy-specific columns of the row of ``server_round`` (e.g. privacy spent)."""
+        return {}
+
+    @property
+    def center_at_discovery(self) -> bool:
+        """Whether the nodes send their row sums at discovery (``center``), in the clear: not when the sums go
+        through SecAgg+ with the round's other sums (:func:`fl_strategies.settings.config.row_sums_at_discovery`)."""
+        return row_sums_at_discovery(self.cfg)
+
+    @property
+    def scales_columns(self) -> bool:
+        """Whether the columns are scaled by their pooled standard deviations (``scale``, a PCA model's setting;
+        the others never scale)."""
+        return isinstance(self.settings, PcaSettings) and self.settings.scale
+
+    # -- set-up -------------------------------------------------------------------------------------
+    WAIT_LOG_EVERY = 10.0
+    """Seconds between two "waiting for N nodes, M connected" lines while the server waits for its nodes."""
+
+    def _discover(self, client_manager: ClientManager) -> None:
+        start = time.monotonic()
+        deadline, next_log = start + self.wait_timeout, start + 1.0
+        hint = (f"each client is one node: in a simulation give one SuperNode per client (flwr run . "
+                f"--federation-config num-supernodes={self.m}), in a deployment start {self.m} SuperNodes, or "
+                "lower num-clients")
+        while (connected := client_manager.num_available()) < self.m:
+            now = time.monotonic()
+            if now > deadline:
+                raise RuntimeError(f"only {connected} of num-clients = {self.m} nodes connected within "
+                                   f"{self.wait_timeout:.0f} s; {hint}")
+            if now >= next_log:
+                log.warning("waiting for %d nodes, %d connected (giving up in %.0f s; %s)", self.m, connected,
+                            deadline - now, hint)
+                next_log = now + self.WAIT_LOG_EVERY
+            time.sleep(0.2)
+        proxies = sorted(client_manager.all().values(), key=lambda p: p.cid)
+        if self.settings.discovery == "engine":
+            answers = self._from_directory(proxies, deadline)
+        else:
+            answers = self._ask(proxies)
+        self._register(answers)
+        self.mean = np.zeros(self.d)
+        self.scale = None
+        if self.center_at_discovery:  # the global mean from the registered nodes' row sums and counts
+            sizes, row_sums = self._sizes_and_sums(self._row_sums)
+            self.mean = pooled_mean(sizes, row_sums)
+            log.info("center = true: the mean of %d rows, from the clients' row sums", sum(sizes))
+        if self.scales_columns:  # and the columns' spread from their sums of squares (needs center)
+            _, sq_sums = self._sizes_and_sums(self._col_sq_sums)
+            variance = pooled_variance(sizes, row_sums, sq_sums, self.mean)
+            self.scale = column_scale(variance, self.mean, sum(sizes))
+            log.info("scale = true: every column over its pooled standard deviation (%d constant column(s) keep "
+                     "scale 1)", int(np.sum(constant_columns(variance, self.mean, sum(sizes)))))
+            self.total_variance = float(np.sum(variance / self.scale ** 2))  # tr(C) in the scaled space
+        else:
+            self.total_variance = self._total_variance()
+
+    def _sizes_and_sums(self, vectors: dict[str, np.ndarray]) -> tuple[list[int], list[np.ndarray]]:
+        """The registered nodes' row counts and one of their discovery vectors (by node id), in the same order."""
+        return ([self.sizes[pid] for pid in self.proxies],
+                [vectors[proxy.cid] for proxy in self.proxies.values()])
+
+    def _total_variance(self) -> float | None:
+        """``tr(C)`` of the pooled (centred) second-moment matrix from the nodes' ``sq-sum``, or ``None``.
+
+        A node reports ``sq-sum`` at discovery in a noise-free run: ``sum_j ||x_j||^2`` over its rows, or with
+        ``center = true`` ``sum_j ||x_j - m_i||^2`` about its own mean ``m_i``; the server combines the latter
+        with the row sums as Chan et al.'s pairwise variance does (:mod:`fl_strategies.kernels.standardize`),
+        ``tr(C) = (sum_i sq_i + sum_i s_i ||m_i - mu||^2) / n``, free of the cancellation of
+        ``sum ||x||^2 - n ||mu||^2``. ``None`` unless every registered node reported a finite value >= 0.
+        (With ``scale = true`` it comes from the per-column sums instead, in the scaled space.)
+        """
+        sums = [self.node_properties.get(proxy.cid, {}).get("sq-sum") for proxy in self.proxies.values()]
+        if not sums or not all(isinstance(v, (int, float)) and np.isfinite(v) and v >= 0 for v in sums):
+            return None
+        n = sum(self.sizes.values())
+        total = float(sum(sums))
+        if self.center_at_discovery:
+            total += float(np.sum(between_sum_of_squares(*self._sizes_and_sums(self._row_sums), self.mean)))
+        return total / n
+
+    def _from_directory(self, proxies: list[ClientProxy], deadline: float) -> list[tuple[ClientProxy, Any]]:
+        """``(proxy, (partition id, rows) or reason)`` from the engine's node directory; no message is sent."""
+        run_id = getattr(proxies[0], "run_id", None) if proxies else None
+        directory = node_directory.lookup(run_id) if run_id is not None else None
+        deadline = min(deadline, time.monotonic() + 10.0)
+        while directory is None and run_id is not None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the Ray engine publishes it right after registering its nodes
+            directory = node_directory.lookup(run_id)
+        if directory is None or self.d is None:
+            raise ConfigError("discovery = 'engine' needs an engine that registers its nodes (the in-process or "
+                              "Ray engine of simulations.engines); use discovery = 'ask' with flwr run or a "
+                              "deployment")
+        answers: list[tuple[ClientProxy, Any]] = []
+        for proxy in proxies:
+            pid = directory.partition_of.get(int(proxy.cid))
+            if pid is None or not 0 <= pid < self.m or pid not in directory.sizes:
+                answers.append((proxy, "the engine's node directory does not know it"))
+            else:
+                answers.append((proxy, (int(pid), int(directory.sizes[pid]))))
+        self._engine_fingerprints = dict(directory.fingerprints)
+        return answers
+
+    def _ask(self, proxies: list[ClientProxy]) -> list[tuple[ClientProxy, Any]]:
+        """``(proxy, (partition id, rows) or reason)`` from a ``get_properties`` message to every node.
+
+        Without a dimension from the harness (``dataset = "nodes"``) the nodes' data fix ``d``: they must agree.
+        """
+
+        def ask(proxy: ClientProxy):  # a node that fails (e.g. bad data) is left out, never crashes the server
+            try:
+                res = proxy.get_properties(GetPropertiesIns(config={}), timeout=self.timeout, group_id=0)
+            except Exception as ex:  # noqa: BLE001
+                return proxy, f"it failed to start: {failure_reason(ex)}"
+            return proxy, getattr(res, "properties", None)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            answers = list(pool.map(ask, proxies))
+        self.node_properties = {proxy.cid: dict(props) for proxy, props in answers if hasattr(props, "keys")}
+        if self.d is None:
+            self.d = self._agreed_dimension(answers)
+        checked = [(proxy, props if isinstance(props, str) else check_properties(props, self.m, self.d))
+                   for proxy, props in answers]
+        if self.center_at_discovery:
+            checked = [(proxy, self._column_sums(proxy, props, info)) for (proxy, info), (_, props)
+                       in zip(checked, answers)]
+        return checked
+
+    def _column_sums(self, proxy: ClientProxy, props: Any, info: Any) -> Any:
+        """Keep a node's ``row-sum`` (``center = true``) and ``col-sq-sum`` (``scale = true``), d float64 as bytes
+        each; a node without valid ones is left out (``info`` becomes the reason)."""
+        if isinstance(info, str):
+            return info
+        wanted = [("row-sum", "center = true", self._row_sums)]
+        if self.scales_columns:
+            wanted.append(("col-sq-sum", "scale = true", self._col_sq_sums))
+        found = []
+        for key, why, _ in wanted:
+            value = props.get(key)
+            if not isinstance(value, bytes) or len(value) != 8 * self.d:
+                return f"no {key} of {self.d} numbers in its properties ({why})"
+            vector = np.frombuffer(value, dtype="<f8").astype(np.float64)
+            if not np.all(np.isfinite(vector)) or (key == "col-sq-sum" and np.any(vector < 0)):
+                return f"its {key} is not finite" + (" and >= 0" if key == "col-sq-sum" else "")
+            found.append(vector)
+        for (_, _, store), vector in zip(wanted, found):
+            store[proxy.cid] = vector
+        return info
+
+    def _agreed_dimension(self, answers: list[tuple[ClientProxy, Any]]) -> int:
+        """``d`` as every node that reported one reports it; a ``ConfigError`` naming the nodes otherwise."""
+        by_d: dict[int, list[str]] = {}
+        for proxy, props in answers:
+            info = None if isinstance(props, str) else check_properties(props, self.m, None)
+            if isinstance(info, tuple):
+                by_d.setdefault(int(props["dimension"]), []).append(f"node {proxy.cid} (partition {info[0]})")
+        if len(by_d) > 1:
+            raise ConfigError(f"the nodes' data disagree on the dimension d: {widths_listed(by_d)}")
+        if not by_d:
+            raise ConfigError("no node reported usable data, so the dimension d is unknown: "
+                              + "; ".join(f"node {p.cid}: {props}" for p, props in answers if isinstance(props, str)))
+        (d,) = by_d
+        log.info("dimension d = %d, from the nodes' data", d)
+        return d
+
+    def _register(self, answers: list[tuple[ClientProxy, Any]]) -> None:
+        """Keep the usable nodes by partition id; leave the others out (or refuse to start)."""
+        left_out: list[str] = []
+        for proxy, info in answers:
+            if isinstance(info, tuple) and info[0] in self.proxies:
+                info = f"it reports partition-id {info[0]}, which node {self.proxies[info[0]].cid} already has"
+            if isinstance(info, str):
+                left_out.append(f"node {proxy.cid}: {info}")
+                log.warning("node %s is left out of the run: %s", proxy.cid, info)
+                continue
+            pid, size = info
+            self.proxies[pid], self.sizes[pid] = proxy, size
+            fingerprint = self.node_properties.get(proxy.cid, {}).get(FINGERPRINT, self._engine_fingerprints.get(pid))
+            if isinstance(fingerprint, str) and 0 < len(fingerprint) <= 128:
+                self.fingerprints[pid] = fingerprint
+        self._pid_by_cid = {proxy.cid: pid for pid, proxy in self.proxies.items()}
+        missing = sorted(set(range(self.m)) - set(self.proxies))
+        if missing:
+            problem = (f"no usable node for partition(s) {', '.join(map(str, missing))} of num-clients = {self.m}"
+                       + (f" ({'; '.join(left_out)})" if left_out else ""))
+            if not self.proxies or not self.spec.partial_ok or on_nodes(self.cfg):  # node data: all or none
+                raise ConfigError(problem)
+            log.warning("%s; the run goes on without them (counted in 'failures' when sampled)", problem)
+        log.info("%r: %d clients, %d rows in all", self, self.m, sum(self.sizes.values()))
+        check_against_data(self.cfg, self.d, sum(self.sizes.values()))
+
+    def partition_of(self, proxy: ClientProxy) -> int | None:
+        """Partition id of a node, or ``None`` for a node the server does not know."""
+        return self._pid_by_cid.get(proxy.cid)
+
+    def collect_replies(self, server_round: int, results: list, asked, shapes: list[tuple[int, ...]],
+                        metrics: tuple[str, ...] = (), broadcast: Any = None, names: tuple[str, ...] = (),
+                        check: Callable[[int, list[np.ndarray]], str | None] | None = None
+                        ) -> tuple[dict[int, tuple[list[np.ndarray], dict[str, float]]], int]:
+        """The valid replies of a round by partition id, in partition order, and how many were rejected.
+
+        A reply is rejected (counted, and logged at WARNING with its partition
+        and node) when it comes from an unknown node or a partition not in
+        ``asked``, repeats a partition, does not hold ``len(shapes)`` arrays of
+        those shapes (floating point, finite), or lacks a finite number for one
+        of ``metrics`` (:mod:`fl_strategies.protocol.replies`), or fails the strategy's
+        own ``check(partition_id, arrays) -> reason or None`` (a norm bound,
+        orthonormality). ``names`` name the arrays in the reasons. The
+        observer sees each accepted reply with ``broadcast``.
+
+        Returns
+        -------
+        replies : dict
+            ``pid -> (arrays as float64, {metric: value})``.
+        rejected : int
+        """
+        replies: dict[int, tuple[list[np.ndarray], dict[str, float]]] = {}
+        rejected = 0
+        max_bytes = 16 * max(int(np.prod(s)) for s in shapes) + 4096 if shapes else None
+        for proxy, res in sorted(results, key=lambda pr: (self.partition_of(pr[0]) is None,
+                                                          self.partition_of(pr[0]) or 0)):
+            pid = self.partition_of(proxy)
+            reason = (check_origin(pid, asked, res, node_id=proxy.cid, expected_examples=self.sizes.get(pid))
+                      or ("a second reply of this partition" if pid in replies else None))
+            arrays = reason or decode_arrays(res, len(shapes), max_bytes=max_bytes)
+            if isinstance(arrays, str):
+                reason = arrays
+            else:
+                for i, (a, shape) in enumerate(zip(arrays, shapes)):
+                    name = names[i] if i < len(names) else f"array of shape {shape}"
+                    reason = reason or check_array(a, shape, name=name)
+                if reason is None and check is not None:
+                    reason = check(pid, arrays)
+            values = {}
+            for key in metrics:
+                v = scalar_metric(res, key) if reason is None else None
+                reason = reason or (v if isinstance(v, str) else None)
+                values[key] = v
+            if reason is not None:
+                rejected += 1
+                log.warning("round %d: reply of partition %s (node %s) rejected: %s", server_round, pid, proxy.cid,
+                            reason)
+                continue
+            if self.observer is not None:
+                self.observer(server_round, pid, broadcast, arrays)
+            replies[pid] = ([a.astype(np.float64) for a in arrays], values)
+        return replies, rejected
+
+    def abort(self, reason: str) -> None:
+        """End the run after this round with no further estimate: the one way every strategy aborts.
+
+        The server loop stops at ``stopped``, the rows so far are written, and
+        the ServerApp raises :class:`RunFailed` with ``reason`` (logged here at ERROR).
+        """
+        self.failure, self.stopped = reason, True
+        log.error("%s: %s", self.settings.strategy, reason)
+
+    def progress_problem(self) -> str | None:
+        """Why the run produced no result, or ``None``: called once after the last round.
+
+        A run fails when no client reply was accepted in any of its rounds (every
+        reply rejected, dropped out or too late: the estimate is its seeded start,
+        or the server's own work alone), or when its estimate after the last round
+        equals its start exactly (every round kept it). Both are judged over the
+        whole run, so a run with one productive round is never declared failed.
+        """
+        rows = [*self.records, *([self._held[0]] if self._held is not None else [])]
+        rounds = [row for row in rows if row.get("round", 0) >= 1]
+        if rounds and not any(row.get("participants", 0) for row in rounds):
+            rejected = sum(int(row.get("rejected", 0) or 0) for row in rounds)
+            failures = sum(int(row.get("failures", 0) or 0) for row in rounds)
+            late = sum(int(row.get("late", 0) or 0) for row in rounds)
+            return (f"no client reply was accepted in any of its {len(rounds)} round(s) ({rejected} rejected, "
+                    f"{failures} failed or dropped out, {late} late): the result would be its start")
+        if len(self.iterates) >= 2 and all(np.array_equal(Z, self.iterates[0]) for Z in self.iterates[1:]):
+            return (f"the estimate never moved from its start in {len(self.iterates) - 1} round(s) (no usable "
+                    "replies, or replies that sum to zero)")
+        return None
+
+    def check_progress(self) -> None:
+        """:meth:`abort` a run that :meth:`progress_problem` finds without a result (after its last round)."""
+        if self.failure is None:
+            reason = self.progress_problem()
+            if reason is not None:
+                self.abort(reason)
+
+    def end_round_without_clients(self, server_round: int, estimate: np.ndarray, name: str, **columns) -> None:
+        """End a round in ``configure_fit`` whose sampled clients all dropped out: the estimate is kept.
+
+        Flower skips ``aggregate_fit`` when nobody is asked, so the round's
+        pending row (``participants = 0`` and ``columns``) and iterate are set
+        here. ``name`` is the estimate's name in the WARNING.
+        """
+        log.warning("round %d: every sampled client dropped out; %s is kept", server_round, name)
+        self._pending.update(participants=0, **columns)
+        self.iterates.append(estimate)
+
+    # -- results ------------------------------------------------------------------------------------
+    @property
+    def d_repr(self) -> str:
+        """``d=<d>`` for a strategy's repr, or ``d from the nodes`` before discovery has learnt it."""
+        return "d from the nodes" if self.d is None else f"d={self.d}"
+
+    @property
+    def holds_rows(self) -> bool:
+        """Whether each row waits for the next round, which reports its objective (here: a stopping rule)."""
+        return self.stop_tol > 0
+
+    def _emit(self, row: dict, Z: np.ndarray) -> None:
+        """Write a row now, or (:attr:`holds_rows`) when its objective is known."""
+        if not self.holds_rows:
+            self._write(row, Z)
+            return
+        if self._held is not None:
+            self._write(*self._held)
+        self._held = (row, Z)
+
+    def _write(self, row: dict, Z: np.ndarray) -> None:
+        self.records.append(row)
+        if self.on_round is not None:
+            self.on_round(row, Z)
+
+    def finish(self) -> None:
+        """Write the last held row; called by the server loop at the end of the run."""
+        if self._held is not None:
+            self._write(*self._held)
+            self._held = None
+        if self.stopped:  # the newest estimate was discarded: the held one is the result
+            self.iterates = self.iterates[: len(self.records)]
+
+    @property
+    def estimate(self) -> np.ndarray:
+        """The result of the run: the last recorded estimate."""
+        return self.iterates[len(self.records) - 1] if self.records else self.iterates[-1]
+
+    # -- no federated evaluation ----------------------------------------------------------------------
+    def configure_evaluate(self, server_round, parameters, client_manager):
+        """fedspectral strategies are evaluated at the server only."""
+        return []
+
+    def aggregate_evaluate(self, server_round, results, failures):
+        """fedspectral strategies are evaluated at the server only."""
+        return None, {}
+
+    # -- checkpoints (fl_strategies.protocol.checkpoint) -------------------------------------------------------
+    def resume_problem(self) -> str | None:
+        """Why this run could not resume correctly although the strategy can, or ``None``."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The server-side state after a round: results rows, estimates, the stopping rule's held row.
+
+        Returns
+        -------
+        dict
+            ``records`` (list of dict), ``iterates`` (list of (d, r) arrays),
+            ``held`` (``[row, Z]`` or ``None``), ``last_objective``, ``sizes``
+            (``[[partition id, rows], ...]`` as discovered) and ``fingerprints`` (``[[partition id, str], ...]``:
+            the fingerprint of each partition's data its node reported at discovery, where it reported one).
+        """
+        return {"records": self.records, "iterates": self.iterates,
+                "held": None if self._held is None else [self._held[0], self._held[1]],
+                "last_objective": self._last_objective,
+                "sizes": [[pid, size] for pid, size in sorted(self.sizes.items())],
+                "fingerprints": [[pid, fp] for pid, fp in sorted(self.fingerprints.items())]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` after discovery (the nodes of the new run are known).
+
+        Raises
+        ------
+        ConfigError
+            If a partition now has another row count or other data (another fingerprint, or a fingerprint on one
+            side only) than when the state was saved: the run cannot be continued.
+        """
+        saved = {int(pid): int(size) for pid, size in state["sizes"]}
+        changed = [f"partition {pid} had {saved[pid]} rows, now {self.sizes[pid]}"
+                   for pid in sorted(self.sizes) if pid in saved and saved[pid] != self.sizes[pid]]
+        then = {int(pid): fp for pid, fp in state.get("fingerprints", [])}
+        for pid in sorted(self.sizes):
+            if pid not in saved or then.get(pid) == self.fingerprints.get(pid):
+                continue
+            node = f"partition {pid} (node {self.proxies[pid].cid})"
+            if pid not in then:
+                changed.append(f"{node} reports a fingerprint of its data, the checkpoint holds none to compare")
+            elif pid not in self.fingerprints:
+                changed.append(f"{node} reports no fingerprint of its data, the checkpoint holds one")
+            else:
+                changed.append(f"{node} holds other data than in the checkpointed run (another fingerprint)")
+        if changed:
+            raise ConfigError("resume: the data changed since the checkpoint: " + "; ".join(changed)
+                              + "; resume only on the data the run started with, or start a new run")
+        if set(saved) != set(self.sizes):
+            log.warning("resume: partitions %s then, %s now", sorted(saved), sorted(self.sizes))
+        self.records = [dict(row) for row in state["records"]]
+        self.iterates = [np.asarray(Z, dtype=np.float64) for Z in state["iterates"]]
+        held = state["held"]
+        self._held = None if held is None else (dict(held[0]), np.asarray(held[1], dtype=np.float64))
+        self._last_objective = state["last_objective"]

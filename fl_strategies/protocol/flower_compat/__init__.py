@@ -1,0 +1,163 @@
+"""The one place fedspectral imports private Flower (flwr 1.41-1.42) names.
+
+Flower's public API is what its top-level packages export (``flwr.app``, ``flwr.client``,
+``flwr.client.mod``, ``flwr.clientapp``, ``flwr.common``, ``flwr.server``, ``flwr.server.strategy``,
+``flwr.server.workflow``, ``flwr.server.client_manager``, ``flwr.server.client_proxy``, ``flwr.serverapp``,
+``flwr.simulation``). Everything else (``flwr.server.compat.*``, ``flwr.superlink.*``, ``flwr.supercore.*``,
+``flwr.compat.*``, ``flwr.common.constant`` / ``config`` / ``secure_aggregation``, ``flwr.server.workflow``'s
+submodules, underscore names) may move or vanish in any release. fedspectral reaches those only through this
+package, so a Flower upgrade touches one place: ``tests/test_flower_compat.py`` fails if a module of
+``fl_strategies``, ``client_app``, ``server_app`` or ``simulations`` imports a private Flower path itself.
+
+Import the names from here: ``from fl_strategies.protocol.flower_compat import GridClientProxy``. They are
+resolved lazily, from one module per area, so importing this package loads no more of Flower than the
+module path it replaces did (``InMemoryGrid`` and the Ray engine's internals are heavy).
+
+=================================================  ====================  ==========================================  ==========================================
+name (area module)                                 Flower 1.41 path      used by (why)                                public alternative
+=================================================  ====================  ==========================================  ==========================================
+``recorddict_compat`` (records)                    flwr.compat.common    fit_records, client_app.faults,             none; Message API content instead
+                                                   .recorddict_compat    simulations.bench_messages (legacy fit
+                                                                         messages in Flower's exact layout)
+``check_mapping_from_recordscalartype_to_scalar``  recorddict_compat     fit_records.fitres_from_content (FitRes     none (``dict(record)`` without checks)
+(records)                                          ._check_mapping_...   metrics as Flower builds them)
+``EXCEPTION_MESSAGE_WRONG_RETURN_TYPE_FIT``        flwr.compat.client    fit_records.fit_reply_content (same error   none
+(records)                                          .numpy_client         as Flower's NumPyClient wrapper)
+``GridClientProxy`` (legacy_server)                flwr.server.compat    round_exchange (batch a round only for      ``flwr.server.client_proxy.ClientProxy``
+                                                   .grid_client_proxy    grid proxies)                               (base class only)
+``fit_clients`` (legacy_server)                    flwr.server.server    round_exchange (unchanged fallback)         none (``Server.fit_round`` as a whole)
+``InMemoryGrid`` (legacy_server)                   flwr.superlink.grid   round_exchange.send_and_receive (slower     ``flwr.serverapp.Grid`` (no tuning)
+                                                   .inmemory_grid        polling in simulation)
+``start_grid`` (legacy_server)                     flwr.server.compat    server_app.app (own ``@app.main`` runs the  ``ServerApp(server_fn=...)``
+                                                   .app                  legacy Server)
+``RECORD_KEY_CONFIGS`` (secagg)                    flwr.common.secure_   client_app.app (tell SecAgg+ stages from    none
+                                                   aggregation.secagg…   fit messages)
+``start_update_client_manager_thread`` (secagg)    flwr.server.compat    server_app.secure_loop (SecAgg+ loop that   ``DefaultWorkflow`` (cannot stop
+                                                   .app_utils            can stop between rounds)                    between rounds)
+``MAIN_CONFIGS_RECORD``, ``WorkflowKey`` (secagg)  flwr.server.workflow  server_app.secure_loop (round number for    none
+                                                   .constant (``Key``)   ``SecAggPlusWorkflow``)
+``default_init_params_workflow``,                  flwr.server.workflow  server_app.secure_loop (init / evaluation   ``DefaultWorkflow``
+``default_centralized_evaluation_workflow``        .default_workflows    steps around own rounds)
+(secagg)
+``Run``, ``TaskIdentity`` (engine)                 flwr.supercore.run,   simulations.engines.local / .ray (a Grid's  none
+                                                   .task_identity        run; ids ``Message(...)`` reads)
+``SUPERLINK_NODE_ID``, ``RUN_ID_NUM_BYTES``,       flwr.common.constant  simulations.engines.local / .ray (what      none
+``PARTITION_ID_KEY``, ``NUM_PARTITIONS_KEY``,                            Flower's engines give nodes and replies)
+``ErrorCode`` (engine)
+``NOOP_FEDERATION_ID``,                            flwr.supercore        simulations.engines.ray (a Run and Ray      none
+``DEFAULT_SIMULATION_CONFIG`` (engine)             .constant             start-up as ``flwr run``)
+``get_fused_config_from_dir`` (run_config)         flwr.common.config    simulations.engines (run config of          none (``flwr run`` CLI)
+                                                                         pyproject.toml + overrides)
+``parse_config_args`` (run_config)                 flwr.common.config    simulations.engines.ray, .deploy,           none (``flwr run --run-config``)
+                                                                         .flwr_run (``--run-config`` syntax)
+``private_run_simulation`` (ray_engine)            flwr.simulation       simulations.engines.ray (simulation with a  ``flwr.simulation.run_simulation``
+                                                   .run_simulation       run config)                                 (empty run config) / ``flwr run``
+                                                   ._run_simulation
+``vce_api`` (ray_engine)                           flwr.server.superlink simulations.engines.ray (patches            none
+                                                   .fleet.vce.vce_api    ``add_messages_to_queue``,
+                                                                         ``_register_nodes``)
+=================================================  ====================  ==========================================  ==========================================
+
+Private internals reached through attributes (no import to move; check them on an upgrade too):
+
+* ``vce_api.add_messages_to_queue`` / ``vce_api._register_nodes`` and the in-memory link state's ``lock``,
+  ``message_ins_store``, ``_check_stored_messages`` (simulations.engines.ray; falls back to Flower's sweep
+  when the state lacks them).
+* ``Message.metadata.__dict__["_message_id"]`` (simulations.engines.local.LocalGrid and
+  simulations.bench_messages give messages ids as a Grid must; ``Metadata`` has no public setter).
+* ``InMemoryGrid.pull_interval`` (round_exchange.send_and_receive).
+* ``Server._get_initial_parameters`` / ``Server._client_manager`` (fl_strategies.protocol.server_loop.StoppingServer,
+  a subclass of the public ``flwr.server.Server`` overriding ``fit``).
+
+Names once imported from private paths that Flower also exports publicly (same objects; imported from the
+public path now, not from here): ``flwr.common.log`` (was ``flwr.common.logger.log``), ``flwr.server.History``
+(``flwr.server.history``), ``flwr.app.MessageType`` (``flwr.app.message_type``), ``flwr.common.now``
+(``flwr.supercore.date``), ``flwr.common.EventType`` (``flwr.supercore.telemetry``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> area module (``fl_strategies.protocol.flower_compat.<area>``) that imports it from Flower and documents it
+_AREA = {
+    # legacy fit messages <-> RecordDict
+    "recorddict_compat": "records",
+    "check_mapping_from_recordscalartype_to_scalar": "records",
+    "EXCEPTION_MESSAGE_WRONG_RETURN_TYPE_FIT": "records",
+    # legacy server loop over a Grid
+    "GridClientProxy": "legacy_server",
+    "fit_clients": "legacy_server",
+    "InMemoryGrid": "legacy_server",
+    "start_grid": "legacy_server",
+    # SecAgg+ rounds
+    "RECORD_KEY_CONFIGS": "secagg",
+    "start_update_client_manager_thread": "secagg",
+    "MAIN_CONFIGS_RECORD": "secagg",
+    "WorkflowKey": "secagg",
+    "default_init_params_workflow": "secagg",
+    "default_centralized_evaluation_workflow": "secagg",
+    # what the engines give the apps
+    "Run": "engine",
+    "TaskIdentity": "engine",
+    "SUPERLINK_NODE_ID": "engine",
+    "RUN_ID_NUM_BYTES": "engine",
+    "PARTITION_ID_KEY": "engine",
+    "NUM_PARTITIONS_KEY": "engine",
+    "ErrorCode": "engine",
+    "NOOP_FEDERATION_ID": "engine",
+    "DEFAULT_SIMULATION_CONFIG": "engine",
+    # run configs as ``flwr run`` reads them
+    "get_fused_config_from_dir": "run_config",
+    "parse_config_args": "run_config",
+    # Ray simulation engine internals (heavy)
+    "private_run_simulation": "ray_engine",
+    "vce_api": "ray_engine",
+}
+
+__all__ = sorted(_AREA)
+
+
+def __getattr__(name: str) -> Any:
+    """Import ``name`` from its area module on first use (PEP 562)."""
+    area = _AREA.get(name)
+    if area is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{area}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names are resolved lazily above
+    from .engine import (
+        DEFAULT_SIMULATION_CONFIG,
+        NOOP_FEDERATION_ID,
+        NUM_PARTITIONS_KEY,
+        PARTITION_ID_KEY,
+        RUN_ID_NUM_BYTES,
+        SUPERLINK_NODE_ID,
+        ErrorCode,
+        Run,
+        TaskIdentity,
+    )
+    from .legacy_server import GridClientProxy, InMemoryGrid, fit_clients, start_grid
+    from .ray_engine import private_run_simulation, vce_api
+    from .records import (
+        EXCEPTION_MESSAGE_WRONG_RETURN_TYPE_FIT,
+        check_mapping_from_recordscalartype_to_scalar,
+        recorddict_compat,
+    )
+    from .run_config import get_fused_config_from_dir, parse_config_args
+    from .secagg import (
+        MAIN_CONFIGS_RECORD,
+        RECORD_KEY_CONFIGS,
+        WorkflowKey,
+        default_centralized_evaluation_workflow,
+        default_init_params_workflow,
+        start_update_client_manager_thread,
+    )

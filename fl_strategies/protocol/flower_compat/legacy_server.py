@@ -1,0 +1,40 @@
+"""Private Flower names of the legacy server loop (``Server`` + ``GridClientProxy`` over a ``Grid``).
+
+fedspectral runs its strategies in Flower's legacy loop (a ``flwr.server.Server`` subclass,
+:class:`fl_strategies.protocol.server_loop.StoppingServer`) but sends a round's fit instructions in one batch through
+the ``Grid`` (:mod:`fl_strategies.protocol.round_exchange`) instead of one thread per ``GridClientProxy``.
+"""
+
+from __future__ import annotations
+
+from flwr.server.compat.app import start_grid
+from flwr.server.compat.grid_client_proxy import GridClientProxy
+from flwr.server.server import fit_clients
+from flwr.superlink.grid.inmemory_grid import InMemoryGrid
+
+__all__ = ["GridClientProxy", "InMemoryGrid", "fit_clients", "start_grid"]
+
+# GridClientProxy : class, from ``flwr.server.compat.grid_client_proxy``
+#   What: the ``ClientProxy`` the legacy loop gets for each node of a ``Grid`` (has ``.grid``, ``.node_id``).
+#   Why: round_exchange.fit_in_one_batch batches a round only when every proxy is one (it then talks to
+#   their grid directly).
+#   Public alternative: ``flwr.server.client_proxy.ClientProxy`` (the base class; does not tell a grid
+#   proxy from others); or the Message API, where strategies send through the ``Grid`` themselves.
+
+# fit_clients : function, from ``flwr.server.server``
+#   What: Flower's per-round fit fan-out (one thread per proxy) used by ``Server.fit_round``.
+#   Why: round_exchange falls back to it, unchanged, when the proxies cannot be batched.
+#   Public alternative: none (``Server.fit_round`` does the whole round, strategy calls included).
+
+# InMemoryGrid : class, from ``flwr.superlink.grid.inmemory_grid``
+#   What: the ``Grid`` the simulation engine gives the ServerApp.
+#   Why: round_exchange.send_and_receive polls it less often (its ``pull_interval`` polling slowed the
+#   engine at 10,000 messages); other grids keep their own ``send_and_receive``.
+#   Public alternative: ``flwr.serverapp.Grid`` (the ABC; ``send_and_receive`` without the tuning).
+
+# start_grid : function, from ``flwr.server.compat.app``
+#   What: runs a legacy ``Server`` (strategy + ``ServerConfig``) over a ``Grid``; what
+#   ``ServerApp(server_fn=...)`` calls.
+#   Why: server_app.app runs its ``@app.main()`` itself (to choose the SecAgg+ loop or this one and to
+#   install an observer) and then hands the legacy server to Flower.
+#   Public alternative: ``ServerApp(server_fn=...)`` returning ``ServerAppComponents`` (no own main).

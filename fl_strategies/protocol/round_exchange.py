@@ -1,0 +1,137 @@
+"""One round's instructions sent as one batch through the Grid, instead of a thread per client.
+
+Flower's legacy ``Server.fit_round`` hands every ``(ClientProxy, FitIns)`` pair
+to a thread pool; each thread converts its instruction to a ``Message``, calls
+``grid.send_and_receive`` with that one message and polls for its reply. With
+many clients per round that costs a thread hand-off and a polling loop per
+client: in the in-process engine the server thread and the worker thread
+contend for the interpreter lock on every message, which was most of the
+per-message overhead measured by ``simulations/benchmarks/bench_scale.py``.
+
+:func:`fit_in_one_batch` builds the same messages (the layout of Flower's
+``recorddict_compat``, through :mod:`fl_strategies.protocol.fit_records`, so clients see
+exactly what they saw before) but pushes all of a round's messages at once and waits for every reply or for
+``timeout`` (the round timeout, as before; :func:`send_and_receive`). The outcome is what ``flwr.server.server.fit_clients`` returns:
+
+* a reply with status OK goes to ``results`` as ``(proxy, FitRes)``;
+* a reply with another status goes to ``failures`` as ``(proxy, FitRes)``;
+* an error reply (the ClientApp raised) or no reply before the timeout goes to
+  ``failures`` as an exception naming the node.
+
+Replies are matched to proxies by their source node, and ``results`` follows
+the order of the instructions (deterministic, unlike the thread pool's order of
+completion). Instructions whose proxies are not Flower's ``GridClientProxy`` on
+one Grid (a custom ``ClientManager``, tests with stub proxies) go through
+Flower's ``fit_clients`` unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+
+from flwr.app import Message, MessageType
+from flwr.common import Code, FitIns, FitRes
+from flwr.server.client_proxy import ClientProxy
+
+from .fit_records import fitins_content, fitres_from_content
+from .flower_compat import GridClientProxy, InMemoryGrid, fit_clients
+
+__all__ = ["fit_in_one_batch", "send_and_receive", "MissingReply"]
+
+
+class MissingReply(ValueError):
+    """A node sent no reply before the round's timeout (recorded as a failure, like Flower's proxies do)."""
+
+
+def send_and_receive(grid, messages: list[Message], timeout: float | None) -> list[Message]:
+    """``grid.send_and_receive(messages, timeout=timeout)``, polling at most a tenth of the time in simulation.
+
+    Flower's ``InMemoryGrid`` (the simulation's) pulls every ``pull_interval``
+    (0.1 s), and each pull checks every message still awaited under the link
+    state's lock: with 10,000 messages in flight a pull took a good part of the
+    interval and slowed the engine thread that delivers the messages (a Ray
+    round of 10,000 clients took 41 s instead of 29 s). For that grid the pause
+    after a pull is ``pull_interval`` or ten times what the pull took,
+    whichever is longer. Any other grid uses its own ``send_and_receive``: the
+    in-process engine's answers as it is pushed, and a SuperLink's polls every
+    3 s (polling it every 0.5 s instead made no round of a 3-SuperNode
+    deployment faster, and some slower: the SuperNodes' own 3 s polling
+    decides).
+
+    Returns
+    -------
+    list of Message
+        The replies that arrived before ``timeout`` (all of them with ``None``).
+    """
+    if not isinstance(grid, InMemoryGrid):
+        return list(grid.send_and_receive(messages, timeout=timeout))
+    waiting = set(grid.push_messages(messages))
+    end = None if timeout is None else time.monotonic() + timeout
+    interval = float(grid.pull_interval)
+    replies: list[Message] = []
+    while waiting:
+        started = time.monotonic()
+        got = list(grid.pull_messages(waiting))
+        spent = time.monotonic() - started
+        replies.extend(got)
+        waiting.difference_update(reply.metadata.reply_to_message_id for reply in got)
+        left = None if end is None else end - time.monotonic()
+        if not waiting or (left is not None and left <= 0):
+            break
+        pause = max(interval, 10.0 * spent)
+        time.sleep(pause if left is None else min(pause, left))
+    return replies
+
+
+def fit_in_one_batch(client_instructions: list[tuple[ClientProxy, FitIns]], max_workers: int | None,
+                     timeout: float | None, group_id: int) -> tuple[list, list]:
+    """Send one round's fit instructions and collect the replies, as ``flwr.server.server.fit_clients`` does.
+
+    Parameters
+    ----------
+    client_instructions : list of (ClientProxy, FitIns)
+        What ``Strategy.configure_fit`` returned; at most one instruction per node.
+    max_workers : int or None
+        Threads for Flower's ``fit_clients`` when the proxies cannot be batched.
+    timeout : float or None
+        Seconds to wait for the replies (``None``: until every node replied).
+    group_id : int
+        The server round (the messages' group id).
+
+    Returns
+    -------
+    results : list of (ClientProxy, FitRes)
+        Replies with status OK, in the order of ``client_instructions``.
+    failures : list of (ClientProxy, FitRes) or BaseException
+        Replies with another status, error replies and missing replies.
+    """
+    proxies = [proxy for proxy, _ in client_instructions]
+    grids = {id(getattr(proxy, "grid", None)) for proxy in proxies}
+    nodes = [getattr(proxy, "node_id", None) for proxy in proxies]
+    if (not all(isinstance(proxy, GridClientProxy) for proxy in proxies) or len(grids) != 1
+            or len(set(nodes)) != len(nodes)):
+        return fit_clients(client_instructions, max_workers=max_workers, timeout=timeout, group_id=group_id)
+    grid = proxies[0].grid
+    messages = [Message(content=fitins_content(ins), message_type=MessageType.TRAIN,
+                        dst_node_id=proxy.node_id, group_id=str(group_id) if group_id else "", ttl=timeout)
+                for proxy, ins in client_instructions]
+    replies: dict[int, Message] = {}
+    for reply in send_and_receive(grid, messages, timeout):
+        replies.setdefault(reply.metadata.src_node_id, reply)  # one message per node was sent
+    results: list[tuple[ClientProxy, FitRes]] = []
+    failures: list = []
+    for proxy in proxies:
+        reply = replies.get(proxy.node_id)
+        if reply is None:
+            failures.append(MissingReply(f"node {proxy.node_id} sent no reply within the round's timeout"))
+        elif reply.has_error():
+            failures.append(ValueError(f"Message contains an Error (reason: {reply.error.reason}). It originated "
+                                       "during client-side execution of a message."))
+        else:
+            try:
+                res = fitres_from_content(reply.content)
+            except Exception as ex:  # noqa: BLE001 - a malformed reply is this node's failure, not the server's
+                failures.append(ex)
+                continue
+            (results if res.status.code == Code.OK else failures).append((proxy, res))
+    return results, failures

@@ -1,0 +1,109 @@
+"""The server loop of the eigenspace strategies: Flower's loop, plus a stopping rule.
+
+Flower's ``Server.fit`` runs a fixed number of rounds. Algorithms with a
+convergence test (the FAPS paper's rule (27), used by ``faps``, ``ssi`` and
+``localpower``) set ``strategy.stopped`` in ``aggregate_fit``; this server then
+ends the run, runs the strategy's summary exchange (the PCA model), and calls
+``strategy.finish()`` so the strategy can write its last results row.
+
+With a :class:`~fl_strategies.protocol.checkpoint.Checkpoint` it saves the state after
+every round, and a run with ``resume = true`` starts after the checkpointed
+round instead of at round 1 (the nodes are discovered again first).
+
+Each round's instructions go out in one batch through the Grid
+(:func:`fl_strategies.protocol.round_exchange.fit_in_one_batch`) rather than one
+thread per client as in Flower's ``Server.fit_round``; the strategy sees the
+same ``results`` and ``failures``.
+"""
+
+from __future__ import annotations
+
+import timeit
+from logging import INFO
+
+from flwr.common import log, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.server import History, Server
+
+from .round_exchange import fit_in_one_batch
+
+__all__ = ["StoppingServer"]
+
+
+class StoppingServer(Server):
+    """``flwr.server.Server`` that stops when ``strategy.stopped`` is true.
+
+    Parameters
+    ----------
+    checkpoint : fl_strategies.protocol.checkpoint.Checkpoint, optional
+        Saved after every round; with ``checkpoint.resumed`` the run continues
+        from it.
+    **kwargs
+        Those of ``flwr.server.Server`` (``client_manager``, ``strategy``).
+    """
+
+    def __init__(self, *, checkpoint=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint = checkpoint
+
+    def fit(self, num_rounds: int, timeout: float | None) -> tuple[History, float]:
+        """Run up to ``num_rounds`` rounds of fit + evaluate; stop early if the strategy says so."""
+        history = History()
+        self.parameters = self._get_initial_parameters(server_round=0, timeout=timeout)
+        first = 1
+        resumed = self.checkpoint.resumed if self.checkpoint is not None else None
+        if resumed is not None:  # the nodes are known again: restore the state after the checkpointed round
+            self.strategy.load_state_dict(resumed["strategy"])
+            self.parameters = ndarrays_to_parameters(resumed["parameters"])
+            first = resumed["round"] + 1
+            log(INFO, "resuming after round %s", resumed["round"])
+            restore = getattr(getattr(self.strategy, "on_round", None), "restore", None)
+            if restore is not None:  # a results-dir without the rows of the checkpointed rounds gets them back
+                restore(self.strategy.records, self.strategy.iterates)
+        else:
+            self.strategy.evaluate(0, parameters=self.parameters)
+            self._save(0)
+        start = timeit.default_timer()
+        for current_round in range(first, num_rounds + 1):
+            res_fit = self.fit_round(server_round=current_round, timeout=timeout)
+            if getattr(self.strategy, "stopped", False):
+                log(INFO, "run stopped in round %s: %s", current_round,
+                    getattr(self.strategy, "failure", None) or "stopping rule met")
+                break
+            if res_fit is not None and res_fit[0]:
+                self.parameters = res_fit[0]
+            self.strategy.evaluate(current_round, parameters=self.parameters)
+            self._save(current_round)
+        check = getattr(self.strategy, "check_progress", None)
+        if check is not None:  # a run without a result is a failure, and writes no model
+            check()
+        self.summary(num_rounds + 1, timeout)  # before finish(): the summary completes the held last row
+        finish = getattr(self.strategy, "finish", None)
+        if finish is not None:
+            finish()
+        return history, timeit.default_timer() - start
+
+    def fit_round(self, server_round: int, timeout: float | None):
+        """One round of ``configure_fit``, the exchange and ``aggregate_fit`` (as Flower's, batched)."""
+        client_instructions = self.strategy.configure_fit(server_round=server_round, parameters=self.parameters,
+                                                          client_manager=self._client_manager)
+        if not client_instructions:
+            log(INFO, "configure_fit: no clients selected, cancel")
+            return None
+        log(INFO, "configure_fit: strategy sampled %s clients (out of %s)", len(client_instructions),
+            self._client_manager.num_available())
+        results, failures = fit_in_one_batch(client_instructions, self.max_workers, timeout, server_round)
+        log(INFO, "aggregate_fit: received %s results and %s failures", len(results), len(failures))
+        parameters_aggregated, metrics_aggregated = self.strategy.aggregate_fit(server_round, results, failures)
+        return parameters_aggregated, metrics_aggregated, (results, failures)
+
+    def summary(self, server_round: int, timeout: float | None) -> None:
+        """The strategy's summary exchange after the last round, if it has one (the PCA model)."""
+        configure = getattr(self.strategy, "configure_summary", None)
+        instructions = configure() if configure is not None else []
+        if instructions:
+            results, failures = fit_in_one_batch(instructions, self.max_workers, timeout, server_round)
+            self.strategy.aggregate_summary(results, failures)
+
+    def _save(self, server_round: int) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint.save(server_round, parameters_to_ndarrays(self.parameters), self.strategy)

@@ -1,0 +1,1 @@
+"""The server strategies, one module per algorithm family."""

@@ -1,0 +1,274 @@
+"""What every federated eigenspace strategy adds to :class:`fl_strategies.protocol.base.FederatedStrategy`.
+
+* **Initial estimate.** ``Z_0 = orth(N(0,1)^{d x r})`` from the run seed: every
+  strategy of a comparison starts from the same ``Z_0`` (paired starts); with
+  ``init-from`` an earlier model's components, completed at random from the same
+  seed (:mod:`fl_strategies.files.warm_start`).
+* **Results.** One row per round: accuracy against the exact reference
+  (:mod:`fl_strategies.kernels.metrics`; empty without one), traffic, participation and
+  what the subclass adds.
+* **Progress without a reference.** With no exact reference (data on the
+  nodes) every row has ``estimate_change`` (sin theta between successive
+  estimates; ``estimate_change_first_k`` for their first ``rank`` columns) and, in a noise-free run of a strategy whose clients can report
+  ``f_i`` (FedPower's and FAPS's), ``iterated_explained_variance`` = ``F / n`` =
+  ``tr(Z^T C Z)`` of the row's whole estimate (all ``iteration-rank`` columns)
+  and ``iterated_explained_variance_ratio`` = that over ``tr(C)``
+  (``total_variance``, from the nodes' ``sq-sum`` at discovery): the clients
+  report ``f_i`` every round, so the rows are held one round as under the
+  stopping rule, and the last row takes its value from the summary exchange.
+  ``explained_variance_ratio`` means what it means in ``pca.npz``: the ratio
+  of the components the model keeps (``rank``, or chosen by
+  ``variance-target``), summed; only the summary exchange gives it, so only
+  the last row has it. Under noise neither ``f_i`` nor ``sq-sum`` is sent
+  (they would be released without noise) and these columns are empty.
+* **Stopping rule** (FAPS paper, eq. 27). With ``stop-tol > 0`` clients also
+  report ``f_i = tr(Z^T M_i Z)`` at the estimate they received; the run stops
+  once ``|F_k - F_{k-1}| <= stop-tol * F_k`` with ``F = sum_i f_i``. ``F_k``
+  is known one round after ``Z_k`` was sent, so each row is written one round
+  late (it then carries its own ``objective`` and ``stop_statistic``); when the
+  rule fires the newest estimate is discarded and ``Z_k`` is the result, so the
+  number of rows is the paper's iteration count (the round that detected
+  convergence is not counted, as in the paper).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+
+from ..base import FederatedStrategy, log, uploaded_bytes
+from ...kernels.linalg import gaussian_basis, subspace_distance
+from ...kernels.metrics import round_metrics
+from ...privacy.noise import run_noise_source
+from ...files.pca import choose_rank, pca_model, released_product_model
+from ...settings.participation import STREAM_SAMPLING
+from ...settings.strategies import PcaSettings
+from ...files.warm_start import check_width, initial_basis, load_start
+
+__all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING"]
+
+# Tags that separate the random streams derived from one run seed.
+# the random streams of a run's seed: STREAM_INIT (0) here, STREAM_SAMPLING (1) in fl_strategies.settings.participation,
+# STREAM_NOISE (2) in fl_strategies.privacy.noise
+STREAM_INIT = 0
+
+
+class EigenspaceStrategy(FederatedStrategy):
+    """Base class of the strategies that estimate a ``d x r`` orthonormal basis (``reference``: a
+    :class:`fl_strategies.kernels.metrics.Reference`)."""
+
+    #: whether the strategy's clients can report ``f_i = tr(Z^T M_i Z)`` at the estimate they receive
+    REPORTS_OBJECTIVE = False
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the clients add privacy noise (``epsilon`` or ``noise-std``): nothing exact is then released."""
+        return self.settings.epsilon > 0 or self.settings.noise_std > 0
+
+    @property
+    def tracks_objective(self) -> bool:
+        """Whether the clients report ``f_i`` every round: under a stopping rule, or, for the explained variance,
+        in a noise-free run with no exact reference (data on the nodes)."""
+        return self.stop_tol > 0 or (self.REPORTS_OBJECTIVE and self.reference is None and not self.noisy)
+
+    @property
+    def holds_rows(self) -> bool:
+        """Rows wait for the next round's ``F`` whenever the clients report it (:attr:`tracks_objective`)."""
+        return self.tracks_objective
+
+    def __init__(self, cfg: dict[str, Any], dimension: int | None, reference: Any = None,
+                 wait_timeout: float = 600.0) -> None:
+        super().__init__(cfg, dimension, reference, wait_timeout)
+        self.start_model = load_start(cfg)  # init-from: refused here, before any node is asked, if unusable
+        if self.start_model is not None and self.d is not None:
+            check_width(self.start_model, self.d)  # the width, when the harness knows d before discovery
+
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
+        """Wait for all clients, learn their partition ids and sizes, and draw ``Z_0`` (or, with ``init-from``,
+        start from the earlier model: :mod:`fl_strategies.files.warm_start`)."""
+        self._discover(client_manager)
+        rng = np.random.default_rng([self.settings.seed, STREAM_INIT])
+        if self.start_model is not None:
+            Z0 = initial_basis(self.start_model, self.d, self.r, rng)
+            log.info("init-from: Z_0 from the %d component(s) of %s%s", min(len(self.start_model["components"]),
+                     self.r), self.start_model["path"], "" if len(self.start_model["components"]) >= self.r else
+                     f", completed to iteration-rank = {self.r} columns at random")
+        else:
+            Z0 = gaussian_basis(self.d, self.r, rng)
+        self.iterates = [Z0]
+        return ndarrays_to_parameters([Z0])
+
+    def noise_source(self) -> str | None:
+        """Where the run's noise comes from (:func:`fl_strategies.privacy.noise.run_noise_source`); ``None`` without."""
+        reported = {cid: props for cid, props in self.node_properties.items() if cid in self._pid_by_cid}
+        return run_noise_source(self.cfg, reported)
+
+    # -- stopping rule ------------------------------------------------------------------------------
+    def check_stop(self, server_round: int, objective: float) -> bool:
+        """Record ``F`` of the estimate broadcast in ``server_round`` and apply rule (27).
+
+        Parameters
+        ----------
+        server_round : int
+            The round whose clients evaluated ``F`` on the broadcast estimate
+            ``Z_{server_round - 1}``.
+        objective : float
+            ``F = sum_i f_i``.
+
+        Returns
+        -------
+        bool
+            True when the rule fires (``self.stopped`` is then set).
+        """
+        previous, self._last_objective = self._last_objective, objective
+        statistic = None if previous is None else abs(objective - previous) / max(abs(objective), 1e-300)
+        if self._held is not None:
+            if self.stop_tol > 0:
+                self._held[0].update(objective=objective, stop_statistic=statistic)
+            self._fill_explained_variance(self._held[0], objective / max(sum(self.sizes.values()), 1))
+        if self.stop_tol > 0 and statistic is not None and statistic <= self.stop_tol:
+            self.stopped = True
+            log.info("stopping rule (27): |F_k - F_k-1| / F_k = %.2e <= %.1e after %d rounds",
+                     statistic, self.stop_tol, server_round - 1)
+        return self.stopped
+
+    def _fill_explained_variance(self, row: dict, explained: float) -> None:
+        """Set a held row's ``iterated_explained_variance`` (``tr(Z^T C Z)``) and its ratio to ``total_variance``."""
+        if "iterated_explained_variance" in row:
+            row["iterated_explained_variance"] = explained
+            total = self.total_variance
+            row["iterated_explained_variance_ratio"] = explained / total if total else None
+
+    # -- results ------------------------------------------------------------------------------------
+    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
+        """Record the round's row; the loss is the subspace distance (NaN without a reference)."""
+        Z = parameters_to_ndarrays(parameters)[0]
+        pend = self._pending if server_round else {}
+        row = {"round": server_round, **round_metrics(Z, self.reference),
+               "bytes_up": pend.get("bytes_up", 0), "bytes_down": pend.get("bytes_down", 0),
+               "participants": pend.get("participants", 0), "distinct_participants": pend.get("distinct", 0),
+               "rejected": pend.get("rejected", 0), "failures": pend.get("failures", 0),
+               "late": pend.get("late", 0), "round_time": pend.get("round_time", 0.0),
+               **self.round_columns(server_round),
+               "wall_time": time.perf_counter() - pend["start"] if pend else 0.0}
+        if self.stop_tol > 0:
+            row.update(objective=None, stop_statistic=None)
+        if self.reference is None:  # progress a user can judge without pooled data: the server's own iterates
+            previous = self.iterates[-2] if server_round and len(self.iterates) >= 2 else None  # restored on resume
+            row["estimate_change"] = None if previous is None else subspace_distance(Z, previous)
+            # the leading k = rank columns alone: with iteration-rank > rank the trailing columns converge at the
+            # slower rate lambda_{r+1} / lambda_r, the leading ones (nested, as orth is QR) at lambda_{k+1} / lambda_k
+            row["estimate_change_first_k"] = (None if previous is None else
+                                              subspace_distance(Z[:, : self.k], previous[:, : self.k]))
+            if self.tracks_objective:  # F / n, once the next round's clients report F at this Z
+                row.update(iterated_explained_variance=None, iterated_explained_variance_ratio=None,
+                           explained_variance_ratio=None)
+        self._emit(row, Z)
+        if server_round:
+            dist = row["subspace_distance"]
+            eps = row.get("epsilon_spent")
+            change = row.get("estimate_change")
+            change_k = row.get("estimate_change_first_k")
+            parts = ([] if dist is None else [f"subspace distance {dist:.3e}"]) + (
+                [] if change is None else [f"change of the estimate (sin theta) {change:.3e}"]) + (
+                [] if change is None or self.k == self.r else [f"of its first {self.k} columns {change_k:.3e}"])
+            log.info("round %d/%d: %s%s", server_round, self.num_rounds, ", ".join(parts) or "no measure",
+                     "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g}), noise "
+                     f"{row.get('noise_source')}")
+        dist = row["subspace_distance"]
+        return (float("nan") if dist is None else dist), {}
+
+    # -- centring and the summary exchange: the PCA model (fl_strategies.files.pca) ------------------------------
+    def center_config(self) -> dict[str, Scalar]:
+        """``{"mean": bytes}`` (d float64) for every instruction when centring, with ``"scale"`` (d float64) when
+        scaling (:mod:`fl_strategies.kernels.standardize`), else ``{}``."""
+        config: dict[str, Scalar] = {}
+        if self.settings.center and self.mean is not None:
+            config["mean"] = self.mean.astype("<f8").tobytes()
+        if self.scale is not None:
+            config["scale"] = self.scale.astype("<f8").tobytes()
+        return config
+
+    def configure_summary(self) -> list[tuple[ClientProxy, FitIns]]:
+        """After the last round: the final estimate to every client, which answers ``A_i Z`` and ``tr(A_i)``.
+
+        Only for the strategies that write a PCA model (``spec.pca``), after a
+        run that was not aborted and adds no noise (the summary is exact); a
+        noisy run builds its model from its releases instead (:meth:`released_model`).
+        """
+        if not self.spec.pca or self.failure or not self.proxies or not self.iterates:
+            return []
+        if self.noisy:  # no exact summary: the model from what the rounds released
+            self.released_model()
+            return []
+        # the result: the held last row's estimate (the summary runs before finish() writes it), else the last row's
+        self._summary_Z = self._held[1] if self._held is not None else self.estimate
+        ins = FitIns(ndarrays_to_parameters([self._summary_Z]), {"phase": "summary", **self.center_config()})
+        return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
+
+    def aggregate_summary(self, results: list[tuple[ClientProxy, FitRes]], failures: list) -> dict[str, Any] | None:
+        """The PCA model from the summary replies (every registered client must answer); ``on_model`` gets it."""
+        Z = self._summary_Z
+        valid, rejected = self.collect_replies(len(self.records), results, set(self.proxies), [(self.d, self.r)],
+                                               ("trace",), broadcast=Z)
+        if len(valid) < len(self.proxies):
+            log.warning("summary: %d of %d clients answered (%d rejected, %d failed); no PCA model is written",
+                        len(valid), len(self.proxies), rejected, len(failures))
+            return None
+        n = sum(self.sizes[pid] for pid in valid)
+        CZ = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
+        total = sum(self.sizes[pid] * values["trace"] for pid, (_, values) in valid.items()) / n
+        last = self._held[0] if self._held is not None and self._held[1] is Z else None
+        if last is not None:  # the last row's explained variance, from the same sums
+            self._fill_explained_variance(last, float(np.sum(Z * CZ)))
+        model = self.set_model(Z, CZ, total, n, summary_bytes=uploaded_bytes(results) + len(valid) * Z.nbytes)
+        if last is not None and "explained_variance_ratio" in last:  # the kept components', as in pca.npz
+            last["explained_variance_ratio"] = float(model["explained_variance_ratio"].sum())
+        return model
+
+    def released_model(self) -> None:
+        """A noisy run's model from what its rounds released (:meth:`set_released_model`); none by default."""
+
+    def set_released_model(self, Y: np.ndarray, n: int, privacy: dict[str, Any] | None) -> dict[str, Any]:
+        """The model of a run without a summary exchange from its last released product ``Y ~ C Z`` (d, r),
+        post-processing only (:func:`fl_strategies.files.pca.released_product_model`; ratio NaN: ``tr(C)`` is not
+        released)."""
+        Z, CZ = released_product_model(Y)
+        return self.set_model(Z, CZ, float("nan"), n, privacy=privacy)
+
+    def set_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int = 0,
+                  privacy: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The run's PCA model (``k = rank``, or chosen by ``variance-target``); ``on_model`` receives it.
+
+        ``CZ`` is ``C Z`` and ``total`` is ``tr(C)`` for the pooled (centred) second-moment matrix ``C``;
+        ``privacy`` is what a private run spent (recorded in the model), ``None`` for a noise-free one.
+        """
+        model = pca_model(Z, CZ, total, n, self.mean if self.mean is not None else np.zeros(self.d), self.r,
+                          scale=self.scale)
+        k = self.k
+        target = self.settings.variance_target if isinstance(self.settings, PcaSettings) else 0.0
+        if target > 0:
+            k = choose_rank(model["explained_variance_ratio"], target)
+            if model["explained_variance_ratio"].sum() < target:
+                log.warning("variance-target = %g is not reached by the %d columns iterated (explained-variance "
+                            "ratio %.4g, a lower bound): all %d are kept; a larger iteration-rank may reach it",
+                            target, self.r, model["explained_variance_ratio"].sum(), self.r)
+        self.model = {key: (value[:k] if isinstance(value, np.ndarray) and key not in ("mean", "scale") else value)
+                      for key, value in model.items()}
+        self.model["summary_bytes"] = summary_bytes
+        if privacy is not None:
+            self.model["privacy"] = privacy
+        ratio = float(self.model["explained_variance_ratio"].sum())
+        if np.isfinite(ratio):
+            log.info("PCA model: %d component(s) explain %.4g of the variance (%d rows)", k, ratio, n)
+        else:
+            log.info("PCA model: %d component(s), explained variance %s (%d rows; total variance not released)", k,
+                     np.array2string(self.model["explained_variance"], precision=4), n)
+        if self.on_model is not None:
+            self.on_model(self.model)
+        return self.model

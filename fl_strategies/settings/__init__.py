@@ -1,0 +1,1 @@
+"""The run configuration: its keys and checks, the strategy registry, participation."""
