@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from fl_strategies.privacy import analyze_gauss as ag
@@ -103,3 +104,17 @@ def test_the_covariance_releases_are_the_gram_triangle_and_with_centring_the_row
     else:
         assert releases.multipliers == {"gram": pytest.approx(one, rel=1e-12)}
     assert releases.epsilon == pytest.approx(0.9, rel=1e-12)
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_the_covariance_from_the_sums_is_numpys_of_the_rows(center):
+    """Centred: ``np.cov`` with divisor ``n`` and the rows' mean; uncentred: the second moment ``X^T X / n`` and a
+    zero mean."""
+    X = np.random.default_rng(3).standard_normal((40, 5)) + np.arange(5)
+    C, mu = ag.covariance_from_sums(X.T @ X, X.sum(axis=0) if center else None, len(X))
+    if center:
+        np.testing.assert_allclose(C, np.cov(X, rowvar=False, bias=True), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(mu, X.mean(axis=0), rtol=1e-12)
+    else:
+        np.testing.assert_allclose(C, X.T @ X / len(X), rtol=1e-12)
+        np.testing.assert_array_equal(mu, np.zeros(5))
