@@ -106,3 +106,28 @@ def test_a_composition_of_tiny_noises_is_accounted_on_the_grid_of_the_one_gaussi
     eps = accounting.composed_epsilon("pld", releases, 1e-5)
     assert eps == acc.get_epsilon(1e-5)
     assert accounting.gaussian_delta(eps, 1.0 / effective) <= 1e-5
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_composed_scale_is_the_smallest_the_accountant_certifies_and_one_release_kind_is_noise_multiplier(kind):
+    """Releases with multipliers ``t w_j``: at ``t`` the composition meets the target, at ``t (1 - 1e-6)`` it does
+    not; with one kind of release the problem is :func:`noise_multiplier`'s, and so is the answer (to the
+    bisections' tolerance)."""
+    weights = ((1.0, 2), (3.0, 1))
+    t = accounting.composed_scale(kind, 1.0, 1e-5, weights, 1.0)
+    assert accounting.composed_epsilon(kind, tuple((t * w, c) for w, c in weights), 1e-5) <= 1.0
+    assert accounting.composed_epsilon(kind, tuple((t * (1 - 1e-6) * w, c) for w, c in weights), 1e-5) > 1.0
+    # a start far above the answer is halved down to it
+    assert accounting.composed_scale(kind, 1.0, 1e-5, weights, 100.0) == pytest.approx(t, rel=3 * TOLERANCE)
+    one = accounting.composed_scale(kind, 1.0, 1e-5, ((1.0, 5),), 2.0)
+    assert one == pytest.approx(accounting.noise_multiplier(kind, 1.0, 1e-5, 5, 2.0), rel=3 * TOLERANCE)
+
+
+def test_a_composed_scale_without_a_positive_finite_start_or_below_the_floor_is_refused():
+    for start in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="no positive finite noise multiplier"):
+            accounting.composed_scale("rdp", 1.0, 1e-5, ((1.0, 1),), start)
+    # epsilon 1e4 at one release needs a multiplier far below 0.1, where the guarantee means little
+    with pytest.raises(ValueError, match="is too large for dp-calibration = \"pld\": it needs less noise than a "
+                                         "multiplier of 0.1"):
+        accounting.composed_scale("pld", 1e4, 1e-5, ((1.0, 1),), 1e-3)
