@@ -95,6 +95,7 @@ def central_power_method(cfg: dict, rounds: int) -> list[np.ndarray]:
     return X
 
 
+@pytest.mark.usefixtures("every_iterate")
 def test_without_noise_the_sum_is_the_central_power_method():
     cfg = dict(SMALL, seed=3, data_seed=0, epsilon=0.0)
     ref = central_power_method(cfg, 4)
@@ -288,6 +289,7 @@ GOWALLA = __import__("pathlib").Path(__file__).resolve().parents[1].parent / "sh
 needs_gowalla = pytest.mark.skipif(not (GOWALLA / "train.txt").is_file(), reason=f"no Gowalla data in {GOWALLA}")
 
 
+@pytest.mark.usefixtures("every_iterate")
 @needs_gowalla
 def test_gowalla_users_over_clients_give_the_central_power_method_without_noise():
     from fl_strategies.settings.config import validate_run_config
