@@ -431,7 +431,7 @@ class FederatedStrategy(Strategy):
                 continue
             if self.observer is not None:
                 self.observer(server_round, pid, broadcast, arrays)
-            replies[pid] = ([a.astype(np.float64) for a in arrays], values)
+            replies[pid] = ([a.astype(np.float64, copy=False) for a in arrays], values)  # freshly decoded: no copy
         return replies, rejected
 
     def abort(self, reason: str) -> None:
