@@ -86,3 +86,27 @@ def test_iterates_that_never_moved_and_their_truncation():
         Iterates([Z, Z], count=1)
     with pytest.raises(ValueError, match="keep must be >= 1 or None"):
         Iterates(keep=0)
+
+
+def test_a_round_releases_its_serialised_replies_once_decoded_and_still_counts_their_bytes():
+    """Every reply of a round is decoded once; its serialised arrays are then dropped (they would otherwise stay
+    until the round ends), and ``bytes_up`` still counts them: the bytes of every round's 3 replies of Y and
+    Z_prev (d x r float64 each, with Flower's .npy header)."""
+    from fl_strategies.protocol.base import FederatedStrategy
+
+    seen = []
+    collect = FederatedStrategy.collect_replies
+
+    def recording(self, server_round, results, *args, **kwargs):
+        sizes = [sum(len(t) for t in res.parameters.tensors) for _, res in results]
+        out = collect(self, server_round, results, *args, **kwargs)
+        seen.append((sizes, [len(res.parameters.tensors) for _, res in results]))
+        return out
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FederatedStrategy, "collect_replies", recording)
+        s = run_app(strategy="fedpower", local_steps=2, schedule="fixed", **{**RUN, "num_server_rounds": 4})
+    rounds = seen[:4]  # then the summary exchange
+    assert all(len(sizes) == 3 and min(sizes) > 2 * D * R * 8 for sizes, _ in rounds)
+    assert all(left == [0, 0, 0] for _, left in seen)  # released
+    assert [r["bytes_up"] for r in s.records[1:]] == [sum(sizes) for sizes, _ in rounds]

@@ -50,9 +50,24 @@ __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
 
 
+RELEASED = "fedspectral_released_bytes"
+"""Attribute of a ``FitRes`` whose serialised arrays :meth:`FederatedStrategy.collect_replies` released: their size."""
+
+
 def uploaded_bytes(results: list) -> int:
-    """Bytes of the arrays in a round's ``(proxy, FitRes)`` replies, as they travelled (``bytes_up``)."""
-    return sum(sum(len(t) for t in res.parameters.tensors) for _, res in results)
+    """Bytes of the arrays in a round's ``(proxy, FitRes)`` replies, as they travelled (``bytes_up``), also after
+    :meth:`FederatedStrategy.collect_replies` released them."""
+    return sum(getattr(res, RELEASED, None) if hasattr(res, RELEASED) else sum(len(t) for t in res.parameters.tensors)
+               for _, res in results)
+
+
+def release_arrays(res) -> None:
+    """Drop a reply's serialised arrays once decoded (``d x r`` bytes each, held by the round's results until the
+    round ends otherwise), keeping their size for :func:`uploaded_bytes`."""
+    tensors = getattr(getattr(res, "parameters", None), "tensors", None)
+    if isinstance(tensors, list) and not hasattr(res, RELEASED):
+        setattr(res, RELEASED, sum(len(t) for t in tensors))
+        tensors.clear()
 
 
 _ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
@@ -411,6 +426,7 @@ class FederatedStrategy(Strategy):
             reason = (check_origin(pid, asked, res, node_id=proxy.cid, expected_examples=self.sizes.get(pid))
                       or ("a second reply of this partition" if pid in replies else None))
             arrays = reason or decode_arrays(res, len(shapes), max_bytes=max_bytes)
+            release_arrays(res)  # the decoded arrays (or the reason) are all that is needed of it now
             if isinstance(arrays, str):
                 reason = arrays
             else:
