@@ -559,9 +559,10 @@ class FederatedStrategy(Strategy):
         dict
             ``records`` (list of dict), ``iterates`` (``Z_0`` and the newest kept estimates, (d, r) arrays),
             ``iterate_count`` (how many estimates they stand for), ``iterate_first_moved`` (the first position
-            whose estimate differs from ``Z_0``, or ``None``), ``held`` (``[row, Z]`` or ``None``), ``last_objective``, ``sizes``
-            (``[[partition id, rows], ...]`` as discovered) and ``fingerprints`` (``[[partition id, str], ...]``:
-            the fingerprint of each partition's data its node reported at discovery, where it reported one).
+            whose estimate differs from ``Z_0``, or ``None``), ``held`` (``[row, Z]`` or ``None``),
+            ``last_objective``, ``sizes`` (``[[partition id, rows], ...]`` as discovered) and ``fingerprints``
+            (``[[partition id, str], ...]``: the fingerprint of each partition's data its node reported at
+            discovery, where it reported one).
         """
         kept = self.iterates.state()
         return {"records": self.records, "iterates": kept["estimates"], "iterate_count": kept["count"],

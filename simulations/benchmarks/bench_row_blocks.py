@@ -57,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     largest = sizes[-1]
     reference = np.median(times[largest])
     scale = np.max(np.abs(products[largest]))
-    lines = [f"M^T (M Z) of one int8 file: {args.rows} rows x d = {args.dimension:,} ({args.rows * args.dimension / 1e6:.0f}"
-             f" MB as stored), Z of {args.columns} columns, one BLAS thread; median of {args.repeats} interleaved "
+    stored_mb = args.rows * args.dimension / 1e6
+    lines = [f"M^T (M Z) of one int8 file: {args.rows} rows x d = {args.dimension:,} ({stored_mb:.0f} MB as stored), "
+             f"Z of {args.columns} columns, one BLAS thread; median of {args.repeats} interleaved "
              f"repeats; the library's block: {BLOCK_BYTES / 2 ** 20:g} MiB", "",
              "| block (MiB) | rows per block | float64 block (MB) | product (s) | time / largest block's | "
              "max rel. difference from the largest block's product |", "|---|---|---|---|---|---|"]
