@@ -43,6 +43,9 @@ config key at fault; the server leaves such a node out of the run before round
   with ``epsilon`` or ``noise-std`` set is refused by the run-config
   validation, which every client runs on the run's config before it touches
   its data.
+
+It reads the whole run configuration (not a strategy's settings): which data set, rows and scaling apply to
+every strategy's node, and the simulation harness's plug-in API takes the mapping.
 """
 
 from __future__ import annotations
@@ -202,8 +205,8 @@ class NodeData:
         """``sum_j (x_j - m_i)^2`` per column about the rows' own mean ``m_i``, shape (d,).
 
         What a node reports as ``col-sq-sum`` at discovery with ``scale = true``
-        (:mod:`fl_strategies.kernels.standardize`): the deviations summed block by block (no cancellation, no copy of the
-        rows); sparse rows by the identity ``sum x^2 - s m^2``.
+        (:mod:`fl_strategies.kernels.standardize`): the deviations summed block by block (no cancellation, no copy of
+        the rows); sparse rows by the identity ``sum x^2 - s m^2``.
         """
         op = self.operator()
         return op.rows.centered_column_squares(op.row_sum / op.num_rows)

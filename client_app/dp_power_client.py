@@ -3,9 +3,10 @@
 The client computes ``Delta_l`` from the public broadcast ``X`` exactly as the server does, and draws its noise
 from its node's secret (``noise-source = "node-secret"``, the default on a SuperNode), the operating system's
 entropy (``os``) or, for reproducible simulations, from ``(seed, STREAM_NOISE, partition id, round)``, which the
-server could recompute (``seeded``, refused on a SuperNode; :mod:`fl_strategies.privacy.noise`). In a SecAgg+ round it reports one example (SecAgg+'s weights are then exactly 1, so the server recovers the
-sum) and refuses to upload a product with an entry outside the clipping range ``C`` the server announced:
-clipping would bias the sum. Its reply metrics hold only its partition id (metrics travel in plaintext).
+server could recompute (``seeded``, refused on a SuperNode; :mod:`fl_strategies.privacy.noise`). In a SecAgg+ round it
+reports one example (SecAgg+'s weights are then exactly 1, so the server recovers the sum) and refuses to upload a
+product with an entry outside the clipping range ``C`` the server announced: clipping would bias the sum. Its reply
+metrics hold only its partition id (metrics travel in plaintext).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import ConfigRecord, Context
 
-from fl_strategies.protocol.strategies.dp_power import client_noise_std, mean_noise_std, privacy_plan, product_sensitivity
-from fl_strategies.protocol.strategies.eigenspace import STREAM_NOISE
-from fl_strategies.privacy.noise import ClientNoise
+from fl_strategies.privacy.dp_power_noise import client_noise_std, mean_noise_std, privacy_plan, product_sensitivity
+from fl_strategies.privacy.noise import STREAM_NOISE, ClientNoise
+from fl_strategies.protocol.node_state import secret_in_state
+from fl_strategies.settings.registry import settings_for
 
 __all__ = ["DPPowerClient"]
 
@@ -37,7 +39,8 @@ class DPPowerClient(NumPyClient):
     data : client_app.data.NodeData
         Its partition id and rows (:meth:`~client_app.data.NodeData.stored_rows`).
     cfg : dict
-        Effective run config.
+        Effective run config; the client reads its settings (:func:`fl_strategies.settings.registry.settings_for`)
+        and passes the mapping on only to the node's noise source.
     context : flwr.common.Context
         ``context.state`` counts the products released, and the client refuses more than the ``L`` its privacy
         budget was calibrated for.
@@ -46,9 +49,11 @@ class DPPowerClient(NumPyClient):
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
         self.blocks = data.stored_rows()
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
+        self.settings = s = settings_for(cfg)
         self.s, self.n = self.blocks.num_rows, self.blocks.dimension
-        self.calibration, self.releases = privacy_plan(cfg)
-        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, context.state,
+        self.calibration, self.releases = privacy_plan(s.epsilon, s.delta, s.dp_calibration, s.num_server_rounds,
+                                                       s.center)
+        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, secret_in_state(context.state),
                                  self.calibration is not None, STREAM_NOISE)
 
     def get_properties(self, config):
@@ -62,7 +67,7 @@ class DPPowerClient(NumPyClient):
 
     def _upload(self, Y: np.ndarray, config) -> tuple[list, int, dict]:
         """The reply: under SecAgg+ weight 1 and refused outside the clipping range."""
-        secure = self.cfg["dp-channel"] == "secagg"
+        secure = self.settings.dp_channel == "secagg"
         if secure:
             clip = float(config["secagg-clip"])
             if np.max(np.abs(Y)) > clip:
@@ -76,7 +81,7 @@ class DPPowerClient(NumPyClient):
         if "dp-power-mean" in self.context.state:
             raise RuntimeError("privacy budget exhausted: this client released its row sum already")
         S = self.blocks.stats()[0]
-        nu = mean_noise_std(self.cfg, self.releases)
+        nu = mean_noise_std(self.settings.dp_channel, self.settings.num_clients, self.releases)
         if nu > 0:
             S = S + nu * self.noise.generator(int(config["round"]), self.blocks.rows, nu, "mean").standard_normal(
                 S.shape)
@@ -88,7 +93,7 @@ class DPPowerClient(NumPyClient):
         if config.get("phase") == "mean":
             return self._mean_release(config)
         (X,) = parameters
-        p = self.cfg["iteration-rank"]
+        p = self.settings.iteration_rank
         if X.shape != (self.n, p) or not np.all(np.isfinite(X)):
             raise ValueError(f"broadcast X has shape {X.shape} or non-finite values; expected ({self.n}, {p})")
         released = self._released()
@@ -96,7 +101,9 @@ class DPPowerClient(NumPyClient):
             raise RuntimeError(f"privacy budget exhausted: {released} products released, L = "
                                f"{self.calibration.iterations}")
         Y = self.blocks.product(X)
-        nu = client_noise_std(self.cfg, self.calibration, product_sensitivity(self.cfg, X))
+        s = self.settings
+        nu = client_noise_std(s.dp_channel, s.num_clients, self.calibration,
+                              product_sensitivity(s.center, s.dp_sensitivity, X))
         if nu > 0:
             rng = self.noise.generator(int(config["round"]), X, self.blocks.rows, nu)
             Y += nu * rng.standard_normal(Y.shape)

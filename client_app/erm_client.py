@@ -13,9 +13,10 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import Array, ArrayRecord, Context
 
-from fl_strategies.protocol.strategies.fedave import local_sgd
-from fl_strategies.protocol.strategies.fedlrgd import client_weights
+from fl_strategies.kernels.fedave import local_sgd
+from fl_strategies.kernels.fedlrgd import client_weights
 from fl_strategies.kernels.losses import split_xy
+from fl_strategies.settings.registry import settings_for
 __all__ = ["ErmClient", "FedLrgdClient", "FedAveClient"]
 
 STATE = "fedlrgd-arrays"  # one RecordDict namespace: only an ArrayRecord under this key
@@ -37,7 +38,8 @@ class ErmClient(NumPyClient):
         rows = data.rows
         self.X, self.y = split_xy(rows)
         self.s, self.d = rows.shape
-        self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
+        self.partition_id, self.context = data.partition_id, context
+        self.settings = settings_for(cfg)
 
     def get_properties(self, config):
         """Partition id, row count and width ``d = p + 1`` (no data)."""
@@ -56,8 +58,8 @@ class FedLrgdClient(ErmClient):
             r = pivots.shape[0]
             if pivots.shape != (r, p) or Ginv.shape != (p, r, r):
                 raise ValueError(f"broadcast pivots {pivots.shape} / G^-1 {Ginv.shape} do not fit p = {p}")
-            V = client_weights(self.cfg["loss"], self.X, self.y, pivots.astype(np.float64),
-                               Ginv.astype(np.float64), self.cfg["l2"])
+            V = client_weights(self.settings.loss, self.X, self.y, pivots.astype(np.float64),
+                               Ginv.astype(np.float64), self.settings.l2)
             self.context.state.array_records[STATE] = ArrayRecord({"V": Array(V)})
         record = self.context.state.array_records.get(STATE)
         if record is None:
@@ -73,7 +75,7 @@ class FedAveClient(ErmClient):
     def fit(self, parameters, config):
         """Return ``theta_{c,b}``."""
         (theta,) = parameters
-        rng = np.random.default_rng([self.cfg["seed"], 3, self.partition_id, int(config["round"])])
-        out = local_sgd(self.cfg["loss"], self.X, self.y, theta.astype(np.float64), self.cfg["l2"],
+        rng = np.random.default_rng([self.settings.seed, 3, self.partition_id, int(config["round"])])
+        out = local_sgd(self.settings.loss, self.X, self.y, theta.astype(np.float64), self.settings.l2,
                         float(config["eta"]), int(config["local-steps"]), rng)
         return [out], self.s, {}

@@ -8,13 +8,24 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import Array, ArrayRecord, ConfigRecord, Context
 
-from fl_strategies.protocol.strategies.faps import FapsState, faps_client_round
+from fl_strategies.kernels.faps_local import FapsOptions, FapsState, faps_client_round
+
+from fl_strategies.settings.registry import settings_for
+from fl_strategies.settings.strategies import FapsSettings
 
 from .pca_replies import discovery_properties, summary_reply
 
-__all__ = ["FapsClient"]
+__all__ = ["FapsClient", "faps_options"]
 
 ARRAYS, SCALARS = "faps-arrays", "faps-scalars"  # one RecordDict namespace for all record types
+
+
+def faps_options(settings: FapsSettings) -> FapsOptions:
+    """The options of a client's FAPS round (:mod:`fl_strategies.kernels.faps_local`), from its settings."""
+    s = settings
+    return FapsOptions(penalty_init=s.penalty_init, penalty_mu=s.penalty_mu, penalty_theta=s.penalty_theta,
+                       solver=s.inner_solver, inner_steps=s.inner_steps, inner_tol=s.inner_tol,
+                       inner_min_steps=s.inner_min_steps, inner_max_steps=s.inner_max_steps)
 
 
 class FapsClient(NumPyClient):
@@ -36,10 +47,11 @@ class FapsClient(NumPyClient):
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
         self.data = data
-        inner = cfg["inner-steps"] or max(cfg["inner-max-steps"], cfg["inner-min-steps"])
+        self.settings = s = settings_for(cfg)
+        inner = s.inner_steps or max(s.inner_max_steps, s.inner_min_steps)
         # products in the run: per round the inner iterations, the multiplier, the message and the objective
-        self.products = cfg["num-server-rounds"] * (inner + 3) + 1
-        op = data.operator(self.products, cfg["iteration-rank"])
+        self.products = s.num_server_rounds * (inner + 3) + 1
+        op = data.operator(self.products, s.iteration_rank)
         self.s, self.d = op.num_rows, op.shape[0]
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
 
@@ -62,7 +74,7 @@ class FapsClient(NumPyClient):
     def fit(self, parameters, config):
         """One FAPS round from the broadcast ``Z``."""
         (Z,) = parameters
-        p = self.cfg["iteration-rank"]
+        p = self.settings.iteration_rank
         if Z.shape != (self.d, p) or not np.all(np.isfinite(Z)):
             raise ValueError(f"broadcast Z has shape {Z.shape} or non-finite values; expected ({self.d}, {p})")
         A = self.data.operator_for(config, self.products, p)
@@ -70,6 +82,6 @@ class FapsClient(NumPyClient):
             return summary_reply(A, Z, self.s, 0.0, self.partition_id)
         # s_i A_i, the paper's unnormalised Gram, with the same mean and column scales as A_i
         M = self.data.operator().centered(A.mean, A.scale, weight=float(self.s))
-        Y, f, state, steps = faps_client_round(M, Z.astype(np.float64), self._load(), self.cfg)
+        Y, f, state, steps = faps_client_round(M, Z.astype(np.float64), self._load(), faps_options(self.settings))
         self._save(state)
         return [Y], self.s, {"f": f, "inner-steps": steps}

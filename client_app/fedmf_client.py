@@ -8,6 +8,7 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import Array, ArrayRecord, Context
 
+from fl_strategies.settings.registry import settings_for
 from fl_strategies.kernels.mf import (STREAM_BASELINE, altgd_step, exact_u, initial_u, local_gd, mf_loss,
                                          power_product, simgd_step, sketch, wk_init)
 
@@ -32,8 +33,9 @@ class FedMFClient(NumPyClient):
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
         self.S = np.asarray(data.rows, dtype=np.float64)
         self.n, self.d = self.S.shape
-        self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
-        self.r = cfg["rank"]
+        self.partition_id, self.context = data.partition_id, context
+        self.settings = settings_for(cfg)
+        self.r = self.settings.rank
 
     def get_properties(self, config):
         """Report what the server needs to plan the run (no data)."""
@@ -47,20 +49,20 @@ class FedMFClient(NumPyClient):
 
     def fit(self, parameters, config):
         """One round of the phase named in ``config['phase']``."""
-        phase, cfg = config["phase"], self.cfg
+        phase, s = config["phase"], self.settings
         metrics: dict[str, Any] = {"partition-id": self.partition_id}
         if phase == "sketch":
-            return sketch(self.S, cfg["seed"], self.partition_id, cfg["num-sketches"], self.r), self.n, metrics
+            return sketch(self.S, s.seed, self.partition_id, s.num_sketches, self.r), self.n, metrics
         V = self._received_v(parameters)
         if phase == "power":
             return [power_product(self.S, V)], self.n, metrics
         if phase == "solve":
             U_hat = exact_u(self.S, V)
             metrics["loss-exact"] = mf_loss(self.S, U_hat, V)
-            if cfg["u-solver"] == "exact":
+            if s.u_solver == "exact":
                 return [np.array([metrics["loss-exact"]])], self.n, metrics
-            U0 = initial_u(cfg["seed"], self.partition_id, self.n, self.r)
-            _, losses = local_gd(self.S, V, U0, cfg["local-iterations"], cfg["momentum"])
+            U0 = initial_u(s.seed, self.partition_id, self.n, self.r)
+            _, losses = local_gd(self.S, V, U0, s.local_iterations, s.momentum)
             return [losses], self.n, metrics
         if phase in ("altgd", "simgd"):
             eta = float(config["eta"])
@@ -68,9 +70,9 @@ class FedMFClient(NumPyClient):
             if stored is not None:
                 U = stored["U"].numpy()
             elif phase == "altgd":
-                U = self.S @ wk_init(cfg["seed"], self.d, self.r, float(config["sigma1"]))[0]
+                U = self.S @ wk_init(s.seed, self.d, self.r, float(config["sigma1"]))[0]
             else:
-                rng = np.random.default_rng([cfg["seed"], STREAM_BASELINE, 2, self.partition_id])
+                rng = np.random.default_rng([s.seed, STREAM_BASELINE, 2, self.partition_id])
                 U = rng.normal(0.0, float(config["init-std"]), (self.n, self.r))
             metrics["f"] = mf_loss(self.S, U, V)
             U, G = (altgd_step if phase == "altgd" else simgd_step)(self.S, U, V, eta)

@@ -8,12 +8,14 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import ConfigRecord, Context
 
-from fl_strategies.privacy.analyze_gauss import covariance_releases, pack_upper
-from fl_strategies.settings.config import secure_covariance, total_iterations
-from fl_strategies.protocol.strategies.covariance import noise_stds
-from fl_strategies.protocol.strategies.fedpower import STREAM_NOISE, local_power_iterations
-from fl_strategies.privacy.noise import ClientNoise
-from fl_strategies.privacy.fedpower_dp import client_noise_stds
+from fl_strategies.privacy.analyze_gauss import covariance_releases, noise_stds, pack_upper
+from fl_strategies.settings.config import secure_covariance
+from fl_strategies.settings.registry import settings_for
+from fl_strategies.settings.schedule import round_lengths
+from fl_strategies.settings.strategies import fedpower_noise_stds
+from fl_strategies.kernels.power import local_power_iterations
+from fl_strategies.privacy.noise import STREAM_NOISE, ClientNoise
+from fl_strategies.protocol.node_state import secret_in_state
 
 from .pca_replies import discovery_properties, fingerprint_property, summary_reply
 
@@ -32,7 +34,8 @@ class FedPowerClient(NumPyClient):
         with ``s_i``, the number of records behind it (the privacy
         calibration and the server's weights use it).
     cfg : dict
-        Effective run config.
+        Effective run config; the client reads its settings (:func:`fl_strategies.settings.registry.settings_for`)
+        and passes the mapping on only to what handles every key (the node's noise source, the discovery replies).
     context : flwr.common.Context
         The node's context; ``context.state`` remembers how many noisy local
         steps the client has performed, and the client refuses to exceed the
@@ -41,18 +44,20 @@ class FedPowerClient(NumPyClient):
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
         self.data = data
-        T = total_iterations(cfg)
+        self.settings = s = settings_for(cfg)
+        T = sum(round_lengths(s.local_steps, s.schedule, total_iterations=s.total_iterations,
+                              num_rounds=s.num_server_rounds))
         # products in the run: T local steps (the objective reuses the first of a round's), the summary
         self.products = T + 1
-        op = data.operator(self.products, cfg["iteration-rank"])
+        op = data.operator(self.products, s.iteration_rank)
         self.s, self.d = op.num_rows, op.shape[0]
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
         # products' and (centred, with epsilon) row sum's noise: fl_strategies.privacy.fedpower_dp
-        self.noise_std, self.mean_noise_std = client_noise_stds(cfg, T, self.s)
+        self.noise_std, self.mean_noise_std = fedpower_noise_stds(s, T, self.s)
         self.budget = T
         # refuses seeded noise on a SuperNode; draws (once) or reads the node's secret (fl_strategies.privacy.noise)
-        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, context.state, self.noise_std > 0,
-                                 STREAM_NOISE)
+        self.noise = ClientNoise(cfg, data.node_config, self.partition_id, secret_in_state(context.state),
+                                 self.noise_std > 0, STREAM_NOISE)
 
     def get_properties(self, config):
         """Report what the server needs to plan the run: no data (:func:`discovery_properties`, the noise's); in
@@ -80,7 +85,7 @@ class FedPowerClient(NumPyClient):
     def fit(self, parameters, config):
         """Run ``config['local-steps']`` local iterations from the broadcast ``Z`` (or answer the summary)."""
         (Z,) = parameters
-        r = self.cfg["iteration-rank"]
+        r = self.settings.iteration_rank
         if Z.shape != (self.d, r) or not np.all(np.isfinite(Z)):
             raise ValueError(f"broadcast Z has shape {Z.shape} or non-finite values; expected ({self.d}, {r})")
         if self.mean_noise_std > 0:  # the centred sensitivity holds for a mean in the unit ball only
@@ -99,7 +104,7 @@ class FedPowerClient(NumPyClient):
             raise RuntimeError(f"privacy budget exhausted: {done} + {steps} local steps exceed T = {self.budget}")
         metrics = {"partition-id": self.partition_id}
         AZ = None
-        if self.cfg["stop-tol"] > 0 or config.get("objective"):  # f_i = tr(Z^T M_i Z) at the received Z
+        if self.settings.stop_tol > 0 or config.get("objective"):  # f_i = tr(Z^T M_i Z) at the received Z
             if self.noise_std > 0:
                 raise RuntimeError("the server asks for the objective tr(Z^T M_i Z) in a noisy run: it would be "
                                    "released without noise, so this client does not answer")
@@ -121,7 +126,8 @@ class CovarianceClient(FedPowerClient):
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
         super().__init__(data, cfg, context)
-        self.releases = covariance_releases(cfg) if cfg["epsilon"] > 0 else None
+        s = self.settings
+        self.releases = covariance_releases(s.epsilon, s.delta, s.dp_calibration, s.center) if s.epsilon > 0 else None
         self.secure = secure_covariance(cfg)
 
     def fit(self, parameters, config):
@@ -136,10 +142,10 @@ class CovarianceClient(FedPowerClient):
             raise RuntimeError("privacy budget exhausted: this client released its noisy Gram matrix already")
         A, s = self.data.covariance
         parts = [pack_upper(A * s)]
-        if self.cfg["center"]:
+        if self.settings.center:
             parts.append(self.data.row_sum)
         vector = np.concatenate(parts)
-        nu_g, nu_s = noise_stds(self.cfg, self.releases)
+        nu_g, nu_s = noise_stds(self.settings.clip_norm, self.settings.num_clients, self.releases)
         if nu_g > 0:
             rng = self.noise.generator(int(config["round"]), A, nu_g, nu_s)
             std = np.concatenate([np.full(parts[0].size, nu_g)] + ([np.full(self.d, nu_s)] if len(parts) > 1 else []))

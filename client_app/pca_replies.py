@@ -2,7 +2,9 @@
 
 Shared by the FedPower-family client and the FAPS client (:mod:`client_app.fedpower_client`,
 :mod:`client_app.faps_client`). Everything here is a count, a ``d``-vector, a scalar or a fingerprint of the
-data (keyed with the node's secret in a private run): never a row.
+data (keyed with the node's secret in a private run): never a row. Its functions take the whole run
+configuration: what a node sends at discovery is decided by the rules the validation shares
+(:func:`fl_strategies.settings.config.row_sums_at_discovery`, :func:`~fl_strategies.settings.config.secure_covariance`).
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
 def fingerprint_property(data, cfg: dict[str, Any], noise) -> dict[str, str]:
     """``{"data-fingerprint": ...}`` in a run that checkpoints (``checkpoint-dir``), for data read from a file.
 
-    The server records it with the checkpoint and refuses to resume on other data (:mod:`fl_strategies.protocol.checkpoint`);
-    the node's noise keys it with the node's secret when it has one
+    The server records it with the checkpoint and refuses to resume on other data
+    (:mod:`fl_strategies.protocol.checkpoint`); the node's noise keys it with the node's secret when it has one
     (:meth:`fl_strategies.privacy.noise.ClientNoise.fingerprint`).
     Empty without checkpoints or for generated data.
     """

@@ -10,6 +10,10 @@ inputs some algorithms need at the server, come from (in this order):
   (``evaluation``) and the same inputs. It is looked up through an entry
   point, never imported by name; with ``dataset = "nodes"`` there is none and
   ``d`` comes from the nodes.
+
+It validates the whole run configuration and keeps it as a mapping where every key is handled: the results and
+``pca.npz`` record it, and the checkpoint compares it; the strategy reads its typed settings
+(:mod:`fl_strategies.settings.strategies`).
 """
 
 from __future__ import annotations

@@ -40,9 +40,10 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
     grid : flwr.server.Grid
     context : flwr.common.Context
         The ServerApp's context.
-    strategy : fl_strategies.protocol.strategies.dp_power.DPPowerStrategy or fl_strategies.protocol.strategies.covariance.CovarianceStrategy
-        Provides ``num_shares`` settings via :func:`fl_strategies.protocol.strategies.dp_power.num_shares`, ``clip`` (after
-        ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``abort_round``.
+    strategy : DPPowerStrategy or CovarianceStrategy
+        Of :mod:`fl_strategies.protocol.strategies.dp_power` or :mod:`fl_strategies.protocol.strategies.covariance`.
+        Provides ``num_shares`` settings via :func:`fl_strategies.protocol.strategies.dp_power.num_shares`, ``clip``
+        (after ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``abort_round``.
     num_rounds : int
     timeout : float, optional
         Seconds each SecAgg+ stage waits for replies (``round-timeout``; ``None`` = no limit).
@@ -53,7 +54,7 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
     try:
         c_done.wait()
         default_init_params_workflow(grid, legacy)  # discovery, X_0, strategy.clip, evaluation of round 0
-        shares, threshold = num_shares(strategy.cfg)
+        shares, threshold = num_shares(strategy.m, strategy.settings.secagg_num_shares)
         workflow = SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=threshold, max_weight=1.0,
                                       clipping_range=strategy.clip, quantization_range=QUANTIZATION_RANGE,
                                       modulus_range=2 ** 32, timeout=timeout)

@@ -1,4 +1,4 @@
-"""Bad input never crashes a run and never corrupts a result (issue 9).
+"""Bad input never crashes a run and never corrupts a result.
 
 Three layers, each tested directly and end to end on the in-process engine:
 

@@ -1,5 +1,5 @@
-"""Checkpoint edges the mutation run of fl_strategies/protocol/checkpoint.py showed untested: the format number's presence
-and the strategy's own round count as the upper bound of a checkpoint's round."""
+"""Checkpoint edges the mutation run of fl_strategies/protocol/checkpoint.py showed untested: the format number's
+presence and the strategy's own round count as the upper bound of a checkpoint's round."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Comparison files that never lose a result (issue 16): every bad file is one line before anything runs,
+"""Comparison files that never lose a result: every bad file is one line before anything runs,
 every run keeps its own files, one process per --out, and a failed or killed re-run leaves the last complete
 results as they were."""
 

@@ -1,4 +1,4 @@
-"""Issue 17 on real SuperNodes: noise only its client knows, and a private run killed and resumed.
+"""On real SuperNodes: noise only its client knows, and a private run killed and resumed.
 
 The in-process twins (nodes with a ``data-path`` in their node config, as a SuperNode has) are in
 ``tests/test_noise_source.py``; here the nodes are ``flower-supernode`` processes of

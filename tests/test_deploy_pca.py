@@ -1,4 +1,4 @@
-"""Issue 15 on real SuperNodes: PCA of node files the server never sees, as scikit-learn computes it on the pooled rows.
+"""On real SuperNodes: PCA of node files the server never sees, as scikit-learn computes it on the pooled rows.
 
 ``python -m simulations.engines.deploy`` is run as a user types it (a subprocess, from a directory of its own), with
 node files in a directory that only the SuperNodes are told about (``--data-dir``: each node's ``data-path`` in its

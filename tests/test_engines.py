@@ -34,7 +34,7 @@ def test_ray_engine_equals_local_engine(tmp_path):
 @pytest.mark.timeout(300)
 def test_ray_engine_runs_secagg_rounds_like_the_local_engine(tmp_path):
     """dp-power through SecAgg+ on Flower's Ray engine: the same X_0 and seeded noise as in-process, equal up to
-    SecAgg+'s stochastic quantisation (the Ray engine once built its own ServerApp and skipped SecAgg+)."""
+    SecAgg+'s stochastic quantisation (the Ray engine runs the app's own ServerApp, SecAgg+ rounds included)."""
     from simulations.engines.ray import run_ray
 
     overrides = {"strategy": "dp-power", "dataset": "dp-haar", "dimension": 60, "rank": 3, "iteration-rank": 6,

@@ -1,5 +1,5 @@
 """Every command-line entry point turns a bad argument into one line naming it (exit 2), never a traceback, and
-refuses it before any Flower process starts (issue 16)."""
+refuses it before any Flower process starts."""
 
 import subprocess
 import sys

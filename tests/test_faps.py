@@ -6,7 +6,9 @@ import scipy.linalg
 from scipy.stats import ortho_group
 
 from conftest import run_app
-from fl_strategies.protocol.strategies.faps import faps_client_round, local_subproblem, masked_product, multiplier_factor
+from client_app.faps_client import faps_options
+from fl_strategies.settings.registry import settings_for
+from fl_strategies.kernels.faps_local import faps_client_round, local_subproblem, masked_product, multiplier_factor
 from fl_strategies.kernels.linalg import orth, subspace_distance
 from fl_strategies.settings.config import validate_run_config
 from simulations.engines import fused_run_config
@@ -88,7 +90,7 @@ def test_penalty_rule_fires_only_every_fifth_round():
     Z = orth(rng.standard_normal((n, p)))
     state, betas = None, []
     for k in range(16):
-        Y, f, state, _ = faps_client_round(M, Z, state, cfg)
+        Y, f, state, _ = faps_client_round(M, Z, state, faps_options(settings_for(cfg)))
         assert f == pytest.approx(np.trace(Z.T @ M @ Z), rel=1e-12)  # the objective at the received Z
         Z = orth(Y)
         betas.append(state["beta"])

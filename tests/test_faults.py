@@ -89,7 +89,7 @@ def test_deploy_refuses_a_bad_fault_option_before_starting_anything(tmp_path, ca
 
 
 def test_a_server_short_of_nodes_says_so_periodically_and_gives_up_after_its_stated_bound(monkeypatch, caplog):
-    """`flwr run .` with Flower's default 2 SuperNodes and num-clients = 10: no silent wait (issue 16)."""
+    """`flwr run .` with Flower's default 2 SuperNodes and num-clients = 10: no silent wait."""
     import logging
 
     from server_app.app import build_strategy

@@ -1,4 +1,4 @@
-"""FedLRGD and FedAve (issue 6): exactness on ridge, pivot exactness, partition invariance, Gamma accounting."""
+"""FedLRGD and FedAve: exactness on ridge, pivot exactness, partition invariance, Gamma accounting."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 import scipy.optimize
 from conftest import run_aborted, run_app
 
-from fl_strategies.protocol.strategies.fedave import local_sgd, step_size, warmup_epochs
-from fl_strategies.protocol.strategies.fedlrgd import (client_weights, draw_pivots, fedlrgd_gamma, gradient_estimate, inexact_gd,
-                                   invert, server_matrices)
+from fl_strategies.kernels.fedave import local_sgd, step_size, warmup_epochs
+from fl_strategies.kernels.fedlrgd import (client_weights, draw_pivots, fedlrgd_gamma, gradient_estimate, inexact_gd,
+                                         invert, server_matrices)
 from fl_strategies.kernels.losses import full_gradient, minimise, objective, per_sample_grads, smoothness, split_xy
 from simulations.data.erm_data import generate
 
@@ -197,7 +197,7 @@ def test_too_many_server_samples_is_a_config_error():
 
 def test_client_weights_are_computed_once_and_kept_in_the_node_state():
     calls = []
-    import fl_strategies.protocol.strategies.fedlrgd as core
+    import fl_strategies.kernels.fedlrgd as core
     import client_app.erm_client as erm_client
 
     original = erm_client.client_weights

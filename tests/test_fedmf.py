@@ -96,7 +96,7 @@ def test_loss_trajectory_does_not_depend_on_the_row_partition(momentum):
         V, traj = _protocol(*[[b[i] for i in order] for b in blocks], 1, 40, momentum)
         assert np.linalg.norm(V - V_c) <= 1e-12 * np.linalg.norm(V_c)
         np.testing.assert_allclose(traj, ref, rtol=1e-10)
-    # regression guard for P1: n_i-weighted aggregation is not a power iteration of S
+    # n_i-weighted aggregation is not a power iteration of S
     blocks = [np.split(a, [60, 200]) for a in (S, Phi, U0)]
     V_w, _ = _protocol(*blocks, 1, 40, momentum, weights=[60 / 300, 140 / 300, 100 / 300])
     assert np.linalg.norm(V_w / np.linalg.norm(V_w) - V_c / np.linalg.norm(V_c)) > 1e-3

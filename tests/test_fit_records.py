@@ -1,4 +1,5 @@
-"""The direct fit records (fl_strategies.protocol.fit_records) and the batched round (fl_strategies.protocol.round_exchange).
+"""The direct fit records (fl_strategies.protocol.fit_records) and the batched round
+(fl_strategies.protocol.round_exchange).
 
 Both replace Flower's legacy glue on the hot path of every training message; they must produce and read exactly
 the layout of ``flwr.compat.common.recorddict_compat``, so these tests compare them with Flower's own converters
@@ -19,8 +20,8 @@ from flwr.compat.common import recorddict_compat as compat
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.compat.grid_client_proxy import GridClientProxy
 
-from fl_strategies.protocol.fit_records import (fit_reply_content, fitins_content, fitres_from_content, is_fitins_content,
-                                       load_npy)
+from fl_strategies.protocol.fit_records import (fit_reply_content, fitins_content, fitres_from_content,
+                                                is_fitins_content, load_npy)
 from fl_strategies.protocol.round_exchange import MissingReply, fit_in_one_batch
 from simulations.engines.local import LocalGrid
 

@@ -1,4 +1,4 @@
-"""fl_strategies.protocol.flower_compat is the only module that imports private Flower names (issue 14)."""
+"""fl_strategies.protocol.flower_compat is the only module that imports private Flower names."""
 
 from __future__ import annotations
 
@@ -82,8 +82,8 @@ def test_only_flower_compat_imports_private_flower_names():
                 continue
             offenders += [f"{path.relative_to(ROOT)}:{line}: {what}"
                           for line, what in private_flower_imports(path.read_text())]
-    assert not offenders, ("private Flower names imported outside fl_strategies/protocol/flower_compat (add them there, "
-                           "with what / why / public alternative):\n" + "\n".join(offenders))
+    assert not offenders, ("private Flower names imported outside fl_strategies/protocol/flower_compat (add them "
+                           "there, with what / why / public alternative):\n" + "\n".join(offenders))
 
 
 def test_every_flower_compat_name_resolves():

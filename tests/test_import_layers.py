@@ -1,5 +1,10 @@
-"""The kernels (``fl_strategies/kernels/``) stay plain numpy: no Flower and no run-config settings, even through
-the fl_strategies modules they import."""
+"""The layers of ``fl_strategies`` keep to their imports, at the top of a module or inside a function.
+
+* only the protocol layer (``fl_strategies/protocol/``) reaches Flower;
+* the kernels (``fl_strategies/kernels/``) stay plain numpy: no Flower and no run-config settings, even through
+  the fl_strategies modules they import;
+* the clients (``client_app``) call the kernels, never the server strategies (``fl_strategies.protocol.strategies``).
+"""
 
 import ast
 from pathlib import Path
@@ -36,6 +41,11 @@ def imports(path: Path) -> set[str]:
 
 
 MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+CLIENTS = {module_name(p): p for p in (PACKAGE.parent / "client_app").rglob("*.py")}
+
+
+def is_flower(module: str) -> bool:
+    return module == "flwr" or module.startswith("flwr.")
 
 
 def reached_from(start: str) -> set[str]:
@@ -57,20 +67,33 @@ def test_the_walk_sees_the_imports_it_must_refuse():
     assert "fl_strategies.settings.registry" in reached_from("fl_strategies.settings.config")
 
 
+def test_only_the_protocol_layer_reaches_flower():
+    outside = [name for name in MODULES if not name.startswith("fl_strategies.protocol")]
+    assert len(outside) >= 30  # kernels, privacy, settings, files
+    assert [name for name in outside if any(map(is_flower, reached_from(name)))] == []
+
+
 def test_kernels_import_neither_flower_nor_the_settings():
     kernels = [name for name in MODULES if name.startswith("fl_strategies.kernels")]
-    assert len(kernels) >= 5  # the package and rows, products, power, faps_local
+    assert len(kernels) >= 12  # the package and rows, products, power, faps_local, linalg, mf, losses, ...
     for name in kernels:
         reached = reached_from(name)
-        assert not [m for m in reached if m == "flwr" or m.startswith("flwr.")], name
+        assert not [m for m in reached if is_flower(m)], name
         assert not [m for m in reached if m.startswith(SETTINGS)], name
+
+
+def test_clients_call_the_kernels_not_the_server_strategies():
+    assert len(CLIENTS) >= 8
+    for name, path in CLIENTS.items():
+        assert not [m for m in imports(path) if m.startswith("fl_strategies.protocol.strategies")], name
 
 
 def test_no_circle_between_the_settings_and_participation_nor_datasets_and_erm_data():
     from fl_strategies.settings import config, errors, participation
 
     repo = PACKAGE.parent
-    assert "fl_strategies.settings.config" not in imports(PACKAGE / "settings" / "participation.py")  # neither at the top nor late
+    # neither at the top nor late
+    assert "fl_strategies.settings.config" not in imports(PACKAGE / "settings" / "participation.py")
     assert "fl_strategies.settings.participation" in imports(PACKAGE / "settings" / "config.py")
     datasets = imports(repo / "simulations" / "data" / "datasets.py")
     assert not [m for m in datasets if m.startswith("simulations.data.erm_data")]

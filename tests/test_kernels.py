@@ -10,7 +10,7 @@ from scipy.stats import ortho_group
 from fl_strategies.kernels.linalg import orth, procrustes, subspace_distance, top_eigenvectors
 from fl_strategies.privacy.fedpower_dp import achieved_epsilon, noise_multiplier, noise_std, sensitivity
 from fl_strategies.settings.schedule import round_lengths
-from fl_strategies.protocol.strategies.fedpower import local_power_iterations
+from fl_strategies.kernels.power import local_power_iterations
 
 
 def test_orth_is_orthonormal_with_positive_diagonal_and_unique():
@@ -65,7 +65,7 @@ def test_top_eigenvectors_match_numpy():
     (1, "fixed", 10, [1] * 10),
     (2, "fixed", 10, [2] * 5),
     (2, "decayed", 10, [2] + [1] * 8),        # sync times {2,3,...,10}: 9 communications
-    (4, "fixed", 10, [4, 4, 2]),               # {4, 8} plus T = 10 forced in (pitfall P7)
+    (4, "fixed", 10, [4, 4, 2]),               # {4, 8} plus T = 10 forced in (T is always a sync time)
     (4, "decayed", 10, [4, 3, 2, 1]),          # {4, 7, 9, 10}
 ])
 def test_schedules_match_the_spec_examples(p, schedule, T, expected):

@@ -1,4 +1,4 @@
-"""Private keys are written with mode 600 from their first byte (issue 17): by ``simulations.engines.credentials``
+"""Private keys are written with mode 600 from their first byte: by ``simulations.engines.credentials``
 and by ``simulations.engines.deploy --secure``'s writer."""
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse
 
-from fl_strategies.protocol.strategies.faps import faps_client_round, local_subproblem, multiplier_factor
-from fl_strategies.protocol.strategies.fedpower import local_power_iterations
+from fl_strategies.kernels.faps_local import FapsOptions, faps_client_round, local_subproblem, multiplier_factor
+from fl_strategies.kernels.power import local_power_iterations
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import RowBlocks
 
@@ -88,13 +88,13 @@ def test_faps_client_round_agrees_on_both_paths_and_with_the_dense_matrix(solver
     s = X.shape[0]
     rows_op, gram_op = (op.centered(np.full(30, 0.2), weight=float(s)) for op in both(X, 8 * 30 * 9))
     M = gram_op.dense().copy()  # s_i A_i as the paper's dense matrix
-    cfg = {"penalty-init": 0.5, "penalty-mu": 0.1, "penalty-theta": 0.2, "inner-solver": solver, "inner-steps": 4,
-           "inner-tol": 1e-2, "inner-min-steps": 1, "inner-max-steps": 10}
+    options = FapsOptions(penalty_init=0.5, penalty_mu=0.1, penalty_theta=0.2, solver=solver, inner_steps=4,
+                          inner_tol=1e-2, inner_min_steps=1, inner_max_steps=10)
     rng = np.random.default_rng(3)
     Z = np.linalg.qr(rng.standard_normal((30, 3)))[0]
     states = {"rows": None, "gram": None, "dense": None}
     for _ in range(3):
-        out = {name: faps_client_round(op, Z, states[name], cfg)
+        out = {name: faps_client_round(op, Z, states[name], options)
                for name, op in (("rows", rows_op), ("gram", gram_op), ("dense", M))}
         for name in ("rows", "gram"):
             assert rel(out[name][0], out["dense"][0]) <= 1e-10

@@ -76,7 +76,7 @@ def test_altgd_step_uses_the_new_u_for_v(problem):
 def test_simgd_step_uses_the_old_u_for_v(problem):
     S, V, U = problem
     eta = 0.05
-    G = (U @ V.T - S).T @ U   # at the old U (P16: at the new U it would be alternating GD)
+    G = (U @ V.T - S).T @ U   # at the old U (at the new U it would be alternating GD)
     out_U, out_G = simgd_step(S, U, V, eta)
     np.testing.assert_allclose(out_U, U - eta * (U @ V.T - S) @ V, rtol=1e-12)
     np.testing.assert_allclose(out_G, G, rtol=1e-12)

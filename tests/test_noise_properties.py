@@ -20,9 +20,9 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fl_strategies.protocol.strategies.eigenspace import STREAM_NOISE
-from fl_strategies.protocol.strategies.fedpower import local_power_iterations
-from fl_strategies.privacy.noise import ClientNoise, KeyedNormal
+from fl_strategies.kernels.power import local_power_iterations
+from fl_strategies.privacy.noise import STREAM_NOISE, ClientNoise, KeyedNormal
+from fl_strategies.protocol.node_state import secret_in_state
 
 N_DRAWS = 8192
 # |corr| of two independent N(0,1) samples of size n is about N(0, 1/n): 6 standard deviations (p ~ 2e-9)
@@ -44,8 +44,8 @@ def _noise(folder, partition_id: int = 2, secret: bytes = SECRETS[0], source: st
     from flwr.common import RecordDict
 
     node_config = {"data-path": str(folder / "rows.npy"), "noise-secret": str(_secret_file(folder, secret))}
-    return ClientNoise({"noise-source": source, "seed": 0}, node_config, partition_id, RecordDict(), True,
-                       STREAM_NOISE)
+    return ClientNoise({"noise-source": source, "seed": 0}, node_config, partition_id,
+                       secret_in_state(RecordDict()), True, STREAM_NOISE)
 
 
 def _release(seed: int = 0, d: int = 6, r: int = 2):
@@ -177,7 +177,8 @@ def test_seeded_noise_differs_by_round_and_partition(tmp_path, source):
     from flwr.common import RecordDict
 
     def draw(pid, rnd):
-        noise = ClientNoise({"noise-source": source, "seed": 0}, {}, pid, RecordDict(), True, STREAM_NOISE)
+        noise = ClientNoise({"noise-source": source, "seed": 0}, {}, pid, secret_in_state(RecordDict()), True,
+                            STREAM_NOISE)
         return noise.generator(rnd).standard_normal((N_DRAWS,))
 
     np.testing.assert_array_equal(draw(1, 2), draw(1, 2))
@@ -282,10 +283,10 @@ def test_a_node_that_draws_no_secret_noise_creates_no_secret(tmp_path, source, n
 
     state = RecordDict()
     node_config = {"data-path": str(tmp_path / "rows.npy"), "noise-secret": str(tmp_path / "secret")}
-    ClientNoise({"noise-source": source, "seed": 0}, node_config, 0, state, noisy, STREAM_NOISE)
+    ClientNoise({"noise-source": source, "seed": 0}, node_config, 0, secret_in_state(state), noisy, STREAM_NOISE)
     assert not (tmp_path / "secret").exists() and "noise-secret" not in state
     del node_config["noise-secret"]
-    ClientNoise({"noise-source": source, "seed": 0}, node_config, 0, state, noisy, STREAM_NOISE)
+    ClientNoise({"noise-source": source, "seed": 0}, node_config, 0, secret_in_state(state), noisy, STREAM_NOISE)
     assert "noise-secret" not in state
 
 

@@ -1,4 +1,4 @@
-"""Noise only its client knows (issue 17): node-secret noise on SuperNodes, seeded noise refused there, resume.
+"""Noise only its client knows: node-secret noise on SuperNodes, seeded noise refused there, resume.
 
 The nodes here are SuperNodes as the ClientApp sees them: the in-process engine with a ``data-path`` file in
 every node config (what ``flower-supernode --node-config`` gives a real node), so that ``noise-source = "auto"``
@@ -66,7 +66,7 @@ def _best_reconstruction(blocks, replies, cfg) -> list[tuple[float, float]]:
     knows (the run config, seed, partition id, round, ``Z`` and the noise level): the reply itself, the reply minus
     the seeded noise, and the reply shrunk by the James-Stein factor; and the error of the best of them,
     beside the noise-to-signal ratio ``||N|| / ||A_i Z||``. Returns ``(relative error, ratio)`` per reply."""
-    from fl_strategies.protocol.strategies.eigenspace import STREAM_NOISE
+    from fl_strategies.privacy.noise import STREAM_NOISE
     from fl_strategies.privacy.fedpower_dp import noise_std
 
     T = cfg["num-server-rounds"]

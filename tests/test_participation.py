@@ -44,7 +44,8 @@ def replies_seen(strategy_runs):
 
 def test_one_stream_tag_for_sampling():
     """Sampling draws from its own stream (tag 1), never the init (0), noise (2) or latency stream of the seed."""
-    from fl_strategies.protocol.strategies.eigenspace import STREAM_INIT, STREAM_NOISE
+    from fl_strategies.privacy.noise import STREAM_NOISE
+    from fl_strategies.protocol.strategies.eigenspace import STREAM_INIT
     tags = [STREAM_INIT, STREAM_SAMPLING, STREAM_NOISE, STREAM_LATENCY]
     assert len(set(tags)) == len(tags) and EIGENSPACE_STREAM_SAMPLING == 1
     for seed, rnd in [(0, 1), (5, 3)]:  # the draw is the documented one: (seed, 1, round), K = 4 of m = 9

@@ -1,10 +1,10 @@
 """Every privacy number a run reports, against a hand computation from the papers' formulas.
 
 The expected values are computed here from the formulas themselves (FedPower's Theorem 6 and eq. A.2; the DP
-power method's zCDP accounting, Bun & Steinke), never by calling fl_strategies.privacy.fedpower_dp or fl_strategies.privacy.zcdp: a
-bug in those modules, or in how a strategy feeds them (which client, how many steps), must show up as a wrong
-number here. The row counts of the partitions come from the data layer (simulations.data.federated_data), which does
-no accounting.
+power method's zCDP accounting, Bun & Steinke), never by calling fl_strategies.privacy.fedpower_dp or
+fl_strategies.privacy.zcdp: a bug in those modules, or in how a strategy feeds them (which client, how many steps), must
+show up as a wrong number here. The row counts of the partitions come from the data layer
+(simulations.data.federated_data), which does no accounting.
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ DP_CENTRED = dict(strategy="dp-power", num_clients=4, rank=K, iteration_rank=6, 
 
 
 def test_dp_power_with_center_writes_a_centred_model(tmp_path):
-    from fl_strategies.protocol.strategies.dp_power import MEAN_SHARE
+    from fl_strategies.privacy.dp_power_noise import MEAN_SHARE
 
     blocks, folder = owners_folder(tmp_path)
     X = np.vstack(blocks)

@@ -207,8 +207,7 @@ def test_the_centred_releases_are_certified_by_dp_accounting():
     dpa = pytest.importorskip("dp_accounting")
     from fl_strategies.privacy.fedpower_dp import centred_releases, MEAN_SHARE
 
-    cfg = {"epsilon": 1.0, "delta": 1e-6, "dp-calibration": "pld"}
-    releases = centred_releases(cfg, 3)
+    releases = centred_releases(1.0, 1e-6, "pld", 3)
     assert releases.epsilon <= 1.0
     inv = 1 / releases.multipliers["mean"] ** 2 + 3 / releases.multipliers["products"] ** 2
     assert (1 / releases.multipliers["mean"] ** 2) / inv == pytest.approx(MEAN_SHARE)

@@ -1,5 +1,5 @@
-"""Edges of the reply checks (fl_strategies/protocol/replies.py) that the mutation run found untested: the exact size limit,
-the orthonormality tolerance and its boundary, a basis without columns, and replies whose metrics lack a key."""
+"""Edges of the reply checks (fl_strategies/protocol/replies.py) that the mutation run found untested: the exact size
+limit, the orthonormality tolerance and its boundary, a basis without columns, and replies whose metrics lack a key."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_app
 from fl_strategies.protocol import checkpoint as ck
-from fl_strategies.settings.config import KEYS, RESUME_HARMLESS, ConfigError
+from fl_strategies.settings.config import KEYS, RESUME_HARMLESS, ConfigError, default_run_config
 from test_resume import SMALL, Killed, kill_server
 
 HARMLESS = {"resume", "round-timeout", "results-dir", "overwrite", "checkpoint-dir",
@@ -81,6 +81,51 @@ def test_a_resume_that_changes_a_key_is_refused_unless_the_key_is_harmless(saved
         with pytest.raises(ConfigError, match=f"another run config \\({name} = ") as info:
             ck.Checkpoint(tmp_path, changed, num_rounds=SMALL["num_server_rounds"])
         assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+# -- a key added after the checkpoint was written ------------------------------------------------------------
+
+ADDED = [name for name, key in KEYS.items() if key.absent_means is not None]
+
+
+def _without(path, name: str) -> None:
+    """The checkpoint as a run before key ``name`` existed wrote it: its run config lacks the key."""
+    _edit(path, lambda doc, arrays: doc["config"].pop(name))
+
+
+def test_the_declared_values_of_added_keys_are_their_defaults():
+    """A run with the defaults resumes a checkpoint written before any of these keys existed."""
+    assert {"center", "scale", "clip-norm", "variance-target", "init-from"} == set(ADDED)
+    defaults = default_run_config()
+    assert all(KEYS[name].absent_means == defaults[name] for name in ADDED)
+
+
+@pytest.mark.parametrize("name", ADDED)
+def test_a_checkpoint_without_an_added_key_resumes_with_the_value_it_stood_for(saved, tmp_path, name):
+    path, cfg = _copy(saved, tmp_path)
+    assert cfg[name] == KEYS[name].absent_means
+    _without(path, name)
+    resumed = ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"]).resumed
+    assert resumed["round"] == SMALL["num_server_rounds"]
+
+
+@pytest.mark.parametrize("name", ADDED)
+def test_a_checkpoint_without_an_added_key_is_refused_with_another_value_naming_it(saved, tmp_path, name):
+    path, cfg = _copy(saved, tmp_path)
+    _without(path, name)
+    changed = dict(cfg, **{name: _another(name, cfg[name]) if name != "init-from" else "earlier/pca.npz"})
+    with pytest.raises(ConfigError, match=f"another run config \\({name} absent there \\(added since: the runs "
+                                          f"before it are {name} = {KEYS[name].absent_means!r}\\), "):
+        ck.Checkpoint(tmp_path, changed, num_rounds=SMALL["num_server_rounds"])
+
+
+def test_a_checkpoint_without_a_key_that_declares_no_earlier_value_is_refused(saved, tmp_path):
+    """Only a declared value stands for a missing key: any other missing key is a difference, even at its
+    default."""
+    path, cfg = _copy(saved, tmp_path)
+    _without(path, "alignment")
+    with pytest.raises(ConfigError, match="another run config \\(alignment = None there, 'opt' here\\)"):
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
 
 
 # -- integrity, field by field ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Large populations: lazy per-partition data and discovery without messages (issue 7, scale part)."""
+"""Large populations: lazy per-partition data and discovery without messages."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SecAgg+ parameters (fl_strategies.protocol.strategies.dp_power.num_shares) against the protocol's requirements, by computation.
+"""SecAgg+ parameters (fl_strategies.protocol.strategies.dp_power.num_shares) against the protocol's requirements, by
+computation.
 
 In SecAgg+ every client u splits two secrets among its ``n`` share holders with Shamir's scheme of threshold ``t``:
 the seed of its own mask ``b_u`` and the key of its pairwise masks ``sk_u``. In the unmasking stage an honest
@@ -47,7 +48,7 @@ def _settings():
 def test_the_threshold_is_a_strict_majority_of_the_share_holders_for_every_accepted_setting():
     checked = 0
     for s, k in _settings():
-        shares, threshold = num_shares({"num-clients": s, "secagg-num-shares": k})
+        shares, threshold = num_shares(s, k)
         n, t = _effective(shares, threshold, s)
         assert 2 * t > n, f"s = {s}, secagg-num-shares = {k}: t = {t} of n = {n} lets a lying server unmask"
         assert t >= 2, f"s = {s}, secagg-num-shares = {k}: one share holder alone could unmask"
@@ -66,7 +67,7 @@ def test_the_threshold_is_a_strict_majority_of_the_share_holders_for_every_accep
 def test_fewer_sampled_clients_never_lower_the_majority(s):
     """With all clients' keys shared (up to 7 clients), a round that reaches fewer clients has fewer holders,
     and the threshold (fixed from num-clients) stays above half of them."""
-    shares, threshold = num_shares({"num-clients": s, "secagg-num-shares": 0})
+    shares, threshold = num_shares(s, 0)
     for sampled in range(2, s + 1):
         n, t = _effective(shares, threshold, sampled)
         assert 2 * t > n
@@ -76,7 +77,7 @@ def test_fewer_sampled_clients_never_lower_the_majority(s):
 def test_flower_accepts_the_parameters(s, k):
     from flwr.server.workflow import SecAggPlusWorkflow
 
-    shares, threshold = num_shares({"num-clients": s, "secagg-num-shares": k})
+    shares, threshold = num_shares(s, k)
     SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=threshold, max_weight=1.0,
                        clipping_range=1.0, quantization_range=2**22, modulus_range=2**32)
 
@@ -89,7 +90,7 @@ def test_a_server_that_splits_the_holders_recovers_at_most_one_secret(s, k):
     answered and that u dropped), at most one of the two secrets is reconstructed."""
     from flwr.common.secure_aggregation.crypto.shamir import combine_shares, create_shares
 
-    shares, threshold = num_shares({"num-clients": s, "secagg-num-shares": k})
+    shares, threshold = num_shares(s, k)
     n, t = _effective(shares, threshold, s)
     b_u, sk_u = os.urandom(32), os.urandom(32)
     b_shares, sk_shares = create_shares(b_u, t, n), create_shares(sk_u, t, n)

@@ -195,9 +195,12 @@ def test_scale_settings_that_cannot_hold_are_refused(over, message):
 def test_a_node_without_its_column_sums_is_left_out(tmp_path):
     """A node that sends no col-sq-sum under scale = true fails discovery like one without its row sum."""
     from fl_strategies.protocol.strategies.fedpower import FedPowerStrategy
+    from fl_strategies.settings.registry import settings_for
+    from simulations.engines import fused_run_config
 
     strategy = FedPowerStrategy.__new__(FedPowerStrategy)
-    strategy.cfg, strategy.d = {"center": True, "scale": True}, 3
+    strategy.cfg = validate_run_config(fused_run_config({"center": True, "scale": True}))
+    strategy.settings, strategy.d = settings_for(strategy.cfg), 3
     strategy._row_sums, strategy._col_sq_sums = {}, {}
 
     class Proxy:

@@ -14,6 +14,9 @@ naming ``init-from`` and the file: a missing or unreadable file, a model with
 non-finite numbers, a model fitted with other ``center`` / ``scale`` settings
 than the run's (its components live in another space), and (once ``d`` is
 known) a width other than the run's ``d``.
+
+:func:`load_start` takes the whole run configuration, not a strategy's settings: every eigenspace strategy
+calls it, and ``init-from`` is declared only by those that iterate from a starting basis.
 """
 
 from __future__ import annotations

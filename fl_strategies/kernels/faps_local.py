@@ -1,4 +1,5 @@
-"""FAPS's local maths at a client (eqs. 11-18): the multiplier factor, the masked product, the local subproblem.
+"""FAPS's local maths at a client (eqs. 11-18): the multiplier factor, the masked product, the local subproblem,
+and one client round built from them (:func:`faps_client_round`, with its settings in :class:`FapsOptions`).
 
 ``M`` is the client's ``A_i A_i^T`` as a (d, d) array or an operator with ``M @ V``
 (:class:`~.products.LocalOperator`: products from the rows). The local problem needs products only; its exact
@@ -7,13 +8,15 @@ solver uses scipy ``eigh`` on a dense ``M`` and Lanczos (``eigsh``) on an operat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.linalg
 
 from .linalg import orth
 from .products import top_eigenpairs
 
-__all__ = ["multiplier_factor", "masked_product", "local_subproblem"]
+__all__ = ["multiplier_factor", "masked_product", "local_subproblem", "FapsOptions", "FapsState", "faps_client_round"]
 
 
 def multiplier_factor(M: np.ndarray, X: np.ndarray) -> np.ndarray:
@@ -86,3 +89,89 @@ def local_subproblem(M, X, W, beta, Z, *, solver="ssi", tol=1e-2, min_steps=1, m
         if done:
             break
     return V, step
+
+
+@dataclass(frozen=True)
+class FapsOptions:
+    """The settings of a client's FAPS round (run-config keys ``penalty-*``, ``inner-*``).
+
+    Attributes
+    ----------
+    penalty_init : float
+        ``c`` of ``beta_0 = c ||A_i||_2^2``.
+    penalty_mu, penalty_theta : float
+        The penalty rule: every fifth round, ``beta`` grows by ``1 + penalty_theta`` when the distance to the
+        received estimate shrank by less than ``1 + penalty_mu``.
+    solver : str
+        The local subproblem's solver (:func:`local_subproblem`).
+    inner_steps : int
+        A fixed number of inner iterations; 0 for a tolerance.
+    inner_tol : float
+        The inner tolerance (with ``inner_steps = 0``).
+    inner_min_steps, inner_max_steps : int
+        Bounds on the inner iterations (with ``inner_steps = 0``).
+    """
+
+    penalty_init: float
+    penalty_mu: float
+    penalty_theta: float
+    solver: str
+    inner_steps: int
+    inner_tol: float
+    inner_min_steps: int
+    inner_max_steps: int
+
+
+class FapsState(dict):
+    """A client's private FAPS state: ``X``, ``W`` (d x p), ``beta``, ``dhist`` (list of d_i)."""
+
+
+def faps_client_round(M: np.ndarray, Z: np.ndarray, state: FapsState | None, options: FapsOptions):
+    """One round of FAPS at a client (lines 1-19 of the spec's pseudo-code).
+
+    Parameters
+    ----------
+    M : ndarray of shape (d, d) or fl_strategies.kernels.products.LocalOperator
+        ``A_i A_i^T``, or an operator applying it (products from the client's rows; then the exact solver
+        and ``||M||_2`` use Lanczos, scipy ``eigsh``, and no ``d x d`` matrix is formed).
+    Z : ndarray of shape (d, p)
+        The received estimate ``Z_k``.
+    state : FapsState or None
+        The state left by the previous round (``None`` in the first). The
+        paper's iteration index ``k`` is the number of rounds the client has
+        done, ``len(state["dhist"])``.
+    options : FapsOptions
+        The penalty rule and the inner solver's settings.
+
+    Returns
+    -------
+    Y : ndarray of shape (d, p)
+        The message ``Q_i Z_k``.
+    f : float
+        ``tr(Z^T M Z)`` for the stopping rule.
+    state : FapsState
+        The state to keep for the next round.
+    steps : int
+        Inner iterations used.
+    """
+    p = Z.shape[1]
+    if state is None:  # one-off set-up: beta_0 = c ||A_i||_2^2, X_0 = Z_0, W_0 by (16)
+        norm2 = (float(scipy.linalg.eigh(M, eigvals_only=True, subset_by_index=[M.shape[0] - 1] * 2)[0])
+                 if isinstance(M, np.ndarray) else M.largest_eigenvalue())
+        state = FapsState(X=Z.copy(), W=multiplier_factor(M, Z), beta=options.penalty_init * norm2, dhist=[0.0])
+        k = 0
+    else:
+        k = len(state["dhist"])
+    f = float(np.sum(Z * (M @ Z)))
+    X, W, beta, dhist = state["X"], state["W"], state["beta"], list(state["dhist"])
+    if k >= 1:
+        dhist.append(float(np.sqrt(max(0.0, 2.0 * (p - np.linalg.norm(X.T @ Z) ** 2)))))
+        if k % 5 == 0 and dhist[k - 5] <= (1.0 + options.penalty_mu) * dhist[k]:
+            beta *= 1.0 + options.penalty_theta
+    fixed = options.inner_steps
+    X, steps = local_subproblem(M, X, W, beta, Z, solver=options.solver,
+                                tol=0.0 if fixed else options.inner_tol,
+                                min_steps=fixed or options.inner_min_steps,
+                                max_steps=fixed or max(options.inner_max_steps, options.inner_min_steps))
+    W = multiplier_factor(M, X)
+    return masked_product(X, W, beta, Z), f, FapsState(X=X, W=W, beta=beta, dhist=dhist), steps

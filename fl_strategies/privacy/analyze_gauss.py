@@ -35,15 +35,16 @@ import numpy as np
 from . import accounting, zcdp
 
 __all__ = ["MEAN_SHARE", "PrivateReleases", "calibrate", "gram_sensitivity", "sum_sensitivity", "pack_upper",
-           "unpack_upper", "upper_size", "covariance_from_sums", "covariance_releases", "row_bound"]
+           "unpack_upper", "upper_size", "covariance_from_sums", "covariance_releases", "row_bound", "noise_stds"]
 
 MEAN_SHARE = 0.1
 """The row sum's share of the privacy (``1 / sigma^2``) when centring (module docstring, Budget split)."""
 
 
-def row_bound(cfg: Mapping[str, Any]) -> float:
-    """``c``, the public bound on a row's L2 norm: ``clip-norm`` when set, else 1 (``row-normalize``)."""
-    return float(cfg.get("clip-norm", 0.0) or 1.0)
+def row_bound(clip_norm: float) -> float:
+    """``c``, the public bound on a row's L2 norm: ``clip_norm`` (``clip-norm``) when set, else 1
+    (``row-normalize``)."""
+    return float(clip_norm or 1.0)
 
 
 def gram_sensitivity(bound: float) -> float:
@@ -107,9 +108,9 @@ def calibrate(epsilon: float, delta: float, calibration: str, shares: Mapping[st
     epsilon, delta : float
         The target.
     calibration : {"paper", "tight", "pld", "rdp"}
-        ``paper`` / ``tight``: the zCDP calibration of one Gaussian (:func:`fl_strategies.privacy.zcdp.noise_multiplier`,
-        exact for a composition, whose zCDP adds up); ``pld`` / ``rdp``: the smallest scale the accountant
-        certifies for the composition of every release.
+        ``paper`` / ``tight``: the zCDP calibration of one Gaussian
+        (:func:`fl_strategies.privacy.zcdp.noise_multiplier`, exact for a composition, whose zCDP adds up); ``pld`` /
+        ``rdp``: the smallest scale the accountant certifies for the composition of every release.
     shares : mapping of str to (float, int)
         ``name -> (share, count)``: the release's share of the privacy (shares sum to 1) and how many times it
         is made.
@@ -146,11 +147,11 @@ def calibrate(epsilon: float, delta: float, calibration: str, shares: Mapping[st
     return result
 
 
-def covariance_releases(cfg: Mapping[str, Any]) -> PrivateReleases:
-    """The ``covariance`` strategy's releases for a run config with ``epsilon > 0``: ``gram`` and, with
-    ``center``, ``row-sum`` (its share :data:`MEAN_SHARE`)."""
-    shares = {"gram": (1.0 - MEAN_SHARE, 1), "row-sum": (MEAN_SHARE, 1)} if cfg["center"] else {"gram": (1.0, 1)}
-    return calibrate(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], shares)
+def covariance_releases(epsilon: float, delta: float, calibration: str, center: bool) -> PrivateReleases:
+    """The ``covariance`` strategy's releases for a target ``epsilon > 0``: ``gram`` and, with ``center``,
+    ``row-sum`` (its share :data:`MEAN_SHARE`)."""
+    shares = {"gram": (1.0 - MEAN_SHARE, 1), "row-sum": (MEAN_SHARE, 1)} if center else {"gram": (1.0, 1)}
+    return calibrate(epsilon, delta, calibration, shares)
 
 
 def upper_size(d: int) -> int:
@@ -186,3 +187,15 @@ def covariance_from_sums(G: np.ndarray, S: np.ndarray | None, n: int) -> tuple[n
         return G / n, np.zeros(G.shape[0])
     mu = S / n
     return G / n - np.outer(mu, mu), mu
+
+
+def noise_stds(clip_norm: float, num_clients: int, releases: PrivateReleases | None) -> tuple[float, float]:
+    """``(nu_G, nu_S)``: the per-entry noise std each of the ``num_clients`` clients adds to its Gram triangle
+    and row sum (the central std over ``sqrt(num_clients)``; rows bounded by :func:`row_bound` of
+    ``clip_norm``); ``(0, 0)`` without ``epsilon``."""
+    if releases is None:
+        return 0.0, 0.0
+    c, share = row_bound(clip_norm), math.sqrt(num_clients)
+    nu_g = gram_sensitivity(c) * releases.multipliers["gram"] / share
+    nu_s = sum_sensitivity(c) * releases.multipliers["row-sum"] / share if "row-sum" in releases.multipliers else 0.0
+    return nu_g, nu_s

@@ -54,8 +54,6 @@ from __future__ import annotations
 
 import math
 
-from typing import Any, Mapping
-
 from . import analyze_gauss as ag
 from . import zcdp
 
@@ -116,27 +114,29 @@ def sensitivity(rank: int, num_rows: int, centred: bool = False) -> float:
     return (4.0 if centred else 2.0) * math.sqrt(rank) / num_rows
 
 
-def centred_releases(cfg: Mapping[str, Any], total_iterations: int) -> ag.PrivateReleases:
+def centred_releases(epsilon: float, delta: float, calibration: str, total_iterations: int) -> ag.PrivateReleases:
     """The mean (once) and the ``T`` products of a centred fedpower run with ``epsilon``, calibrated together
     (:func:`fl_strategies.privacy.analyze_gauss.calibrate`, the mean's share :data:`MEAN_SHARE`)."""
-    return ag.calibrate(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"],
+    return ag.calibrate(epsilon, delta, calibration,
                         {"mean": (MEAN_SHARE, 1), "products": (1.0 - MEAN_SHARE, total_iterations)})
 
 
-def client_noise_stds(cfg: Mapping[str, Any], total_iterations: int, num_rows: int) -> tuple[float, float]:
+def client_noise_stds(explicit_std: float, epsilon: float, delta: float, calibration: str, rank: int, center: bool,
+                      total_iterations: int, num_rows: int) -> tuple[float, float]:
     """``(nu, nu_mean)``: per-entry noise std of a client's products and of its row sum (0 when none is added).
 
-    ``noise-std`` when set; with ``epsilon`` Theorem 6's ``nu`` (:func:`noise_std`), or in a centred run the
-    multipliers of :func:`centred_releases` times the centred sensitivity and :data:`ROW_SUM_SENSITIVITY`.
+    ``explicit_std`` (``noise-std``) when set; with ``epsilon`` Theorem 6's ``nu`` (:func:`noise_std`) for
+    ``rank`` columns, or in a centred run the multipliers of :func:`centred_releases` times the centred
+    sensitivity and :data:`ROW_SUM_SENSITIVITY`.
     """
-    if cfg["noise-std"] > 0:
-        return float(cfg["noise-std"]), 0.0
-    if not cfg["epsilon"] > 0:
+    if explicit_std > 0:
+        return float(explicit_std), 0.0
+    if not epsilon > 0:
         return 0.0, 0.0
-    r = cfg["iteration-rank"]
-    if not cfg["center"]:
-        return noise_std(cfg["epsilon"], cfg["delta"], total_iterations, r, num_rows, cfg["dp-calibration"]), 0.0
-    releases = centred_releases(cfg, total_iterations)
+    r = rank
+    if not center:
+        return noise_std(epsilon, delta, total_iterations, r, num_rows, calibration), 0.0
+    releases = centred_releases(epsilon, delta, calibration, total_iterations)
     return (sensitivity(r, num_rows, centred=True) * releases.multipliers["products"],
             ROW_SUM_SENSITIVITY * releases.multipliers["mean"])
 

@@ -28,6 +28,9 @@
 
 Each client reports its source at discovery (``get_properties``), and every noisy run's rows carry it
 (``noise_source``), as does its log.
+
+:class:`ClientNoise` and :func:`run_noise_source` take the whole run configuration, not a strategy's settings:
+every client builds one (``noise-source`` is read only by the strategies with a privacy target).
 """
 
 from __future__ import annotations
@@ -35,20 +38,21 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from ..files.secret_files import create_secret_file, read_secret_file
 
-__all__ = ["NOISE_SOURCES", "SECRET_KEY", "ClientNoise", "KeyedNormal", "is_deployment", "resolve_source",
-           "read_or_create_secret", "run_noise_source"]
+__all__ = ["NOISE_SOURCES", "STREAM_NOISE", "SECRET_KEY", "ClientNoise", "KeyedNormal", "is_deployment",
+           "resolve_source", "read_or_create_secret", "run_noise_source"]
 
 NOISE_SOURCES = ("auto", "node-secret", "os", "seeded", "seeded-not-private")
+STREAM_NOISE = 2
+"""The seeded noise's stream tag: ``default_rng([seed, STREAM_NOISE, partition id, round])``."""
 SECRET_KEY = "noise-secret"
 """Node-config key naming the node-side file that holds the node's noise secret."""
 SECRET_BYTES = 32
-_STATE = "noise-secret"
 
 
 def is_deployment(node_config: Mapping[str, Any]) -> bool:
@@ -138,8 +142,10 @@ class ClientNoise:
     node_config : mapping
         The node's config (``data-path``, ``noise-secret``).
     partition_id : int
-    state : flwr RecordDict
-        The node state, which keeps the secret when the node config names no file.
+    stored_secret : callable
+        Where the node keeps its secret for the run when the node config names no file: called with a way to
+        draw a secret, it returns the one kept, keeping the fresh draw first when there is none
+        (:func:`fl_strategies.protocol.node_state.secret_in_state` keeps it in the node state).
     noisy : bool
         Whether the run adds noise (``seeded`` is refused on a SuperNode only then).
     stream : int
@@ -154,10 +160,10 @@ class ClientNoise:
         secret kept in a ``noise-secret`` file.
     """
 
-    def __init__(self, cfg: Mapping[str, Any], node_config: Mapping[str, Any], partition_id: int, state,
-                 noisy: bool, stream: int) -> None:
+    def __init__(self, cfg: Mapping[str, Any], node_config: Mapping[str, Any], partition_id: int,
+                 stored_secret: Callable[[Callable[[], bytes]], bytes], noisy: bool, stream: int) -> None:
         self.cfg, self.node_config, self.partition_id = cfg, node_config, partition_id
-        self.state, self.stream = state, stream
+        self.stored_secret, self.stream = stored_secret, stream
         self.source = resolve_source(cfg["noise-source"], node_config, noisy)
         self.persistent = self.source != "os" and (self.source != "node-secret" or SECRET_KEY in node_config)
         self._secret: bytes | None = None
@@ -167,11 +173,7 @@ class ClientNoise:
     def _load_secret(self) -> bytes:
         if SECRET_KEY in self.node_config:
             return read_or_create_secret(str(self.node_config[SECRET_KEY]))
-        from flwr.common import ConfigRecord
-
-        if _STATE not in self.state:
-            self.state[_STATE] = ConfigRecord({"secret": os.urandom(SECRET_BYTES).hex()})
-        return bytes.fromhex(str(self.state[_STATE]["secret"]))
+        return self.stored_secret(lambda: os.urandom(SECRET_BYTES))
 
     def properties(self) -> dict[str, Any]:
         """What the client reports at discovery: its source and whether its secret survives the run."""

@@ -19,6 +19,12 @@
   run it cannot continue; the ServerApp then raises :class:`RunFailed`.
 * **Checkpoints.** :meth:`FederatedStrategy.state_dict` /
   :meth:`FederatedStrategy.load_state_dict` (:mod:`fl_strategies.protocol.checkpoint`).
+
+Every strategy reads its settings from :attr:`FederatedStrategy.settings` (its class of
+:mod:`fl_strategies.settings.strategies`, built once here). The whole mapping ``cfg`` is kept for what handles
+every key, whether the strategy reads it or not: the participation model (which refuses straggler settings a
+strategy does not honour), the checks against the data shared with the validation, and the checkpoint (which
+compares the whole run config).
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from ..settings.config import ConfigError, check_against_data, row_sums_at_disco
 from ..files.data_files import FINGERPRINT
 from ..files.harness import on_nodes, widths_listed
 from ..settings.participation import Participation
-from ..settings.registry import spec
+from ..settings.registry import settings_for, spec
+from ..settings.strategies import PcaSettings
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
 from ..kernels.standardize import between_sum_of_squares, column_scale, constant_columns, pooled_mean, pooled_variance
 
@@ -119,6 +126,9 @@ class FederatedStrategy(Strategy):
 
     Attributes
     ----------
+    settings : fl_strategies.settings.strategies.Settings
+        The strategy's typed settings (:func:`fl_strategies.settings.registry.settings_for`); a key its class
+        does not declare is an ``AttributeError``.
     records : list of dict
         One row per round (round 0 is the initial estimate).
     iterates : fl_strategies.protocol.iterates.Iterates
@@ -152,12 +162,13 @@ class FederatedStrategy(Strategy):
                  wait_timeout: float = 600.0) -> None:
         super().__init__()
         self.cfg = cfg
-        self.d, self.r, self.k = dimension, cfg["iteration-rank"], cfg["rank"]
-        self.m = cfg["num-clients"]
+        self.settings = settings = settings_for(cfg)
+        self.d, self.r, self.k = dimension, settings.iteration_rank, settings.rank
+        self.m = settings.num_clients
         self.reference = reference
         self.wait_timeout = wait_timeout
-        self.timeout = cfg["round-timeout"] or None
-        self.stop_tol = cfg["stop-tol"]
+        self.timeout = settings.round_timeout or None
+        self.stop_tol = settings.stop_tol
         self.records: list[dict] = []
         self.iterates = []
         self.proxies: dict[int, ClientProxy] = {}
@@ -180,10 +191,10 @@ class FederatedStrategy(Strategy):
         self._pending: dict[str, Any] = {}
         self._held: tuple[dict, np.ndarray] | None = None
         self._last_objective: float | None = None
-        self.spec = spec(cfg["strategy"])
+        self.spec = spec(settings.strategy)
         self.resumable = self.spec.checkpoints
         self.participation = Participation(cfg, self.spec.sampling)
-        self.participation.check_support(self.spec.stragglers, cfg["strategy"])
+        self.participation.check_support(self.spec.stragglers, settings.strategy)
 
     ITERATES_KEPT: int | None = 2
     """How many of the newest estimates the server keeps besides ``Z_0``: the newest and the one before (a row's
@@ -216,6 +227,12 @@ class FederatedStrategy(Strategy):
         through SecAgg+ with the round's other sums (:func:`fl_strategies.settings.config.row_sums_at_discovery`)."""
         return row_sums_at_discovery(self.cfg)
 
+    @property
+    def scales_columns(self) -> bool:
+        """Whether the columns are scaled by their pooled standard deviations (``scale``, a PCA model's setting;
+        the others never scale)."""
+        return isinstance(self.settings, PcaSettings) and self.settings.scale
+
     # -- set-up -------------------------------------------------------------------------------------
     WAIT_LOG_EVERY = 10.0
     """Seconds between two "waiting for N nodes, M connected" lines while the server waits for its nodes."""
@@ -237,7 +254,7 @@ class FederatedStrategy(Strategy):
                 next_log = now + self.WAIT_LOG_EVERY
             time.sleep(0.2)
         proxies = sorted(client_manager.all().values(), key=lambda p: p.cid)
-        if self.cfg.get("discovery", "ask") == "engine":
+        if self.settings.discovery == "engine":
             answers = self._from_directory(proxies, deadline)
         else:
             answers = self._ask(proxies)
@@ -248,7 +265,7 @@ class FederatedStrategy(Strategy):
             sizes, row_sums = self._sizes_and_sums(self._row_sums)
             self.mean = pooled_mean(sizes, row_sums)
             log.info("center = true: the mean of %d rows, from the clients' row sums", sum(sizes))
-        if self.cfg.get("scale"):  # and the columns' spread from their sums of squares (needs center)
+        if self.scales_columns:  # and the columns' spread from their sums of squares (needs center)
             _, sq_sums = self._sizes_and_sums(self._col_sq_sums)
             variance = pooled_variance(sizes, row_sums, sq_sums, self.mean)
             self.scale = column_scale(variance, self.mean, sum(sizes))
@@ -335,7 +352,7 @@ class FederatedStrategy(Strategy):
         if isinstance(info, str):
             return info
         wanted = [("row-sum", "center = true", self._row_sums)]
-        if self.cfg.get("scale"):
+        if self.scales_columns:
             wanted.append(("col-sq-sum", "scale = true", self._col_sq_sums))
         found = []
         for key, why, _ in wanted:
@@ -457,7 +474,7 @@ class FederatedStrategy(Strategy):
         the ServerApp raises :class:`RunFailed` with ``reason`` (logged here at ERROR).
         """
         self.failure, self.stopped = reason, True
-        log.error("%s: %s", self.cfg["strategy"], reason)
+        log.error("%s: %s", self.settings.strategy, reason)
 
     def progress_problem(self) -> str | None:
         """Why the run produced no result, or ``None``: called once after the last round.

@@ -3,7 +3,8 @@
 With ``checkpoint-dir = DIR`` the server (:class:`~fl_strategies.protocol.server_loop.StoppingServer`)
 writes ``DIR/checkpoint.npz`` after every round: the round number, the current
 global parameters, the strategy's state (``strategy.state_dict()``: its results
-rows, estimates and stopping-rule state) and the run config. The file is
+rows, estimates and stopping-rule state) and the run config (the whole mapping, not the strategy's settings:
+a resume compares every key). The file is
 replaced atomically (written to a temporary file, then renamed), so a kill at
 any moment leaves the previous or the new checkpoint, never a torn one. It holds
 only arrays and one JSON document (``numpy.load(..., allow_pickle=False)``):
@@ -24,8 +25,11 @@ and the data it had (the fingerprint its node reported at discovery,
 :meth:`fl_strategies.protocol.base.FederatedStrategy.load_state_dict`), restores the
 strategy's state and goes on with the round after the checkpoint. "The same run
 config" means every key but those declared ``harmless_on_resume``
-(:data:`SAME_KEYS_EXEMPT`). Its ``rounds.csv`` is appended to
-(:class:`server_app.results.ResultsWriter` with ``keep``): rows of rounds the
+(:data:`SAME_KEYS_EXEMPT`); a key the checkpointed run's config lacks (it was added since) counts as the same
+when its value now is the one declared to reproduce the runs before it (``absent_means`` of its
+:class:`~fl_strategies.settings.config.Key`), so a new key with a harmless default does not orphan old
+checkpoints. Its ``rounds.csv`` is appended to (:class:`server_app.results.ResultsWriter` with ``keep``): rows
+of rounds the
 checkpoint does not cover (the round in flight at the crash) are written again.
 All randomness derives from ``(seed, stream, round, partition)``, so the
 resumed run ends with the same rows (except ``wall_time``) and the same estimate
@@ -60,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from ..settings.config import RESUME_HARMLESS, ConfigError, writable_directory
+from ..settings.config import KEYS, RESUME_HARMLESS, ConfigError, writable_directory
 from .replies import check_orthonormal
 
 __all__ = ["CHECKPOINT_FILE", "NOT_RESUMABLE", "SAME_KEYS_EXEMPT", "Checkpoint", "checkpoint_for"]
@@ -118,6 +122,21 @@ def _decode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
 
 def _comparable(cfg: dict) -> dict:
     return {k: v for k, v in cfg.items() if k not in SAME_KEYS_EXEMPT}
+
+
+def _added_as_before(saved: dict, now: dict) -> set[str]:
+    """The keys ``saved`` lacks whose value ``now`` is the declared ``absent_means``: the run config of the
+    checkpointed run, written before the key existed, behaves as this value."""
+    return {k for k in set(now) - set(saved)
+            if k in KEYS and KEYS[k].absent_means is not None and now[k] == KEYS[k].absent_means}
+
+
+def _shown(k: str, saved: dict, now: dict) -> str:
+    """``key = saved there, now here`` for one difference; a key the checkpoint lacks says what it stood for."""
+    if k in saved or k not in KEYS or KEYS[k].absent_means is None:
+        return f"{k} = {saved.get(k)!r} there, {now.get(k)!r} here"
+    return (f"{k} absent there (added since: the runs before it are {k} = {KEYS[k].absent_means!r}), "
+            f"{now.get(k)!r} here")
 
 
 class Checkpoint:
@@ -179,9 +198,10 @@ class Checkpoint:
         if not isinstance(saved, dict):
             raise self._refuse("holds no run config")
         saved = _comparable(saved)  # a key declared harmless after the checkpoint was written
-        differ = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+        same = _added_as_before(saved, now)
+        differ = sorted(k for k in set(saved) | set(now) if k not in same and saved.get(k) != now.get(k))
         if differ:
-            shown = "; ".join(f"{k} = {saved.get(k)!r} there, {now.get(k)!r} here" for k in differ[:5])
+            shown = "; ".join(_shown(k, saved, now) for k in differ[:5])
             raise ConfigError(f"resume = true: the checkpoint {self.path} was written by a run with another run "
                               f"config ({shown}); only {', '.join(SAME_KEYS_EXEMPT)} may change")
         try:

@@ -12,10 +12,11 @@ Relations that need the data (a rank above the dimension, more clients than
 rows) are checked by :func:`check_against_data` as soon as the data are known,
 still before round 1.
 
-Which strategies read each key is declared once, in :data:`KEYS` (``Key.strategies``; none = every strategy).
-At the start of a run :func:`check_unread_keys` names, in one line, the keys set to a non-default value that
-the strategy does not read (refused under ``strict = true``), and refuses two keys that set one thing
-(:data:`SHADOWING`); pairs decidable without the defaults are refused by the validation itself.
+Which strategies read each key is derived from their settings classes (:mod:`fl_strategies.settings.strategies`,
+:func:`fl_strategies.settings.registry.readers`). At the start of a run :func:`check_unread_keys` names, in one
+line, the keys set to a non-default value that the strategy does not read (refused under ``strict = true``), and
+refuses two keys that set one thing (:data:`SHADOWING`); pairs decidable without the defaults are refused by the
+validation itself.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ from ..files.data_files import is_data_file
 from .errors import ConfigError
 from ..files.harness import folder_partitions
 from ..privacy.dp_sensitivity import SENSITIVITIES
+from ..privacy.dp_power_noise import privacy_plan
 from ..privacy.noise import NOISE_SOURCES
 from ..privacy.accounting import AccountantUnavailable, unmeasurable
 from ..privacy.fedpower_dp import achieved_epsilon, centred_releases, epsilon_spent, noise_multiplier
 from ..privacy.zcdp import CALIBRATIONS, calibrate
 from ..privacy.analyze_gauss import covariance_releases
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
-from .registry import PROMISE_KEYS, STRATEGY_NAMES, spec
+from .registry import PROMISE_KEYS, STRATEGY_NAMES, read_keys, readers, spec
 from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
@@ -60,25 +62,16 @@ class Key:
     harmless_on_resume: bool = False
     """May differ between a checkpointed run and its resumption: it changes neither the estimate nor the privacy
     guarantee (where results go, how long to wait). Every other key must be the same (:data:`RESUME_HARMLESS`)."""
-    strategies: tuple[str, ...] = ()
-    """The strategies that read this key; ``()`` = every strategy (a common key). A key set to a non-default
-    value for a strategy outside this tuple is named by :func:`unread_keys` (refused with ``strict = true``)."""
+    absent_means: Any = None
+    """For a key added after checkpoints were written: the value that reproduces what a run did before the key
+    existed. A checkpoint whose saved run config lacks the key resumes when the key's value now equals it (and
+    is refused, naming the key, otherwise); ``None``: a saved config without the key is a difference."""
 
 
-def _key(name, kind, doc, check=None, allowed="", choices=(), harmless_on_resume=False, strategies=()):
-    unknown = [s for s in strategies if s not in STRATEGY_NAMES]
-    if unknown:  # a misspelt name would silently make the key unread by every strategy
-        raise AssertionError(f"key {name!r} declares unknown strategies {unknown}")
-    return Key(name, kind, doc, check, allowed, tuple(choices), harmless_on_resume, tuple(strategies))
-
-
-# Who reads which key (Key.strategies); the settings a strategy fixes (registry ``fixed``) are not read by it.
-_POWER = ("fedpower", "power", "ssi", "localpower")
-_PCA = _POWER + ("faps", "covariance")  # registry ``pca``: they write a PCA model
-_NOISY = ("fedpower", "covariance", "dp-power")  # registry ``noise``
-_ERM = ("fedlrgd", "fedave")
-_MF = ("fedmf", "mf-altgd", "mf-simgd")
-_STRAGGLERS = _POWER + ("faps", "dp-power") + _ERM  # registry ``stragglers`` other than "none"
+def _key(name, kind, doc, check=None, allowed="", choices=(), harmless_on_resume=False, absent_means=None):
+    if absent_means is not None and type(absent_means) is not kind:
+        raise AssertionError(f"key {name!r}: absent_means {absent_means!r} is not a {kind.__name__}")
+    return Key(name, kind, doc, check, allowed, tuple(choices), harmless_on_resume, absent_means)
 
 
 PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.data.partitioners
@@ -101,34 +94,30 @@ KEYS: dict[str, Key] = {
              lambda v: v > 0, "a number > 0"),
         _key("num-clients", int, "m, the number of clients (partitions)", lambda v: v >= 1, "an integer >= 1"),
         _key("clients-per-round", int, "K, clients sampled per round (FedPower: with replacement, see sampling); 0 "
-             "or num-clients = full participation without sampling", lambda v: v >= 0, "an integer in [0, num-clients]",
-             strategies=("fedpower",)),
-        _key("rank", int, "k, the target rank", lambda v: v >= 1, "an integer >= 1",
-             strategies=_PCA + ("dp-power",) + _MF),
+             "or num-clients = full participation without sampling", lambda v: v >= 0, "an integer in [0, num-clients]"),
+        _key("rank", int, "k, the target rank", lambda v: v >= 1, "an integer >= 1"),
         _key("iteration-rank", int, "r >= k, columns iterated (0 = rank)", lambda v: v >= 0,
-             "0 or an integer >= rank", strategies=("fedpower", "power", "covariance", "dp-power")),
+             "0 or an integer >= rank"),
         _key("num-server-rounds", int, "communication rounds (the maximum, with stop-tol; used when "
-             "total-iterations is 0)", lambda v: v >= 1, "an integer in [1, 1000000]",
-             strategies=_POWER + ("faps", "dp-power", "fedave") + _MF),
+             "total-iterations is 0)", lambda v: v >= 1, "an integer in [1, 1000000]"),
         _key("total-iterations", int, "T, local iterations in total; > 0 fixes the schedule and the number of "
-             "rounds, 0 derives T from num-server-rounds", lambda v: v >= 0, "an integer in [0, 1000000] (and T <= 1000000)",
-             strategies=("fedpower",)),
+             "rounds, 0 derives T from num-server-rounds", lambda v: v >= 0, "an integer in [0, 1000000] (and T <= 1000000)"),
         _key("local-steps", int, "p, local iterations between communications", lambda v: v >= 1,
-             "an integer >= 1", strategies=("fedpower", "localpower", "fedave")),
+             "an integer >= 1"),
         _key("schedule", str, "fixed: p every round; decayed: p, p-1, ..., 1, 1, ...; halving: p, p//2, ..., 1, 1, ...",
-             choices=SCHEDULES, strategies=("fedpower",)),
+             choices=SCHEDULES),
         _key("alignment", str, "opt: Orthogonal Procrustes alignment before averaging; none: plain average",
-             choices=("opt", "none"), strategies=("fedpower",)),
+             choices=("opt", "none")),
         _key("epsilon", float, "privacy target epsilon; 0 = no noise", lambda v: v >= 0 and math.isfinite(v),
-             "a finite number >= 0 (0 = no noise)", strategies=_NOISY),
-        _key("delta", float, "privacy target delta", lambda v: 0 < v < 1, "a number in (0, 1)", strategies=_NOISY),
+             "a finite number >= 0 (0 = no noise)"),
+        _key("delta", float, "privacy target delta", lambda v: 0 < v < 1, "a number in (0, 1)"),
         _key("noise-std", float, "explicit noise standard deviation nu; overrides the calibration (0 = off)",
-             lambda v: v >= 0 and math.isfinite(v), "a finite number >= 0", strategies=("fedpower",)),
+             lambda v: v >= 0 and math.isfinite(v), "a finite number >= 0"),
         _key("noise-source", str, "auto: node-secret on a SuperNode (node config with data-path), seeded in a "
              "simulation; node-secret: from a secret the node draws once from OS entropy and keeps (node-config "
              "noise-secret file, else node state), private and the same when a round is repeated; os: fresh OS "
              "entropy (private; no resume); seeded: reproducible from seed, known to the server, refused on a "
-             "SuperNode; seeded-not-private: seeded, also on a SuperNode", choices=NOISE_SOURCES, strategies=_NOISY),
+             "SuperNode; seeded-not-private: seeded, also on a SuperNode", choices=NOISE_SOURCES),
         _key("seed", int, "run seed: initialisation, sampling and seeded noise derive from it", allowed="an integer >= 0"),
         _key("data-seed", int, "seed of the synthetic data and of the partition", allowed="an integer >= 0"),
         _key("num-samples", int, "rows of a generated data set (m for the FAPS generators; 0 = 10000); for digits "
@@ -137,11 +126,10 @@ KEYS: dict[str, Key] = {
         _key("dimension", int, "d of a generated data set (0 = 50); for files and bundled sets 0 or their width",
              lambda v: v >= 0, "an integer >= 0"),
         _key("row-normalize", bool,
-             "scale every row to unit L2 norm on its node (never done unless set; required by epsilon / noise-std)",
-             strategies=_PCA + ("dp-power",)),
+             "scale every row to unit L2 norm on its node (never done unless set; required by epsilon / noise-std)"),
         _key("clip-norm", float, "c > 0: rows longer than c are scaled down to L2 norm c on their node, others kept "
              "(the privacy bound for data already bounded; with epsilon: covariance only); 0 = off; the model "
-             "records it and transform applies it", lambda v: v >= 0, "a finite number >= 0", strategies=_PCA),
+             "records it and transform applies it", lambda v: v >= 0, "a finite number >= 0", absent_means=0.0),
         _key("results-dir", str, "directory where the server writes rounds.csv and estimate.npy (and pca.npz) "
              "('' = none); one that already holds any of them is refused unless overwrite or resume is true",
              allowed="string (a writable directory)", harmless_on_resume=True),
@@ -151,151 +139,144 @@ KEYS: dict[str, Key] = {
         _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
              lambda v: v >= 0, "a number >= 0", harmless_on_resume=True),
         _key("stop-tol", float, "stopping rule (27) of the FAPS paper: stop when the objective's relative "
-             "change is at most this (0 = run all rounds)", lambda v: 0 <= v < 1, "a number in [0, 1)",
-             strategies=_POWER + ("faps",)),
+             "change is at most this (0 = run all rounds)", lambda v: 0 <= v < 1, "a number in [0, 1)"),
         _key("inner-solver", str, "FAPS local subproblem: ssi (subspace iterations) or exact (eigh)",
-             choices=("ssi", "exact"), strategies=("faps",)),
+             choices=("ssi", "exact")),
         _key("inner-tol", float, "FAPS inner rule (26): stop when the basis changes by at most inner-tol (relative Frobenius norm)",
-             lambda v: v >= 0, "a number >= 0", strategies=("faps",)),
+             lambda v: v >= 0, "a number >= 0"),
         _key("inner-steps", int, "FAPS: a fixed number of inner iterations (0 = use inner-tol)",
-             lambda v: v >= 0, "an integer >= 0", strategies=("faps",)),
+             lambda v: v >= 0, "an integer >= 0"),
         _key("inner-min-steps", int, "FAPS: inner iterations before the inner-tol rule may stop (the paper: 1)",
-             lambda v: v >= 1, "an integer >= 1", strategies=("faps",)),
+             lambda v: v >= 1, "an integer >= 1"),
         _key("inner-max-steps", int, "FAPS: cap on inner iterations under the inner-tol rule",
-             lambda v: v >= 1, "an integer >= 1", strategies=("faps",)),
-        _key("penalty-init", float, "FAPS: beta_0 = penalty-init times the squared spectral norm of the client's data", lambda v: v > 0, "a number > 0",
-             strategies=("faps",)),
+             lambda v: v >= 1, "an integer >= 1"),
+        _key("penalty-init", float, "FAPS: beta_0 = penalty-init times the squared spectral norm of the client's data", lambda v: v > 0, "a number > 0"),
         _key("penalty-theta", float, "FAPS rule (25): beta grows by the factor 1 + theta", lambda v: v >= 0,
-             "a number >= 0", strategies=("faps",)),
+             "a number >= 0"),
         _key("penalty-mu", float, "FAPS rule (25): required relative decrease of d_i over 5 rounds",
-             lambda v: v >= 0, "a number >= 0", strategies=("faps",)),
+             lambda v: v >= 0, "a number >= 0"),
         _key("xi", float, "faps-geometric data: singular values xi^(1-i)", lambda v: v > 1, "a number > 1"),
         _key("kappa", float, "faps-arithmetic data: singular values from 1 down to 1/kappa", lambda v: v > 1,
              "a number > 1"),
         _key("loss", str, "FedLRGD/FedAve: logistic (the paper's soft-label l2-regularised cross-entropy) or "
              "ridge (1/2 (theta^T x - y)^2, no intercept); both add (l2/2) times the squared norm of theta",
-             choices=("logistic", "ridge"), strategies=_ERM),
+             choices=("logistic", "ridge")),
         _key("l2", float, "FedLRGD/FedAve: mu, the l2 regularisation (strong-convexity) constant of the loss",
-             lambda v: v > 0, "a number > 0", strategies=_ERM),
+             lambda v: v > 0, "a number > 0"),
         _key("server-samples", int, "FedLRGD/FedAve: r, the server's own samples (the first r rows of the data); "
-             "FedLRGD's rank and number of communication rounds", lambda v: v >= 1, "an integer >= 1",
-             strategies=_ERM),
+             "FedLRGD's rank and number of communication rounds", lambda v: v >= 1, "an integer >= 1"),
         _key("gd-iterations", int, "FedLRGD: S, inexact gradient-descent steps at the server after the r rounds",
-             lambda v: 0 <= v <= 10_000_000, "an integer in [0, 10000000]", strategies=("fedlrgd",)),
+             lambda v: 0 <= v <= 10_000_000, "an integer in [0, 10000000]"),
         _key("g-inverse", str, "FedLRGD: inv (the literal inverse of each G) or pinv (truncated pseudo-inverse "
-             "with cut-off pinv-rcond, for ill-conditioned G)", choices=("inv", "pinv"), strategies=("fedlrgd",)),
+             "with cut-off pinv-rcond, for ill-conditioned G)", choices=("inv", "pinv")),
         _key("pinv-rcond", float, "FedLRGD: relative singular-value cut-off of the pinv mode",
-             lambda v: 0 < v < 1, "a number in (0, 1)", strategies=("fedlrgd",)),
+             lambda v: 0 < v < 1, "a number in (0, 1)"),
         _key("comm-ratio", float, "FedLRGD/FedAve: phi, time to send one R^p vector over time for one gradient "
-             "(Definition 1 of the oracle complexity Gamma)", lambda v: v >= 0, "a number >= 0", strategies=_ERM),
+             "(Definition 1 of the oracle complexity Gamma)", lambda v: v >= 0, "a number >= 0"),
         _key("frac-active", float, "FedAve: tau, fraction of clients sampled without replacement each epoch",
-             lambda v: 0 < v <= 1, "a number in (0, 1]", strategies=("fedave",)),
+             lambda v: 0 < v <= 1, "a number in (0, 1]"),
         _key("step-schedule", str, "FedAve step sizes: clipped min(step-max, 4/(mu(kb+1))) (tuned), "
              "theory-shifted 4/(mu((k+T0)b+1)) (safe) or const step-max; b = local-steps",
-             choices=("clipped", "theory-shifted", "const"), strategies=("fedave",)),
+             choices=("clipped", "theory-shifted", "const")),
         _key("step-max", float, "FedAve: the largest (clipped) or constant (const) step size",
-             lambda v: v > 0, "a number > 0", strategies=("fedave",)),
+             lambda v: v > 0, "a number > 0"),
         _key("server-as-client", bool, "FedAve: the server runs local SGD on its r samples as an always-active "
-             "pseudo-client (weight r), so that FedAve minimises the same F as FedLRGD", strategies=("fedave",)),
+             "pseudo-client (weight r), so that FedAve minimises the same F as FedLRGD"),
         _key("power-steps", int, "fedmf: alpha, power iterations of the initialisation of V (alpha + 1 "
-             "communications)", lambda v: 0 <= v <= 10, "an integer in [0, 10]", strategies=("fedmf",)),
+             "communications)", lambda v: 0 <= v <= 10, "an integer in [0, 10]"),
         _key("num-sketches", int, "fedmf: m, Gaussian sketches drawn in round 1; the one of least condition number "
-             "is kept", lambda v: 1 <= v <= 1000, "an integer in [1, 1000]", strategies=("fedmf",)),
+             "is kept", lambda v: 1 <= v <= 1000, "an integer in [1, 1000]"),
         _key("local-iterations", int, "fedmf: T, local gradient steps on U with V fixed",
-             lambda v: 0 <= v <= 100_000, "an integer in [0, 100000]", strategies=("fedmf",)),
+             lambda v: 0 <= v <= 100_000, "an integer in [0, 100000]"),
         _key("momentum", str, "fedmf local GD: none, nesterov (beta_k = k/(k+3), the paper's experiments) or "
              "nesterov-sc (constant (kappa-1)/(kappa+1), Theorem 1's accelerated rate)",
-             choices=("none", "nesterov", "nesterov-sc"), strategies=("fedmf",)),
+             choices=("none", "nesterov", "nesterov-sc")),
         _key("u-solver", str, "fedmf: gd (local GD on U), exact (closed form S V (V^T V)^+) or orth (the server "
-             "orthonormalises V, then GD with step 1)", choices=("gd", "exact", "orth"), strategies=("fedmf",)),
+             "orthonormalises V, then GD with step 1)", choices=("gd", "exact", "orth")),
         _key("mf-noise", float, "mf-synthetic data: std of the added Gaussian noise; mf-step data: the singular "
              "values after the first rank", lambda v: v >= 0, "a finite number >= 0"),
         _key("target-log-excess", float, "mf-altgd and mf-simgd: stop once log10(F - eps_min) is at most this "
-             "(num-server-rounds caps the iterations)", allowed="a finite number",
-             strategies=("mf-altgd", "mf-simgd")),
+             "(num-server-rounds caps the iterations)", allowed="a finite number"),
         _key("dp-sensitivity", str, "dp-power: Delta_l of each noisy product: row-norm (the paper's max row norm of "
              "X, relation (12)), max-entry (Hardt & Price, sqrt(p) max |X_ij|) or one (runtime-independent; also "
-             "valid for adding or removing one unit-norm row)", choices=SENSITIVITIES, strategies=("dp-power",)),
+             "valid for adding or removing one unit-norm row)", choices=SENSITIVITIES),
         _key("dp-channel", str, "dp-power: how the clients' noisy products reach the server: secagg (Flower's "
              "SecAgg+, each client adds noise sigma/sqrt(s)), plaintext (same noise, summed in the clear: a test "
              "mode, private only with one client) or public (each client adds the full central noise, no SecAgg)",
-             choices=("secagg", "plaintext", "public"), strategies=("dp-power",)),
+             choices=("secagg", "plaintext", "public")),
         _key("dp-calibration", str, "fedpower, dp-power, covariance: the noise for the target (epsilon, delta): paper "
              "(fedpower: Theorem 6; dp-power: sigma = sqrt(4 L ln(1/delta))/epsilon), tight (exact zCDP "
              "conversion, less noise), pld or rdp (the smallest noise that dp-accounting's privacy-loss-"
              "distribution or Renyi accountant certifies over the run's releases; needs the privacy extra); "
-             "epsilon_spent is by the same accountant", choices=CALIBRATIONS, strategies=_NOISY),
+             "epsilon_spent is by the same accountant", choices=CALIBRATIONS),
         _key("secure-aggregation", str, "covariance: send each client's Gram matrix (and row sum, with center) "
              "through Flower's SecAgg+, so that the server learns only the sums: auto (= true whenever epsilon is "
              "set and there are >= 2 clients), true or false (dp-power: see dp-channel)",
-             choices=("auto", "true", "false"), strategies=("covariance",)),
+             choices=("auto", "true", "false")),
         _key("secagg-clip", float, "dp-power, covariance with SecAgg+: clipping range C of each uploaded entry (quantisation step "
              "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data",
-             lambda v: v >= 0, "a finite number >= 0", strategies=("covariance", "dp-power")),
+             lambda v: v >= 0, "a finite number >= 0"),
         _key("secagg-num-shares", int, "dp-power, covariance with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
              "else the odd number near 2 log2(s) + 1); the reconstruction threshold is half of them, plus one",
-             lambda v: v == 0 or v >= 3, "0 or an integer >= 3", strategies=("covariance", "dp-power")),
+             lambda v: v == 0 or v >= 3, "0 or an integer >= 3"),
         # participation and stragglers (fl_strategies.settings.participation)
         _key("sampling", str, "FedPower, FedAve: how the clients of a round are drawn: auto (the strategy's own "
-             "rule: FedPower with, FedAve without replacement), with-replacement or without-replacement", choices=SAMPLING,
-             strategies=_POWER + ("fedave",)),
+             "rule: FedPower with, FedAve without replacement), with-replacement or without-replacement", choices=SAMPLING),
         _key("latency-model", str, "virtual compute time per local work unit: none, shifted-exp (latency-shift + "
              "latency-scale Exp(1), the FedLRGD paper's model) or pareto (latency-shift + latency-scale "
-             "Lomax(latency-tail))", choices=LATENCY_MODELS, strategies=_STRAGGLERS),
+             "Lomax(latency-tail))", choices=LATENCY_MODELS),
         _key("latency-shift", float, "deterministic part of one work unit's virtual compute time",
-             lambda v: v >= 0, "a number >= 0", strategies=_STRAGGLERS),
+             lambda v: v >= 0, "a number >= 0"),
         _key("latency-scale", float, "scale of the random part of one work unit's virtual compute time",
-             lambda v: v >= 0, "a number >= 0", strategies=_STRAGGLERS),
+             lambda v: v >= 0, "a number >= 0"),
         _key("latency-tail", float, "pareto: the tail index alpha (smaller = heavier; infinite variance below 2)",
-             lambda v: v > 0, "a number > 0", strategies=_STRAGGLERS),
+             lambda v: v > 0, "a number > 0"),
         _key("latency-upload", float, "mean of the exponential virtual upload time (0 = instantaneous)",
-             lambda v: v >= 0, "a number >= 0", strategies=_STRAGGLERS),
+             lambda v: v >= 0, "a number >= 0"),
         _key("slow-fraction", float, "fraction of slow devices (drawn once per partition from the seed)",
-             lambda v: 0 <= v <= 1, "a number in [0, 1]", strategies=_STRAGGLERS),
+             lambda v: 0 <= v <= 1, "a number in [0, 1]"),
         _key("slow-factor", float, "a slow device's latency is multiplied by this", lambda v: v >= 1,
-             "a number >= 1", strategies=_STRAGGLERS),
+             "a number >= 1"),
         _key("dropout", float, "probability that a client drops out of a round (reported as a failure)",
-             lambda v: 0 <= v < 1, "a number in [0, 1)", strategies=_STRAGGLERS),
+             lambda v: 0 <= v < 1, "a number in [0, 1)"),
         _key("round-policy", str, "when the server closes a round in virtual time: all (every reply), first-k "
              "(the first-k earliest replies) or deadline (the replies by deadline); round_time in the results",
-             choices=ROUND_POLICIES, strategies=_STRAGGLERS),
+             choices=ROUND_POLICIES),
         _key("first-k", int, "round-policy first-k: replies kept per round (0 with the other policies)",
-             lambda v: v >= 0, "an integer in [1, num-clients] with round-policy first-k, else 0",
-             strategies=_STRAGGLERS),
+             lambda v: v >= 0, "an integer in [1, num-clients] with round-policy first-k, else 0"),
         _key("deadline", float, "round-policy deadline: virtual time at which the round closes (0 with the other "
              "policies; independent of the real round-timeout)", lambda v: v >= 0,
-             "a number > 0 with round-policy deadline, else 0", strategies=_STRAGGLERS),
+             "a number > 0 with round-policy deadline, else 0"),
         _key("checkpoint-dir", str, "directory where the server saves its state after every round, for resume "
              "('' = no checkpoints; fedpower, power, ssi and localpower only)",
-             allowed="string (a writable directory)", harmless_on_resume=True, strategies=_POWER),
+             allowed="string (a writable directory)", harmless_on_resume=True),
         _key("resume", bool, "continue the run checkpointed in checkpoint-dir (same run config) and append to "
-             "its rounds.csv", harmless_on_resume=True, strategies=_POWER),
+             "its rounds.csv", harmless_on_resume=True),
         _key("evaluation", str, "what the server measures each estimate against: auto (the exact reference when "
              "a simulation harness builds the run's data set, none for dataset = \"nodes\"), reference (required: "
              "an error when no harness builds the data) or none (no reference; nothing is computed from pooled data)",
              choices=("auto", "reference", "none")),
         _key("server-data", str, "FedLRGD/FedAve: a .npy/.csv file on the server with its own samples (label in "
              "the last column; the first server-samples rows are used); '' = the simulation harness's first "
-             "server-samples rows of the data set", allowed="a string ('' or a .npy/.csv path)", strategies=_ERM),
+             "server-samples rows of the data set", allowed="a string ('' or a .npy/.csv path)"),
         _key("mf-sigma-1", float, "mf-altgd/mf-simgd: sigma_1 of the pooled matrix, for the step sizes (0 = from "
-             "the simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0",
-             strategies=("mf-altgd", "mf-simgd")),
+             "the simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
-             "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0", strategies=("mf-simgd",)),
+             "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
              "and counts before round 1; covariance with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
              "its dp-channel), with noise under epsilon; fedpower with epsilon: each client's row sum with its own noise), "
-             "as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X", strategies=_PCA + ("dp-power",)),
+             "as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X", absent_means=False),
         _key("scale", bool, "PCA: also divide every column by its pooled standard deviation (population, from "
              "per-client sums of squares exchanged once before round 1; constant columns keep scale 1), as "
-             "scikit-learn's StandardScaler then PCA; needs center = true", strategies=_PCA),
+             "scikit-learn's StandardScaler then PCA; needs center = true", absent_means=False),
         _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
              "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
              "width and center / scale settings must be the run's; '' = a random start",
-             allowed="a string ('' or a pca.npz path)", strategies=_POWER + ("faps",)),
+             allowed="a string ('' or a pca.npz path)", absent_means=""),
         _key("variance-target", float, "PCA: keep the smallest number of components (<= iteration-rank) whose "
              "explained-variance ratio reaches this fraction, as scikit-learn's fractional n_components; 0 = rank",
-             lambda v: 0 <= v < 1, "a number in [0, 1)", strategies=_PCA),
+             lambda v: 0 <= v < 1, "a number in [0, 1)", absent_means=0.0),
         _key("discovery", str, "how the server learns each node's partition id and row count before round 1: ask "
              "(a get_properties message to every node; deployment) or engine (from the in-process or Ray engine "
              "that created the nodes, and the data generator: nothing is sent, for large populations)",
@@ -329,7 +310,7 @@ def keys_markdown(defaults: Mapping[str, Any]) -> str:
         shown = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value
         allowed = ", ".join(key.choices) if key.choices else (key.allowed or kinds[key.kind])
         doc = key.doc + (" (may change on resume)" if key.harmless_on_resume else "")
-        doc += f"; read by {', '.join(key.strategies)}" if key.strategies else ""
+        doc += f"; read by {', '.join(readers(key.name))}" if readers(key.name) else ""
         lines.append(f"| `{key.name}` | {shown} | {allowed} | {doc} |")
     return "\n".join(lines) + "\n"
 
@@ -546,11 +527,12 @@ def unread_keys(cfg: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[str
     Returns
     -------
     list of str
-        In the order of :data:`KEYS`: each key whose ``strategies`` excludes ``cfg["strategy"]``, and each key
+        In the order of :data:`KEYS`: each key the strategy does not read
+        (:func:`fl_strategies.settings.registry.read_keys`: its settings class, less the keys it fixes), and each key
         a mode of the strategy (:data:`MODES`) leaves unread.
     """
     strategy = cfg["strategy"]
-    unread = {name for name, key in KEYS.items() if key.strategies and strategy not in key.strategies}
+    unread = set(KEYS) - read_keys(strategy)
     for owner, _, active, keys in MODES:
         if owner == strategy and active(cfg):
             unread.update(keys)
@@ -725,7 +707,7 @@ def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
     _check_measurable(cfg, sigma_g, T)
     if cfg["center"]:  # the mean and the T steps, calibrated together
         try:
-            centred_releases(cfg, T)
+            centred_releases(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], T)
         except (ValueError, ArithmeticError) as ex:
             raise ConfigError(f"epsilon = {cfg['epsilon']!r} with center = true: {ex}") from None
 
@@ -762,7 +744,7 @@ def _check_covariance(cfg: dict[str, Any]) -> None:
     """covariance: a target the Analyze Gauss calibration meets; SecAgg+ whenever noise meets more than one client."""
     if cfg["epsilon"] > 0:
         try:
-            covariance_releases(cfg)
+            covariance_releases(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], cfg["center"])
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:
@@ -792,9 +774,8 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
                               "(sensitivity 2 each)")
     if cfg["epsilon"] > 0:
         try:
-            from ..protocol.strategies.dp_power import privacy_plan
-
-            c, _ = privacy_plan(cfg)
+            c, _ = privacy_plan(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], cfg["num-server-rounds"],
+                                cfg["center"])
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:

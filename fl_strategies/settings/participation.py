@@ -60,6 +60,9 @@ every client every round, so the latency model may only report the round time;
 ``dropout`` and a ``round-policy`` other than ``all`` are refused with a
 ``ConfigError`` before round 1 rather than aggregating a biased sum), ``none``
 (the fedmf family: no straggler setting at all).
+
+It reads the whole run configuration (not a strategy's settings), as the validation does: refusing the
+straggler settings a strategy does not honour means reading keys that strategy does not declare.
 """
 
 from __future__ import annotations
@@ -74,7 +77,8 @@ from .errors import ConfigError
 __all__ = ["STREAM_SAMPLING", "STREAM_LATENCY", "STREAM_DEVICE", "SAMPLING", "LATENCY_MODELS", "ROUND_POLICIES",
            "sample_partitions", "RoundPlan", "Participation", "check_participation"]
 
-# Stream tags (see fl_strategies.protocol.strategies.eigenspace: 0 init, 1 sampling, 2 noise; 3 FedAve SGD; 10-12 fedmf).
+# Stream tags of the run seed: 0 init (protocol.strategies.eigenspace), 1 sampling, 2 noise (privacy.noise),
+# 3 FedAve SGD, 10-12 fedmf (kernels.mf).
 STREAM_SAMPLING = 1
 STREAM_LATENCY, STREAM_DEVICE = 20, 21
 

@@ -11,11 +11,16 @@ ServerApp and the ClientApp all read it here.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
+from functools import cache
 from importlib import import_module
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-__all__ = ["StrategySpec", "STRATEGIES", "STRATEGY_NAMES", "PROMISE_KEYS", "spec", "load_class"]
+from . import strategies as st
+
+__all__ = ["StrategySpec", "STRATEGIES", "STRATEGY_NAMES", "PROMISE_KEYS", "spec", "load_class", "settings_for",
+           "fixed_keys", "read_keys", "readers"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,10 @@ class StrategySpec:
     client : str
         ``"module:Class"`` of its ``flwr.client.NumPyClient``; built as
         ``Client(client_app.data.NodeData, cfg, context)``.
+    settings : type
+        Its settings class (:mod:`fl_strategies.settings.strategies`): every run-config key its code reads,
+        typed; :func:`settings_for` builds it. The keys it reads in the sense of :func:`read_keys` are derived
+        from it.
     family : {"eigenspace", "mf", "erm"}
         What it estimates, and so what its reference and results columns are:
         a ``d x r`` basis (subspace distance), a factorisation (excess loss) or
@@ -63,6 +72,7 @@ class StrategySpec:
     name: str
     server: str
     client: str
+    settings: type
     family: str = "eigenspace"
     fixed: Callable[[dict], dict] = lambda c: {}
     noise: bool = False
@@ -105,38 +115,43 @@ _MF_CLIENT = "client_app.fedmf_client:FedMFClient"
 _MF_BASELINE = "fl_strategies.protocol.strategies.fedmf:MFBaselineStrategy"
 
 STRATEGIES: dict[str, StrategySpec] = {s.name: s for s in [
-    StrategySpec("fedpower", _POWER, _POWER_CLIENT, pca=True, noise=True, stragglers="partial", sampling="with-replacement",
-                 partial_ok=True, checkpoints=True),
-    StrategySpec("power", _POWER, _POWER_CLIENT, pca=True, stragglers="partial", sampling="with-replacement", partial_ok=True,
-                 checkpoints=True,
+    StrategySpec("fedpower", _POWER, _POWER_CLIENT, st.FedPowerSettings, pca=True, noise=True, stragglers="partial",
+                 sampling="with-replacement", partial_ok=True, checkpoints=True),
+    StrategySpec("power", _POWER, _POWER_CLIENT, st.PowerSettings, pca=True, stragglers="partial",
+                 sampling="with-replacement", partial_ok=True, checkpoints=True,
                  fixed=_power_baseline(**{"local-steps": 1, "schedule": "fixed", "alignment": "none"})),
-    StrategySpec("ssi", _POWER, _POWER_CLIENT, pca=True, stragglers="partial", sampling="with-replacement", partial_ok=True,
-                 checkpoints=True,
+    StrategySpec("ssi", _POWER, _POWER_CLIENT, st.PowerSettings, pca=True, stragglers="partial",
+                 sampling="with-replacement", partial_ok=True, checkpoints=True,
                  fixed=_power_baseline(**{"local-steps": 1, "schedule": "fixed", "alignment": "none",
                                           "iteration-rank": "rank"})),
-    StrategySpec("localpower", _POWER, _POWER_CLIENT, pca=True, stragglers="partial", sampling="with-replacement",
-                 partial_ok=True, checkpoints=True,
+    StrategySpec("localpower", _POWER, _POWER_CLIENT, st.PowerSettings, pca=True, stragglers="partial",
+                 sampling="with-replacement", partial_ok=True, checkpoints=True,
                  fixed=_power_baseline(**{"schedule": "halving", "alignment": "opt", "iteration-rank": "rank"})),
-    StrategySpec("faps", "fl_strategies.protocol.strategies.faps:FapsStrategy", "client_app.faps_client:FapsClient", stragglers="all", pca=True,
+    StrategySpec("faps", "fl_strategies.protocol.strategies.faps:FapsStrategy", "client_app.faps_client:FapsClient",
+                 st.FapsSettings, stragglers="all", pca=True,
                  fixed=lambda c: {**_no_noise_all_clients(c), "iteration-rank": c["rank"]}),
-    StrategySpec("fedlrgd", "fl_strategies.protocol.strategies.fedlrgd:FedLrgdStrategy", "client_app.erm_client:FedLrgdClient",
+    StrategySpec("fedlrgd", "fl_strategies.protocol.strategies.fedlrgd:FedLrgdStrategy",
+                 "client_app.erm_client:FedLrgdClient", st.FedLrgdSettings,
                  family="erm", stragglers="all", server_inputs=("server-rows",),
                  fixed=lambda c: {**_no_noise_all_clients(c), "rank": 1, "iteration-rank": 1, "row-normalize": False,
                                   "stop-tol": 0.0, "frac-active": 1.0, "total-iterations": 0}),
-    StrategySpec("fedave", "fl_strategies.protocol.strategies.fedave:FedAveStrategy", "client_app.erm_client:FedAveClient",
+    StrategySpec("fedave", "fl_strategies.protocol.strategies.fedave:FedAveStrategy",
+                 "client_app.erm_client:FedAveClient", st.FedAveSettings,
                  family="erm", stragglers="partial", server_inputs=("server-rows",),
                  fixed=lambda c: {**_no_noise_all_clients(c), "rank": 1, "iteration-rank": 1, "row-normalize": False,
                                   "stop-tol": 0.0, "total-iterations": 0, "schedule": "fixed"}),
-    StrategySpec("fedmf", "fl_strategies.protocol.strategies.fedmf:FedMFStrategy", _MF_CLIENT, family="mf", fixed=_mf_fixed),
-    StrategySpec("mf-altgd", _MF_BASELINE, _MF_CLIENT, family="mf", fixed=_mf_fixed,
+    StrategySpec("fedmf", "fl_strategies.protocol.strategies.fedmf:FedMFStrategy", _MF_CLIENT, st.FedMFSettings,
+                 family="mf", fixed=_mf_fixed),
+    StrategySpec("mf-altgd", _MF_BASELINE, _MF_CLIENT, st.MFAltGDSettings, family="mf", fixed=_mf_fixed,
                  server_inputs=("singular-values",)),
-    StrategySpec("mf-simgd", _MF_BASELINE, _MF_CLIENT, family="mf", fixed=_mf_fixed,
+    StrategySpec("mf-simgd", _MF_BASELINE, _MF_CLIENT, st.MFSimGDSettings, family="mf", fixed=_mf_fixed,
                  server_inputs=("singular-values",)),
     StrategySpec("covariance", "fl_strategies.protocol.strategies.covariance:CovarianceStrategy",
-                 "client_app.fedpower_client:CovarianceClient", pca=True, noise=True,
+                 "client_app.fedpower_client:CovarianceClient", st.CovarianceSettings, pca=True, noise=True,
                  fixed=lambda c: {"noise-std": 0.0, "clients-per-round": c["num-clients"], "num-server-rounds": 1, "local-steps": 1,
                                   "schedule": "fixed", "alignment": "none", "total-iterations": 0, "stop-tol": 0.0}),
-    StrategySpec("dp-power", "fl_strategies.protocol.strategies.dp_power:DPPowerStrategy", "client_app.dp_power_client:DPPowerClient",
+    StrategySpec("dp-power", "fl_strategies.protocol.strategies.dp_power:DPPowerStrategy",
+                 "client_app.dp_power_client:DPPowerClient", st.DPPowerSettings,
                  noise=True, stragglers="all",
                  fixed=lambda c: {"noise-std": 0.0, "clients-per-round": c["num-clients"], "local-steps": 1,
                                   "schedule": "fixed", "alignment": "none", "total-iterations": 0, "stop-tol": 0.0}),
@@ -154,3 +169,35 @@ def load_class(path: str) -> Any:
     """The class named by ``"module:Class"``, imported on first use."""
     module, _, attr = path.partition(":")
     return getattr(import_module(module), attr)
+
+
+def settings_for(cfg: Mapping[str, Any]) -> st.Settings:
+    """The typed settings of a validated effective run config: its strategy's class
+    (:attr:`StrategySpec.settings`), built once; every later read goes through it.
+
+    Raises
+    ------
+    ConfigError
+        If ``cfg`` lacks a key the class declares.
+    """
+    return spec(cfg["strategy"]).settings.from_config(cfg)
+
+
+@cache
+def fixed_keys(name: str) -> frozenset[str]:
+    """The keys strategy ``name`` fixes (:attr:`StrategySpec.fixed`): which keys it sets does not depend on
+    the run config's values, so any values will do."""
+    return frozenset(spec(name).fixed(defaultdict(int)))
+
+
+@cache
+def read_keys(name: str) -> frozenset[str]:
+    """The run-config keys strategy ``name`` reads: its settings class's fields except the keys it fixes (those
+    it reads, but the run config cannot change them)."""
+    return frozenset(st.declared_keys(spec(name).settings).values()) - fixed_keys(name)
+
+
+def readers(key: str) -> tuple[str, ...]:
+    """The strategies that read ``key``, in the order of :data:`STRATEGIES`; ``()`` when every strategy does."""
+    names = tuple(name for name in STRATEGY_NAMES if key in read_keys(name))
+    return () if names == STRATEGY_NAMES else names

@@ -515,7 +515,8 @@ def _subsample_rows(n: int, num_samples, seed: int, what: str) -> np.ndarray | N
 
 
 def _load_file(name: str, num_samples, dimension, seed):
-    """Load a user ``.npy`` / ``.csv`` file (:func:`fl_strategies.files.data_files.read_samples`), optionally subsample."""
+    """Load a user ``.npy`` / ``.csv`` file (:func:`fl_strategies.files.data_files.read_samples`), optionally
+    subsample."""
     if not Path(name).is_file():
         raise ValueError(
             f'"dataset" is {name!r}: file not found (FileNotFoundError); give an '

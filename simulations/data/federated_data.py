@@ -207,7 +207,8 @@ def erm_reference(cfg: Mapping[str, Any]):
 
 
 def pooled_reference(X: np.ndarray, k: int, center: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k eigenpairs of the pooled covariance of ``X`` (:func:`fl_strategies.kernels.metrics.pooled_covariance`).
+    """Exact top-k eigenpairs of the pooled covariance of ``X``
+    (:func:`fl_strategies.kernels.metrics.pooled_covariance`).
 
     Parameters
     ----------

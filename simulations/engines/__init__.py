@@ -80,10 +80,11 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     """The validated run config of ``overrides`` on ``pyproject.toml``'s defaults, checked against its data.
 
     Everything that a run would refuse before round 1 and that needs no node is refused here, before any
-    Flower process starts: unknown keys, wrong types and ranges (:func:`fl_strategies.settings.config.validate_run_config`),
-    a ``results-dir`` holding an earlier run's results (:func:`fl_strategies.settings.config.check_results_dir`),
-    keys the strategy does not read (:func:`fl_strategies.settings.config.check_unread_keys`: printed as one warning
-    line on stderr, refused under ``strict = true``), and ranks or ``num-clients`` that the data set cannot hold (without generating a lazy data set).
+    Flower process starts: unknown keys, wrong types and ranges
+    (:func:`fl_strategies.settings.config.validate_run_config`), a ``results-dir`` holding an earlier run's results
+    (:func:`fl_strategies.settings.config.check_results_dir`), keys the strategy does not read
+    (:func:`fl_strategies.settings.config.check_unread_keys`: printed as one warning line on stderr, refused under
+    ``strict = true``), and ranks or ``num-clients`` that the data set cannot hold (without generating a lazy data set).
 
     Raises
     ------

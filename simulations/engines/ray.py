@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from flwr.app import Context, RecordDict
 
 from fl_strategies.protocol import node_directory
-from fl_strategies.protocol.flower_compat import NOOP_FEDERATION_ID, RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, Run, TaskIdentity
+from fl_strategies.protocol.flower_compat import (NOOP_FEDERATION_ID, RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, Run,
+                                                  TaskIdentity)
 
 from . import APP_DIR, engine_directory
 

@@ -26,7 +26,6 @@ the ``m`` replies and ``C``, ``8 (m + 2) d^2`` bytes; ``fedpower`` needs ``O(d r
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any
@@ -44,7 +43,7 @@ from .eigenspace import EigenspaceStrategy
 from ...kernels.linalg import top_eigenvectors
 from ..secure_sum import secure_sum
 
-__all__ = ["CovarianceStrategy", "upload_length", "noise_stds", "check_covariance_fits"]
+__all__ = ["CovarianceStrategy", "upload_length", "check_covariance_fits"]
 
 
 def check_covariance_fits(dimension: int, num_clients: int, memory: int | None = None) -> None:
@@ -79,33 +78,24 @@ def upload_length(d: int, center: bool) -> int:
     return ag.upper_size(d) + (d if center else 0)
 
 
-def noise_stds(cfg: dict[str, Any], releases: ag.PrivateReleases | None) -> tuple[float, float]:
-    """``(nu_G, nu_S)``: the per-entry noise std each of the ``num-clients`` clients adds to its Gram triangle
-    and row sum (the central std over ``sqrt(num-clients)``); ``(0, 0)`` without ``epsilon``."""
-    if releases is None:
-        return 0.0, 0.0
-    c, share = ag.row_bound(cfg), math.sqrt(cfg["num-clients"])
-    nu_g = ag.gram_sensitivity(c) * releases.multipliers["gram"] / share
-    nu_s = ag.sum_sensitivity(c) * releases.multipliers["row-sum"] / share if "row-sum" in releases.multipliers else 0.0
-    return nu_g, nu_s
-
-
 class CovarianceStrategy(EigenspaceStrategy):
     """Sum the clients' ``d x d`` matrices once and take ``eigh``; the PCA model is exact (no summary exchange)."""
 
     def __init__(self, cfg: dict[str, Any], dimension: int | None, reference=None, wait_timeout: float = 600.0) -> None:
-        if dimension:
-            check_covariance_fits(dimension, cfg["num-clients"])
         super().__init__(cfg, dimension, reference, wait_timeout)
+        if dimension:
+            check_covariance_fits(dimension, self.m)
+        s = self.settings
         self.secure = secure_covariance(cfg)
-        self.releases = ag.covariance_releases(cfg) if cfg["epsilon"] > 0 else None
-        self.clip = cfg["secagg-clip"]
+        self.releases = (ag.covariance_releases(s.epsilon, s.delta, s.dp_calibration, s.center) if s.epsilon > 0
+                         else None)
+        self.clip = s.secagg_clip
         self.aggregated: set[int] = set()
         self.last_sum: np.ndarray | None = None
-        if self.releases is not None and cfg["noise-source"] in ("seeded", "seeded-not-private") and self.m > 1:
+        if self.releases is not None and s.noise_source in ("seeded", "seeded-not-private") and self.m > 1:
             log.warning("covariance: noise-source = \"%s\" derives every client's noise from the run seed, which "
                         "the server knows (reproducible experiments only); a deployment must use "
-                        "noise-source = \"auto\", \"node-secret\" or \"os\"", cfg["noise-source"])
+                        "noise-source = \"auto\", \"node-secret\" or \"os\"", s.noise_source)
 
     def _register(self, answers) -> None:
         """Discovery's bookkeeping, then the memory check with the ``d`` the nodes reported."""
@@ -122,15 +112,15 @@ class CovarianceStrategy(EigenspaceStrategy):
         return self.secure or self.releases is not None
 
     def __repr__(self) -> str:
-        return (f"CovarianceStrategy({self.d_repr}, r={self.r}, m={self.m}, center={self.cfg['center']}"
+        return (f"CovarianceStrategy({self.d_repr}, r={self.r}, m={self.m}, center={self.settings.center}"
                 + (", secagg" if self.secure else "") + (f", {self.releases}" if self.releases else "") + ")")
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
         """Discovery and, under SecAgg+, the clipping range from the public bound ``s_i c^2`` plus 8 noise std."""
         parameters = super().initialize_parameters(client_manager)
         if self.secure and self.clip == 0:
-            c = ag.row_bound(self.cfg)
-            nu = max(noise_stds(self.cfg, self.releases))
+            c = ag.row_bound(self.settings.clip_norm)
+            nu = max(ag.noise_stds(self.settings.clip_norm, self.m, self.releases))
             self.clip = float(max(self.sizes.values()) * max(c * c, c) + 8.0 * nu)
         if self.secure:
             log.info("covariance: SecAgg+ clipping range C = %.6g, sum exact to %.3g per entry", self.clip,
@@ -175,7 +165,7 @@ class CovarianceStrategy(EigenspaceStrategy):
     def _aggregate_sums(self, server_round: int, results, failures) -> tuple[Parameters | None, dict[str, Scalar]]:
         """``G`` and ``S`` from SecAgg+ (or, with one client, its own upload) and the model of ``C`` (module
         docstring)."""
-        shape = (upload_length(self.d, self.cfg["center"]),)
+        shape = (upload_length(self.d, self.settings.center),)
         self._pending.update(bytes_up=uploaded_bytes(results), rejected=0, failures=len(failures))
         if self.secure:
             total = secure_sum(self, server_round, results, failures, shape)
@@ -196,7 +186,7 @@ class CovarianceStrategy(EigenspaceStrategy):
         self.aggregated.add(server_round)
         t = ag.upper_size(self.d)
         n = sum(self.sizes.values())
-        C, mu = ag.covariance_from_sums(ag.unpack_upper(total[:t], self.d), total[t:] if self.cfg["center"] else None,
+        C, mu = ag.covariance_from_sums(ag.unpack_upper(total[:t], self.d), total[t:] if self.settings.center else None,
                                         n)
         self.mean = mu
         _, Z = top_eigenvectors(C, self.r)
@@ -208,7 +198,7 @@ class CovarianceStrategy(EigenspaceStrategy):
         """The privacy spent, for the model (``None`` without ``epsilon``)."""
         if self.releases is None:
             return None
-        c = ag.row_bound(self.cfg)
+        c = ag.row_bound(self.settings.clip_norm)
         return {**self.releases.record({"gram": ag.gram_sensitivity(c), "row-sum": ag.sum_sensitivity(c)}),
                 "row_bound": c, "secure_aggregation": self.secure, "noise_source": self.noise_source()}
 

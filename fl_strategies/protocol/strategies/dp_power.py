@@ -6,10 +6,10 @@ orthonormal ``X_{l-1}`` (``n x p``, ``p = iteration-rank``); client ``i`` holds 
 fresh Gaussian noise of its own; the server forms ``Y = sum_i Y^(i)`` and ``X_l = orth(Y)`` (Householder QR, so
 that the basis, and with it Hardt & Price's basis-dependent sensitivity, is a deterministic function of ``Y``).
 
-Noise. ``Delta_l`` (:func:`fl_strategies.privacy.dp_sensitivity.sensitivity`, config key ``dp-sensitivity``) is a function
-of the public ``X_{l-1}``, computed by every client and by the server alike; ``sigma`` comes from the zCDP
-calibration (:mod:`fl_strategies.privacy.zcdp`) of the target ``(epsilon, delta)`` over ``L`` releases. The per-entry noise
-std of a client is (config key ``dp-channel``)
+Noise. ``Delta_l`` (:func:`fl_strategies.privacy.dp_sensitivity.sensitivity`, config key ``dp-sensitivity``) is a
+function of the public ``X_{l-1}``, computed by every client and by the server alike; ``sigma`` comes from the zCDP
+calibration (:mod:`fl_strategies.privacy.zcdp`) of the target ``(epsilon, delta)`` over ``L`` releases. The per-entry
+noise std of a client is (config key ``dp-channel``)
 
 * ``secagg``: ``Delta_l sigma / sqrt(s)`` for ``s = num-clients`` clients, summed by Flower's SecAgg+ so that the
   server sees only the sum, whose noise is the central ``N(0, Delta_l^2 sigma^2)`` (Theorem 6.2);
@@ -41,7 +41,8 @@ A - n mu mu^T`` for the released ``mu``: post-processing again), so that the ite
 covariance. Under ``epsilon`` the mean and the products are accounted together, for one unit row replaced
 (row counts are public): the products' sensitivity is then 2 (``||(x x^T - y y^T) X||_F <= 2`` for orthonormal
 ``X``, ``dp-sensitivity = "one"``, required) and the mean's 2, their multipliers split the privacy with
-:data:`MEAN_SHARE` for the mean (:func:`privacy_plan`). The model (``pca.npz``) is built from the last centred
+:data:`~fl_strategies.privacy.dp_power_noise.MEAN_SHARE` for the mean
+(:func:`~fl_strategies.privacy.dp_power_noise.privacy_plan`). The model (``pca.npz``) is built from the last centred
 sum ``Y_L / n ~ C X_{L-1}``: its left singular vectors are the components, its singular values the explained
 variance (post-processing); ``tr(C)`` is not released, so the explained-variance ratio is NaN.
 
@@ -66,85 +67,33 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from ...privacy.dp_sensitivity import delta_a, delta_b, sensitivity
+from ...privacy.dp_sensitivity import delta_a, delta_b
 from ..base import log, uploaded_bytes
 from .eigenspace import EigenspaceStrategy
-from ...kernels.linalg import into_unit_ball, orth
+from ...kernels.linalg import orth
 from ..secure_sum import secure_sum
 from ...privacy import accounting
-from ...privacy.zcdp import Calibration, calibrate, epsilon_of, rho_of, spent_epsilon
-from ...privacy import analyze_gauss as ag
+from ...privacy.dp_power_noise import (CENTRED_SENSITIVITY, client_noise_std, mean_noise_std, privacy_plan,
+                                       product_sensitivity, project_mean)
+from ...privacy.zcdp import epsilon_of, rho_of, spent_epsilon
 
-__all__ = ["DPPowerStrategy", "client_noise_std", "num_shares", "secagg_tolerance",
-           "QUANTIZATION_RANGE", "MEAN_SHARE", "CENTRED_SENSITIVITY", "privacy_plan", "product_sensitivity",
-           "mean_noise_std", "project_mean"]
+__all__ = ["DPPowerStrategy", "num_shares", "secagg_tolerance", "QUANTIZATION_RANGE"]
 
-MEAN_SHARE = 0.05
-"""The mean's share of the privacy (``1 / sigma^2``) in a centred private run (module docstring, Centring)."""
-CENTRED_SENSITIVITY = 2.0
-"""Sensitivity of a product and of a row sum when one unit row is replaced (a centred private run)."""
-
-
-def privacy_plan(cfg: dict[str, Any]) -> tuple[Calibration | None, ag.PrivateReleases | None]:
-    """``(calibration of the products, the composed releases or None)`` of a run config.
-
-    Without ``center``: the products' calibration over ``L`` releases (``None`` without ``epsilon``) and no
-    composition. With ``center`` and ``epsilon``: the mean and the ``L`` products calibrated together
-    (:func:`fl_strategies.privacy.analyze_gauss.calibrate`), the products' :class:`~fl_strategies.privacy.zcdp.Calibration`
-    carrying their multiplier.
-    """
-    if not cfg["epsilon"] > 0:
-        return None, None
-    L = cfg["num-server-rounds"]
-    if not cfg["center"]:
-        return calibrate(cfg["epsilon"], cfg["delta"], L, cfg["dp-calibration"]), None
-    releases = ag.calibrate(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"],
-                            {"mean": (MEAN_SHARE, 1), "products": (1.0 - MEAN_SHARE, L)})
-    return Calibration(releases.multipliers["products"], L, cfg["delta"], cfg["dp-calibration"]), releases
-
-
-def product_sensitivity(cfg: dict[str, Any], X: np.ndarray) -> float:
-    """``Delta_l`` of the product with ``X``: :data:`CENTRED_SENSITIVITY` in a centred run, else by
-    ``dp-sensitivity``."""
-    return CENTRED_SENSITIVITY if cfg["center"] else sensitivity(X, cfg["dp-sensitivity"])
-
-
-def mean_noise_std(cfg: dict[str, Any], releases: ag.PrivateReleases | None) -> float:
-    """Per-entry noise std a client adds to its row sum (0 without ``epsilon``), shared as the products'."""
-    if releases is None:
-        return 0.0
-    share = 1.0 if cfg["dp-channel"] == "public" else math.sqrt(cfg["num-clients"])
-    return CENTRED_SENSITIVITY * releases.multipliers["mean"] / share
-
-
-project_mean = into_unit_ball
-"""``mu`` scaled into the unit ball (the mean of unit rows lies there)."""
 
 QUANTIZATION_RANGE = 2 ** 22
 """Levels of SecAgg+'s stochastic quantisation of ``[-C, C]`` (Flower's default)."""
 
 
-def client_noise_std(cfg: dict[str, Any], calibration: Calibration | None, Delta: float) -> float:
-    """Per-entry noise std a client adds to its product in a round with sensitivity ``Delta``.
-
-    ``Delta sigma / sqrt(s)`` for ``secagg`` and ``plaintext``, ``Delta sigma`` for ``public``; 0 without a
-    privacy target (``epsilon = 0``).
-    """
-    if calibration is None:
-        return 0.0
-    share = 1.0 if cfg["dp-channel"] == "public" else math.sqrt(cfg["num-clients"])
-    return Delta * calibration.sigma / share
-
-
-def num_shares(cfg: dict[str, Any]) -> tuple[int | float, int | float]:
-    """SecAgg+'s ``(num_shares, reconstruction_threshold)``.
+def num_shares(num_clients: int, requested: int) -> tuple[int | float, int | float]:
+    """SecAgg+'s ``(num_shares, reconstruction_threshold)`` for ``s = num_clients`` clients and ``requested``
+    (``secagg-num-shares``) shares.
 
     ``secagg-num-shares = 0``: every client holds a share of every other (``1.0``) up to 7 clients, else the odd
     number nearest ``2 log2(s) + 1`` (Bell et al.'s O(log s) neighbourhoods); the threshold is half the shares plus
     one (at least 2), so that a share holder who drops can be tolerated while no minority can unmask.
     """
-    s = cfg["num-clients"]
-    shares = cfg["secagg-num-shares"]
+    s = num_clients
+    shares = requested
     if shares == 0:
         if s <= 7:
             return 1.0, max(2, s // 2 + 1)
@@ -187,18 +136,19 @@ class DPPowerStrategy(EigenspaceStrategy):
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
-        self.L = cfg["num-server-rounds"]
-        self.calibration, self.releases = privacy_plan(cfg)
-        self.centred = bool(cfg["center"])
-        self.secure = cfg["dp-channel"] == "secagg"
-        self.clip = cfg["secagg-clip"]
+        s = self.settings
+        self.L = s.num_server_rounds
+        self.calibration, self.releases = privacy_plan(s.epsilon, s.delta, s.dp_calibration, self.L, s.center)
+        self.centred = bool(s.center)
+        self.secure = s.dp_channel == "secagg"
+        self.clip = s.secagg_clip
         self.aggregated: set[int] = set()
         self.last_sum: np.ndarray | None = None
         self.sensitivities: list[float] = []  # Delta_l of each product released so far
-        if self.calibration is not None and cfg["noise-source"] in ("seeded", "seeded-not-private") and self.m > 1:
+        if self.calibration is not None and s.noise_source in ("seeded", "seeded-not-private") and self.m > 1:
             log.warning("dp-power: noise-source = \"%s\" derives every client's noise from the run seed, which "
                         "the server knows (reproducible experiments only); a deployment must use "
-                        "noise-source = \"auto\", \"node-secret\" or \"os\"", cfg["noise-source"])
+                        "noise-source = \"auto\", \"node-secret\" or \"os\"", s.noise_source)
 
     @property
     def num_rounds(self) -> int:
@@ -210,17 +160,18 @@ class DPPowerStrategy(EigenspaceStrategy):
         return max(0, server_round - int(self.centred))
 
     def __repr__(self) -> str:
-        c = self.cfg
+        c = self.settings
         return (f"DPPowerStrategy(n={self.d}, k={self.k}, p={self.r}, s={self.m}, L={self.L}, "
-                f"channel={c['dp-channel']}, sensitivity={c['dp-sensitivity']}, {self.calibration or 'no noise'})")
+                f"channel={c.dp_channel}, sensitivity={c.dp_sensitivity}, {self.calibration or 'no noise'})")
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
         """Discovery, ``X_0 = orth(N(0,1)^{n x p})`` from the (public) run seed, and SecAgg+'s clip range."""
         parameters = super().initialize_parameters(client_manager)
         if self.secure and self.clip == 0:
             # |(A^(i) X)_jk| <= ||A^(i)||_2 <= tr(A^(i)) = s_i for unit rows; the noise exceeds 8 std w.p. 1e-15
-            nu = max(client_noise_std(self.cfg, self.calibration, self.sensitivity_bound()),
-                     mean_noise_std(self.cfg, self.releases))  # |row sum entries| <= s_i too
+            channel = self.settings.dp_channel
+            nu = max(client_noise_std(channel, self.m, self.calibration, self.sensitivity_bound()),
+                     mean_noise_std(channel, self.m, self.releases))  # |row sum entries| <= s_i too
             self.clip = float(max(self.sizes.values()) + 8.0 * nu)
         if self.secure:
             log.info("dp-power: SecAgg+ clipping range C = %.6g, sum exact to %.3g per entry", self.clip,
@@ -231,7 +182,7 @@ class DPPowerStrategy(EigenspaceStrategy):
         """Largest ``Delta_l`` any iterate can have: ``sqrt(p)`` for ``max-entry``, 2 when centring, else 1."""
         if self.centred:
             return CENTRED_SENSITIVITY
-        return math.sqrt(self.r) if self.cfg["dp-sensitivity"] == "max-entry" else 1.0
+        return math.sqrt(self.r) if self.settings.dp_sensitivity == "max-entry" else 1.0
 
     # -- one round ----------------------------------------------------------------------------------
     def configure_fit(self, server_round: int, parameters: Parameters,
@@ -239,7 +190,8 @@ class DPPowerStrategy(EigenspaceStrategy):
         """Send ``X_{l-1}`` to every client (all ``s`` noises must be in the sum)."""
         X = parameters_to_ndarrays(parameters)[0]
         phase = "mean" if self.centred and server_round == 1 else "product"
-        Delta = product_sensitivity(self.cfg, X) if phase == "product" else CENTRED_SENSITIVITY
+        Delta = (product_sensitivity(self.centred, self.settings.dp_sensitivity, X) if phase == "product"
+                 else CENTRED_SENSITIVITY)
         config: dict[str, Scalar] = {"round": server_round, "phase": phase}
         if self.secure:
             config["secagg-clip"] = self.clip
@@ -297,15 +249,15 @@ class DPPowerStrategy(EigenspaceStrategy):
     def privacy_record(self) -> dict[str, Any] | None:
         """What the model records of the privacy spent (``None`` without noise): the composed releases of a
         centred run, or the ``L`` products of an uncentred one with the sensitivity of each round."""
-        extra = {"channel": self.cfg["dp-channel"], "noise_source": self.noise_source()}
+        extra = {"channel": self.settings.dp_channel, "noise_source": self.noise_source()}
         if self.releases is not None:
             return {**self.releases.record({"mean": CENTRED_SENSITIVITY, "products": CENTRED_SENSITIVITY}), **extra}
         c = self.calibration
         if c is None:
             return None
-        return {"epsilon": self.privacy_columns(self.L)["epsilon_spent"], "epsilon_target": self.cfg["epsilon"],
+        return {"epsilon": self.privacy_columns(self.L)["epsilon_spent"], "epsilon_target": self.settings.epsilon,
                 "delta": c.delta, "calibration": c.calibration,
-                "neighbouring": f"dp-sensitivity = {self.cfg['dp-sensitivity']}; row counts are public",
+                "neighbouring": f"dp-sensitivity = {self.settings.dp_sensitivity}; row counts are public",
                 "releases": [{"name": "products", "count": self.L, "noise_multiplier": c.sigma,
                               "sensitivity": list(self.sensitivities)}], **extra}
 
@@ -321,8 +273,9 @@ class DPPowerStrategy(EigenspaceStrategy):
                     **self.privacy_columns(0), "noise_source": self.noise_source()}
         X = self._pending["X"]
         Delta = self._pending["Delta"]
-        nu = (mean_noise_std(self.cfg, self.releases) if self._pending.get("phase") == "mean"
-              else client_noise_std(self.cfg, self.calibration, Delta))
+        channel = self.settings.dp_channel
+        nu = (mean_noise_std(channel, self.m, self.releases) if self._pending.get("phase") == "mean"
+              else client_noise_std(channel, self.m, self.calibration, Delta))
         return {"delta_a": delta_a(X), "delta_b": delta_b(X), "sensitivity": Delta, "client_noise_std": nu,
                 **self.privacy_columns(server_round), "noise_source": self.noise_source()}
 

@@ -47,12 +47,15 @@ from ...kernels.metrics import round_metrics
 from ...privacy.noise import run_noise_source
 from ...files.pca import choose_rank, pca_model, released_product_model
 from ...settings.participation import STREAM_SAMPLING
+from ...settings.strategies import PcaSettings
 from ...files.warm_start import check_width, initial_basis, load_start
 
-__all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING", "STREAM_NOISE"]
+__all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING"]
 
 # Tags that separate the random streams derived from one run seed.
-STREAM_INIT, STREAM_NOISE = 0, 2  # STREAM_SAMPLING (1) is fl_strategies.settings.participation's
+# the random streams of a run's seed: STREAM_INIT (0) here, STREAM_SAMPLING (1) in fl_strategies.settings.participation,
+# STREAM_NOISE (2) in fl_strategies.privacy.noise
+STREAM_INIT = 0
 
 
 class EigenspaceStrategy(FederatedStrategy):
@@ -65,7 +68,7 @@ class EigenspaceStrategy(FederatedStrategy):
     @property
     def noisy(self) -> bool:
         """Whether the clients add privacy noise (``epsilon`` or ``noise-std``): nothing exact is then released."""
-        return self.cfg["epsilon"] > 0 or self.cfg["noise-std"] > 0
+        return self.settings.epsilon > 0 or self.settings.noise_std > 0
 
     @property
     def tracks_objective(self) -> bool:
@@ -89,7 +92,7 @@ class EigenspaceStrategy(FederatedStrategy):
         """Wait for all clients, learn their partition ids and sizes, and draw ``Z_0`` (or, with ``init-from``,
         start from the earlier model: :mod:`fl_strategies.files.warm_start`)."""
         self._discover(client_manager)
-        rng = np.random.default_rng([self.cfg["seed"], STREAM_INIT])
+        rng = np.random.default_rng([self.settings.seed, STREAM_INIT])
         if self.start_model is not None:
             Z0 = initial_basis(self.start_model, self.d, self.r, rng)
             log.info("init-from: Z_0 from the %d component(s) of %s%s", min(len(self.start_model["components"]),
@@ -185,7 +188,7 @@ class EigenspaceStrategy(FederatedStrategy):
         """``{"mean": bytes}`` (d float64) for every instruction when centring, with ``"scale"`` (d float64) when
         scaling (:mod:`fl_strategies.kernels.standardize`), else ``{}``."""
         config: dict[str, Scalar] = {}
-        if self.cfg.get("center") and self.mean is not None:
+        if self.settings.center and self.mean is not None:
             config["mean"] = self.mean.astype("<f8").tobytes()
         if self.scale is not None:
             config["scale"] = self.scale.astype("<f8").tobytes()
@@ -248,12 +251,13 @@ class EigenspaceStrategy(FederatedStrategy):
         model = pca_model(Z, CZ, total, n, self.mean if self.mean is not None else np.zeros(self.d), self.r,
                           scale=self.scale)
         k = self.k
-        if self.cfg.get("variance-target", 0) > 0:
-            k = choose_rank(model["explained_variance_ratio"], self.cfg["variance-target"])
-            if model["explained_variance_ratio"].sum() < self.cfg["variance-target"]:
+        target = self.settings.variance_target if isinstance(self.settings, PcaSettings) else 0.0
+        if target > 0:
+            k = choose_rank(model["explained_variance_ratio"], target)
+            if model["explained_variance_ratio"].sum() < target:
                 log.warning("variance-target = %g is not reached by the %d columns iterated (explained-variance "
                             "ratio %.4g, a lower bound): all %d are kept; a larger iteration-rank may reach it",
-                            self.cfg["variance-target"], self.r, model["explained_variance_ratio"].sum(), self.r)
+                            target, self.r, model["explained_variance_ratio"].sum(), self.r)
         self.model = {key: (value[:k] if isinstance(value, np.ndarray) and key not in ("mean", "scale") else value)
                       for key, value in model.items()}
         self.model["summary_bytes"] = summary_bytes

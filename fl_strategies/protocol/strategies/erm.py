@@ -21,6 +21,7 @@ import numpy as np
 from flwr.common import Parameters, Scalar, parameters_to_ndarrays
 
 from ...settings.config import ConfigError
+from ...settings.registry import settings_for
 from ..base import FederatedStrategy, log
 from ...kernels.losses import objective, smoothness, split_xy
 
@@ -88,9 +89,10 @@ class ErmStrategy(FederatedStrategy):
 
     def __init__(self, cfg: dict[str, Any], dimension: int | None, reference: ErmReference | None = None,
                  wait_timeout: float = 600.0, server_rows: np.ndarray | None = None) -> None:
-        r = cfg["server-samples"]
+        settings = settings_for(cfg)  # its server rows are checked before the base class is built
+        r = settings.server_samples
         if server_rows is None:
-            raise ConfigError(f"strategy {cfg['strategy']} needs the server's own samples: set server-data to a "
+            raise ConfigError(f"strategy {settings.strategy} needs the server's own samples: set server-data to a "
                               ".npy/.csv file on the server (label in the last column)")
         if server_rows.ndim != 2 or server_rows.shape[0] < r or server_rows.shape[1] < 2:
             raise ConfigError(f"server-samples = {r} needs a server data set of at least {r} rows and 2 columns "
@@ -100,8 +102,8 @@ class ErmStrategy(FederatedStrategy):
         super().__init__(cfg, server_rows.shape[1], reference, wait_timeout)
         self.X0, self.y0 = split_xy(np.asarray(server_rows[:r], dtype=np.float64))
         self.p = self.d - 1
-        self.loss, self.mu = cfg["loss"], cfg["l2"]
-        self.phi = cfg["comm-ratio"]
+        self.loss, self.mu = self.settings.loss, self.settings.l2
+        self.phi = self.settings.comm_ratio
         self.L1 = smoothness(self.loss, self.p, self.mu)
         self.gamma = 0.0  # Gamma of Definition 1 so far
         self.comm_epochs = 0

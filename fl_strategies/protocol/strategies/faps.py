@@ -50,74 +50,16 @@ import time
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from ..base import uploaded_bytes
 from .eigenspace import EigenspaceStrategy
-from ...kernels.faps_local import local_subproblem, masked_product, multiplier_factor
 from ...kernels.linalg import orth
 from ..replies import scalar_metric
 
-__all__ = ["FapsState", "multiplier_factor", "masked_product", "local_subproblem", "faps_client_round",
-           "FapsStrategy"]
-
-
-class FapsState(dict):
-    """A client's private FAPS state: ``X``, ``W`` (d x p), ``beta``, ``dhist`` (list of d_i)."""
-
-
-def faps_client_round(M: np.ndarray, Z: np.ndarray, state: FapsState | None, cfg: dict[str, Any]):
-    """One round of FAPS at a client (lines 1-19 of the spec's pseudo-code).
-
-    Parameters
-    ----------
-    M : ndarray of shape (d, d) or fl_strategies.kernels.products.LocalOperator
-        ``A_i A_i^T``, or an operator applying it (products from the client's rows; then the exact solver
-        and ``||M||_2`` use Lanczos, scipy ``eigsh``, and no ``d x d`` matrix is formed).
-    Z : ndarray of shape (d, p)
-        The received estimate ``Z_k``.
-    state : FapsState or None
-        The state left by the previous round (``None`` in the first). The
-        paper's iteration index ``k`` is the number of rounds the client has
-        done, ``len(state["dhist"])``.
-    cfg : dict
-        Effective run config (``penalty-*``, ``inner-*`` keys).
-
-    Returns
-    -------
-    Y : ndarray of shape (d, p)
-        The message ``Q_i Z_k``.
-    f : float
-        ``tr(Z^T M Z)`` for the stopping rule.
-    state : FapsState
-        The state to keep for the next round.
-    steps : int
-        Inner iterations used.
-    """
-    p = Z.shape[1]
-    if state is None:  # one-off set-up: beta_0 = c ||A_i||_2^2, X_0 = Z_0, W_0 by (16)
-        norm2 = (float(scipy.linalg.eigh(M, eigvals_only=True, subset_by_index=[M.shape[0] - 1] * 2)[0])
-                 if isinstance(M, np.ndarray) else M.largest_eigenvalue())
-        state = FapsState(X=Z.copy(), W=multiplier_factor(M, Z), beta=cfg["penalty-init"] * norm2, dhist=[0.0])
-        k = 0
-    else:
-        k = len(state["dhist"])
-    f = float(np.sum(Z * (M @ Z)))
-    X, W, beta, dhist = state["X"], state["W"], state["beta"], list(state["dhist"])
-    if k >= 1:
-        dhist.append(float(np.sqrt(max(0.0, 2.0 * (p - np.linalg.norm(X.T @ Z) ** 2)))))
-        if k % 5 == 0 and dhist[k - 5] <= (1.0 + cfg["penalty-mu"]) * dhist[k]:
-            beta *= 1.0 + cfg["penalty-theta"]
-    fixed = cfg["inner-steps"]
-    X, steps = local_subproblem(M, X, W, beta, Z, solver=cfg["inner-solver"],
-                                tol=0.0 if fixed else cfg["inner-tol"],
-                                min_steps=fixed or cfg["inner-min-steps"],
-                                max_steps=fixed or max(cfg["inner-max-steps"], cfg["inner-min-steps"]))
-    W = multiplier_factor(M, X)
-    return masked_product(X, W, beta, Z), f, FapsState(X=X, W=W, beta=beta, dhist=dhist), steps
+__all__ = ["FapsStrategy"]
 
 
 class FapsStrategy(EigenspaceStrategy):
@@ -135,13 +77,13 @@ class FapsStrategy(EigenspaceStrategy):
 
     @property
     def num_rounds(self) -> int:  # noqa: D102
-        return self.cfg["num-server-rounds"]
+        return self.settings.num_server_rounds
 
     def __repr__(self) -> str:
-        c = self.cfg
-        inner = "exact" if c["inner-solver"] == "exact" else (
-            f"{c['inner-steps']} inner steps" if c["inner-steps"] else f"inner-tol {c['inner-tol']:g}")
-        return f"FapsStrategy({self.d_repr}, p={self.r}, m={self.m}, {inner}, stop-tol={c['stop-tol']:g})"
+        c = self.settings
+        inner = "exact" if c.inner_solver == "exact" else (
+            f"{c.inner_steps} inner steps" if c.inner_steps else f"inner-tol {c.inner_tol:g}")
+        return f"FapsStrategy({self.d_repr}, p={self.r}, m={self.m}, {inner}, stop-tol={c.stop_tol:g})"
 
     def configure_fit(self, server_round: int, parameters: Parameters,
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:

@@ -28,48 +28,9 @@ from flwr.server.client_proxy import ClientProxy
 
 from ..base import uploaded_bytes
 from .erm import ErmStrategy, oracle_epoch
-from ...kernels.losses import per_sample_grads
+from ...kernels.fedave import warmup_epochs, step_size, local_sgd
 
-__all__ = ["STEP_SCHEDULES", "warmup_epochs", "step_size", "local_sgd", "FedAveStrategy"]
-
-STEP_SCHEDULES = ("clipped", "theory-shifted", "const")
-
-
-def warmup_epochs(kappa: float, tau: float, m: int, mu: float, b: int) -> float:
-    """Lemma 3's ``T0 = 4 max{kappa, 4 + 32 kappa^2 (1-tau)/(tau (m-1)), 4 m/(mu^2 b)}``."""
-    part = 0.0 if tau >= 1 or m <= 1 else 32 * kappa ** 2 * (1 - tau) / (tau * (m - 1))
-    return 4.0 * max(kappa, 4.0 + part, 4.0 * m / (mu ** 2 * b))
-
-
-def step_size(schedule: str, k: int, *, b: int, mu: float, step_max: float, T0: float = 0.0) -> float:
-    """``eta_k`` of epoch ``k`` (0-based) under ``schedule`` (see the module docstring)."""
-    if schedule == "clipped":
-        return min(step_max, 4.0 / (mu * (k * b + 1)))
-    if schedule == "theory-shifted":
-        return 4.0 / (mu * ((k + T0) * b + 1))
-    if schedule == "const":
-        return step_max
-    raise ValueError(f"unknown step-schedule {schedule!r}; expected one of {', '.join(STEP_SCHEDULES)}")
-
-
-def local_sgd(loss: str, X: np.ndarray, y: np.ndarray, theta: np.ndarray, mu: float, eta: float, steps: int,
-              rng: np.random.Generator) -> np.ndarray:
-    """``steps`` single-sample SGD steps (``steps`` gradient evaluations).
-
-    Parameters
-    ----------
-    X : ndarray of shape (s, p)
-    y : ndarray of shape (s,)
-    theta : ndarray of shape (p,)
-
-    Returns
-    -------
-    ndarray of shape (p,)
-    """
-    theta = np.array(theta, dtype=np.float64)
-    for j in rng.integers(0, X.shape[0], size=steps):
-        theta -= eta * per_sample_grads(loss, X[j:j + 1], y[j:j + 1], theta[None, :], mu)[0, 0]
-    return theta
+__all__ = ["FedAveStrategy"]
 
 
 class FedAveStrategy(ErmStrategy):
@@ -84,18 +45,18 @@ class FedAveStrategy(ErmStrategy):
     def __init__(self, cfg: dict[str, Any], dimension: int | None, reference=None, wait_timeout: float = 600.0,
                  server_rows: np.ndarray | None = None) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout, server_rows)
-        self.b, self.tau = cfg["local-steps"], cfg["frac-active"]
+        self.b, self.tau = self.settings.local_steps, self.settings.frac_active
         self.active = max(1, int(round(self.tau * self.m)))
         self.T0 = warmup_epochs(self.L1 / self.mu, self.tau, self.m, self.mu, self.b)
 
     @property
     def num_rounds(self) -> int:  # noqa: D102
-        return self.cfg["num-server-rounds"]
+        return self.settings.num_server_rounds
 
     def __repr__(self) -> str:
-        c = self.cfg
+        c = self.settings
         return (f"FedAveStrategy(loss={self.loss}, p={self.p}, m={self.m}, active={self.active}, b={self.b}, "
-                f"{c['step-schedule']} step-max={c['step-max']:g}, server-as-client={c['server-as-client']})")
+                f"{c.step_schedule} step-max={c.step_max:g}, server-as-client={c.server_as_client})")
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
         """Discovery; ``theta^(0) = 0``."""
@@ -106,9 +67,8 @@ class FedAveStrategy(ErmStrategy):
 
     def eta(self, server_round: int) -> float:
         """Step size of the epoch run in ``server_round`` (epoch ``k = server_round - 1``)."""
-        c = self.cfg
-        return step_size(c["step-schedule"], server_round - 1, b=self.b, mu=self.mu, step_max=c["step-max"],
-                         T0=self.T0)
+        c = self.settings
+        return step_size(c.step_schedule, server_round - 1, b=self.b, mu=self.mu, step_max=c.step_max, T0=self.T0)
 
     def configure_fit(self, server_round: int, parameters: Parameters,
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
@@ -136,8 +96,8 @@ class FedAveStrategy(ErmStrategy):
         valid, rejected = self.collect_replies(server_round, results, pend["asked"], [(self.p,)], broadcast=theta)
         thetas = {pid: arrays[0] for pid, (arrays, _) in valid.items()}
         weights = {pid: float(self.sizes[pid]) * pend["multiplicity"][pid] for pid in thetas}
-        if self.cfg["server-as-client"]:
-            rng = np.random.default_rng([self.cfg["seed"], 3, -1 % 2 ** 32, server_round])
+        if self.settings.server_as_client:
+            rng = np.random.default_rng([self.settings.seed, 3, -1 % 2 ** 32, server_round])
             thetas[-1] = local_sgd(self.loss, self.X0, self.y0, theta, self.mu, pend["eta"], self.b, rng)
             weights[-1] = float(self.X0.shape[0])
         pend.update(bytes_up=uploaded_bytes(results),

@@ -30,122 +30,9 @@ from flwr.server.client_proxy import ClientProxy
 from ..base import log, uploaded_bytes
 from .eigenspace import STREAM_INIT
 from .erm import ErmStrategy, oracle_epoch
-from ...kernels.losses import per_sample_grads
+from ...kernels.fedlrgd import draw_pivots, server_matrices, invert, inexact_gd
 
-__all__ = ["draw_pivots", "server_matrices", "invert", "client_weights", "gradient_estimate", "inexact_gd",
-           "fedlrgd_gamma", "FedLrgdStrategy"]
-
-
-def draw_pivots(rng: np.random.Generator, r: int, p: int) -> np.ndarray:
-    """``r`` pivots iid Uniform[-1, 1]^p (distinct almost surely), shape (r, p)."""
-    return rng.uniform(-1.0, 1.0, size=(r, p))
-
-
-def server_matrices(loss: str, X0: np.ndarray, y0: np.ndarray, pivots: np.ndarray, mu: float) -> np.ndarray:
-    """``G[i, j, k] = g_i(x^(0,j); pivot k)`` (eq. 34): ``r^2`` gradient evaluations.
-
-    Parameters
-    ----------
-    X0 : ndarray of shape (r, p)
-    y0 : ndarray of shape (r,)
-    pivots : ndarray of shape (r, p)
-
-    Returns
-    -------
-    ndarray of shape (p, r, r)
-        Rows index server samples, columns index pivots.
-    """
-    return np.ascontiguousarray(per_sample_grads(loss, X0, y0, pivots, mu).transpose(2, 0, 1))
-
-
-def invert(G: np.ndarray, mode: str = "inv", rcond: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
-    """``G^(i)^{-1}`` for every coordinate ``i``, and the condition numbers.
-
-    Parameters
-    ----------
-    G : ndarray of shape (p, r, r)
-    mode : {"inv", "pinv"}
-        ``inv``: ``numpy.linalg.inv`` (the paper); ``pinv``: singular values
-        below ``rcond * sigma_max`` are dropped (a stabilised, truncated
-        pseudo-inverse).
-    rcond : float
-
-    Returns
-    -------
-    Ginv : ndarray of shape (p, r, r)
-    cond : ndarray of shape (p,)
-        2-norm condition number of each ``G^(i)``.
-    """
-    cond = np.linalg.cond(G)
-    if mode == "inv":
-        return np.linalg.inv(G), cond
-    if mode == "pinv":
-        return np.linalg.pinv(G, rcond=rcond), cond
-    raise ValueError(f"unknown g-inverse {mode!r}; expected inv or pinv")
-
-
-def client_weights(loss: str, X: np.ndarray, y: np.ndarray, pivots: np.ndarray, Ginv: np.ndarray,
-                   mu: float) -> np.ndarray:
-    """A client's summed interpolation weights ``V_c`` (eqs. 35-39): ``r s`` gradient evaluations.
-
-    Parameters
-    ----------
-    X : ndarray of shape (s, p)
-    y : ndarray of shape (s,)
-    pivots : ndarray of shape (r, p)
-    Ginv : ndarray of shape (p, r, r)
-
-    Returns
-    -------
-    ndarray of shape (p, r)
-        ``V[i, :] = H[i, :] @ Ginv[i]`` with ``H[i, k] = sum_j g_i(x_j; pivot k)``.
-    """
-    H = per_sample_grads(loss, X, y, pivots, mu).sum(axis=0).T  # (p, r)
-    return np.einsum("ik,ikl->il", H, Ginv)
-
-
-def gradient_estimate(loss: str, X0: np.ndarray, y0: np.ndarray, A: np.ndarray, n: int, theta: np.ndarray,
-                      mu: float) -> np.ndarray:
-    """``gradhat(theta) = (1/n) sum_k (1 + A[k]) * grad f(x^(0,k); theta)`` (eq. 41): ``r`` gradients.
-
-    Parameters
-    ----------
-    X0 : ndarray of shape (r, p)
-    y0 : ndarray of shape (r,)
-    A : ndarray of shape (r, p)
-        ``A[k, i] = sum_c V_c[i, k]``.
-    n : int
-        ``r + sum_c s_c``.
-    theta : ndarray of shape (p,)
-
-    Returns
-    -------
-    ndarray of shape (p,)
-    """
-    Gs = per_sample_grads(loss, X0, y0, theta[None, :], mu)[:, 0, :]  # (r, p)
-    return np.sum((1.0 + A) * Gs, axis=0) / n
-
-
-def inexact_gd(loss: str, X0: np.ndarray, y0: np.ndarray, A: np.ndarray, n: int, theta0: np.ndarray, mu: float,
-               step: float, steps: int) -> np.ndarray:
-    """``S`` steps ``theta <- theta - step * gradhat(theta)`` (eq. 42).
-
-    Returns
-    -------
-    ndarray of shape (S + 1, p)
-        Every iterate, ``theta^(0)`` first.
-    """
-    out = np.empty((steps + 1, theta0.size))
-    out[0] = theta = np.asarray(theta0, dtype=np.float64)
-    for t in range(1, steps + 1):
-        theta = theta - step * gradient_estimate(loss, X0, y0, A, n, theta, mu)
-        out[t] = theta
-    return out
-
-
-def fedlrgd_gamma(r: int, s: int, S: int, comm_ratio: float, m: int) -> float:
-    """Closed form ``Gamma(FedLRGD) = r^2 + r s + r S + phi m r`` (Theorem 2)."""
-    return float(r * r + r * s + r * S + comm_ratio * m * r)
+__all__ = ["FedLrgdStrategy"]
 
 
 class FedLrgdStrategy(ErmStrategy):
@@ -173,7 +60,7 @@ class FedLrgdStrategy(ErmStrategy):
                  server_rows: np.ndarray | None = None) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout, server_rows)
         self.rank = self.X0.shape[0]
-        self.S = cfg["gd-iterations"]
+        self.S = self.settings.gd_iterations
         self.A = np.zeros((self.rank, self.p))
         self.trajectory: np.ndarray | None = None
 
@@ -183,15 +70,15 @@ class FedLrgdStrategy(ErmStrategy):
 
     def __repr__(self) -> str:
         return (f"FedLrgdStrategy(loss={self.loss}, p={self.p}, r={self.rank}, m={self.m}, S={self.S}, "
-                f"g-inverse={self.cfg['g-inverse']})")
+                f"g-inverse={self.settings.g_inverse})")
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
         """Discovery, then paper epoch 1: pivots, ``G`` (r^2 gradients) and its inverses; ``theta^(0) = 0``."""
         self._discover(client_manager)
-        rng = np.random.default_rng([self.cfg["seed"], STREAM_INIT])
+        rng = np.random.default_rng([self.settings.seed, STREAM_INIT])
         self.pivots = draw_pivots(rng, self.rank, self.p)
         G = server_matrices(self.loss, self.X0, self.y0, self.pivots, self.mu)
-        self.Ginv, self.cond = invert(G, self.cfg["g-inverse"], self.cfg["pinv-rcond"])
+        self.Ginv, self.cond = invert(G, self.settings.g_inverse, self.settings.pinv_rcond)
         self.gamma += oracle_epoch(self.rank * self.rank, False, self.phi, self.m)
         log.info("FedLRGD: cond(G^(i)) in [%.3g, %.3g]", self.cond.min(), self.cond.max())
         theta0 = np.zeros(self.p)

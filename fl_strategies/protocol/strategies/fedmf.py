@@ -140,9 +140,10 @@ class FedMFStrategy(_MFBase):
     def __init__(self, cfg: dict[str, Any], dimension: int, reference: MFReference | None = None,
                  wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
-        self.alpha = cfg["power-steps"]
-        self.num_sketches = cfg["num-sketches"]
-        self.T = 0 if cfg["u-solver"] == "exact" else cfg["local-iterations"]
+        s = self.settings
+        self.alpha = s.power_steps
+        self.num_sketches = s.num_sketches
+        self.T = 0 if s.u_solver == "exact" else s.local_iterations
         self.kappas: list[float] = []
         self.chosen: int | None = None
         self.losses: np.ndarray | None = None
@@ -159,9 +160,9 @@ class FedMFStrategy(_MFBase):
         return params
 
     def __repr__(self) -> str:
-        c = self.cfg
+        c = self.settings
         return (f"FedMFStrategy({self.d_repr}, r={self.r}, N={self.m}, alpha={self.alpha}, m={self.num_sketches}, "
-                f"{c['u-solver']}, T={self.T}, momentum={c['momentum']})")
+                f"{c.u_solver}, T={self.T}, momentum={c.momentum})")
 
     def configure_fit(self, server_round: int, parameters: Parameters,
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
@@ -170,7 +171,7 @@ class FedMFStrategy(_MFBase):
             return self._send(server_round, [], {"phase": "sketch"})
         if server_round <= self.alpha + 1:
             return self._send(server_round, [self.V], {"phase": "power"})
-        if self.cfg["u-solver"] == "orth":  # Remark 4: V^T V = I, gamma = 1
+        if self.settings.u_solver == "orth":  # Remark 4: V^T V = I, gamma = 1
             self.V = orth(self.V)
         return self._send(server_round, [self.V], {"phase": "solve"})
 
@@ -204,7 +205,7 @@ class FedMFStrategy(_MFBase):
             self.exact_loss = sum(replies[pid][1]["loss-exact"] for pid in range(self.m))
             kappa = condition_number(self.V)
             t = np.arange(self.T + 1)
-            momentum = self.cfg["momentum"] if self.cfg["u-solver"] != "exact" else "exact"
+            momentum = self.settings.momentum if self.settings.u_solver != "exact" else "exact"
             bound = theorem1_bound(kappa, t, self.losses[0] - self.exact_loss, momentum)
             traffic = self._traffic()
             for i in t:
@@ -223,25 +224,27 @@ class MFBaselineStrategy(_MFBase):
     def __init__(self, cfg: dict[str, Any], dimension: int | None, reference: MFReference | None = None,
                  wait_timeout: float = 600.0, singular_values: np.ndarray | None = None) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
-        self.simultaneous = cfg["strategy"] == "mf-simgd"
-        self.sigma1, self.sigma_r = self._sigmas(cfg, singular_values)
-        self.cap = cfg["num-server-rounds"]
-        self.target = cfg["target-log-excess"]
+        s = self.settings
+        self.simultaneous = s.strategy == "mf-simgd"
+        self.sigma1, self.sigma_r = self._sigmas(singular_values)
+        self.cap = s.num_server_rounds
+        self.target = s.target_log_excess
         self.init_std = 0.0
         self.eta = wk_constants(self.sigma1)[0]  # mf-simgd: replaced by Ye & Du's step once n is known
         self.predicted_iterations: float | None = None
 
-    def _sigmas(self, cfg: dict[str, Any], singular_values: np.ndarray | None) -> tuple[float, float | None]:
+    def _sigmas(self, singular_values: np.ndarray | None) -> tuple[float, float | None]:
         """``(sigma_1, sigma_r)`` from ``mf-sigma-1`` / ``mf-sigma-r``, else from the harness's singular values."""
-        keys = ("mf-sigma-1", "mf-sigma-r") if self.simultaneous else ("mf-sigma-1",)
+        s = self.settings
+        given = [("mf-sigma-1", s.mf_sigma_1)] + ([("mf-sigma-r", s.mf_sigma_r)] if self.simultaneous else [])
         values = []
-        for i, key in enumerate(keys):
-            if cfg[key] > 0:
-                values.append(cfg[key])
+        for i, (key, value) in enumerate(given):
+            if value > 0:
+                values.append(value)
             elif singular_values is not None:
                 values.append(float(singular_values[0 if i == 0 else self.r - 1]))
             else:
-                raise ConfigError(f"strategy {cfg['strategy']} needs {key} (a singular value of the pooled matrix, "
+                raise ConfigError(f"strategy {s.strategy} needs {key} (a singular value of the pooled matrix, "
                                   "for its step size): set it, or run on a data set the simulation harness builds")
         return values[0], (values[1] if self.simultaneous else None)
 
@@ -259,7 +262,8 @@ class MFBaselineStrategy(_MFBase):
         return self.cap + 1
 
     def __repr__(self) -> str:
-        return (f"MFBaselineStrategy({self.cfg['strategy']}, {self.d_repr}, r={self.r}, N={self.m}, eta={self.eta:.3g}, "
+        return (f"MFBaselineStrategy({self.settings.strategy}, {self.d_repr}, r={self.r}, N={self.m}, "
+                f"eta={self.eta:.3g}, "
                 f"cap={self.cap}, target={self.target:g})")
 
     def configure_fit(self, server_round: int, parameters: Parameters,
@@ -267,10 +271,10 @@ class MFBaselineStrategy(_MFBase):
         """Broadcast ``V_{k-1}`` with the step size (and the init scale in round 1)."""
         if server_round == 1:
             if self.simultaneous:
-                rng = np.random.default_rng([self.cfg["seed"], 12, 1])
+                rng = np.random.default_rng([self.settings.seed, 12, 1])
                 self.V = rng.normal(0.0, self.init_std, (self.d, self.r))
             else:
-                self.V = wk_init(self.cfg["seed"], self.d, self.r, self.sigma1)[1]
+                self.V = wk_init(self.settings.seed, self.d, self.r, self.sigma1)[1]
         config = {"phase": "simgd" if self.simultaneous else "altgd", "eta": self.eta, "sigma1": self.sigma1}
         if self.simultaneous:
             config["init-std"] = self.init_std

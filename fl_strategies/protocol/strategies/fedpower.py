@@ -32,9 +32,10 @@ With ``p = 1`` and no noise the method is the distributed power method
 baselines are the same strategy: ``ssi`` (``p = 1``) and ``localpower`` (the
 ``halving`` schedule 8, 4, 2, 1, ... with OPT alignment), with its stopping rule.
 
-Noise (``epsilon`` or ``noise-std``): each client's replies are private on their own (:mod:`fl_strategies.privacy.fedpower_dp`,
-also for the private mean of ``center = true``); the run has no exact summary exchange and writes its model from
-the last weighted average of the noisy replies (:meth:`FedPowerStrategy.released_model`).
+Noise (``epsilon`` or ``noise-std``): each client's replies are private on their own
+(:mod:`fl_strategies.privacy.fedpower_dp`, also for the private mean of ``center = true``); the run has no exact summary
+exchange and writes its model from the last weighted average of the noisy replies
+(:meth:`FedPowerStrategy.released_model`).
 """
 
 from __future__ import annotations
@@ -47,19 +48,19 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from ...settings.config import ConfigError, total_iterations
+from ...settings.config import ConfigError
+from ...settings.strategies import fedpower_noise_stds
 from ..base import log, uploaded_bytes
-from .eigenspace import STREAM_NOISE, EigenspaceStrategy
-from ...kernels.power import local_power_iterations
+from .eigenspace import EigenspaceStrategy
 from ...kernels.linalg import into_unit_ball, orth, procrustes
 from ...privacy import accounting
-from ...privacy.fedpower_dp import (ROW_SUM_SENSITIVITY, achieved_epsilon, centred_releases, client_noise_stds, epsilon_spent,
-                      noise_multiplier)
+from ...privacy.fedpower_dp import (ROW_SUM_SENSITIVITY, achieved_epsilon, centred_releases,
+                                    epsilon_spent, noise_multiplier)
 from ...privacy.zcdp import epsilon_of, rho_of
 from ..replies import check_array, check_orthonormal
 from ...settings.schedule import round_lengths
 
-__all__ = ["local_power_iterations", "FedPowerStrategy", "STREAM_NOISE"]
+__all__ = ["FedPowerStrategy"]
 
 
 class FedPowerStrategy(EigenspaceStrategy):
@@ -92,13 +93,15 @@ class FedPowerStrategy(EigenspaceStrategy):
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
-        self.K = cfg["clients-per-round"]
-        self.lengths = round_lengths(cfg["local-steps"], cfg["schedule"],
-                                     total_iterations=cfg["total-iterations"], num_rounds=cfg["num-server-rounds"])
-        self.T = total_iterations(cfg)
+        s = self.settings
+        self.K = s.clients_per_round
+        self.lengths = round_lengths(s.local_steps, s.schedule, total_iterations=s.total_iterations,
+                                     num_rounds=s.num_server_rounds)
+        self.T = sum(self.lengths)
         self.last_sum: np.ndarray | None = None
         # a centred private run: the mean (at discovery) and the T steps, composed (fl_strategies.privacy.fedpower_dp)
-        self.releases = centred_releases(cfg, self.T) if cfg["center"] and cfg["epsilon"] > 0 else None
+        self.releases = (centred_releases(s.epsilon, s.delta, s.dp_calibration, self.T) if s.center and s.epsilon > 0
+                         else None)
 
     @property
     def num_rounds(self) -> int:
@@ -106,9 +109,9 @@ class FedPowerStrategy(EigenspaceStrategy):
         return len(self.lengths)
 
     def __repr__(self) -> str:
-        c = self.cfg
-        return (f"FedPowerStrategy({c['strategy']}: {self.d_repr}, k={self.k}, r={self.r}, m={self.m}, K={self.K}, "
-                f"p={c['local-steps']}, schedule={c['schedule']}, T={self.T}, alignment={c['alignment']})")
+        s = self.settings
+        return (f"FedPowerStrategy({s.strategy}: {self.d_repr}, k={self.k}, r={self.r}, m={self.m}, K={self.K}, "
+                f"p={s.local_steps}, schedule={s.schedule}, T={self.T}, alignment={s.alignment})")
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
         """Discovery and ``Z_0``; a mean from noisy row sums is projected onto the unit ball (the mean of unit
@@ -172,15 +175,20 @@ class FedPowerStrategy(EigenspaceStrategy):
         Without ``row-normalize`` the data's scale is unknown to the server and
         there is no bound (only finiteness is checked).
         """
-        cfg = self.cfg
-        if not cfg["row-normalize"]:
+        s = self.settings
+        if not s.row_normalize:
             return None
-        nu = client_noise_stds(cfg, self.T, self.sizes[partition_id])[0] if partition_id in self.sizes else 0.0
-        if cfg["noise-std"] > 0:
-            nu = cfg["noise-std"]
+        nu = self.client_noise_std(self.sizes[partition_id]) if partition_id in self.sizes else 0.0
+        if s.noise_std > 0:
+            nu = s.noise_std
         # rows centred by a mean mu: ||x - mu|| <= 1 + ||mu||, so ||A_i||_2 <= (1 + ||mu||)^2
-        spectral = (1.0 + float(np.linalg.norm(self.mean))) ** 2 if cfg["center"] and self.mean is not None else 1.0
+        spectral = (1.0 + float(np.linalg.norm(self.mean))) ** 2 if s.center and self.mean is not None else 1.0
         return float(spectral * np.sqrt(self.r) + 1e-6 + 8.0 * nu * np.sqrt(self.d * self.r))
+
+    def client_noise_std(self, num_rows: int) -> float:
+        """``nu_i``, the noise std of the products of a client with ``num_rows`` rows, as the client computes it
+        (:func:`fl_strategies.privacy.fedpower_dp.client_noise_stds`); 0 for the power baselines, which add none."""
+        return fedpower_noise_stds(self.settings, self.T, num_rows)[0]
 
     def _check_reply(self, partition_id: int, arrays: list[np.ndarray]) -> str | None:
         """FedPower's own checks of a reply (after shapes and finiteness): ``||Y||_F`` within
@@ -229,7 +237,7 @@ class FedPowerStrategy(EigenspaceStrategy):
         for pid, c in sampled.items():
             Y, Z_prev = replies[pid]
             if pend["steps"] > 1:  # with one step every Z_prev is the broadcast Z and D = I
-                D = procrustes(Z_prev, Z_ref) if self.cfg["alignment"] == "opt" else np.eye(self.r)
+                D = procrustes(Z_prev, Z_ref) if self.settings.alignment == "opt" else np.eye(self.r)
                 Y = Y @ D
                 misalignment = max(misalignment, float(np.linalg.norm(Z_prev @ D - Z_ref, 2)))
             w = c * self.sizes[pid]
@@ -270,20 +278,20 @@ class FedPowerStrategy(EigenspaceStrategy):
         if self.releases is not None:
             return {**self.releases.record({"mean": ROW_SUM_SENSITIVITY, "products": "4 sqrt(r) / s_i"}), **extra}
         columns = self.privacy_columns(self.T)
-        cfg = self.cfg
-        return {"epsilon": columns["epsilon_spent"], "epsilon_target": cfg["epsilon"] or None,
-                "delta": columns["delta"], "calibration": cfg["dp-calibration"] if cfg["noise-std"] == 0 else "paper",
+        s = self.settings
+        return {"epsilon": columns["epsilon_spent"], "epsilon_target": s.epsilon or None,
+                "delta": columns["delta"], "calibration": s.dp_calibration if s.noise_std == 0 else "paper",
                 "releases": [{"name": "products", "count": self.T, "noise_multiplier": self._noise_multiplier(),
                               "sensitivity": "2 sqrt(r) / s_i"}], **extra}
 
     # -- results ------------------------------------------------------------------------------------
     def _noise_multiplier(self) -> float | None:
         """``sigma_g`` of the client that spends the most; ``None`` when no noise is added."""
-        cfg = self.cfg
-        if cfg["noise-std"] > 0:  # explicit nu: the client with the fewest rows spends the most
-            return float(cfg["noise-std"] * min(self.sizes.values()) / (2.0 * np.sqrt(self.r)))
-        if cfg["epsilon"] > 0:
-            return noise_multiplier(cfg["epsilon"], cfg["delta"], self.T, cfg["dp-calibration"])
+        s = self.settings
+        if s.noise_std > 0:  # explicit nu: the client with the fewest rows spends the most
+            return float(s.noise_std * min(self.sizes.values()) / (2.0 * np.sqrt(self.r)))
+        if s.epsilon > 0:
+            return noise_multiplier(s.epsilon, s.delta, self.T, s.dp_calibration)
         return None
 
     def _epsilon_spent(self, steps: int) -> float | None:
@@ -293,8 +301,8 @@ class FedPowerStrategy(EigenspaceStrategy):
         sigma_g = self._noise_multiplier()
         if sigma_g is None:
             return None
-        calibration = self.cfg["dp-calibration"] if self.cfg["noise-std"] == 0 else "paper"
-        return epsilon_spent(sigma_g, steps, self.cfg["delta"], calibration)
+        calibration = self.settings.dp_calibration if self.settings.noise_std == 0 else "paper"
+        return epsilon_spent(sigma_g, steps, self.settings.delta, calibration)
 
     def privacy_columns(self, steps: int) -> dict[str, Any]:
         """``epsilon_spent`` (the calibration's accountant), ``delta``, and beside them the paper's zCDP bound
@@ -303,14 +311,15 @@ class FedPowerStrategy(EigenspaceStrategy):
         if self.releases is not None:  # centred: the mean (at discovery) and the steps so far, composed
             counts = {"mean": 1, "products": steps}
             pairs = tuple((self.releases.multipliers[k], v) for k, v in counts.items() if v)
-            pld = accounting.composed_epsilon("pld", pairs, self.cfg["delta"]) if accounting.available() else None
-            return {"epsilon_spent": self.releases.spent(counts), "delta": self.cfg["delta"],
-                    "epsilon_zcdp": epsilon_of(sum(rho_of(sigma, v) for sigma, v in pairs), self.cfg["delta"]),
+            delta = self.settings.delta
+            pld = accounting.composed_epsilon("pld", pairs, delta) if accounting.available() else None
+            return {"epsilon_spent": self.releases.spent(counts), "delta": delta,
+                    "epsilon_zcdp": epsilon_of(sum(rho_of(sigma, v) for sigma, v in pairs), delta),
                     "epsilon_pld": pld}
         sigma_g = self._noise_multiplier()
         if sigma_g is None:
             return {"epsilon_spent": None, "delta": None, "epsilon_zcdp": None, "epsilon_pld": None}
-        delta = self.cfg["delta"]
+        delta = self.settings.delta
         pld = accounting.epsilon("pld", sigma_g, steps, delta) if accounting.available() else None
         return {"epsilon_spent": self._epsilon_spent(steps), "delta": delta,
                 "epsilon_zcdp": achieved_epsilon(sigma_g, steps, delta),
@@ -327,8 +336,7 @@ class FedPowerStrategy(EigenspaceStrategy):
 
     def resume_problem(self) -> str | None:
         """Refuse OS noise: a round repeated after a crash would carry fresh noise and spend its budget twice."""
-        cfg = self.cfg
-        if (cfg["noise-std"] > 0 or cfg["epsilon"] > 0) and cfg["noise-source"] == "os":
+        if self.noisy and self.settings.noise_source == "os":
             return ("with noise-source = \"os\" the round in flight at a crash would be repeated with fresh noise, "
                     "spending its privacy budget twice; use noise-source = \"node-secret\" (or \"auto\") with a "
                     "noise-secret file on every node")
@@ -343,7 +351,7 @@ class FedPowerStrategy(EigenspaceStrategy):
         the old run's node state (no ``noise-secret`` file) would answer the round in flight with fresh noise."""
         lost = sorted(f"node {cid} (partition {pid})" for cid, pid in self._pid_by_cid.items()
                       if self.node_properties.get(cid, {}).get("noise-persistent") is False
-                      and (self.cfg["noise-std"] > 0 or self.cfg["epsilon"] > 0))
+                      and self.noisy)
         if lost:
             raise ConfigError(f"resume: {', '.join(lost)} kept its noise secret in the node state of the old run, "
                               "so the round in flight at the crash would be answered again with fresh noise, "

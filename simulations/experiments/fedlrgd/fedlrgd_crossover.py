@@ -10,8 +10,8 @@ communication ratio ``phi`` it finds
   ``T(eps) (b + phi m)``, with ``T(eps)`` the first epoch after which the
   **mean over seeds** of ``F - F*`` stays <= eps (up to ``max-epochs``).
 
-It runs the strategies' own kernels (:mod:`fl_strategies.protocol.strategies.fedlrgd`,
-:func:`fl_strategies.protocol.strategies.fedave.local_sgd`'s update with the clients' random
+It runs the strategies' own kernels (:mod:`fl_strategies.kernels.fedlrgd`,
+:func:`fl_strategies.kernels.fedave.local_sgd`'s update with the clients' random
 streams), which the tests check against the Flower runs; the whole grid in
 Flower rounds would take hours. Usage::
 
@@ -34,8 +34,8 @@ from scipy.special import expit
 
 from fl_strategies.protocol.strategies.eigenspace import STREAM_INIT
 from fl_strategies.settings.participation import sample_partitions
-from fl_strategies.protocol.strategies.fedave import step_size
-from fl_strategies.protocol.strategies.fedlrgd import client_weights, draw_pivots, inexact_gd, invert, server_matrices
+from fl_strategies.kernels.fedave import step_size
+from fl_strategies.kernels.fedlrgd import client_weights, draw_pivots, inexact_gd, invert, server_matrices
 from fl_strategies.kernels.losses import minimise, objective, smoothness
 from fl_strategies.files.plain_files import plain_frame
 

@@ -49,10 +49,10 @@ def central_centred_dp_power(X: np.ndarray, k: int, p: int, L: int, epsilon: flo
                              rng: np.random.Generator, mean_share: float) -> np.ndarray:
     """Top-``k`` components (d, k) of centred dp-power run centrally: a noisy mean, then ``L`` noisy products
     ``G X + N(0, (2 sigma)^2)`` centred by the server (``- n mu mu^T X``), sensitivities 2 (one unit row
-    replaced), multipliers from fedspectral's composed calibration (:func:`fl_strategies.privacy.analyze_gauss.calibrate`)
-    with ``mean_share`` of the privacy for the mean."""
+    replaced), multipliers from fedspectral's composed calibration
+    (:func:`fl_strategies.privacy.analyze_gauss.calibrate`) with ``mean_share`` of the privacy for the mean."""
     from fl_strategies.privacy.analyze_gauss import calibrate
-    from fl_strategies.protocol.strategies.dp_power import project_mean
+    from fl_strategies.privacy.dp_power_noise import project_mean
     from fl_strategies.kernels.linalg import orth
 
     n, d = X.shape
