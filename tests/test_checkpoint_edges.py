@@ -134,6 +134,12 @@ FORGED = [
     ("sizes-partition-at-the-client-count", lambda d: d["strategy"].update(sizes=[[0, 200], [1, 200], [3, 200]]),
      "malformed partition sizes"),
     ("estimates-not-a-list", lambda d: d["strategy"].update(iterates={}), "holds no rows or estimates"),
+    ("fewer-estimates-counted-than-held", lambda d: d["strategy"].update(iterate_count=1),
+     r"holds 3 estimate\(s\) standing for 1"),
+    ("estimate-count-not-an-int", lambda d: d["strategy"].update(iterate_count="9"),
+     r"standing for '9'"),
+    ("first-moved-beyond-the-count", lambda d: d["strategy"].update(iterate_first_moved=99),
+     r"holds the first moved estimate 99, not a position in 1 \.\. \d+"),
     ("held-row-without-its-estimate", lambda d: d["strategy"].update(held=[{}]), "malformed held row"),
     ("a-key-missing-from-the-saved-config", lambda d: d["config"].pop("seed"), "seed = None there"),
 ]
