@@ -238,6 +238,11 @@ class Checkpoint:
         records, iterates, held = strat["records"], strat["iterates"], strat["held"]
         if not isinstance(records, list) or not isinstance(iterates, list):
             return "holds no rows or estimates"
+        count, first_moved = strat.get("iterate_count", len(iterates)), strat.get("iterate_first_moved")
+        if not _is_int(count) or not (len(iterates) <= count and (count > 0) == bool(iterates)):
+            return f"holds {len(iterates)} estimate(s) standing for {count!r}"
+        if first_moved is not None and not (_is_int(first_moved) and 1 <= first_moved < count):
+            return f"holds the first moved estimate {first_moved!r}, not a position in 1 .. {count - 1}"
         if held is not None and not (isinstance(held, list) and len(held) == 2 and isinstance(held[0], dict)):
             return f"holds a malformed held row ({type(held).__name__})"
         rounds = [row.get("round") if isinstance(row, dict) else None for row in records]
