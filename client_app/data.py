@@ -162,10 +162,7 @@ class NodeData:
         """``M_i``, shape (s_i, d): a float64 ndarray (a scipy sparse matrix for sparse rows), normalised with
         ``row-normalize`` for a node file."""
         if self._rows is None:
-            if self._operator is not None and self._operator.rows is not None:
-                stored = self._operator.rows
-            else:
-                stored = self._stored()
+            stored = self.stored_rows()
             rows = stored.rows
             if stored.normalize or stored.clip > 0 or not (
                     hasattr(rows, "tocsr") or isinstance(rows, np.ndarray) and rows.dtype == np.float64
@@ -174,6 +171,14 @@ class NodeData:
                                       clip=stored.clip).blocks())
             self._rows = rows
         return self._rows
+
+    def stored_rows(self) -> RowBlocks:
+        """The rows ``M_i`` (s_i, d) as stored, read in float64 blocks (normalised or clipped block by block as the
+        run config says): those of the local operator where one is built, else read now (a file once per
+        process). Only one block at a time is float64 (``dp-power``'s products)."""
+        if self._operator is not None and self._operator.rows is not None:
+            return self._operator.rows
+        return self._stored()
 
     @property
     def num_rows(self) -> int:

@@ -30,11 +30,14 @@ STATE = "dp-power"
 class DPPowerClient(NumPyClient):
     """Holds rows ``M_i`` (its share ``A^(i) = M_i^T M_i``) and answers dp-power's fit instructions.
 
+    The rows stay as stored (:class:`fl_strategies.kernels.rows.RowBlocks`: a memory-mapped int8 file, a
+    float64 array, or, for a folder of interactions, a scipy sparse matrix, of shape (s_i, n)); the product
+    ``M_i^T (M_i X)`` and the row sum run over float64 row blocks, with no ``n x n`` matrix.
+
     Parameters
     ----------
     data : client_app.data.NodeData
-        Its partition id and rows, an ndarray or (a folder of interactions)
-        a scipy sparse matrix of shape (s_i, n).
+        Its partition id and rows (:meth:`~client_app.data.NodeData.stored_rows`).
     cfg : dict
         Effective run config; the client reads its settings (:func:`fl_strategies.settings.registry.settings_for`)
         and passes the mapping on only to the node's noise source.
@@ -44,11 +47,10 @@ class DPPowerClient(NumPyClient):
     """
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
-        rows = data.rows
-        self.rows = rows if hasattr(rows, "tocsr") else np.ascontiguousarray(rows, dtype=np.float64)
+        self.blocks = data.stored_rows()
         self.partition_id, self.cfg, self.context = data.partition_id, cfg, context
         self.settings = s = settings_for(cfg)
-        self.s, self.n = rows.shape
+        self.s, self.n = self.blocks.num_rows, self.blocks.dimension
         self.calibration, self.releases = privacy_plan(s.epsilon, s.delta, s.dp_calibration, s.num_server_rounds,
                                                        s.center)
         self.noise = ClientNoise(cfg, data.node_config, self.partition_id, secret_in_state(context.state),
@@ -78,10 +80,11 @@ class DPPowerClient(NumPyClient):
         """The centred run's first round: the row sum with this client's share of the mean's noise, once."""
         if "dp-power-mean" in self.context.state:
             raise RuntimeError("privacy budget exhausted: this client released its row sum already")
-        S = np.asarray(self.rows.sum(axis=0), dtype=np.float64).ravel()
+        S = self.blocks.stats()[0]
         nu = mean_noise_std(self.settings.dp_channel, self.settings.num_clients, self.releases)
         if nu > 0:
-            S = S + nu * self.noise.generator(int(config["round"]), self.rows, nu, "mean").standard_normal(S.shape)
+            S = S + nu * self.noise.generator(int(config["round"]), self.blocks.rows, nu, "mean").standard_normal(
+                S.shape)
             self.context.state["dp-power-mean"] = ConfigRecord({"released": 1})
         return self._upload(S, config)
 
@@ -97,12 +100,12 @@ class DPPowerClient(NumPyClient):
         if self.calibration is not None and released >= self.calibration.iterations:
             raise RuntimeError(f"privacy budget exhausted: {released} products released, L = "
                                f"{self.calibration.iterations}")
-        Y = self.rows.T @ (self.rows @ X)
+        Y = self.blocks.product(X)
         s = self.settings
         nu = client_noise_std(s.dp_channel, s.num_clients, self.calibration,
                               product_sensitivity(s.center, s.dp_sensitivity, X))
         if nu > 0:
-            rng = self.noise.generator(int(config["round"]), X, self.rows, nu)
+            rng = self.noise.generator(int(config["round"]), X, self.blocks.rows, nu)
             Y += nu * rng.standard_normal(Y.shape)
         self.context.state[STATE] = ConfigRecord({"released": released + 1})
         return self._upload(Y, config)

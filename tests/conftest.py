@@ -135,3 +135,12 @@ def flower_processes(request, monkeypatch):
         warnings.warn(f"{request.node.nodeid} left {len(left)} Flower process(es) running; stopped: "
                       + "; ".join(f"{pid} {args[:160]}" for pid, args in left), stacklevel=1)
         _stop([pid for pid, _ in left])
+
+
+@pytest.fixture
+def every_iterate(monkeypatch):
+    """Strategies keep every round's estimate (the server keeps ``Z_0`` and the newest two), for a test that
+    compares each round's estimate with a reference."""
+    from fl_strategies.protocol.base import FederatedStrategy
+
+    monkeypatch.setattr(FederatedStrategy, "ITERATES_KEPT", None)

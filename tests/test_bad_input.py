@@ -218,6 +218,7 @@ def corrupt_replies(monkeypatch):
     return install
 
 
+@pytest.mark.usefixtures("every_iterate")
 def test_malformed_replies_are_rejected_counted_and_logged(corrupt_replies, caplog):
     corrupt_replies(set(CORRUPTIONS))
     over = dict(num_clients=12, num_samples=2400, dimension=20, rank=3, iteration_rank=4, local_steps=2,
@@ -237,6 +238,7 @@ def test_malformed_replies_are_rejected_counted_and_logged(corrupt_replies, capl
         assert fragment in caplog.text
 
 
+@pytest.mark.usefixtures("every_iterate")
 def test_norm_bound_never_rejects_honest_noisy_replies():
     """Theorem 6's noise at a tiny s_i is huge; the bound sqrt(r) + 8 nu sqrt(d r) still lets it through."""
     by_iterations = {k: v for k, v in TINY.items() if k != "num_server_rounds"}  # total-iterations fixes the rounds
@@ -365,6 +367,7 @@ def bad_data_on(monkeypatch, tmp_path):
     return install
 
 
+@pytest.mark.usefixtures("every_iterate")
 def test_a_node_with_bad_data_is_left_out_and_the_run_goes_on(bad_data_on, caplog):
     bad_data_on({2: np.full((30, 6), np.nan), 3: np.ones((30, 9))})
     with caplog.at_level(logging.WARNING, logger="flwr"):
@@ -377,6 +380,7 @@ def test_a_node_with_bad_data_is_left_out_and_the_run_goes_on(bad_data_on, caplo
     assert "no usable node for partition(s) 2, 3 of num-clients = 4" in caplog.text
 
 
+@pytest.mark.usefixtures("every_iterate")
 def test_the_reference_client_with_bad_data_is_replaced(bad_data_on):
     bad_data_on({0: np.zeros((0, 6))})
     strategy = run_app(**TINY, local_steps=3, schedule="fixed", clients_per_round=3, seed=4)
@@ -385,6 +389,7 @@ def test_the_reference_client_with_bad_data_is_replaced(bad_data_on):
     assert_finite_records(strategy)
 
 
+@pytest.mark.usefixtures("every_iterate")
 def test_a_good_deployment_file_is_used(bad_data_on):
     """A node with a valid data-path file joins; its rows are normalised like simulated data."""
     bad_data_on({1: np.random.default_rng(0).standard_normal((25, 6)) * 1e3})
@@ -536,6 +541,7 @@ def small_runs(draw):
     return over
 
 
+@pytest.mark.usefixtures("every_iterate")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(over=small_runs())
 def test_random_small_configs_give_finite_results_or_a_config_error_before_round_one(over):

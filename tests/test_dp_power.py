@@ -95,6 +95,7 @@ def central_power_method(cfg: dict, rounds: int) -> list[np.ndarray]:
     return X
 
 
+@pytest.mark.usefixtures("every_iterate")
 def test_without_noise_the_sum_is_the_central_power_method():
     cfg = dict(SMALL, seed=3, data_seed=0, epsilon=0.0)
     ref = central_power_method(cfg, 4)
@@ -288,6 +289,7 @@ GOWALLA = __import__("pathlib").Path(__file__).resolve().parents[1].parent / "sh
 needs_gowalla = pytest.mark.skipif(not (GOWALLA / "train.txt").is_file(), reason=f"no Gowalla data in {GOWALLA}")
 
 
+@pytest.mark.usefixtures("every_iterate")
 @needs_gowalla
 def test_gowalla_users_over_clients_give_the_central_power_method_without_noise():
     from fl_strategies.settings.config import validate_run_config
@@ -311,3 +313,31 @@ def test_gowalla_users_over_clients_give_the_central_power_method_without_noise(
         run_app(**dict(over, dimension=0))
     with pytest.raises(ConfigError, match="only dp-power reads"):
         run_app(**dict(over, strategy="fedpower", dimension=300))
+
+
+@pytest.mark.usefixtures("every_iterate")
+def test_int8_node_files_are_multiplied_as_stored_without_a_float64_copy(tmp_path, monkeypatch):
+    """dp-power's clients multiply M_i^T (M_i X) over float64 row blocks of their int8 files (rows normalised
+    block by block, centred with the released mean): never the whole rows in float64 (NodeData.rows raises), and
+    the central power method's iterates of the pooled normalised centred rows to 1e-10."""
+    from client_app.data import NodeData
+
+    rng = np.random.default_rng(5)
+    parts = [rng.integers(0, 3, (s, 30)).astype(np.int8) for s in (40, 55, 35)]
+    for i, part in enumerate(parts):
+        np.save(tmp_path / f"partition_{i}.npy", part)
+
+    def whole_rows_in_float64(self):
+        raise AssertionError("a client copied its rows to float64 as a whole")
+
+    monkeypatch.setattr(NodeData, "rows", property(whole_rows_in_float64))
+    s = run_app(strategy="dp-power", dataset=str(tmp_path), num_clients=3, dimension=30, rank=2, iteration_rank=3,
+                num_server_rounds=5, epsilon=0.0, row_normalize=True, dp_channel="plaintext", center=True, seed=2)
+    M = np.vstack(parts).astype(np.float64)
+    M /= np.linalg.norm(M, axis=1, keepdims=True)
+    Mc = M - M.mean(axis=0)
+    X = s.iterates[1]  # round 1 releases the mean; the estimate is kept
+    np.testing.assert_array_equal(X, s.iterates[0])
+    for later in list(s.iterates)[2:]:
+        X = orth(Mc.T @ (Mc @ X))
+        assert np.max(np.abs(later - X)) < 1e-10

@@ -38,6 +38,7 @@ def centralised_power(cfg_overrides, rounds):
     ("fedpower", dict(local_steps=1, schedule="fixed", alignment="none")),
     ("power", dict(local_steps=3)),  # the baseline fixes p = 1 (logged; a noise setting would be refused)
 ])
+@pytest.mark.usefixtures("every_iterate")
 def test_p1_noise_free_full_participation_is_the_centralised_power_method(strategy, extra):
     over = dict(MODEL1, strategy=strategy, num_server_rounds=25, **extra)
     fed = run_app(**over).iterates
@@ -47,6 +48,7 @@ def test_p1_noise_free_full_participation_is_the_centralised_power_method(strate
     assert worst < 1e-12
 
 
+@pytest.mark.usefixtures("every_iterate")
 def test_unequal_partitions_still_iterate_the_pooled_covariance():
     """Weights s_i / n make the server iterate (1/n) M^T M even with label skew."""
     over = dict(dataset="digits", dimension=0, num_samples=0, partitioner="dirichlet", dirichlet_alpha=0.3,

@@ -273,6 +273,7 @@ def test_stragglers_report_floor_and_sampling_factor():
     assert a["ratio"] == pytest.approx(0.2 / np.sqrt(15 / 95)) and np.isnan(table.iloc[1]["ratio"])
 
 
+@pytest.mark.usefixtures("every_iterate")
 @pytest.mark.parametrize("strategy", ["fedpower", "fedave"])
 def test_a_round_where_everyone_drops_out_keeps_the_estimate(strategy):
     over = (dict(SMALL, num_clients=3, num_server_rounds=12) if strategy == "fedpower" else

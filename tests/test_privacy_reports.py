@@ -154,6 +154,7 @@ def test_resumed_run_reports_the_epsilon_of_all_steps(tmp_path, monkeypatch):
 
 # -- dp-power (zCDP) ------------------------------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("every_iterate")
 @pytest.mark.parametrize("calibration, channel", [("paper", "plaintext"), ("tight", "public")])
 def test_dp_power_reports_rho_epsilon_sensitivity_and_noise_by_hand(calibration, channel):
     eps, delta, L, m = 2.0, 1e-6, 4, 4

@@ -131,6 +131,7 @@ def test_nodes_that_disagree_on_d_are_named_before_round_1(tmp_path):
         _node_run(tmp_path, blocks, **{"rank": 2, "iteration-rank": 2})
 
 
+@pytest.mark.usefixtures("every_iterate")
 def test_progress_without_a_reference_and_stop_tol_on_node_data(tmp_path):
     """With no reference the rows carry the change of the estimate (sin theta between successive bases) and,
     under a stopping rule, the explained variance tr(Z^T C Z) from the clients' sums: equal to the pooled value.
@@ -146,7 +147,7 @@ def test_progress_without_a_reference_and_stop_tol_on_node_data(tmp_path):
     assert s.failure is None and len(s.records) < 200  # the rule fired
     pooled = np.vstack(blocks)
     C = pooled.T @ pooled / len(pooled)
-    for row, Z in zip(s.records[1:], s.iterates[1:]):
+    for row, Z in zip(s.records[1:], list(s.iterates)[1:]):
         assert row["estimate_change"] is not None
         np.testing.assert_allclose(row["iterated_explained_variance"], np.trace(Z.T @ C @ Z), rtol=1e-10)
     assert s.records[-1]["estimate_change"] < 1e-4
@@ -167,6 +168,7 @@ def _spiked_blocks(seed: int, sizes=(50, 80, 120), d: int = 7, offset: float = 0
     ("power", {"center": False}),
     ("faps", {"center": True}),
 ])
+@pytest.mark.usefixtures("every_iterate")
 def test_explained_variance_on_every_round_without_a_stopping_rule(tmp_path, strategy, extra):
     """Node data, no stop-tol: every row's explained variance (from the clients' f_i, one round late; the last
     from the summary) equals tr(Z^T C Z) of the pooled (centred) rows to 1e-10, and its ratio uses the total

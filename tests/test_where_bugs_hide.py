@@ -91,6 +91,7 @@ def test_transform_of_a_raw_row_gives_the_runs_own_preprocessed_rows_scores(tmp_
     np.testing.assert_allclose(scores * signs, expected, atol=1e-6)
 
 
+@pytest.mark.usefixtures("every_iterate")
 def test_a_second_reply_of_one_partition_is_named_and_dropped(monkeypatch, caplog):
     """Round 2 gets partition 1's reply twice, the second with a doubled product: the second is rejected with a
     WARNING naming the partition, the first is used, and the run equals the run without the duplicate."""

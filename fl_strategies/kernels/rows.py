@@ -15,8 +15,11 @@ import numpy as np
 
 __all__ = ["BLOCK_BYTES", "RowBlocks", "normalize_rows", "clip_rows"]
 
-BLOCK_BYTES = 1 << 25
-"""Target size of one float64 row block (32 MiB)."""
+BLOCK_BYTES = 1 << 24
+"""Target size of one float64 row block (16 MiB): the float64 working set of a pass over the rows. A product
+``M^T (M Z)`` of an int8 file is no slower than with 32 MiB blocks at d = 100,000 (20 rows a block) and faster at
+d = 30,000; 8 MiB blocks were 1.0-1.1x and 4 MiB blocks 1.4-1.5x the time of 32 MiB ones at d = 100,000
+(``simulations/benchmarks/bench_row_blocks.py``)."""
 
 
 def normalize_rows(X: np.ndarray) -> np.ndarray:

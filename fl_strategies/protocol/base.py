@@ -42,6 +42,7 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
 from . import node_directory
+from .iterates import Iterates
 from ..settings.config import ConfigError, check_against_data, row_sums_at_discovery
 from ..files.data_files import FINGERPRINT
 from ..files.harness import on_nodes, widths_listed
@@ -56,9 +57,24 @@ __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 log = logging.getLogger("flwr.fedspectral")  # shown by Flower's console handler
 
 
+RELEASED = "fedspectral_released_bytes"
+"""Attribute of a ``FitRes`` whose serialised arrays :meth:`FederatedStrategy.collect_replies` released: their size."""
+
+
 def uploaded_bytes(results: list) -> int:
-    """Bytes of the arrays in a round's ``(proxy, FitRes)`` replies, as they travelled (``bytes_up``)."""
-    return sum(sum(len(t) for t in res.parameters.tensors) for _, res in results)
+    """Bytes of the arrays in a round's ``(proxy, FitRes)`` replies, as they travelled (``bytes_up``), also after
+    :meth:`FederatedStrategy.collect_replies` released them."""
+    return sum(getattr(res, RELEASED, None) if hasattr(res, RELEASED) else sum(len(t) for t in res.parameters.tensors)
+               for _, res in results)
+
+
+def release_arrays(res) -> None:
+    """Drop a reply's serialised arrays once decoded (``d x r`` bytes each, held by the round's results until the
+    round ends otherwise), keeping their size for :func:`uploaded_bytes`."""
+    tensors = getattr(getattr(res, "parameters", None), "tensors", None)
+    if isinstance(tensors, list) and not hasattr(res, RELEASED):
+        setattr(res, RELEASED, sum(len(t) for t in tensors))
+        tensors.clear()
 
 
 _ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
@@ -115,8 +131,10 @@ class FederatedStrategy(Strategy):
         does not declare is an ``AttributeError``.
     records : list of dict
         One row per round (round 0 is the initial estimate).
-    iterates : list of ndarray
-        The estimate after each round, ``iterates[0]`` the initial one.
+    iterates : fl_strategies.protocol.iterates.Iterates
+        The estimates so far, indexed by position (``iterates[0]`` the initial one, ``iterates[-1]`` the newest,
+        ``len`` their number): only ``Z_0`` and the newest :attr:`ITERATES_KEPT` are held, so the server stays
+        ``O(d r)`` however many rounds run. Assigning a list of estimates replaces them.
     stopped : bool
         Set when the stopping rule fired or the run was aborted; the server loop then ends the run.
     failure : str or None
@@ -152,7 +170,7 @@ class FederatedStrategy(Strategy):
         self.timeout = settings.round_timeout or None
         self.stop_tol = settings.stop_tol
         self.records: list[dict] = []
-        self.iterates: list[np.ndarray] = []
+        self.iterates = []
         self.proxies: dict[int, ClientProxy] = {}
         self.sizes: dict[int, int] = {}
         self.fingerprints: dict[int, str] = {}  # partition id -> the fingerprint of its data reported at discovery
@@ -177,6 +195,21 @@ class FederatedStrategy(Strategy):
         self.resumable = self.spec.checkpoints
         self.participation = Participation(cfg, self.spec.sampling)
         self.participation.check_support(self.spec.stragglers, settings.strategy)
+
+    ITERATES_KEPT: int | None = 2
+    """How many of the newest estimates the server keeps besides ``Z_0``: the newest and the one before (a row's
+    ``estimate_change``, the row held by a stopping rule). ``None`` keeps every round's (``O(d r T)``), for an
+    analysis that compares them all."""
+
+    @property
+    def iterates(self) -> Iterates:
+        """The estimates so far (:class:`~fl_strategies.protocol.iterates.Iterates`)."""
+        return self._iterates
+
+    @iterates.setter
+    def iterates(self, estimates) -> None:
+        self._iterates = (estimates if isinstance(estimates, Iterates)
+                          else Iterates(estimates, keep=self.ITERATES_KEPT))
 
     # -- to be provided by subclasses ---------------------------------------------------------------
     @property
@@ -410,6 +443,7 @@ class FederatedStrategy(Strategy):
             reason = (check_origin(pid, asked, res, node_id=proxy.cid, expected_examples=self.sizes.get(pid))
                       or ("a second reply of this partition" if pid in replies else None))
             arrays = reason or decode_arrays(res, len(shapes), max_bytes=max_bytes)
+            release_arrays(res)  # the decoded arrays (or the reason) are all that is needed of it now
             if isinstance(arrays, str):
                 reason = arrays
             else:
@@ -430,7 +464,7 @@ class FederatedStrategy(Strategy):
                 continue
             if self.observer is not None:
                 self.observer(server_round, pid, broadcast, arrays)
-            replies[pid] = ([a.astype(np.float64) for a in arrays], values)
+            replies[pid] = ([a.astype(np.float64, copy=False) for a in arrays], values)  # freshly decoded: no copy
         return replies, rejected
 
     def abort(self, reason: str) -> None:
@@ -459,7 +493,7 @@ class FederatedStrategy(Strategy):
             late = sum(int(row.get("late", 0) or 0) for row in rounds)
             return (f"no client reply was accepted in any of its {len(rounds)} round(s) ({rejected} rejected, "
                     f"{failures} failed or dropped out, {late} late): the result would be its start")
-        if len(self.iterates) >= 2 and all(np.array_equal(Z, self.iterates[0]) for Z in self.iterates[1:]):
+        if len(self.iterates) >= 2 and not self.iterates.moved:
             return (f"the estimate never moved from its start in {len(self.iterates) - 1} round(s) (no usable "
                     "replies, or replies that sum to zero)")
         return None
@@ -513,7 +547,7 @@ class FederatedStrategy(Strategy):
             self._write(*self._held)
             self._held = None
         if self.stopped:  # the newest estimate was discarded: the held one is the result
-            self.iterates = self.iterates[: len(self.records)]
+            self.iterates.truncate(len(self.records))
 
     @property
     def estimate(self) -> np.ndarray:
@@ -540,12 +574,16 @@ class FederatedStrategy(Strategy):
         Returns
         -------
         dict
-            ``records`` (list of dict), ``iterates`` (list of (d, r) arrays),
-            ``held`` (``[row, Z]`` or ``None``), ``last_objective``, ``sizes``
-            (``[[partition id, rows], ...]`` as discovered) and ``fingerprints`` (``[[partition id, str], ...]``:
-            the fingerprint of each partition's data its node reported at discovery, where it reported one).
+            ``records`` (list of dict), ``iterates`` (``Z_0`` and the newest kept estimates, (d, r) arrays),
+            ``iterate_count`` (how many estimates they stand for), ``iterate_first_moved`` (the first position
+            whose estimate differs from ``Z_0``, or ``None``), ``held`` (``[row, Z]`` or ``None``),
+            ``last_objective``, ``sizes`` (``[[partition id, rows], ...]`` as discovered) and ``fingerprints``
+            (``[[partition id, str], ...]``: the fingerprint of each partition's data its node reported at
+            discovery, where it reported one).
         """
-        return {"records": self.records, "iterates": self.iterates,
+        kept = self.iterates.state()
+        return {"records": self.records, "iterates": kept["estimates"], "iterate_count": kept["count"],
+                "iterate_first_moved": kept["first_moved"],
                 "held": None if self._held is None else [self._held[0], self._held[1]],
                 "last_objective": self._last_objective,
                 "sizes": [[pid, size] for pid, size in sorted(self.sizes.items())],
@@ -580,7 +618,12 @@ class FederatedStrategy(Strategy):
         if set(saved) != set(self.sizes):
             log.warning("resume: partitions %s then, %s now", sorted(saved), sorted(self.sizes))
         self.records = [dict(row) for row in state["records"]]
-        self.iterates = [np.asarray(Z, dtype=np.float64) for Z in state["iterates"]]
+        estimates = [np.asarray(Z, dtype=np.float64) for Z in state["iterates"]]
+        if "iterate_count" in state:  # Z_0 and the newest estimates, standing for iterate_count of them
+            self.iterates = Iterates(estimates, keep=self.ITERATES_KEPT, count=state["iterate_count"],
+                                     first_moved=state["iterate_first_moved"])
+        else:  # every estimate of the run
+            self.iterates = estimates
         held = state["held"]
         self._held = None if held is None else (dict(held[0]), np.asarray(held[1], dtype=np.float64))
         self._last_objective = state["last_objective"]

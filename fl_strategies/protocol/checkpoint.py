@@ -192,7 +192,8 @@ class Checkpoint:
         if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
             version = doc.get("version") if isinstance(doc, dict) else None
             raise self._refuse(f"has format {version!r}, expected {FORMAT_VERSION}")
-        if stored != _checksum(text, [arrays[f"a{i}"] for i in range(len(arrays))] if _numbered(arrays) else None):
+        # arrays not named a0, a1, ... were not written by save(): refused like a wrong checksum
+        if not _numbered(arrays) or stored != _checksum(text, [arrays[f"a{i}"] for i in range(len(arrays))]):
             raise self._refuse("fails its checksum (the file was altered or damaged after it was written)")
         saved, now = doc.get("config"), _comparable(self.cfg)
         if not isinstance(saved, dict):
@@ -237,6 +238,11 @@ class Checkpoint:
         records, iterates, held = strat["records"], strat["iterates"], strat["held"]
         if not isinstance(records, list) or not isinstance(iterates, list):
             return "holds no rows or estimates"
+        count, first_moved = strat.get("iterate_count", len(iterates)), strat.get("iterate_first_moved")
+        if not _is_int(count) or not (len(iterates) <= count and (count > 0) == bool(iterates)):
+            return f"holds {len(iterates)} estimate(s) standing for {count!r}"
+        if first_moved is not None and not (_is_int(first_moved) and 1 <= first_moved < count):
+            return f"holds the first moved estimate {first_moved!r}, not a position in 1 .. {count - 1}"
         if held is not None and not (isinstance(held, list) and len(held) == 2 and isinstance(held[0], dict)):
             return f"holds a malformed held row ({type(held).__name__})"
         rounds = [row.get("round") if isinstance(row, dict) else None for row in records]
@@ -343,10 +349,8 @@ def _numbered(arrays: dict[str, np.ndarray]) -> bool:
     return set(arrays) == {f"a{i}" for i in range(len(arrays))}
 
 
-def _checksum(text: str, arrays: list[np.ndarray] | None) -> str:
-    """SHA-256 of the JSON document and of every array's dtype, shape and bytes (``""`` for unnumbered arrays)."""
-    if arrays is None:
-        return "invalid"
+def _checksum(text: str, arrays: list[np.ndarray]) -> str:
+    """SHA-256 of the JSON document and of every array's dtype, shape and bytes, in order."""
     digest = hashlib.sha256(text.encode("utf-8"))
     for a in arrays:
         a = np.ascontiguousarray(a)

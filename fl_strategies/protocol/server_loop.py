@@ -64,13 +64,15 @@ class StoppingServer(Server):
             self._save(0)
         start = timeit.default_timer()
         for current_round in range(first, num_rounds + 1):
-            res_fit = self.fit_round(server_round=current_round, timeout=timeout)
+            # only the aggregate is kept: the round's replies (their serialised arrays, d x r each) are freed now,
+            # not held through the next round
+            aggregated = (self.fit_round(server_round=current_round, timeout=timeout) or (None,))[0]
             if getattr(self.strategy, "stopped", False):
                 log(INFO, "run stopped in round %s: %s", current_round,
                     getattr(self.strategy, "failure", None) or "stopping rule met")
                 break
-            if res_fit is not None and res_fit[0]:
-                self.parameters = res_fit[0]
+            if aggregated:
+                self.parameters = aggregated
             self.strategy.evaluate(current_round, parameters=self.parameters)
             self._save(current_round)
         check = getattr(self.strategy, "check_progress", None)

@@ -140,7 +140,7 @@ def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[
     Returns
     -------
     strategy : flwr.server.strategy.Strategy
-        The strategy after the run: ``records`` and ``iterates`` hold the results.
+        The strategy after the run: ``records`` holds its rows, ``iterates`` its start and newest estimates.
     """
     from client_app.app import app as client_app
     from server_app.app import run_server, server_fn
