@@ -139,3 +139,22 @@ def test_a_read_only_file_is_hashed_once_per_process_and_file_version(tmp_path, 
 def test_tiny_arrays(shape):
     value = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
     assert noise._digest(value) == one_piece_digest(value)
+
+
+def test_a_tuple_of_inputs_is_hashed_item_by_item():
+    """fedpower's rows-path data (``LocalOperator.digest_input``: rows, centring, scale, weight) is a tuple; its
+    ``repr`` would show the rows only by their corners, so data that differ inside must still differ here."""
+    from fl_strategies.kernels.products import LocalOperator
+    from fl_strategies.kernels.rows import RowBlocks
+
+    rows = np.random.default_rng(2).standard_normal((200, 30))
+    other = rows.copy()
+    other[100, 15] = np.nextafter(other[100, 15], np.inf)
+    a, b = (LocalOperator.from_rows(RowBlocks(m)).digest_input for m in (rows, other))
+    assert isinstance(a, tuple) and repr(a) == repr(b)  # the repr cannot tell them apart
+    assert noise._digest(a) != noise._digest(b)
+    assert noise._digest(a) == noise._digest(LocalOperator.from_rows(RowBlocks(rows.copy())).digest_input)
+    assert noise._digest((1, 2)) != noise._digest([1, 2]) != noise._digest(((1,), 2))
+    noisy = noise.ClientNoise({"noise-source": "node-secret", "seed": 0}, {}, 1, lambda draw: bytes(32), True, 2)
+    draws = [noisy.generator(3, data, 0.5).standard_normal(4096) for data in (a, b)]
+    assert abs(np.corrcoef(*draws)[0, 1]) < 6 / np.sqrt(4096)
