@@ -3,12 +3,15 @@ untested: the row bound's default, the epsilon a calibration reports as spent, a
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 from fl_strategies.privacy import analyze_gauss as ag
 from fl_strategies.privacy import zcdp
 
-SHARES = {"gram": (1.0 - ag.MEAN_SHARE, 1), "row-sum": (ag.MEAN_SHARE, 1)}
+SHARES = {"gram": (0.9, 1), "row-sum": (0.1, 1)}  # the centred split (MEAN_SHARE), written out
 
 
 def test_the_row_bound_is_the_clip_norm_when_set_else_one():
@@ -57,3 +60,61 @@ def test_paper_and_tight_scale_is_their_own_one_gaussian_multiplier(calibration)
     """A composition of Gaussians is one Gaussian: its multiplier is the calibration's for a single release."""
     releases = ag.calibrate(0.7, 1e-5, calibration, SHARES)
     assert releases.scale == zcdp.noise_multiplier(0.7, 1e-5, 1, calibration)
+
+
+@pytest.mark.parametrize("epsilon", [1e-300, 1e308], ids=["noise-overflows", "noise-underflows"])
+def test_a_target_whose_noise_multiplier_is_not_a_positive_finite_number_is_refused(epsilon):
+    """tight's one-Gaussian multiplier for these targets is inf and 0: no noise can be added with it."""
+    with pytest.raises(ValueError, match="cannot be met with the tight calibration: its noise multiplier is"):
+        ag.calibrate(epsilon, 1e-5, "tight", SHARES)
+
+
+@pytest.mark.parametrize("epsilon", [3.0, 7.0, 20.0, 55.0])
+def test_a_large_target_gets_a_multiplier_below_one_and_spends_the_target_to_round_off(epsilon):
+    """tight converts zCDP exactly: the spent epsilon is the target up to round-off on either side (1e-12), and a
+    large target's multiplier is below 1."""
+    releases = ag.calibrate(epsilon, 1e-5, "tight", SHARES)
+    assert releases.epsilon == pytest.approx(epsilon, rel=1e-12)
+    if epsilon >= 20.0:
+        assert 0.0 < releases.scale < 1.0
+
+
+@pytest.mark.parametrize("epsilon", [50.0, 1e300])
+def test_a_calibration_that_would_spend_more_than_the_target_is_refused(epsilon):
+    """The paper's bound spends ``eps^2 / (8 ln(1/delta)) + eps / sqrt(2)``: more than ``eps`` once ``eps`` exceeds
+    ``(8 - 4 sqrt(2)) ln(1/delta)`` (27 at delta = 1e-5), 1.25 times it at 50 (and overflows at 1e300)."""
+    spent = epsilon * epsilon / (8 * math.log(1e5)) + epsilon / math.sqrt(2)
+    with pytest.raises(ValueError, match=rf"cannot be met with the paper calibration: it would spend epsilon' = "
+                                         rf"{spent:.6g};"):
+        ag.calibrate(epsilon, 1e-5, "paper", SHARES)
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_the_covariance_releases_are_the_gram_triangle_and_with_centring_the_row_sum(center):
+    """With centring the row sum takes MEAN_SHARE of 1 / sigma^2, so its multiplier is sqrt((1 - s) / s) times the
+    Gram triangle's; without it the Gram triangle is the one Gaussian of the calibration."""
+    releases = ag.covariance_releases(0.9, 1e-6, "tight", center)
+    one = zcdp.noise_multiplier(0.9, 1e-6, 1, "tight")
+    assert releases.counts == ({"gram": 1, "row-sum": 1} if center else {"gram": 1})
+    assert releases.calibration == "tight" and releases.delta == 1e-6 and releases.target == 0.9
+    if center:
+        s = ag.MEAN_SHARE
+        assert releases.multipliers["gram"] == pytest.approx(one / (1.0 - s) ** 0.5, rel=1e-12)
+        assert releases.multipliers["row-sum"] == pytest.approx(one / s ** 0.5, rel=1e-12)
+    else:
+        assert releases.multipliers == {"gram": pytest.approx(one, rel=1e-12)}
+    assert releases.epsilon == pytest.approx(0.9, rel=1e-12)
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_the_covariance_from_the_sums_is_numpys_of_the_rows(center):
+    """Centred: ``np.cov`` with divisor ``n`` and the rows' mean; uncentred: the second moment ``X^T X / n`` and a
+    zero mean."""
+    X = np.random.default_rng(3).standard_normal((40, 5)) + np.arange(5)
+    C, mu = ag.covariance_from_sums(X.T @ X, X.sum(axis=0) if center else None, len(X))
+    if center:
+        np.testing.assert_allclose(C, np.cov(X, rowvar=False, bias=True), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(mu, X.mean(axis=0), rtol=1e-12)
+    else:
+        np.testing.assert_allclose(C, X.T @ X / len(X), rtol=1e-12)
+        np.testing.assert_array_equal(mu, np.zeros(5))

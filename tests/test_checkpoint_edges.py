@@ -142,6 +142,17 @@ FORGED = [
      r"holds the first moved estimate 99, not a position in 1 \.\. \d+"),
     ("held-row-without-its-estimate", lambda d: d["strategy"].update(held=[{}]), "malformed held row"),
     ("a-key-missing-from-the-saved-config", lambda d: d["config"].pop("seed"), "seed = None there"),
+    ("an-estimate-that-is-not-an-array", lambda d: d["strategy"]["iterates"].__setitem__(1, [[1.0, 0.0]]),
+     "holds an estimate of shape None"),
+    ("fingerprints-none", lambda d: d["strategy"].update(fingerprints=None), "malformed data fingerprints"),
+    ("fingerprints-an-empty-table", lambda d: d["strategy"].update(fingerprints={}), "malformed data fingerprints"),
+    ("fingerprint-empty", lambda d: d["strategy"].update(fingerprints=[[0, ""]]), "malformed data fingerprints"),
+    ("fingerprint-of-129-characters", lambda d: d["strategy"].update(fingerprints=[[0, "f" * 129]]),
+     "malformed data fingerprints"),
+    ("fingerprint-three-items", lambda d: d["strategy"].update(fingerprints=[[0, "ab", "cd"]]),
+     "malformed data fingerprints"),
+    ("fingerprint-of-a-partition-twice", lambda d: d["strategy"].update(fingerprints=[[0, "ab"], [0, "ab"]]),
+     "malformed data fingerprints"),
 ]
 
 
@@ -182,3 +193,42 @@ def test_a_row_at_the_largest_subspace_distance_is_accepted(saved, tmp_path):  #
     _forge(path, lambda d: d["strategy"]["records"][1].update(subspace_distance=1.0))
     resumed = ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"]).resumed
     assert resumed["strategy"]["records"][1]["subspace_distance"] == 1.0
+
+
+def test_fingerprints_of_one_to_128_characters_are_well_formed(saved, tmp_path):  # noqa: F811
+    """The format check takes any fingerprint of 1 to 128 characters (whether it is the node's is checked when the
+    nodes report theirs)."""
+    path, cfg = _copy(saved, tmp_path)
+    fingerprints = [[0, "a"], [1, "f" * 128]]
+    _forge(path, lambda d: d["strategy"].update(fingerprints=fingerprints))
+    resumed = ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"]).resumed
+    assert resumed["strategy"]["fingerprints"] == fingerprints
+
+
+@pytest.mark.parametrize("name", ["extra", "a99"])
+def test_a_checkpoint_with_an_array_save_did_not_name_fails_its_checksum_whatever_checksum_it_holds(
+        saved, tmp_path, name):  # noqa: F811
+    """save() names the arrays a0, a1, ...; another array (any stored checksum, "invalid" included) is an altered
+    file. The same file without it resumes."""
+    path, cfg = _copy(saved, tmp_path)
+    text, checksum, arrays = _open(path)
+    for stored in ("invalid", checksum, ""):
+        np.savez(path, state=np.array(text), checksum=np.array(stored), **{f"a{i}": a for i, a in enumerate(arrays)},
+                 **{name: np.zeros(2)})
+        with pytest.raises(ConfigError, match="fails its checksum"):
+            ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+    _write(path, text, checksum, arrays)
+    assert ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"]).resumed is not None
+
+
+def test_an_orthonormal_estimate_of_another_shape_than_the_parameters_is_refused(saved, tmp_path):  # noqa: F811
+    """One earlier estimate with one row more, still finite float64 with orthonormal columns: only the shape check
+    sees it."""
+    path, cfg = _copy(saved, tmp_path)
+    text, _, arrays = _open(path)
+    i = json.loads(text)["strategy"]["iterates"][1]["__array__"]
+    d, r = arrays[i].shape
+    arrays[i] = np.eye(d + 1, r)
+    _write(path, text, ck._checksum(text, arrays), arrays)
+    with pytest.raises(ConfigError, match=rf"holds an estimate of shape \({d + 1}, {r}\), not \({d}, {r}\)"):
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])

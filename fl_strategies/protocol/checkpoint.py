@@ -192,7 +192,8 @@ class Checkpoint:
         if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
             version = doc.get("version") if isinstance(doc, dict) else None
             raise self._refuse(f"has format {version!r}, expected {FORMAT_VERSION}")
-        if stored != _checksum(text, [arrays[f"a{i}"] for i in range(len(arrays))] if _numbered(arrays) else None):
+        # arrays not named a0, a1, ... were not written by save(): refused like a wrong checksum
+        if not _numbered(arrays) or stored != _checksum(text, [arrays[f"a{i}"] for i in range(len(arrays))]):
             raise self._refuse("fails its checksum (the file was altered or damaged after it was written)")
         saved, now = doc.get("config"), _comparable(self.cfg)
         if not isinstance(saved, dict):
@@ -348,10 +349,8 @@ def _numbered(arrays: dict[str, np.ndarray]) -> bool:
     return set(arrays) == {f"a{i}" for i in range(len(arrays))}
 
 
-def _checksum(text: str, arrays: list[np.ndarray] | None) -> str:
-    """SHA-256 of the JSON document and of every array's dtype, shape and bytes (``""`` for unnumbered arrays)."""
-    if arrays is None:
-        return "invalid"
+def _checksum(text: str, arrays: list[np.ndarray]) -> str:
+    """SHA-256 of the JSON document and of every array's dtype, shape and bytes, in order."""
     digest = hashlib.sha256(text.encode("utf-8"))
     for a in arrays:
         a = np.ascontiguousarray(a)
