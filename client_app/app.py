@@ -6,7 +6,6 @@ from functools import lru_cache
 
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.client import ClientApp
-from flwr.client.mod import secaggplus_mod
 
 from fl_strategies.settings.config import validate_run_config
 from fl_strategies.protocol.fit_records import fit_reply_content, is_fitins_content
@@ -15,6 +14,7 @@ from fl_strategies.settings.registry import load_class, spec
 
 from .data import NodeData
 from .faults import garbage_reply_mod
+from .secure_rounding import rounding_entropy, secaggplus_seeded
 
 
 def numpy_client(context: Context):
@@ -57,10 +57,13 @@ def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message
     """Flower's ``secaggplus_mod`` for the messages of a SecAgg+ round; every other message passes through.
 
     ``secaggplus_mod`` expects every training message to be a SecAgg+ stage; the strategies that send plain
-    training messages (all but ``dp-power`` with ``dp-channel = "secagg"``) must bypass it.
+    training messages (all but ``dp-power`` with ``dp-channel = "secagg"``) must bypass it. On a simulated node
+    its stochastic rounding is seeded from the run seed, partition id, round and stage, so a simulation is
+    reproduced exactly; a SuperNode keeps Flower's unseeded rounding (:mod:`client_app.secure_rounding`).
     """
     if msg.metadata.message_type == MessageType.TRAIN and is_secagg_stage(msg.content):
-        return secaggplus_mod(msg, context, call_next)
+        entropy = rounding_entropy(_validated(context.run_config), context.node_config, msg)
+        return secaggplus_seeded(msg, context, call_next, entropy)
     return call_next(msg, context)
 
 

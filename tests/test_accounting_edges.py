@@ -131,3 +131,98 @@ def test_a_composed_scale_without_a_positive_finite_start_or_below_the_floor_is_
     with pytest.raises(ValueError, match="is too large for dp-calibration = \"pld\": it needs less noise than a "
                                          "multiplier of 0.1"):
         accounting.composed_scale("pld", 1e4, 1e-5, ((1.0, 1),), 1e-3)
+
+
+def _bounded(function, calls: list, limit: int):
+    """``function`` that records each call and raises once it has been called more than ``limit`` times."""
+
+    def wrapped(*args):
+        calls.append(args)
+        if len(calls) > limit:
+            raise RuntimeError(f"the search asked the accountant more than {limit} times")
+        return function(*args)
+
+    return wrapped
+
+
+@pytest.mark.parametrize("start", [0.2, 0.8, 1.6], ids=["twice-the-floor", "eight-times", "sixteen-times"])
+def test_a_target_met_at_the_floor_is_refused_from_any_start_above_it(monkeypatch, start):
+    """epsilon 1e4 over one release is met at the floor multiplier 0.1; a start of 2^k times the floor halves
+    down to the floor exactly, where the search must stop and refuse (each search asks the accountant a few
+    dozen times; more than 200 questions means it does not end). Over T releases the floor is 0.1 sqrt(T)."""
+    calls: list = []
+    monkeypatch.setattr(accounting, "epsilon", _bounded(accounting.epsilon, calls, 200))
+    monkeypatch.setattr(accounting, "composed_epsilon", _bounded(accounting.composed_epsilon, calls, 200))
+    with pytest.raises(ValueError, match="is too large for dp-calibration = \"pld\": it needs less noise than a "
+                                         "multiplier of 0.1"):
+        accounting.composed_scale("pld", 1e4, 1e-5, ((1.0, 1),), start)
+    with pytest.raises(ValueError, match="is too large for dp-calibration = \"pld\" over 1 releases: it needs "
+                                         "less noise than sigma = 0.1 "):
+        accounting.noise_multiplier("pld", 1e4, 1e-5, 1, start)
+    with pytest.raises(ValueError, match="over 4 releases: it needs less noise than sigma = 0.2 "):
+        accounting.noise_multiplier("pld", 1e4, 1e-5, 4, 2 * start)
+    assert accounting.epsilon("pld", 0.1, 1, 1e-5) <= 1e4  # the floor itself meets the target
+
+
+def direct_epsilon(kind: str, sigma: float, releases: int, delta: float) -> float:
+    """dp-accounting itself, on the grid the module documents (sigma / sqrt(T) is at least 0.1 here)."""
+    acc = dpa.pld.PLDAccountant(value_discretization_interval=INTERVAL) if kind == "pld" else dpa.rdp.RdpAccountant()
+    acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(sigma), releases))
+    return acc.get_epsilon(delta)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_noise_multiplier_is_found_from_a_start_far_below_or_far_above_it(monkeypatch, kind):
+    """The search doubles up from a start below the answer and halves down from one above it; either way the
+    answer is the smallest multiplier dp-accounting certifies (1e-6 less is not certified), and the search ends."""
+    calls: list = []
+    monkeypatch.setattr(accounting, "epsilon", _bounded(accounting.epsilon, calls, 300))
+    found = [accounting.noise_multiplier(kind, 0.9, 1e-5, 6, start) for start in (0.3, 300.0)]
+    for sigma in found:
+        assert sigma == pytest.approx(found[0], rel=3 * TOLERANCE)
+        assert direct_epsilon(kind, sigma, 6, 1e-5) <= 0.9 < direct_epsilon(kind, sigma * (1 - 1e-6), 6, 1e-5)
+
+
+def test_a_noise_multiplier_without_a_positive_finite_start_or_beyond_the_accountants_resolution_is_refused(
+        monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(accounting, "epsilon", _bounded(accounting.epsilon, calls, 200))
+    for start in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match=r"is too small: even the zCDP noise multiplier over 3 releases is not a "
+                                             r"positive finite number"):
+            accounting.noise_multiplier("rdp", 1.0, 1e-5, 3, start)
+
+    # RDP's orders cannot resolve epsilon 1e-9: it certifies only far more noise than the exact Gaussian needs,
+    # and the refusal says which of the target's numbers to change for this accountant
+    exact = accounting.exact_noise_multiplier(1e-9, 1e-5, 3)
+    with pytest.raises(ValueError, match=r"beyond what the rdp accountant resolves over 3 releases: .* times the "
+                                         r"exact Gaussian noise .*; use a larger epsilon or dp-calibration"):
+        accounting.noise_multiplier("rdp", 1e-9, 1e-5, 3, exact)
+
+
+def test_only_noise_the_pld_cannot_account_is_unmeasurable(monkeypatch):
+    """dp-accounting's PLD overflows at a noise multiplier of 1e-4 per sqrt(release) (on the widened grid) and
+    answers at 1e-3; above 0.1 per sqrt(release) the accountant is not asked. Without dp-accounting the epsilon_pld
+    column is empty for that reason, and nothing is called unmeasurable."""
+    with pytest.raises(OverflowError):
+        pld_epsilon(1e-2, 10_000, 1e-5, INTERVAL * (0.1 / 1e-4) ** 2)
+    for releases in (1, 4, 10_000):
+        root = math.sqrt(releases)
+        assert accounting.unmeasurable(1e-4 * root, releases, 1e-5)
+        assert not accounting.unmeasurable(1e-3 * root, releases, 1e-5)
+        assert not accounting.unmeasurable(0.1 * root, releases, 1e-5)
+    monkeypatch.setattr(accounting, "available", lambda: False)
+    assert not accounting.unmeasurable(1e-4, 1, 1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_kind_of_release_with_extreme_noise_composes_as_its_epsilon_without_an_exception(kind):
+    """Infinite noise spends nothing; a multiplier of 1e200, whose square overflows, is beyond dp-accounting's
+    arithmetic (nan, as :func:`epsilon` says): neither raises."""
+    with pytest.raises(ArithmeticError):
+        direct_epsilon(kind, 1e200, 1, 1e-5)
+    assert accounting.composed_epsilon(kind, ((math.inf, 2),), 1e-5) == 0.0
+    assert accounting.epsilon(kind, math.inf, 2, 1e-5) == 0.0
+    assert accounting.composed_epsilon(kind, ((math.inf, 2), (4.0, 1)), 1e-5) == accounting.epsilon(kind, 4.0, 1, 1e-5)
+    assert math.isnan(accounting.composed_epsilon(kind, ((1e200, 1),), 1e-5))
+    assert math.isnan(accounting.epsilon(kind, 1e200, 1, 1e-5))

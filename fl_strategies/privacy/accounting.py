@@ -226,16 +226,21 @@ def composed_epsilon(kind: str, multipliers: tuple[tuple[float, int], ...], delt
     Returns
     -------
     float
-        ``inf`` if a ``sigma <= 0``; ``nan`` when the accountant cannot compute it; never an exception but
-        :class:`AccountantUnavailable`.
+        ``0`` for no release or only infinite noise, ``inf`` if a ``sigma <= 0``; ``nan`` when the accountant
+        cannot compute it (as :func:`epsilon`); never an exception but :class:`AccountantUnavailable`.
     """
     releases = [(float(s), int(c)) for s, c in multipliers if c > 0]
     if not releases:
         return 0.0
     if any(not s > 0 for s, _ in releases):
         return math.inf
+    releases = [(s, c) for s, c in releases if s < math.inf]  # infinite noise reveals nothing
+    if not releases:
+        return 0.0
     dpa = _dp_accounting()
-    effective = 1.0 / math.sqrt(sum(c / (s * s) for s, c in releases))  # the one Gaussian they compose to
+    # the one Gaussian they compose to; above about 1e154 the squares overflow and it is taken as infinite
+    total = sum(c / (s * s) for s, c in releases)
+    effective = 1.0 / math.sqrt(total) if total > 0 else math.inf
     try:
         acc = make_accountant(kind, effective, 1)
         for s, c in releases:

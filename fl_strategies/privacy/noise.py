@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from ..files.secret_files import create_secret_file, read_secret_file
+from ..kernels.rows import BLOCK_BYTES
 
 __all__ = ["NOISE_SOURCES", "STREAM_NOISE", "SECRET_KEY", "ClientNoise", "KeyedNormal", "is_deployment",
            "resolve_source", "read_or_create_secret", "run_noise_source"]
@@ -117,19 +119,99 @@ class KeyedNormal:
         return np.concatenate([radius * np.cos(angle), radius * np.sin(angle)])[:n].reshape(shape)
 
 
-def _digest(value: Any) -> bytes:
+def _hash_array(h, array: np.ndarray, block_bytes: int = BLOCK_BYTES) -> None:
+    """Feed ``array``'s bytes in C order to ``h``, a block of rows (about ``block_bytes``) at a time.
+
+    BLAKE2b is a streaming hash, so the digest is that of ``np.ascontiguousarray(array).tobytes()`` in one
+    piece, without that copy of the whole array: a C-contiguous block (any block of a memory-mapped ``.npy``
+    file) is hashed in place, a non-contiguous one is copied one block at a time.
+    """
+    if array.ndim == 0 or array.size == 0:
+        h.update(np.ascontiguousarray(array).tobytes())
+        return
+    row_bytes = max(1, array.itemsize * (array.size // array.shape[0]))
+    step = max(1, int(block_bytes) // row_bytes)
+    for start in range(0, array.shape[0], step):
+        block = np.ascontiguousarray(array[start:start + step])
+        h.update(block.tobytes() if block.dtype.hasobject else block.reshape(-1).view(np.uint8))
+        del block  # a copied block is freed before the next one is made: one block at a time
+
+
+def _file_version(array: np.ndarray) -> tuple | None:
+    """``(file, mtime_ns, size)`` of a read-only memory-mapped file array, else ``None``.
+
+    Only such an array keeps its bytes for as long as its file is unchanged: numpy refuses to make it writeable
+    (its buffer is a read-only ``mmap``), so no code in the process can change it in place, and a change of the
+    file on disk changes this version. Any other array may be written through (itself or another view of its
+    memory), so its digest is never reused.
+    """
+    if not isinstance(array, np.memmap) or array.mode != "r" or array.flags.writeable or not array.filename:
+        return None
+    try:
+        stat = os.stat(array.filename)
+    except OSError:
+        return None
+    return array.filename, stat.st_mtime_ns, stat.st_size
+
+
+_FILE_DIGESTS: dict[int, tuple[weakref.ref, tuple, bytes]] = {}
+"""``id(array) -> (weak reference to it, its file version, its digest)`` for read-only memory-mapped arrays."""
+
+
+def _forget(key: int, ref: weakref.ref) -> None:
+    if _FILE_DIGESTS.get(key, (None,))[0] is ref:
+        _FILE_DIGESTS.pop(key, None)
+
+
+def _array_digest(array: np.ndarray) -> bytes:
+    """The digest of one array: BLAKE2b-256 of its dtype and shape's ``repr``, then its bytes in C order.
+
+    A node's data file (a read-only memory map, the same object for every message of a process: the node reads
+    it once per process and file version, ``client_app.data``) is hashed once per process and file version; the
+    cached digest is reused only for the very same array object (checked through a weak reference, dropped with
+    the array) while its file's ``(mtime_ns, size)`` is unchanged, i.e. only when the bytes hashed cannot have
+    changed (:func:`_file_version`), so a release never keys its noise on stale data.
+    """
+    version = _file_version(array)
+    if version is not None:
+        cached = _FILE_DIGESTS.get(id(array))
+        if cached is not None and cached[0]() is array and cached[1] == version:
+            return cached[2]
     h = hashlib.blake2b(digest_size=32)
+    h.update(repr((array.dtype.str, array.shape)).encode())
+    _hash_array(h, array)
+    digest = h.digest()
+    if version is not None:
+        key = id(array)
+        ref = weakref.ref(array, lambda r, key=key: _forget(key, r))
+        _FILE_DIGESTS[key] = (ref, version, digest)
+    return digest
+
+
+def _digest(value: Any) -> bytes:
+    """BLAKE2b-256 of one input of a release: an array's dtype, shape and bytes (:func:`_array_digest`), a scipy
+    sparse matrix's CSR arrays and shape, a tuple's or list's length and the digests of its items, or any other
+    value's ``repr``.
+
+    A tuple is hashed item by item because its ``repr`` shows an array of more than 1000 entries only by its
+    corners: two data sets that differ inside would key the same noise.
+    """
+    if isinstance(value, (tuple, list)):
+        h = hashlib.blake2b(digest_size=32)
+        h.update(f"{type(value).__name__}/{len(value)}".encode())
+        for item in value:
+            h.update(_digest(item))
+        return h.digest()
     if hasattr(value, "tocsr"):  # a scipy sparse matrix
+        h = hashlib.blake2b(digest_size=32)
         value = value.tocsr()
         for part in (value.data, value.indices, value.indptr):
-            h.update(np.ascontiguousarray(part).tobytes())
+            _hash_array(h, np.asarray(part))
         h.update(repr(value.shape).encode())
-    elif isinstance(value, np.ndarray):
-        h.update(repr((value.dtype.str, value.shape)).encode())
-        h.update(np.ascontiguousarray(value).tobytes())
-    else:
-        h.update(repr(value).encode())
-    return h.digest()
+        return h.digest()
+    if isinstance(value, np.ndarray):
+        return _array_digest(value)
+    return hashlib.blake2b(repr(value).encode(), digest_size=32).digest()
 
 
 class ClientNoise:

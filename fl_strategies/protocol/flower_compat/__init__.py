@@ -32,6 +32,9 @@ name (area module)                                 Flower 1.41 path      used by
                                                    .app                  legacy Server)
 ``RECORD_KEY_CONFIGS`` (secagg)                    flwr.common.secure_   client_app.app (tell SecAgg+ stages from    none
                                                    aggregation.secagg…   fit messages)
+``SecAggKey``, ``SecAggStage`` (secagg)            flwr.common.secure_   client_app.secure_rounding (a simulated     none
+                                                   aggregation.secagg…   node's rounding seeded per stage)
+                                                   (``Key``, ``Stage``)
 ``start_update_client_manager_thread`` (secagg)    flwr.server.compat    server_app.secure_loop (SecAgg+ loop that   ``DefaultWorkflow`` (cannot stop
                                                    .app_utils            can stop between rounds)                    between rounds)
 ``MAIN_CONFIGS_RECORD``, ``WorkflowKey`` (secagg)  flwr.server.workflow  server_app.secure_loop (round number for    none
@@ -93,6 +96,8 @@ _AREA = {
     "start_grid": "legacy_server",
     # SecAgg+ rounds
     "RECORD_KEY_CONFIGS": "secagg",
+    "SecAggKey": "secagg",
+    "SecAggStage": "secagg",
     "start_update_client_manager_thread": "secagg",
     "MAIN_CONFIGS_RECORD": "secagg",
     "WorkflowKey": "secagg",
@@ -156,6 +161,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names are resol
     from .secagg import (
         MAIN_CONFIGS_RECORD,
         RECORD_KEY_CONFIGS,
+        SecAggKey,
+        SecAggStage,
         WorkflowKey,
         default_centralized_evaluation_workflow,
         default_init_params_workflow,

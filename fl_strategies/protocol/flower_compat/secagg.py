@@ -4,12 +4,14 @@ fedspectral drives Flower's public ``SecAggPlusWorkflow`` round by round itself
 (:func:`server_app.secure_loop.run_secure_aggregation`) instead of through ``DefaultWorkflow``, so that a
 run can stop between rounds (privacy budget spent, too few clients) and evaluate after each round. That
 loop is ``DefaultWorkflow.__call__`` taken apart, and needs the pieces below, which Flower keeps private.
-The client side recognises a SecAgg+ stage message by its record key.
+The client side recognises a SecAgg+ stage message by its record key, and reads its stage.
 """
 
 from __future__ import annotations
 
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+from flwr.common.secure_aggregation.secaggplus_constants import Key as SecAggKey
+from flwr.common.secure_aggregation.secaggplus_constants import Stage as SecAggStage
 from flwr.server.compat.app_utils import start_update_client_manager_thread
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD
 from flwr.server.workflow.constant import Key as WorkflowKey
@@ -18,14 +20,23 @@ from flwr.server.workflow.default_workflows import (
     default_init_params_workflow,
 )
 
-__all__ = ["MAIN_CONFIGS_RECORD", "RECORD_KEY_CONFIGS", "WorkflowKey", "default_centralized_evaluation_workflow",
-           "default_init_params_workflow", "start_update_client_manager_thread"]
+__all__ = ["MAIN_CONFIGS_RECORD", "RECORD_KEY_CONFIGS", "SecAggKey", "SecAggStage", "WorkflowKey",
+           "default_centralized_evaluation_workflow", "default_init_params_workflow",
+           "start_update_client_manager_thread"]
 
 # RECORD_KEY_CONFIGS : str ("secaggplus_configs"), from ``flwr.common.secure_aggregation.secaggplus_constants``
 #   What: the key of the ConfigRecord every SecAgg+ stage message carries.
 #   Why: client_app.app.is_secagg_stage tells a SecAgg+ stage from a plain fit message, so that only the
 #   former goes through ``secaggplus_mod``.
 #   Public alternative: none in 1.41 (``secaggplus_mod`` is public, its message layout is not).
+
+# SecAggKey : class (``Key``) and SecAggStage : class (``Stage``), from
+# ``flwr.common.secure_aggregation.secaggplus_constants``
+#   What: the key of a stage message's stage name (``SecAggKey.STAGE``, "stage") and the stage names in protocol
+#   order (``SecAggStage.all()``: setup, share_keys, collect_masked_vectors, unmask).
+#   Why: client_app.secure_rounding seeds a simulated node's stochastic rounding per stage, and reads the stage
+#   before ``secaggplus_mod`` pops it from the message. Renamed so they are not confused with ``WorkflowKey``.
+#   Public alternative: none (the stage layout is internal to ``secaggplus_mod``).
 
 # start_update_client_manager_thread : function, from ``flwr.server.compat.app_utils``
 #   What: the thread that keeps a legacy ``ClientManager`` in step with ``grid.get_node_ids()``.
