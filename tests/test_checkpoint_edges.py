@@ -205,6 +205,29 @@ def test_fingerprints_of_one_to_128_characters_are_well_formed(saved, tmp_path):
     assert resumed["strategy"]["fingerprints"] == fingerprints
 
 
+def test_the_first_moved_estimate_is_a_position_below_the_estimate_count(saved, tmp_path):  # noqa: F811
+    """Position ``count`` is past the last estimate the run made: refused, naming the positions allowed."""
+    path, cfg = _copy(saved, tmp_path)
+    strat = json.loads(_open(path)[0])["strategy"]
+    count = strat.get("iterate_count", len(strat["iterates"]))
+    assert count >= 2
+    _forge(path, lambda d: d["strategy"].update(iterate_count=count, iterate_first_moved=count))
+    with pytest.raises(ConfigError, match=rf"first moved estimate {count}, not a position in 1 \.\. {count - 1};"):
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+
+
+def test_a_partition_of_one_row_is_well_formed_and_one_of_none_is_not(saved, tmp_path):  # noqa: F811
+    """A node may hold a single row; a partition without rows is never one a run could have counted."""
+    path, cfg = _copy(saved, tmp_path)
+    sizes = [[0, 1], [1, 200], [2, 200]]
+    _forge(path, lambda d: d["strategy"].update(sizes=sizes))
+    resumed = ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"]).resumed
+    assert resumed["strategy"]["sizes"] == sizes
+    _forge(path, lambda d: d["strategy"].update(sizes=[[0, 0], [1, 200], [2, 200]]))
+    with pytest.raises(ConfigError, match="malformed partition sizes"):
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+
+
 @pytest.mark.parametrize("name", ["extra", "a99"])
 def test_a_checkpoint_with_an_array_save_did_not_name_fails_its_checksum_whatever_checksum_it_holds(
         saved, tmp_path, name):  # noqa: F811
