@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Callable
 
 __all__ = ["ACCOUNTANTS", "EXTRA", "PLD_INTERVAL", "MIN_EFFECTIVE_SIGMA", "TRUST_FACTOR", "available",
            "make_accountant", "composed_epsilon", "composed_scale", "epsilon", "noise_multiplier", "gaussian_delta",
@@ -154,6 +155,37 @@ def unmeasurable(sigma: float, steps: int, delta: float) -> bool:
     return not math.isfinite(epsilon("pld", float(sigma), int(steps), float(delta)))
 
 
+def smallest_certified(certified: Callable[[float], bool], start: float, floor: float, no_finite: str,
+                       too_large: str) -> float:
+    """The smallest noise multiplier ``certified`` accepts, to :data:`RELATIVE_TOLERANCE` (from above).
+
+    Doubles from ``max(start, floor)`` until certified, halves until not (never below ``floor``), then bisects
+    geometrically; the answer is always a certified value.
+
+    Raises
+    ------
+    ValueError
+        ``no_finite`` when no finite multiplier (below 1e300) is certified; ``too_large`` when ``floor`` itself is.
+    """
+    hi = max(start, floor)
+    while not certified(hi):
+        hi *= 2.0
+        if not math.isfinite(hi) or hi > 1e300:
+            raise ValueError(no_finite)
+    lo = hi / 2.0
+    while certified(lo):
+        if lo <= floor:
+            raise ValueError(too_large)
+        hi, lo = lo, max(lo / 2.0, floor)
+    while hi / lo - 1.0 > RELATIVE_TOLERANCE:
+        mid = math.sqrt(lo * hi)
+        if certified(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 @lru_cache(maxsize=256)
 def noise_multiplier(kind: str, target_epsilon: float, delta: float, steps: int, start: float) -> float:
     """The smallest ``sigma`` (to :data:`RELATIVE_TOLERANCE`) whose ``steps`` releases the accountant certifies
@@ -182,26 +214,13 @@ def noise_multiplier(kind: str, target_epsilon: float, delta: float, steps: int,
     def certified(sigma: float) -> bool:
         return epsilon(kind, sigma, steps, delta) <= target_epsilon
 
-    hi = max(start, floor)
-    while not certified(hi):
-        hi *= 2.0
-        if not math.isfinite(hi) or hi > 1e300:
-            raise ValueError(f"no finite noise meets epsilon = {target_epsilon:g} at delta = {delta:g} over "
-                             f"{steps} releases with the {kind} accountant")
-    lo = hi / 2.0
-    while certified(lo):
-        if lo <= floor:
-            raise ValueError(f"epsilon = {target_epsilon:g} is too large for dp-calibration = \"{kind}\" over {steps} "
-                             f"releases: it needs less noise than sigma = {floor:.4g} (sigma / sqrt(T) = "
-                             f"{MIN_EFFECTIVE_SIGMA}), where the guarantee means little; use a smaller epsilon or "
-                             "the tight calibration")
-        hi, lo = lo, max(lo / 2.0, floor)
-    while hi / lo - 1.0 > RELATIVE_TOLERANCE:
-        mid = math.sqrt(lo * hi)
-        if certified(mid):
-            hi = mid
-        else:
-            lo = mid
+    hi = smallest_certified(
+        certified, start, floor,
+        no_finite=f"no finite noise meets epsilon = {target_epsilon:g} at delta = {delta:g} over {steps} releases "
+                  f"with the {kind} accountant",
+        too_large=f"epsilon = {target_epsilon:g} is too large for dp-calibration = \"{kind}\" over {steps} releases: "
+                  f"it needs less noise than sigma = {floor:.4g} (sigma / sqrt(T) = {MIN_EFFECTIVE_SIGMA}), where "
+                  "the guarantee means little; use a smaller epsilon or the tight calibration")
     exact = exact_noise_multiplier(target_epsilon, delta, steps)
     if hi > TRUST_FACTOR * exact:
         raise ValueError(f"(epsilon, delta) = ({target_epsilon:g}, {delta:g}) is beyond what the {kind} accountant "
@@ -268,22 +287,9 @@ def composed_scale(kind: str, target_epsilon: float, delta: float, weights: tupl
     if not (math.isfinite(start) and start > 0):
         raise ValueError(f"epsilon = {target_epsilon:g} at delta = {delta:g}: no positive finite noise multiplier")
     floor = MIN_EFFECTIVE_SIGMA
-    hi = max(start, floor)
-    while not certified(hi):
-        hi *= 2.0
-        if not math.isfinite(hi) or hi > 1e300:
-            raise ValueError(f"no finite noise meets epsilon = {target_epsilon:g} at delta = {delta:g} with the "
-                             f"{kind} accountant")
-    lo = hi / 2.0
-    while certified(lo):
-        if lo <= floor:
-            raise ValueError(f"epsilon = {target_epsilon:g} is too large for dp-calibration = \"{kind}\": it needs "
-                             f"less noise than a multiplier of {floor:g}, where the guarantee means little")
-        hi, lo = lo, max(lo / 2.0, floor)
-    while hi / lo - 1.0 > RELATIVE_TOLERANCE:
-        mid = math.sqrt(lo * hi)
-        if certified(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return smallest_certified(
+        certified, start, floor,
+        no_finite=f"no finite noise meets epsilon = {target_epsilon:g} at delta = {delta:g} with the {kind} "
+                  "accountant",
+        too_large=f"epsilon = {target_epsilon:g} is too large for dp-calibration = \"{kind}\": it needs less noise "
+                  f"than a multiplier of {floor:g}, where the guarantee means little")
