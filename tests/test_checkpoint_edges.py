@@ -136,6 +136,8 @@ FORGED = [
     ("estimates-not-a-list", lambda d: d["strategy"].update(iterates={}), "holds no rows or estimates"),
     ("fewer-estimates-counted-than-held", lambda d: d["strategy"].update(iterate_count=1),
      r"holds 3 estimate\(s\) standing for 1"),
+    ("no-estimates", lambda d: d["strategy"].update(iterates=[], iterate_count=0, iterate_first_moved=None),
+     r"holds 0 estimate\(s\) standing for 0"),
     ("estimate-count-not-an-int", lambda d: d["strategy"].update(iterate_count="9"),
      r"standing for '9'"),
     ("first-moved-beyond-the-count", lambda d: d["strategy"].update(iterate_first_moved=99),

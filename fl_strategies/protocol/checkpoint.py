@@ -239,7 +239,7 @@ class Checkpoint:
         if not isinstance(records, list) or not isinstance(iterates, list):
             return "holds no rows or estimates"
         count, first_moved = strat.get("iterate_count", len(iterates)), strat.get("iterate_first_moved")
-        if not _is_int(count) or not (len(iterates) <= count and (count > 0) == bool(iterates)):
+        if not _is_int(count) or not 0 < len(iterates) <= count:  # Z_0 is held from round 0 on
             return f"holds {len(iterates)} estimate(s) standing for {count!r}"
         if first_moved is not None and not (_is_int(first_moved) and 1 <= first_moved < count):
             return f"holds the first moved estimate {first_moved!r}, not a position in 1 .. {count - 1}"
