@@ -90,6 +90,12 @@ def test_compare_writes_results_summary_plot_and_estimates(tmp_path, capsys):
     ('title = "x"\n', "defines no [[runs]] table"),
     ('[[runs]]\nname = "a"\nstrategy = fedpower\n', "not valid TOML"),
     ('rank = 3\n[[runs]]\nname = "a"\nstrategy = "fedpower"\n', ":1: unknown top-level key 'rank'"),
+    # a misnamed table is offered the tables, not a run-config key of a similar spelling ('comm-ratio')
+    ('[common]\nrank = 3\n[[runs]]\nname = "a"\nstrategy = "fedpower"\n',
+     ":1: unknown top-level key 'common'. The tables are [defaults] and [[runs]]."),
+    ('[default]\nrank = 3\n[[runs]]\nname = "a"\nstrategy = "fedpower"\n',
+     ":1: unknown top-level key 'default'. Did you mean 'defaults'?"),
+    ('[[run]]\nname = "a"\nstrategy = "fedpower"\n', ":1: unknown top-level key 'run'. Did you mean 'runs'?"),
     ('[[runs]]\nname = "a"\nstrategy = "fedpower"\nseeds = [1.5]\n', ":4: run 'a': seeds must be"),
 ])
 def test_malformed_comparison_files_are_refused_with_a_line_number(tmp_path, text, fragment):

@@ -271,7 +271,12 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
 
     for key in doc:
         if key not in TOP_KEYS:
-            hint = suggest(key, TOP_KEYS + tuple(KEYS))
+            value = doc[key]
+            if isinstance(value, dict) or (isinstance(value, list) and value and isinstance(value[0], dict)):
+                # a misnamed table: only the two tables are candidates (not a run-config key that looks alike)
+                hint = suggest(key, ("defaults", "runs")) or " The tables are [defaults] and [[runs]]."
+            else:
+                hint = suggest(key, TOP_KEYS + tuple(KEYS))
             hint += " (run-config keys go in [defaults] or a [[runs]] table)" if key in KEYS else ""
             if key == "seed":
                 hint = f" {SEED_HINT}"
