@@ -109,3 +109,16 @@ def test_readme_documents_every_key():
     table = keys_markdown(defaults)
     assert table in (APP_DIR / "README.md").read_text()
     assert all(f"| `{key}` |" in table for key in KEYS)
+
+
+def test_readme_names_every_key_that_may_change_on_resume():
+    """The checkpoint section lists, by name, exactly the keys declared ``harmless_on_resume``."""
+    import re
+
+    from fl_strategies.settings.config import RESUME_HARMLESS
+
+    text = (APP_DIR / "README.md").read_text()
+    bullet = text[text.index("* **Same run config.**"):]
+    bullet = bullet[:bullet.index("may differ from the checkpointed run")]
+    named = set(re.findall(r"`([a-z-]+)`", bullet)) - {"harmless_on_resume"}
+    assert named == set(RESUME_HARMLESS)
