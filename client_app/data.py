@@ -63,8 +63,7 @@ from fl_strategies.files.harness import find_harness, on_nodes, partition_file
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import RowBlocks
 
-__all__ = ["NodeData", "partition_id", "load_client_rows", "load_client_covariance", "check_local_matrix",
-           "check_local_operator"]
+__all__ = ["NodeData", "partition_id", "check_local_matrix", "check_local_operator"]
 
 
 def partition_id(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> int:
@@ -343,32 +342,6 @@ def _read_cached(path: str, version, label: str):
     if isinstance(X, np.ndarray) and not isinstance(X, np.memmap):
         X.setflags(write=False)
     return X
-
-
-def load_client_rows(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> tuple[np.ndarray, int]:
-    """Rows held by this node and its partition id: ``(M_i of shape (s_i, d), partition id)``.
-
-    Raises
-    ------
-    ValueError
-        If the node's data fail a check of the module docstring; the message
-        names the partition id and the file or key.
-    """
-    data = NodeData(cfg, node_config)
-    return data.rows, data.partition_id
-
-
-def load_client_covariance(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> tuple[np.ndarray, int, int]:
-    """``(A_i of shape (d, d), s_i, partition id)`` of this node.
-
-    Raises
-    ------
-    ValueError
-        If the node's data fail a check of the module docstring.
-    """
-    data = NodeData(cfg, node_config)
-    A, s = data.covariance
-    return A, s, data.partition_id
 
 
 def check_local_matrix(A: np.ndarray, num_rows: int, cfg: Mapping[str, Any], where: str) -> None:

@@ -43,6 +43,15 @@ TINY = dict(num_clients=4, num_samples=80, dimension=6, rank=2, iteration_rank=3
 FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def load_client_covariance(cfg, node_config):
+    """``(A_i, s_i, partition id)`` of the node ``node_config`` describes, as its client builds them."""
+    from client_app.data import NodeData
+
+    data = NodeData(cfg, node_config)
+    A, s = data.covariance
+    return A, s, data.partition_id
+
+
 def fitres(arrays, num_examples=10, metrics=None, tensors=None):
     params = ndarrays_to_parameters(arrays) if tensors is None else Parameters(tensors=tensors,
                                                                                tensor_type="numpy.ndarray")
@@ -302,8 +311,6 @@ def write(path: Path, content) -> str:
     ("rows.txt", "1,2,3,4,5,6\n", "must be a .npy or .csv file"),
 ])
 def test_bad_deployment_data_fail_naming_partition_and_file(tmp_path, name, content, fragment):
-    from client_app.data import load_client_covariance
-
     path = write(tmp_path / name, content)
     with pytest.raises(ValueError) as info:
         load_client_covariance(client_cfg(), {"partition-id": 2, "data-path": path})
@@ -312,8 +319,6 @@ def test_bad_deployment_data_fail_naming_partition_and_file(tmp_path, name, cont
 
 
 def test_bad_partition_ids_and_missing_files_are_clear(tmp_path):
-    from client_app.data import load_client_covariance
-
     cfg = client_cfg()
     with pytest.raises(ValueError, match="partition-id = 4 is outside 0..num-clients-1 = 3"):
         load_client_covariance(cfg, {"partition-id": 4})
@@ -326,8 +331,6 @@ def test_bad_partition_ids_and_missing_files_are_clear(tmp_path):
 def test_deployment_rows_are_normalised_even_when_huge_and_few(tmp_path):
     """With row-normalize, rows of norm ~1e200 are scaled to unit norm (no overflow); fewer rows than r are
     accepted; without it (the default) the same rows overflow M^T M and are refused naming the file."""
-    from client_app.data import load_client_covariance
-
     rows = np.array([[1e200, 2e200, 0, 0, 0, 0], [0, 0, 3.0, 0, 0, 4.0]])
     A, s, pid = load_client_covariance(client_cfg(row_normalize=True),
                                        {"partition-id": 0, "data-path": write(tmp_path / "r.npy", rows)})

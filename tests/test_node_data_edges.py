@@ -321,3 +321,34 @@ def test_two_files_of_the_same_size_and_time_are_two_sources(tmp_path):
             for name in ("a.npy", "b.npy"))
     assert a is not b
     np.testing.assert_allclose(b.row_sum, -ROWS.sum(axis=0), rtol=1e-12)
+
+
+# -- a data-path file in a simulation: the width against the run's dimension, a sparse file ------------------------
+@pytest.mark.parametrize("dimension, refused", [(0, False), (1, True), (5, False), (6, True)])
+def test_a_files_width_is_checked_against_the_runs_dimension_only_when_the_run_fixes_one(tmp_path, dimension,
+                                                                                          refused):
+    """``dimension = 0`` (the generator's own width) leaves the comparison to the server; a fixed one, 1 included,
+    must be the file's width (5 columns here)."""
+    path = tmp_path / "rows.npy"
+    np.save(path, ROWS)
+    cfg = config(tmp_path, dataset="fedpower-model1", dimension=dimension, rank=1, **{"iteration-rank": 1})
+    data = NodeData(cfg, {"partition-id": 0, "data-path": str(path)})
+    if refused:
+        with pytest.raises(ValueError, match=rf"has 5 columns, but the run's data have dimension d = {dimension}"):
+            data.rows
+    else:
+        np.testing.assert_array_equal(data.rows, ROWS)
+
+
+def test_a_sparse_npz_file_is_read_as_stored_and_gives_the_dense_operator(tmp_path):
+    """A scipy sparse ``.npz`` node file stays sparse (no read-only flag to set on it) and its operator is that
+    of the dense rows."""
+    import scipy.sparse as sp
+
+    sparse = sp.random(40, 5, density=0.3, random_state=3, format="csr")
+    path = tmp_path / "rows.npz"
+    sp.save_npz(path, sparse)
+    data = NodeData(config(tmp_path), {"partition-id": 0, "data-path": str(path)})
+    assert sp.issparse(data.rows)
+    dense = sparse.toarray()
+    np.testing.assert_allclose(data.operator() @ Z, gram(dense) @ Z, rtol=1e-12, atol=1e-15)
