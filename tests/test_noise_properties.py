@@ -185,6 +185,46 @@ def test_seeded_noise_differs_by_round_and_partition(tmp_path, source):
     assert abs(_corr(draw(1, 2), draw(1, 3))) < INDEPENDENT and abs(_corr(draw(1, 2), draw(2, 2))) < INDEPENDENT
 
 
+@pytest.mark.parametrize("source", ["seeded", "seeded-not-private"])
+def test_seeded_noise_is_the_documented_stream_of_the_seed_tag_2_partition_and_round(source):
+    """``default_rng([seed, 2, partition id, round])``, as the module and the other streams' tags document: a
+    committed reproduction of a simulation (or a SuperNode's ``seeded-not-private`` run) redraws its noise only
+    while the tag stays 2. The clients pass ``STREAM_NOISE`` as the stream."""
+    from flwr.common import RecordDict
+
+    for seed, pid, rnd in [(0, 0, 1), (7, 3, 12)]:
+        noise = ClientNoise({"noise-source": source, "seed": seed}, {}, pid, secret_in_state(RecordDict()), True,
+                            STREAM_NOISE)
+        np.testing.assert_array_equal(noise.generator(rnd).standard_normal((3, 4)),
+                                      np.random.default_rng([seed, 2, pid, rnd]).standard_normal((3, 4)))
+
+
+@pytest.mark.parametrize("source, noisy", [("node-secret", True), ("node-secret", False), ("seeded", True),
+                                           ("seeded-not-private", True), ("os", True)])
+def test_the_fingerprint_is_keyed_with_the_node_secret_and_plain_without_one(tmp_path, source, noisy):
+    """With a secret, the plain hash of the data never leaves the node (the server could test a guess of the
+    data): the reported fingerprint differs from it, is the same for a new client of the same node and data,
+    and differs for other data or another secret. Without a secret (no noise, seeded or OS noise) it is the
+    plain fingerprint itself."""
+    from flwr.common import RecordDict
+
+    plain, other = "ab" * 32, "cd" * 32
+
+    def node(secret=SECRETS[0]):
+        node_config = {"noise-secret": str(_secret_file(tmp_path, secret))}
+        if source != "seeded":  # a SuperNode (seeded noise is refused on one)
+            node_config["data-path"] = str(tmp_path / "rows.npy")
+        return ClientNoise({"noise-source": source, "seed": 0}, node_config, 2, secret_in_state(RecordDict()),
+                           noisy, STREAM_NOISE)
+
+    reported = node().fingerprint(plain)
+    if source == "node-secret" and noisy:
+        assert reported not in (plain, other) and node().fingerprint(plain) == reported
+        assert node().fingerprint(other) != reported and node(SECRETS[1]).fingerprint(plain) != reported
+    else:
+        assert reported == plain and node().fingerprint(other) == other
+
+
 def test_os_noise_never_repeats(tmp_path):
     noise = _noise(tmp_path, source="os")
     assert abs(_corr(_draw(noise, _release()), _draw(noise, _release()))) < INDEPENDENT
@@ -275,6 +315,10 @@ def test_the_extreme_words_of_the_stream_still_give_finite_draws(monkeypatch, by
     z = KeyedNormal(SECRETS[0]).standard_normal((64,))
     assert np.all(np.isfinite(z))
     assert np.max(np.abs(z)) < 9.0  # sqrt(-2 log 2^-54) ~ 8.7: the tail a 53-bit uniform allows
+    # the uniforms are the midpoints (w + 1/2) 2^-53: the word 0 gives 2^-54, the largest radius; the largest word
+    # rounds to u = 1 (radius 0)
+    expected = 0.0 if byte else math.sqrt(-2.0 * math.log(2.0**-54))
+    np.testing.assert_allclose(np.max(np.abs(z)), expected, rtol=1e-12)
 
 
 @pytest.mark.parametrize("source, noisy", [("node-secret", False), ("os", True), ("seeded-not-private", True)])
