@@ -33,14 +33,26 @@ def runner(tests: list[str]) -> str:
     """The test command for one module's mutants: its tests only, fast suite, first failure ends it.
 
     mutmut 2 counts only exit status 1 as a kill; pytest exits with 2 when a mutant breaks the import of a test
-    module (a collection error), which mutmut would count as a survivor. Every failing status becomes 1.
+    module (a collection error), which mutmut would count as a survivor. Every failing status becomes 1
+    (:func:`pytest_status`). The command is one process (``nice`` execs Python, which runs pytest in-process):
+    mutmut's timeout kills the process it started, and a shell wrapper would leave its pytest running, so an
+    endlessly looping mutant would hang the run instead of counting as a timeout.
     """
-    pytest = " ".join(["nice", "-n", "19", shlex.quote(sys.executable), "-m", "pytest", "-x", "-q",
-                       "-p", "no:cacheprovider", "-m", shlex.quote(MARKERS), *map(shlex.quote, tests)])
-    return f"sh -c {shlex.quote(pytest + ' || exit 1')}"
+    return " ".join(["nice", "-n", "19", shlex.quote(sys.executable), shlex.quote(str(Path(__file__).resolve())),
+                     "--pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", shlex.quote(MARKERS),
+                     *map(shlex.quote, tests)])
+
+
+def pytest_status(args: list[str]) -> int:
+    """Run pytest on ``args`` in this process: 0 when it passes, 1 for any failure (mutmut's only kill)."""
+    import pytest
+
+    return 1 if pytest.main(args) else 0
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--pytest"]:
+        return pytest_status(argv[1:])
     table = targets()
     unknown = [m for m in argv if m not in table]
     if unknown:
