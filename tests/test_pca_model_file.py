@@ -190,6 +190,22 @@ def test_save_model_of_a_run_config_without_the_preprocessing_keys_writes_what_t
     assert model["clip_norm"] == KEYS["clip-norm"].absent_means
 
 
+
+def test_save_model_writes_the_same_bytes_for_an_equal_config_and_privacy_record_in_any_key_order(tmp_path):
+    """The file is a function of its content: the same model with a run config and a privacy record that are equal
+    as dicts but built in another key order gives a byte-identical ``pca.npz`` (canonical JSON), so two runs'
+    models can be compared by their hash; each JSON field is also readable as the dict it was."""
+    X = np.random.default_rng(13).standard_normal((20, 4))
+    model = _model_of(X, 2)
+    cfg = {"center": True, "row-normalize": False, "clip-norm": 0.0, "seed": 4, "rank": 2}
+    privacy = {"epsilon": 1.0, "delta": 1e-5, "releases": [{"name": "products", "count": 3}]}
+    first = save_model(tmp_path / "a.npz", model, cfg, privacy).read_bytes()
+    for other_cfg, other_privacy in [(dict(reversed(list(cfg.items()))), privacy),
+                                     (cfg, dict(reversed(list(privacy.items()))))]:
+        assert save_model(tmp_path / "b.npz", model, other_cfg, other_privacy).read_bytes() == first
+    with np.load(tmp_path / "a.npz") as f:
+        assert json.loads(str(f["run_config"])) == cfg and json.loads(str(f["privacy"])) == privacy
+
 # -- load_model: files written before a field existed, and fields that make no model ------------------------------
 
 @pytest.mark.parametrize("run_config, mean, expected", [
