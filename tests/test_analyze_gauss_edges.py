@@ -118,3 +118,23 @@ def test_the_covariance_from_the_sums_is_numpys_of_the_rows(center):
     else:
         np.testing.assert_allclose(C, X.T @ X / len(X), rtol=1e-12)
         np.testing.assert_array_equal(mu, np.zeros(5))
+
+
+@pytest.mark.parametrize("num_clients", [1, 4, 9])
+@pytest.mark.parametrize("clip_norm", [0.0, 0.5])
+@pytest.mark.parametrize("center", [False, True])
+def test_the_clients_noise_stds_sum_to_the_central_std_of_each_release(num_clients, clip_norm, center):
+    """Each of ``m`` clients adds ``N(0, nu^2)`` per entry, so the sum carries ``sqrt(m) nu``: that must be the
+    central Analyze Gauss std, the release's L2 sensitivity (Gram ``sqrt(2) c^2``, row sum ``2 c``, with the row
+    bound ``c`` = clip-norm, else 1) times its noise multiplier. Without centring no row sum is released (its std
+    is 0); without ``epsilon`` (no releases) no noise at all."""
+    releases = ag.covariance_releases(0.8, 1e-5, "tight", center)
+    nu_g, nu_s = ag.noise_stds(clip_norm, num_clients, releases)
+    c = clip_norm if clip_norm > 0 else 1.0
+    assert nu_g * math.sqrt(num_clients) == pytest.approx(math.sqrt(2.0) * c * c * releases.multipliers["gram"],
+                                                          rel=1e-12)
+    if center:
+        assert nu_s * math.sqrt(num_clients) == pytest.approx(2.0 * c * releases.multipliers["row-sum"], rel=1e-12)
+    else:
+        assert nu_s == 0.0
+    assert ag.noise_stds(clip_norm, num_clients, None) == (0.0, 0.0)
