@@ -13,7 +13,11 @@ as equivalent (no behaviour changes) in ``tests/mutation/survivors.md``. mutmut 
 
 from __future__ import annotations
 
+import math
+import os
 import shlex
+import signal
+import sqlite3
 import subprocess
 import sys
 import tomllib
@@ -43,10 +47,38 @@ def runner(tests: list[str]) -> str:
                      *map(shlex.quote, tests)])
 
 
+def time_limit() -> float | None:
+    """Seconds a mutant's tests may run: ``MUTATION_TIME_LIMIT`` when set, else 9 times the unmutated run's time
+    that mutmut measured (``.mutmut-cache``), just inside mutmut's own limit of 10 times; ``None`` if unknown."""
+    if os.environ.get("MUTATION_TIME_LIMIT"):
+        return float(os.environ["MUTATION_TIME_LIMIT"])
+    try:
+        with sqlite3.connect(f"file:{ROOT / '.mutmut-cache'}?mode=ro", uri=True) as db:
+            row = db.execute("select value from MiscData where key = 'baseline_time_elapsed'").fetchone()
+    except sqlite3.Error:
+        return None
+    return 9.0 * float(row[0]) if row else None
+
+
 def pytest_status(args: list[str]) -> int:
-    """Run pytest on ``args`` in this process: 0 when it passes, 1 for any failure (mutmut's only kill)."""
+    """Run pytest on ``args`` in this process: 0 when it passes, 1 for any failure (mutmut's only kill).
+
+    Tests that run over :func:`time_limit` (an endless loop) are stopped here with status 1: mutmut counts the
+    mutant as killed (slowly: "suspicious"). mutmut's own timeout is not relied on: it kills the process and then
+    checks whether its timer thread is still alive, a race it often loses on a fast kill, and then it counts the
+    killed run (status -9) as a survivor.
+    """
     import pytest
 
+    limit = time_limit()
+    if limit:
+        def stop(signum, frame):
+            os.write(2, f"mutation runner: the tests ran over {limit:.0f} s (an endless loop?): counted as a kill\n"
+                     .encode())
+            os._exit(1)
+
+        signal.signal(signal.SIGALRM, stop)
+        signal.alarm(max(1, math.ceil(limit)))
     return 1 if pytest.main(args) else 0
 
 

@@ -1,0 +1,29 @@
+"""The mutation runner's test command (tests/mutation/run.py --pytest): what mutmut counts as a kill."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUNNER = Path(__file__).resolve().parent / "mutation" / "run.py"
+
+
+def _status(tmp_path: Path, body: str, limit: str = "20") -> int:
+    (tmp_path / "test_case.py").write_text(body)
+    env = dict(os.environ, MUTATION_TIME_LIMIT=limit)
+    return subprocess.run([sys.executable, str(RUNNER), "--pytest", "-q", "-p", "no:cacheprovider", "test_case.py"],
+                          cwd=tmp_path, env=env, capture_output=True, timeout=120).returncode
+
+
+@pytest.mark.parametrize("body, status", [
+    ("def test_ok():\n    assert True\n", 0),
+    ("def test_fails():\n    assert False\n", 1),
+    ("import no_such_module_anywhere\n\ndef test_x():\n    pass\n", 1),  # pytest's status 2: still a kill
+    ("import time\n\ndef test_loops():\n    while True:\n        time.sleep(0.05)\n", 1),  # stopped at the limit
+])
+def test_any_failure_and_an_endless_loop_are_status_1_and_a_pass_is_0(tmp_path, body, status):
+    assert _status(tmp_path, body, limit="2") == status
