@@ -14,7 +14,7 @@ RUNNER = Path(__file__).resolve().parent / "mutation" / "run.py"
 
 def _status(tmp_path: Path, body: str, limit: str = "20") -> int:
     (tmp_path / "test_case.py").write_text(body)
-    env = dict(os.environ, MUTATION_TIME_LIMIT=limit)
+    env = dict(os.environ, MUTATION_TIME_LIMIT=limit, MUTATION_MEMORY_LIMIT_GB="2")
     return subprocess.run([sys.executable, str(RUNNER), "--pytest", "-q", "-p", "no:cacheprovider", "test_case.py"],
                           cwd=tmp_path, env=env, capture_output=True, timeout=120).returncode
 
@@ -24,6 +24,9 @@ def _status(tmp_path: Path, body: str, limit: str = "20") -> int:
     ("def test_fails():\n    assert False\n", 1),
     ("import no_such_module_anywhere\n\ndef test_x():\n    pass\n", 1),  # pytest's status 2: still a kill
     ("import time\n\ndef test_loops():\n    while True:\n        time.sleep(0.05)\n", 1),  # stopped at the limit
+    # a mutant that allocates without bound: out of the child's address space, not the machine's memory
+    ("import numpy as np\n\ndef test_allocates():\n    assert np.ones(2**32).sum() > 0\n", 1),
+    ("import os, signal\n\ndef test_killed():\n    os.kill(os.getpid(), signal.SIGKILL)\n", 1),  # status -9
 ])
-def test_any_failure_and_an_endless_loop_are_status_1_and_a_pass_is_0(tmp_path, body, status):
+def test_any_failure_a_loop_a_memory_blowup_and_a_kill_are_status_1_and_a_pass_is_0(tmp_path, body, status):
     assert _status(tmp_path, body, limit="2") == status

@@ -13,8 +13,9 @@ as equivalent (no behaviour changes) in ``tests/mutation/survivors.md``. mutmut 
 
 from __future__ import annotations
 
-import math
+import ctypes
 import os
+import resource
 import shlex
 import signal
 import sqlite3
@@ -60,26 +61,40 @@ def time_limit() -> float | None:
     return 9.0 * float(row[0]) if row else None
 
 
+def memory_limit() -> int:
+    """Bytes of address space a mutant's tests may take: ``MUTATION_MEMORY_LIMIT_GB`` (default 8 GiB)."""
+    return int(float(os.environ.get("MUTATION_MEMORY_LIMIT_GB", "8")) * 2**30)
+
+
+def _child_limits() -> None:  # runs in the pytest child before it starts
+    resource.setrlimit(resource.RLIMIT_AS, (memory_limit(), memory_limit()))
+    try:  # Linux: the child dies with this process, should mutmut kill it
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def pytest_status(args: list[str]) -> int:
-    """Run pytest on ``args`` in this process: 0 when it passes, 1 for any failure (mutmut's only kill).
+    """Run pytest on ``args`` in a child process: 0 when it passes, 1 otherwise (mutmut's only kill).
 
-    Tests that run over :func:`time_limit` (an endless loop) are stopped here with status 1: mutmut counts the
-    mutant as killed (slowly: "suspicious"). mutmut's own timeout is not relied on: it kills the process and then
-    checks whether its timer thread is still alive, a race it often loses on a fast kill, and then it counts the
-    killed run (status -9) as a survivor.
+    Otherwise means any failure or error status, and also a child killed by a signal, stopped at
+    :func:`time_limit` (an endless loop), or out of its address space (:func:`memory_limit`): a mutant that makes
+    the tests loop or allocate without bound is caught by them, and counts as killed (mutmut: "killed", or
+    "suspicious" when slow). mutmut's own timeout is not relied on: it kills its process and then races its timer
+    thread, and on a fast kill counts the run (status -9) as a survivor; a test process the kernel kills for
+    memory (status -9 too) would likewise count as a survivor, and would first take the machine's memory.
     """
-    import pytest
-
     limit = time_limit()
-    if limit:
-        def stop(signum, frame):
-            os.write(2, f"mutation runner: the tests ran over {limit:.0f} s (an endless loop?): counted as a kill\n"
-                     .encode())
-            os._exit(1)
-
-        signal.signal(signal.SIGALRM, stop)
-        signal.alarm(max(1, math.ceil(limit)))
-    return 1 if pytest.main(args) else 0
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", *args], preexec_fn=_child_limits, timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.write(2, f"mutation runner: the tests ran over {limit:.0f} s (an endless loop?): counted as a kill\n"
+                 .encode())
+        return 1
+    if done.returncode < 0:
+        os.write(2, f"mutation runner: the tests were killed by signal {-done.returncode}: counted as a kill\n"
+                 .encode())
+    return 0 if done.returncode == 0 else 1
 
 
 def main(argv: list[str]) -> int:
