@@ -39,12 +39,17 @@ def test_zero_total_variance_gives_zero_ratios():
     np.testing.assert_array_equal(model["explained_variance_ratio"], np.zeros(2))
 
 
+def _read(path) -> dict:
+    """Every array of the ``.npz`` file ``path``."""
+    with np.load(path) as f:
+        return {key: f[key] for key in f.files}
+
+
 def _saved(tmp_path, privacy=None, **extra):
     X = np.random.default_rng(1).standard_normal((30, 4))
     path = save_model(tmp_path / "pca.npz", _model_of(X, 2), {"row-normalize": False, "seed": 3}, privacy)
     if extra:
-        with np.load(path) as f:
-            arrays = {key: f[key] for key in f.files}
+        arrays = _read(path)
         arrays.update(extra)
         for key in [k for k, v in extra.items() if v is None]:
             del arrays[key]
@@ -238,8 +243,7 @@ def test_a_model_without_clip_norm_does_not_clip(tmp_path):
 
 
 def _fields(tmp_path) -> dict:
-    with np.load(_saved(tmp_path)) as f:
-        return {key: f[key] for key in f.files}
+    return _read(_saved(tmp_path))
 
 
 def _write(tmp_path, fields: dict):

@@ -38,10 +38,9 @@ def runner(tests: list[str]) -> str:
     """The test command for one module's mutants: its tests only, fast suite, first failure ends it.
 
     mutmut 2 counts only exit status 1 as a kill; pytest exits with 2 when a mutant breaks the import of a test
-    module (a collection error), which mutmut would count as a survivor. Every failing status becomes 1
-    (:func:`pytest_status`). The command is one process (``nice`` execs Python, which runs pytest in-process):
-    mutmut's timeout kills the process it started, and a shell wrapper would leave its pytest running, so an
-    endlessly looping mutant would hang the run instead of counting as a timeout.
+    module (a collection error), which mutmut would count as a survivor. Every failing status becomes 1, and the
+    tests' time and memory are limited, by this script's ``--pytest`` mode (:func:`pytest_status`). No shell
+    wraps it: mutmut's timeout would kill only the shell and then wait for the tests' output for ever.
     """
     return " ".join(["nice", "-n", "19", shlex.quote(sys.executable), shlex.quote(str(Path(__file__).resolve())),
                      "--pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", shlex.quote(MARKERS),
@@ -67,7 +66,8 @@ def memory_limit() -> int:
 
 
 def _child_limits() -> None:  # runs in the pytest child before it starts
-    resource.setrlimit(resource.RLIMIT_AS, (memory_limit(), memory_limit()))
+    limit = memory_limit()
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:  # Linux: the child dies with this process, should mutmut kill it
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
