@@ -30,3 +30,26 @@ def _status(tmp_path: Path, body: str, limit: str = "20") -> int:
 ])
 def test_any_failure_a_loop_a_memory_blowup_and_a_kill_are_status_1_and_a_pass_is_0(tmp_path, body, status):
     assert _status(tmp_path, body, limit="2") == status
+
+
+def test_the_tally_counts_one_modules_mutants_by_status(tmp_path, monkeypatch):
+    """The line printed after each module, read from a cache laid out as mutmut 2's (SourceFile, Line, Mutant)."""
+    import sqlite3
+
+    monkeypatch.syspath_prepend(str(RUNNER.parent))
+    import run
+
+    monkeypatch.setattr(run, "ROOT", tmp_path)
+    assert run.tally("a.py") == "no results in .mutmut-cache"
+    with sqlite3.connect(tmp_path / ".mutmut-cache") as db:
+        db.executescript("""
+            create table SourceFile (id integer primary key, filename text);
+            create table Line (id integer primary key, sourcefile integer);
+            create table Mutant (id integer primary key, line integer, status text);
+            insert into SourceFile values (1, 'a.py'), (2, 'b.py');
+            insert into Line values (1, 1), (2, 2);
+            insert into Mutant values (1, 1, 'ok_killed'), (2, 1, 'ok_killed'), (3, 1, 'bad_survived'),
+                                      (4, 1, 'bad_timeout'), (5, 2, 'bad_survived');
+        """)
+    assert run.tally("a.py") == "4 mutants: 2 killed, 1 timed out, 1 survived"
+    assert run.tally("c.py") == "no mutants in .mutmut-cache"

@@ -97,6 +97,22 @@ def pytest_status(args: list[str]) -> int:
     return 0 if done.returncode == 0 else 1
 
 
+def tally(module: str) -> str:
+    """What ``.mutmut-cache`` holds for ``module``: its mutants, and how many were killed (slowly), timed out,
+    survived or are untested (the survivors' diffs are printed at the end)."""
+    query = """select Mutant.status, count(*) from Mutant join Line on Mutant.line = Line.id
+               join SourceFile on Line.sourcefile = SourceFile.id where SourceFile.filename = ? group by 1"""
+    try:
+        with sqlite3.connect(f"file:{ROOT / '.mutmut-cache'}?mode=ro", uri=True) as db:
+            found = dict(db.execute(query, (module,)).fetchall())
+    except sqlite3.Error:
+        return "no results in .mutmut-cache"
+    names = {"ok_killed": "killed", "ok_suspicious": "killed slowly", "bad_timeout": "timed out",
+             "bad_survived": "survived", "untested": "untested"}
+    parts = [f"{found[key]} {name}" for key, name in names.items() if found.get(key)]
+    return f"{sum(found.values())} mutants: " + ", ".join(parts) if found else "no mutants in .mutmut-cache"
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--pytest"]:
         return pytest_status(argv[1:])
@@ -112,6 +128,7 @@ def main(argv: list[str]) -> int:
         print(f"== {module}: {' '.join(table[module])}", flush=True)
         status |= subprocess.call(["nice", "-n", "19", *mutmut, "run", "--paths-to-mutate", module,
                                    "--runner", runner(table[module]), "--simple-output", "--no-progress"], cwd=ROOT)
+        print(f"== {module}: {tally(module)}", flush=True)
     survivors = subprocess.run([*mutmut, "result-ids", "survived"], cwd=ROOT, capture_output=True, text=True)
     ids = survivors.stdout.split()
     print(f"== {len(ids)} surviving mutant(s)")
