@@ -31,7 +31,9 @@ it is ``3 / sqrt(2) = 2.12``. Releasing the Gram matrix (sensitivity ``sqrt(2)``
 two Gaussian mechanisms composes to one of sensitivity ``sqrt(2 + 4 a^2)``, as if both worst cases could happen
 for one pair of rows (they cannot: the Gram matrix moves most for orthogonal rows, the sum for opposite ones);
 and the plain upper triangle, whose sensitivity is ``sqrt(2)`` too (two basis vectors), puts ``sqrt(2)`` times
-the ``svec`` noise on every off-diagonal entry. At ``a = 0.3`` the joint ``svec`` release has 0.96 times the
+the ``svec`` noise on every off-diagonal entry (so does the paper's Algorithm 1, whose upper triangle is i.i.d.
+with the std of the Frobenius sensitivity: ``sqrt(2)`` more off-diagonal noise than that Gaussian mechanism
+needs). At ``a = 0.3`` the joint ``svec`` release has 0.96 times the
 composed release's noise on the diagonal and the row sum and 0.68 times on the off-diagonal entries.
 
 Calibration: the release is one Gaussian mechanism with noise multiplier ``sigma = nu / D`` (:func:`calibrate`:
