@@ -278,6 +278,7 @@ def test_clip_norm_scales_only_long_rows_and_the_model_and_transform_apply_it(tm
     (dict(clip_norm=1e-200, epsilon=1.0, delta=1e-6, num_clients=4), r"^clip-norm = 1e-200 is outside \[.*underflow"),
     (dict(clip_norm=1e160), r"^clip-norm = 1e\+160 is outside"),  # no noise: the Gram matrix itself overflows
     (dict(clip_norm=1e-160, secure_aggregation=True, num_clients=2), r"^clip-norm = 1e-160 is outside"),
+    (dict(clip_norm=1e-200, strategy="fedpower"), r"^clip-norm = 1e-200 is outside"),
 ])
 def test_clip_norm_is_refused_where_it_would_be_wrong(overrides, message):
     cfg = fused_run_config({k.replace("_", "-"): v for k, v in dict(dict(

@@ -463,6 +463,10 @@ def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
         if noisy and cfg["strategy"] != "covariance":
             raise ConfigError(f"clip-norm with epsilon or noise-std is supported by covariance only: the privacy "
                               f"calibration of {cfg['strategy']!r} assumes unit rows (row-normalize = true)")
+        try:  # the model's explained variance scales as c^2 (covariance checks its noise too)
+            check_row_bound(cfg["clip-norm"], None, False)
+        except ValueError as ex:
+            raise ConfigError(f"clip-norm = {ex}") from None
     if noisy and not cfg["row-normalize"] and not cfg["clip-norm"] > 0 and cfg["strategy"] != "dp-power":
         raise ConfigError("row-normalize must be true when epsilon or noise-std is set (or, for covariance, clip-norm "
                           "> 0): the privacy "
