@@ -37,7 +37,7 @@ from ..privacy.noise import NOISE_SOURCES
 from ..privacy.accounting import AccountantUnavailable, unmeasurable
 from ..privacy.fedpower_dp import achieved_epsilon, centred_releases, epsilon_spent, noise_multiplier
 from ..privacy.zcdp import CALIBRATIONS, calibrate
-from ..privacy.analyze_gauss import covariance_releases
+from ..privacy.analyze_gauss import check_row_bound, covariance_releases
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
 from .registry import PROMISE_KEYS, STRATEGY_NAMES, read_keys, readers, spec
 from .schedule import SCHEDULES, round_lengths
@@ -463,6 +463,10 @@ def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
         if noisy and cfg["strategy"] != "covariance":
             raise ConfigError(f"clip-norm with epsilon or noise-std is supported by covariance only: the privacy "
                               f"calibration of {cfg['strategy']!r} assumes unit rows (row-normalize = true)")
+        try:  # the model's explained variance scales as c^2 (covariance checks its noise too)
+            check_row_bound(cfg["clip-norm"], None, False)
+        except ValueError as ex:
+            raise ConfigError(f"clip-norm = {ex}") from None
     if noisy and not cfg["row-normalize"] and not cfg["clip-norm"] > 0 and cfg["strategy"] != "dp-power":
         raise ConfigError("row-normalize must be true when epsilon or noise-std is set (or, for covariance, clip-norm "
                           "> 0): the privacy "
@@ -741,14 +745,22 @@ def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
 
 
 def _check_covariance(cfg: dict[str, Any]) -> None:
-    """covariance: a target the Analyze Gauss calibration meets; SecAgg+ whenever noise meets more than one client."""
+    """covariance: a target the Analyze Gauss calibration meets, a clip-norm whose Gram scale, sensitivity and
+    noise fit float64; SecAgg+ whenever noise meets more than one client."""
+    releases = None
     if cfg["epsilon"] > 0:
         try:
-            covariance_releases(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], cfg["center"])
+            releases = covariance_releases(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], cfg["center"])
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:
             raise ConfigError(f"epsilon = {cfg['epsilon']!r} (delta = {cfg['delta']!r}): {ex}") from None
+    if cfg["clip-norm"] > 0:
+        try:
+            check_row_bound(cfg["clip-norm"], releases, cfg["center"])
+        except ValueError as ex:
+            raise ConfigError(f"clip-norm = {ex}") from None
+    if cfg["epsilon"] > 0:
         if cfg["num-clients"] > 1 and not secure_covariance(cfg):
             raise ConfigError("secure-aggregation = false with epsilon set and num-clients > 1: each client adds "
                               "only its share of the noise, so its matrix would reach the server less private "
