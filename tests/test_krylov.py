@@ -111,3 +111,33 @@ def test_unsupported_settings_are_refused_in_one_line(override, key):
         run_app(**MODEL1, strategy="krylov", num_server_rounds=3, **override)
     message = str(info.value)
     assert key in message and "\n" not in message
+
+
+def test_kill_and_resume_gives_the_uninterrupted_run(tmp_path, monkeypatch):
+    """The checkpoint holds the basis, its products and the next block: a resumed run is the same run."""
+    import pandas as pd
+
+    from test_resume import Killed, kill_server
+
+    over = dict(MODEL1, num_clients=3, strategy="krylov", num_server_rounds=8, krylov_blocks=4, stop_tol=1e-15)
+    whole = run_app(results_dir=str(tmp_path / "whole"), **over)
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        kill_server(patch, 5, False)  # after restarts (q = 4): the basis in the checkpoint is a restarted one
+        with pytest.raises(Killed):
+            run_app(results_dir=str(out), checkpoint_dir=str(out), **over)
+    resumed = run_app(results_dir=str(out), checkpoint_dir=str(out), resume=True, **over)
+    assert whole.restarts >= 2 and resumed.restarts == whole.restarts
+    np.testing.assert_array_equal(resumed.estimate, whole.estimate)
+    table = [pd.read_csv(d / "rounds.csv").drop(columns="wall_time") for d in (out, tmp_path / "whole")]
+    pd.testing.assert_frame_equal(*table)
+    assert table[0]["objective"].notna().sum() == 8 and table[0]["stop_statistic"].notna().sum() == 7
+
+
+def test_the_stopping_rule_uses_the_ritz_values():
+    s = run_app(**MODEL1, strategy="krylov", num_server_rounds=40, stop_tol=1e-12)
+    assert s.stopped and 5 < len(s.records) < 30
+    assert distances(s)[-1] <= 1e-6
+    last = s.records[-1]
+    n = sum(s.sizes.values())
+    assert last["objective"] == pytest.approx(n * s.reference.values.sum(), rel=1e-9)
