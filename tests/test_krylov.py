@@ -141,3 +141,10 @@ def test_the_stopping_rule_uses_the_ritz_values():
     last = s.records[-1]
     n = sum(s.sizes.values())
     assert last["objective"] == pytest.approx(n * s.reference.values.sum(), rel=1e-9)
+
+
+def test_the_latency_model_gives_round_times_and_changes_nothing_else():
+    timed = run_app(**MODEL1, strategy="krylov", num_server_rounds=5, latency_model="shifted-exp")
+    plain = run_app(**MODEL1, strategy="krylov", num_server_rounds=5)
+    assert all(r["round_time"] > 1.0 for r in timed.records[1:])  # latency-shift 1 per work unit, plus the tail
+    np.testing.assert_array_equal(distances(timed), distances(plain))

@@ -116,7 +116,8 @@ class KrylovStrategy(FedPowerStrategy):
         config: dict[str, Scalar] = {**self.center_config(), "local-steps": 1, "round": server_round,
                                      "iteration-offset": server_round - 1}
         targets = sorted(self.proxies)
-        self._pending = {"start": time.perf_counter(), "steps": 1, "Z": self.block,
+        plan = self.participation.plan(server_round, targets)  # every client is kept: the round's virtual time
+        self._pending = {"start": time.perf_counter(), "steps": 1, "Z": self.block, "round_time": plan.round_time,
                          "bytes_down": len(targets) * self.block.nbytes, "asked": set(targets),
                          "multiplicity": {pid: 1 for pid in targets}}
         ins = FitIns(ndarrays_to_parameters([self.block]), config)
