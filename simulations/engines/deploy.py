@@ -51,6 +51,7 @@ import numpy as np
 from client_app.faults import FAULT_KEY, FAULTS
 from fl_strategies.settings.config import ConfigError, previous_results, writable_directory
 from fl_strategies.files.data_files import FILE_SUFFIXES
+from fl_strategies.files.plain_files import make_directory, open_file, write_file
 from fl_strategies.privacy.noise import SECRET_KEY
 
 from simulations.engines import (APP_DIR, ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
@@ -67,19 +68,20 @@ MAX_NODES = 200
 
 
 def write_node_files(cfg: dict, directory: Path) -> list[Path]:
-    """Save partition ``i`` of the configured data set as ``directory/partition_<i>.npy``.
+    """Save partition ``i`` of the configured data set as ``directory/partition_<i>.npy`` (mode 600, never
+    through a link: :func:`fl_strategies.files.plain_files.write_file`).
 
     Returns
     -------
     list of Path
         One file per client, in partition order.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    make_directory(directory)
     data, parts = federated_dataset(cfg)
     paths = []
     for pid, rows in enumerate(parts):
         path = directory / f"partition_{pid}.npy"
-        np.save(path, data.X[rows])
+        write_file(path, lambda handle: np.save(handle, data.X[rows], allow_pickle=False), private=True)
         paths.append(path)
     return paths
 
@@ -206,17 +208,18 @@ class LocalDeployment:
         self.env["FLWR_HOME"] = str(workdir / "flwr-home")
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
-        log = open(self.workdir / "logs" / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
-        proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
-                                start_new_session=True)
+        with open_file(self.workdir / "logs" / f"{name}.log", truncate=True) as log:  # the process keeps its copy
+            proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
+                                    start_new_session=True)
         self.processes.append(proc)
         return proc
 
     def __enter__(self) -> "LocalDeployment":
-        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-        Path(self.env["FLWR_HOME"]).mkdir(parents=True, exist_ok=True)
+        make_directory(self.workdir / "logs")
+        make_directory(self.env["FLWR_HOME"])
         ca = self.credentials / "ca.crt"
         if self.secure:
+            make_directory(self.credentials, mode=0o700)
             write_tls_files(self.credentials)
             self.keys = write_node_keys(self.credentials, len(self.files))
         try:
@@ -240,8 +243,7 @@ class LocalDeployment:
         """Start the SuperLink on ``self.port`` and wait until it answers; ``None``, or why it did not start."""
         home = Path(self.env["FLWR_HOME"])
         transport = f'root-certificates = "{ca.resolve()}"' if self.secure else "insecure = true"
-        (home / "config.toml").write_text(
-            f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.port}"\n{transport}\n')
+        write_file(home / "config.toml", f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.port}"\n{transport}\n')
         if _healthy(self.port):
             return f"something already answers on 127.0.0.1:{self.port}; choose another --port"
         link = ["flower-superlink", "--host", "127.0.0.1", "--port", str(self.port),
