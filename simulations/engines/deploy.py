@@ -23,7 +23,9 @@ starts, each is read and checked as its node will (format, no pickles, 2-D, fini
 the run config), and ``--out``, ``results-dir`` and ``checkpoint-dir`` are created and test-written: a bad one
 is one line, exit status 2.
 ``--noise-secret-dir`` keeps each node's noise secret in ``DIR/partition_<i>.secret`` (node config
-``noise-secret``, :mod:`fl_strategies.privacy.noise`), so that a run can be resumed with private noise.
+``noise-secret``, :mod:`fl_strategies.privacy.noise`), so that a run can be resumed with private noise; before
+any process starts, every secret already there is judged as its node will (a regular file of this user, mode 600,
+32 bytes: :func:`check_secret_files`), and a bad one is one line, exit status 2.
 ``--fault`` makes one SuperNode reply with garbage (:mod:`client_app.faults`). Without ``--port`` the
 SuperLink and its SuperNodes take a block of free ports, so that several deployments can run on one
 machine at once.
@@ -52,7 +54,7 @@ from client_app.faults import FAULT_KEY, FAULTS
 from fl_strategies.settings.config import ConfigError, previous_results, writable_directory
 from fl_strategies.files.data_files import FILE_SUFFIXES
 from fl_strategies.files.plain_files import make_directory, open_file, write_file
-from fl_strategies.privacy.noise import SECRET_KEY
+from fl_strategies.privacy.noise import SECRET_KEY, read_secret
 
 from simulations.engines import (APP_DIR, ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
                                  checked_run_config, parse_run_config)
@@ -60,7 +62,7 @@ from simulations.engines.credentials import write_node_keys, write_tls_files
 from simulations.data.federated_data import federated_dataset
 from simulations.engines.flwr_run import absolute_paths, flower_env, run_status, stream_run, terminate
 
-__all__ = ["LocalDeployment", "find_node_files", "secret_files", "write_node_files", "main"]
+__all__ = ["LocalDeployment", "find_node_files", "check_secret_files", "secret_files", "write_node_files", "main"]
 
 CONNECTION = "fedspectral-deployment"
 MAX_NODES = 200
@@ -110,6 +112,29 @@ def find_node_files(directory: Path, count: int) -> list[Path]:
         pids = ", ".join(name.split(".")[0].removeprefix("partition_") for name in both)
         raise ValueError(f"partition(s) {pids} have both a .npy and a .csv file ({'; '.join(both)}); keep one")
     return files
+
+
+def check_secret_files(directory: Path, count: int) -> None:
+    """Judge every noise secret already in ``directory`` as its node will.
+
+    Each file ``partition_<i>.secret`` there passes :func:`fl_strategies.privacy.noise.read_secret`, or the
+    deployment is refused before any process starts.
+
+    A missing file is fine (its node creates it at its first noisy release), and so is a missing ``directory``
+    (:func:`secret_files` creates it).
+
+    Raises
+    ------
+    ValueError
+        One line naming the file and what is wrong with it (a link, a FIFO or a device, another owner, a mode
+        other than 600, another size), or ``directory`` when it is no directory.
+    """
+    if os.path.lexists(directory) and not directory.is_dir():
+        raise ValueError(f"{str(directory)!r} is not a directory")
+    for i in range(count):
+        path = directory / f"partition_{i}.secret"
+        if os.path.lexists(path):
+            read_secret(path, label="node file")
 
 
 def secret_files(directory: Path, count: int) -> dict[int, str]:
@@ -459,6 +484,11 @@ def main(argv: list[str] | None = None) -> int:
             check_node_files(cfg, files, f"--data-dir {args.data_dir}", "node file", f"--data-dir {args.data_dir}")
         except ArgumentError as ex:
             return refuse(str(ex))
+    if args.noise_secret_dir:
+        try:
+            check_secret_files(Path(args.noise_secret_dir), m)
+        except ValueError as ex:
+            return refuse(f"--noise-secret-dir {args.noise_secret_dir}: {ex}")
     try:
         writable_directory(out, "--out")
         check_output_dirs({**cfg, **absolute}, "--run-config")
