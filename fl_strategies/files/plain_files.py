@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Union
 
 __all__ = ["FORMULA_START", "plain_cell", "plain_frame", "same_file", "refuse_overwrite", "UnsafeDestination",
-           "check_destination", "write_file", "append_file", "open_file", "make_directory"]
+           "check_destination", "check_below", "write_file", "append_file", "open_file", "make_directory"]
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 """First characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection)."""
@@ -133,12 +133,35 @@ def check_destination(path: str | Path) -> os.stat_result | None:
     """
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (a file above it is refused on writing)
         return None
     kind = _kind(st.st_mode)
     if kind:
         raise _refusal(Path(path), kind)
     return st
+
+
+def check_below(root: str | Path, path: str | Path) -> os.stat_result | None:
+    """:func:`check_destination` of ``path``, after refusing a link at any directory between ``root`` and it.
+
+    ``root`` itself (an output the user named) may be a link; what the project creates below it may not.
+
+    Raises
+    ------
+    UnsafeDestination
+        Naming the first link, or file where a directory belongs, on the way, or ``path`` itself.
+    """
+    root, path = Path(root), Path(path)
+    current = root
+    for part in path.relative_to(root).parts[:-1]:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            raise _refusal(current, _kind(st.st_mode) or "a file, not a directory")
+    return check_destination(path)
 
 
 def _temporary(path: Path, mode: int) -> tuple[int, Path]:

@@ -124,7 +124,7 @@ MAX_NODES = 10_000
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (2: a bad argument, one line)."""
-    from simulations.engines import ArgumentParser
+    from simulations.engines import ArgumentParser, listed
 
     parser = ArgumentParser(prog="python -m simulations.engines.credentials", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory")
@@ -157,8 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         return refuse(f"directory {args.directory}: {ex}; nothing was written")
     existing = [name for name in written_names(args.nodes) if os.path.lexists(out / name)]
     if existing and not args.rotate:
-        shown = ", ".join(existing[:6]) + (f" and {len(existing) - 6} more" if len(existing) > 6 else "")
-        return refuse(f"directory {args.directory}: already holds {shown}; nothing was written (every SuperNode "
+        return refuse(f"directory {args.directory}: already holds {listed(existing)}; nothing was written (every SuperNode "
                       "provisioned from them would stop connecting): give --rotate to replace them, or another "
                       "directory")
     try:
