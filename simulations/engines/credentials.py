@@ -157,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         return refuse(f"directory {args.directory}: {ex}; nothing was written")
     existing = [name for name in written_names(args.nodes) if os.path.lexists(out / name)]
     if existing and not args.rotate:
-        return refuse(f"directory {args.directory}: already holds {listed(existing)}; nothing was written (every SuperNode "
-                      "provisioned from them would stop connecting): give --rotate to replace them, or another "
-                      "directory")
+        return refuse(f"directory {args.directory}: already holds {listed(existing)}; nothing was written (every "
+                      "SuperNode provisioned from them would stop connecting): give --rotate to replace them, or "
+                      "another directory")
     try:
         write_tls_files(out, hosts=("localhost", "127.0.0.1", *args.host))
         write_node_keys(out, args.nodes)

@@ -344,7 +344,8 @@ class LocalDeployment:
         """Start the SuperLink on ``self.port`` and wait until it answers; ``None``, or why it did not start."""
         home = Path(self.env["FLWR_HOME"])
         transport = f'root-certificates = "{ca.resolve()}"' if self.secure else "insecure = true"
-        write_file(home / "config.toml", f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.port}"\n{transport}\n')
+        write_file(home / "config.toml",
+                   f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.port}"\n{transport}\n')
         if _healthy(self.port):
             return f"something already answers on 127.0.0.1:{self.port}; choose another --port"
         link = ["flower-superlink", "--host", "127.0.0.1", "--port", str(self.port),
