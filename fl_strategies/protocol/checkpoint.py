@@ -56,7 +56,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import zipfile
 import zlib
 from pathlib import Path
@@ -64,6 +63,7 @@ from typing import Any
 
 import numpy as np
 
+from ..files.plain_files import write_file
 from ..settings.config import KEYS, RESUME_HARMLESS, ConfigError, writable_directory
 from .replies import check_orthonormal
 
@@ -281,19 +281,11 @@ class Checkpoint:
         doc = _encode({"version": FORMAT_VERSION, "round": server_round, "config": _comparable(self.cfg),
                        "parameters": list(parameters), "strategy": strategy.state_dict()}, arrays)
         text = json.dumps(doc)
-        tmp = self.dir / "checkpoint.tmp.npz"
+        fields = {"state": np.array(text), "checksum": np.array(_checksum(text, arrays)),
+                  **{f"a{i}": a for i, a in enumerate(arrays)}}
         try:
-            with tmp.open("wb") as fh:
-                np.savez(fh, state=np.array(text), checksum=np.array(_checksum(text, arrays)),
-                         **{f"a{i}": a for i, a in enumerate(arrays)})
-                fh.flush()
-                os.fsync(fh.fileno())
-            tmp.replace(self.path)
+            write_file(self.path, lambda handle: np.savez(handle, **fields))
         except OSError as ex:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
             kept = "no checkpoint" if self.saved_round is None else f"the checkpoint of round {self.saved_round}"
             log.error("checkpoint after round %d could not be written to %s (%s: %s); the run goes on and %s is "
                       "kept for resume", server_round, self.path, type(ex).__name__, ex, kept)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -809,6 +810,8 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
 def writable_directory(directory: str | Path, key: str) -> Path:
     """Create ``directory`` if needed and check that a file can be written there.
 
+    The probe is a new temporary file (created exclusively, so never through a link), removed at once.
+
     Raises
     ------
     ConfigError
@@ -817,9 +820,8 @@ def writable_directory(directory: str | Path, key: str) -> Path:
     path = Path(directory)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        with tempfile.TemporaryFile(dir=path, prefix=".write-test."):
+            pass
     except (OSError, ValueError) as ex:
         raise ConfigError(f"{key} = {str(directory)!r} is not a writable directory: {type(ex).__name__}: {ex}") from None
     return path

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import subprocess
 import sys
@@ -35,6 +36,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from fl_strategies.files.plain_files import write_file
 
 __all__ = ["main"]
 
@@ -50,7 +53,7 @@ def _worker(method: str, data: Path, rank: int, iteration_rank: int, rounds: int
         from simulations.compare import run_comparison
 
         config = out / "fedpower.toml"
-        config.write_text(f'''title = "genotype PCA"
+        write_file(config, f'''title = "genotype PCA"
 [defaults]
 dataset = "{data}"
 num-clients = {len(files)}
@@ -78,7 +81,7 @@ strategy = "fedpower"
         pca = PCA(n_components=rank, svd_solver=method.split("-")[1], random_state=0).fit(X)
         wall = time.perf_counter() - start
         components, variances = pca.components_, pca.explained_variance_
-    np.savez(out / f"{method}.npz", components=components, variances=variances)
+    write_file(out / f"{method}.npz", lambda handle: np.savez(handle, components=components, variances=variances))
     peak = _peak_bytes()
     print(MARK + json.dumps({"method": method, "wall": wall, "peak": peak}), flush=True)
 
@@ -181,11 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n".join(lines)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_genotype.md").write_text(table + "\n")
-    with open(args.out / "bench_genotype.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_file(args.out / "bench_genotype.md", table + "\n")
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_file(args.out / "bench_genotype.csv", text.getvalue())
     return 0
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fl_strategies.files.plain_files import write_file
+
 __all__ = ["main"]
 
 
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n".join(lines)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_row_blocks.md").write_text(table + "\n")
+    write_file(args.out / "bench_row_blocks.md", table + "\n")
     return 0
 
 

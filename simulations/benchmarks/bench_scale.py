@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.files.plain_files import plain_frame
+from fl_strategies.files.plain_files import plain_frame, write_file
 
 __all__ = ["main", "measure"]
 
@@ -163,6 +163,8 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
     import matplotlib.pyplot as plt
     import pandas as pd
 
+    from simulations.compare.report import save_figure
+
     out.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows)
     floor = df[df.engine == "numpy"].set_index("clients")["per_round_s"]
@@ -173,7 +175,7 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
     df["ratio_to_rows_floor"] = [r.per_round_s / rows_floor.get(r.clients, np.nan) for r in df.itertuples()]
     df["ms_per_message_over_floor"] = [1e3 * (r.per_round_s - floor.get(r.clients, np.nan)) / r.clients
                                        for r in df.itertuples()]
-    plain_frame(df).to_csv(out / "bench_scale.csv", index=False)
+    write_file(out / "bench_scale.csv", plain_frame(df).to_csv(index=False))
     lines = [f"Produced by `{cmdline}`; FedPower, full participation, p = 1, dimension {rows[0]['dim']}; "
              "wall seconds per round are the mean of rounds 2..; CPU seconds per round (this process; not "
              "measured for Ray, whose work is spread over its processes) are less sensitive to other load on the "
@@ -189,7 +191,7 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
         to_rows = "—" if np.isnan(r.ratio_to_rows_floor) else f"{r.ratio_to_rows_floor:.2f}"
         lines.append(f"| {r.clients} | {r.rows} | {r.engine} | {1e3 * r.per_round_s:.1f} | {r.ratio_to_floor:.1f} | "
                      f"{to_rows} | {cpu} | {cpu_ratio} | {over} | {r.first_round_s:.2f} | {r.peak_mem_gib:.2f} |")
-    (out / "bench_scale.md").write_text("\n".join(lines) + "\n")
+    write_file(out / "bench_scale.md", "\n".join(lines) + "\n")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for engine, g in df.groupby("engine"):
         g = g.sort_values("clients")
@@ -203,8 +205,7 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
     ax2.set(xlabel="clients", ylabel="GiB", title="peak memory (process tree)")
     ax1.legend()
     fig.tight_layout()
-    fig.savefig(out / "bench_scale.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "bench_scale.png", dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
