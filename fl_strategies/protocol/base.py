@@ -43,7 +43,7 @@ from flwr.server.strategy import Strategy
 
 from . import node_directory
 from .iterates import Iterates
-from ..settings.config import ConfigError, check_against_data, row_sums_at_discovery
+from ..settings.config import ConfigError, check_against_data, round_timeout, row_sums_at_discovery
 from ..files.data_files import FINGERPRINT
 from ..files.harness import on_nodes, widths_listed
 from ..settings.participation import Participation
@@ -167,7 +167,7 @@ class FederatedStrategy(Strategy):
         self.m = settings.num_clients
         self.reference = reference
         self.wait_timeout = wait_timeout
-        self.timeout = settings.round_timeout or None
+        self.timeout = round_timeout(settings.round_timeout, real_nodes=False)  # run_server: for its nodes
         self.stop_tol = settings.stop_tol
         self.records: list[dict] = []
         self.iterates = []
