@@ -44,6 +44,7 @@ from .registry import PROMISE_KEYS, STRATEGY_NAMES, read_keys, readers, spec
 from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
+           "round_timeout", "DEPLOYED_ROUND_TIMEOUT",
            "validate_run_config", "effective_config", "unread_keys", "check_unread_keys", "default_run_config",
            "SHADOWING", "MODES", "check_against_data",
            "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
@@ -73,6 +74,11 @@ def _key(name, kind, doc, check=None, allowed="", choices=(), harmless_on_resume
     if absent_means is not None and type(absent_means) is not kind:
         raise AssertionError(f"key {name!r}: absent_means {absent_means!r} is not a {kind.__name__}")
     return Key(name, kind, doc, check, allowed, tuple(choices), harmless_on_resume, absent_means)
+
+
+DEPLOYED_ROUND_TIMEOUT = 600.0
+"""Seconds a round waits for replies under the default ``round-timeout = -1`` when the nodes are real SuperNodes:
+a node whose ClientApp never starts then costs one round, never the run."""
 
 
 PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.data.partitioners
@@ -137,8 +143,10 @@ KEYS: dict[str, Key] = {
         _key("overwrite", bool, "replace the results of an earlier run in results-dir (its rounds.csv, "
              "estimate.npy and pca.npz are removed before round 1); false = such a results-dir is refused",
              harmless_on_resume=True),
-        _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
-             lambda v: v >= 0, "a number >= 0", harmless_on_resume=True),
+        _key("round-timeout", float, "seconds to wait for replies in a round and for each node's answer at "
+             f"discovery: -1 = the default, no limit in a simulation and {DEPLOYED_ROUND_TIMEOUT:g} s when the nodes are real SuperNodes "
+             "(a deployment); 0 = no limit; > 0 = that many",
+             lambda v: v == -1 or v >= 0, "-1 or a number >= 0", harmless_on_resume=True),
         _key("stop-tol", float, "stopping rule (27) of the FAPS paper: stop when the objective's relative "
              "change is at most this (0 = run all rounds)", lambda v: 0 <= v < 1, "a number in [0, 1)"),
         _key("inner-solver", str, "FAPS local subproblem: ssi (subspace iterations) or exact (eigh)",
@@ -737,6 +745,27 @@ def secure_covariance(cfg: Mapping[str, Any]) -> bool:
         return False
     choice = cfg["secure-aggregation"]
     return choice == "true" or (choice == "auto" and cfg["epsilon"] > 0 and cfg["num-clients"] >= 2)
+
+
+def round_timeout(seconds: float, real_nodes: bool) -> float | None:
+    """The seconds a round waits for replies (``None``: no limit), from ``round-timeout``.
+
+    Parameters
+    ----------
+    seconds : float
+        ``round-timeout``: ``-1`` (the default), ``0`` or a number of seconds.
+    real_nodes : bool
+        Whether the nodes are real SuperNodes (a deployment), not an engine's simulated ones.
+
+    Returns
+    -------
+    float or None
+        ``DEPLOYED_ROUND_TIMEOUT`` for the default on real nodes, no limit for the default in a simulation and for
+        an explicit ``0``, else ``seconds``: a value the user set is never replaced.
+    """
+    if seconds == -1:
+        return DEPLOYED_ROUND_TIMEOUT if real_nodes else None
+    return seconds or None
 
 
 def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
