@@ -45,7 +45,7 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
     props: dict[str, Any] = {"partition-id": data.partition_id, "num-examples": s, "dimension": dimension}
     if row_sums_at_discovery(cfg):
         props["row-sum"] = data.row_sum.astype("<f8").tobytes()
-    if cfg.get("scale"):  # only with the row sums in the clear, never with noise (the run config's checks)
+    if cfg.get("scale") and row_sums_at_discovery(cfg):  # never with noise (the run config's checks) or SecAgg+
         props["col-sq-sum"] = data.column_sq_sums().astype("<f8").tobytes()
     if not noisy and not secure_covariance(cfg) and not secure_power(cfg):
         props["sq-sum"] = data.sum_of_squares(cfg["center"])

@@ -5,8 +5,9 @@ Flower's ``SecAggPlusWorkflow`` works only inside its legacy ``DefaultWorkflow``
 ``DefaultWorkflow`` always runs every round; this loop is the same sequence (initial parameters and evaluation,
 then per round the SecAgg+ fit workflow and the server-side evaluation) but ends the run when the strategy sets
 ``stopped`` or when SecAgg+ halted without calling ``aggregate_fit`` (too few clients answered a stage), runs a
-strategy's summary exchange (``secure_summary``) as one more SecAgg+ round numbered ``num_rounds + 1`` (with no
-evaluation), and calls ``strategy.finish()`` at the end, like :class:`fl_strategies.protocol.server_loop.StoppingServer`.
+strategy's discovery sums (``discovery_rounds``, numbered up to 0) before round 1 and its summary exchange
+(``secure_summary``) as one more SecAgg+ round numbered ``num_rounds + 1`` (with no evaluation), and calls
+``strategy.finish()`` at the end, like :class:`fl_strategies.protocol.server_loop.StoppingServer`.
 """
 
 from __future__ import annotations
@@ -72,7 +73,15 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
         cfg = ConfigRecord()
         legacy.state.config_records[MAIN_CONFIGS_RECORD] = cfg
         cfg[Key.START_TIME] = timeit.default_timer()
-        for current_round in range(1, num_rounds + 1):
+        for current_round in getattr(strategy, "discovery_rounds", ()):  # discovery sums, before round 1
+            cfg[Key.CURRENT_ROUND] = current_round
+            workflow(grid, legacy)
+            if current_round not in strategy.aggregated and strategy.failure is None:
+                strategy.abort_round(current_round, "SecAgg+ halted before the discovery sum was formed: too few "
+                                                    "clients answered one of its stages")
+            if strategy.stopped:
+                break
+        for current_round in range(1, num_rounds + 1) if not strategy.stopped else ():
             cfg[Key.CURRENT_ROUND] = current_round
             workflow(grid, legacy)
             if current_round not in strategy.aggregated and not strategy.stopped:

@@ -129,7 +129,7 @@ def test_below_the_threshold_the_round_fails_in_one_line_and_no_model_is_written
     out = tmp_path / "out"
     with pytest.raises(RunFailed, match=r"^round 2: SecAgg\+ halted before the sum was formed[^\n]*$") as info:
         run_app(fault_fn=fault, **BASE, secure_aggregation="true", results_dir=str(out))
-    assert info.value.strategy.aggregated == {1}
+    assert info.value.strategy.aggregated == {0, 1}  # the sums of squares at discovery, round 1
     assert not (out / "pca.npz").exists()
 
 
@@ -164,3 +164,30 @@ def test_the_limb_code_is_public_and_fixed_by_the_bound():
     assert secure.upload_bound() == n * 5  # n (1 + ||0||)^2 r: no site's data in it
     assert secure.code.max_value >= secure.upload_bound() > secure.code.max_value / 2
     assert secure.code.limb_bits * secure.code.limbs == 87  # 4 clients: 29-bit limbs
+
+
+@pytest.mark.parametrize("overrides", [dict(center=True),
+                                       dict(center=True, scale=True, row_normalize=False, secagg_clip=1e6)])
+def test_the_discovery_sums_go_through_secagg_and_give_the_plain_mean_scale_and_model(overrides):
+    plain = run_app(**dict(BASE, **overrides))
+    secure = run_app(**dict(BASE, **overrides, secure_aggregation="true"))
+    assert secure.aggregated >= set(secure.discovery_rounds) and len(secure.discovery_rounds) == 2
+    np.testing.assert_allclose(secure.mean, plain.mean, rtol=1e-12, atol=1e-15)
+    assert np.any(np.abs(plain.mean) > 1e-3)  # a mean worth centring
+    if overrides.get("scale"):
+        np.testing.assert_allclose(secure.scale, plain.scale, rtol=1e-12, atol=0)
+    assert secure.total_variance == pytest.approx(plain.total_variance, rel=1e-12)
+    assert_same_model(secure, plain)
+    np.testing.assert_allclose(secure.model["mean"], plain.model["mean"], rtol=1e-12, atol=1e-15)
+    # nothing of a site's data at discovery: no row sum, no sum of squares (they travel only inside SecAgg+ sums)
+    assert secure.node_properties and all(not {"row-sum", "col-sq-sum", "sq-sum"} & set(props)
+                                          for props in secure.node_properties.values())
+    assert all("row-sum" in props for props in plain.node_properties.values())
+
+
+def test_a_client_lost_in_a_discovery_sum_stops_the_run():
+    def fault(msg, pid):  # partition 1 shares its keys for the row sums, then never uploads them
+        return "drop" if pid == 1 and msg.metadata.group_id == "-1" and _collect_stage(msg) else "ok"
+
+    with pytest.raises(RunFailed, match=r"^round -1: SecAgg\+ summed 3 of s = 4 products"):
+        run_app(fault_fn=fault, **dict(BASE, center=True, secure_aggregation="true"))

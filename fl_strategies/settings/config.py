@@ -608,7 +608,7 @@ def _check_pca(cfg: dict[str, Any]) -> None:
     if cfg["scale"] and noisy:
         raise ConfigError("scale is refused with epsilon or noise-std set: the clients' per-column sums of squares "
                           "would be released in the clear, which the privacy guarantee does not cover")
-    if cfg["scale"] and not row_sums_at_discovery(cfg):
+    if cfg["scale"] and not row_sums_at_discovery(cfg) and not secure_power(cfg):
         channel = ("its private channel (dp-channel)" if cfg["strategy"] == "dp-power" else
                    f"SecAgg+ (secure-aggregation = {cfg['secure-aggregation']!r})")
         raise ConfigError(f"scale is refused for {cfg['strategy']!r} here: its row sums travel through {channel}, "
@@ -789,9 +789,6 @@ def _check_secure_power(cfg: dict[str, Any]) -> None:
     if cfg["checkpoint-dir"]:
         raise ConfigError("checkpoint-dir is refused with secure-aggregation = true: the SecAgg+ loop writes no "
                           "checkpoint")
-    if cfg["center"]:
-        raise ConfigError("center = true is refused with secure-aggregation = true: the row sums would be sent in "
-                          "the clear at discovery")
 
 
 def _check_covariance(cfg: dict[str, Any]) -> None:

@@ -6,6 +6,11 @@ Every exchange in which a plain run gets each site's own reply goes through Flow
 * **each round**: client ``i`` uploads ``[vec(s_i Y_i), s_i, f_i]`` (``Y_i = A_i Z``; ``f_i = s_i tr(Z^T A_i Z)``
   only when the server tracks the objective), so the server gets ``sum_i s_i A_i Z``, the rows behind it and ``F``,
   never one site's product; ``Z_new = orth(sum_i s_i Y_i / sum_i s_i)`` as in the plain run;
+* **discovery** (SecAgg+ exchanges before round 1, numbered up to 0; the plain discovery then carries only the
+  partition id, row count and ``d``): with ``center`` ``[t_i, s_i]`` (row sum), whose sum gives the mean
+  ``mu = sum_i t_i / n``; then ``q_i = sum_rows (x - mu)^2`` per column (the client's own sums of squares about its
+  own mean plus ``s_i (t_i / s_i - mu)^2``, as Chan et al.'s pairwise update), whose sum ``n var`` gives ``scale``
+  and ``tr(C)`` as the plain discovery's :func:`~fl_strategies.kernels.standardize.pooled_variance` does;
 * **the summary** (one more SecAgg+ exchange after the last round, no row of its own): ``[vec(s_i A_i Z),
   s_i, s_i tr(A_i)]`` at the final ``Z``, from which the PCA model is built as in the plain run.
 
@@ -16,9 +21,10 @@ within ``m 2^-(f+1)`` of the float sum, ``2^-f <= 2^(2 - bL) B`` for the public 
 estimates agree to float64 round-off in every round.
 
 The scale. ``B`` is public: ``secagg-clip`` when set, else (``row-normalize``: unit rows, centred ones within
-``1 + ||mu||`` of 0) ``n (1 + ||mu||)^2 r``, which bounds every entry of ``s_i A_i Z`` (``s_i ||A_i||_2 sqrt(r)``),
-``f_i``, ``s_i tr(A_i)`` and ``s_i`` itself; ``n`` is the total row count and ``mu`` the broadcast mean, both
-known to every client. No scale is derived from what a site's upload holds; a client whose value exceeds ``B``
+``1 + ||mu||`` of 0, scaled ones within ``(1 + ||mu||) / min scale``) ``n ((1 + ||mu||) / min scale)^2 r``
+(``scale`` 1 without ``scale``; ``mu`` 0 before the mean is known), which bounds every entry of ``s_i A_i Z`` (``s_i ||A_i||_2 sqrt(r)``),
+``f_i``, ``s_i tr(A_i)``, ``s_i``, ``t_i`` and ``q_i``; ``n`` is the total row count and ``mu`` and ``scale`` the
+broadcast ones, all known to every client. No scale is derived from what a site's upload holds; a client whose value exceeds ``B``
 uploads nothing (it is never clipped), and its round goes on as one where it dropped out.
 
 Drop-outs. A client lost after it shared its keys is removed from the sum by SecAgg+ (its masks are reconstructed
@@ -37,6 +43,7 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
+from ...kernels.standardize import column_scale, constant_columns
 from ...privacy.fixed_point import LimbCode, limb_code
 from ...settings.config import secure_power
 from ..base import log, uploaded_bytes
@@ -82,8 +89,55 @@ class SecurePowerStrategy(FedPowerStrategy):
         n = float(sum(self.sizes.values()))
         if self.settings.secagg_clip > 0:
             return max(self.settings.secagg_clip, n)
-        spectral = (1.0 + float(np.linalg.norm(self.mean))) ** 2 if self.mean is not None else 1.0
-        return n * spectral * self.r
+        radius = 1.0 + (float(np.linalg.norm(self.mean)) if self.mean is not None else 0.0)
+        if self.scale is not None:
+            radius /= float(np.min(self.scale))
+        return n * radius * radius * self.r
+
+    # -- discovery sums ----------------------------------------------------------------------------------
+    @property
+    def discovery_phases(self) -> list[str]:
+        """The SecAgg+ discovery exchanges: the row sums (with ``center``), then the sums of squares."""
+        return (["discovery-sums"] if self.settings.center else []) + ["discovery-squares"]
+
+    @property
+    def discovery_rounds(self) -> list[int]:
+        """Their SecAgg+ round numbers, up to 0 (none without SecAgg+)."""
+        k = len(self.discovery_phases)
+        return list(range(1 - k, 1)) if self.secure else []
+
+    def _configure_discovery(self, server_round: int) -> list[tuple[ClientProxy, FitIns]]:
+        phase = self.discovery_phases[server_round - self.discovery_rounds[0]]
+        self._pending = {"start": time.perf_counter(), "phase": phase}
+        ins = FitIns(ndarrays_to_parameters([]), {"phase": phase, **self.center_config()})
+        return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
+
+    def _aggregate_discovery(self, server_round: int, results, failures) -> None:
+        """The mean (``discovery-sums``), or ``scale`` and ``tr(C)`` (``discovery-squares``), from the sums."""
+        phase = self._pending["phase"]
+        values = self._decoded(server_round, results, failures, self.d + (phase == "discovery-sums"),
+                               require_all=True)
+        if values is None:
+            return
+        n = sum(self.sizes.values())
+        if phase == "discovery-sums":
+            if values[-1] != n:
+                self.abort_round(server_round, f"the clients' rows sum to {values[-1]:.0f}, not the n = {n} they "
+                                               "reported")
+                return
+            self.mean = values[: self.d] / n
+            log.info("center = true: the mean of %d rows, from the SecAgg+ sum of the clients' row sums", n)
+        else:
+            variance = values / n
+            if self.scales_columns:
+                self.scale = column_scale(variance, self.mean, n)
+                log.info("scale = true: every column over its pooled standard deviation, from the SecAgg+ sum of "
+                         "the clients' sums of squares (%d constant column(s) keep scale 1)",
+                         int(np.sum(constant_columns(variance, self.mean, n))))
+                self.total_variance = float(np.sum(variance / self.scale ** 2))
+            else:
+                self.total_variance = float(np.sum(variance))
+        self.code = limb_code(self.upload_bound(), self.m)
 
     def secagg_ranges(self) -> tuple[float, int, int]:
         """SecAgg+'s ``(clipping_range, quantization_range, modulus_range)``: its quantiser is the identity on
@@ -112,7 +166,9 @@ class SecurePowerStrategy(FedPowerStrategy):
         """The plain instructions, plus the limb code under SecAgg+; after the last round, the summary."""
         if not self.secure:
             return super().configure_fit(server_round, parameters, client_manager)
-        if server_round > self.num_rounds:
+        if server_round <= 0:
+            instructions = self._configure_discovery(server_round)
+        elif server_round > self.num_rounds:
             instructions = self.configure_summary()
             self._pending = {"start": time.perf_counter()}
         else:
@@ -126,6 +182,9 @@ class SecurePowerStrategy(FedPowerStrategy):
         """``Z_new = orth(sum_i s_i Y_i / sum_i s_i)`` from the SecAgg+ sum (module docstring)."""
         if not self.secure:
             return super().aggregate_fit(server_round, results, failures)
+        if server_round <= 0:
+            self._aggregate_discovery(server_round, results, failures)
+            return None, {}
         if server_round > self.num_rounds:
             self._aggregate_summary(server_round, results, failures)
             return None, {}
@@ -168,9 +227,3 @@ class SecurePowerStrategy(FedPowerStrategy):
         CZ = values[: self.d * self.r].reshape(self.d, self.r) / n
         self.summary_model(Z, CZ, float(values[-1]) / n, int(round(n)),
                            uploaded_bytes(results) + len(results) * Z.nbytes)
-
-    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
-        """The plain row; none for the summary exchange (it is not a round)."""
-        if self.secure and server_round > self.num_rounds:
-            return None
-        return super().evaluate(server_round, parameters)
