@@ -191,3 +191,14 @@ def test_a_client_lost_in_a_discovery_sum_stops_the_run():
 
     with pytest.raises(RunFailed, match=r"^round -1: SecAgg\+ summed 3 of s = 4 products"):
         run_app(fault_fn=fault, **dict(BASE, center=True, secure_aggregation="true"))
+
+
+def test_the_stopping_rule_reads_the_secure_sum_of_the_objectives():
+    """With stop-tol the clients add f_i to the sum: the secure run stops after the plain run's rounds."""
+    cfg = dict(BASE, num_server_rounds=30, stop_tol=1e-3)
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true")
+    assert plain.stopped and secure.stopped and len(secure.records) == len(plain.records) < 30
+    for a, b in zip(secure.records, plain.records):
+        assert a["objective"] == pytest.approx(b["objective"], rel=1e-12)
+    assert_same_model(secure, plain)

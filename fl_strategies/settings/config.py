@@ -269,7 +269,7 @@ KEYS: dict[str, Key] = {
         _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
-             "and counts before round 1; covariance with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
+             "and counts before round 1; covariance, power and ssi with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
              "its dp-channel), with noise under epsilon; fedpower with epsilon: each client's row sum with its own noise), "
              "as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X", absent_means=False),
         _key("scale", bool, "PCA: also divide every column by its pooled standard deviation (population, from "
