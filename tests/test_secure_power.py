@@ -202,3 +202,40 @@ def test_the_stopping_rule_reads_the_secure_sum_of_the_objectives():
     for a, b in zip(secure.records, plain.records):
         assert a["objective"] == pytest.approx(b["objective"], rel=1e-12)
     assert_same_model(secure, plain)
+
+
+def test_a_client_lost_after_uploading_is_unmasked_from_the_shares_and_its_product_stays_in_the_sum():
+    def fault(msg, pid):  # partition 3 uploads its masked product in round 2, then never answers the unmask stage
+        content = msg.content
+        unmask = (RECORD_KEY_CONFIGS in content.config_records
+                  and content.config_records[RECORD_KEY_CONFIGS].get(Key.STAGE) == Stage.UNMASK)
+        return "drop" if pid == 3 and msg.metadata.group_id == "2" and unmask else "ok"
+
+    plain = run_app(**BASE)
+    secure = run_app(fault_fn=fault, **BASE, secure_aggregation="true")
+    assert [r["participants"] for r in secure.records][1:4] == [4, 4, 4]
+    assert_same_model(secure, plain)
+
+
+def test_four_genotype_sites_centred_and_scaled_give_the_plain_runs_pcs(tmp_path):
+    from simulations.data.genotypes import write_genotype_sites
+
+    write_genotype_sites(tmp_path / "sites", (300, 250, 350, 300), 200, populations=3, seed=1)
+    cfg = dict(strategy="power", dataset=str(tmp_path / "sites"), num_clients=4, rank=2, iteration_rank=4,
+               num_server_rounds=15, center=True, scale=True, row_normalize=False)
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true", secagg_clip=1e12)  # |x| <= 2 / min scale: a loose bound
+    assert_same_model(secure, plain)
+    np.testing.assert_allclose(secure.scale, plain.scale, rtol=1e-12, atol=0)
+
+
+def test_without_a_reference_the_explained_variance_columns_come_from_the_secure_sums():
+    cfg = dict(BASE, center=True, evaluation="none")
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true")
+    assert secure.reference is None and secure.tracks_objective
+    for key in ("iterated_explained_variance", "iterated_explained_variance_ratio", "estimate_change"):
+        got = [r[key] for r in secure.records[1:]]
+        want = [r[key] for r in plain.records[1:]]
+        assert None not in got and got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert_same_model(secure, plain)
