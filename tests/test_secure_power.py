@@ -158,6 +158,14 @@ def test_secure_aggregation_is_refused_where_it_cannot_hold(overrides, message):
         validate_run_config(cfg)
 
 
+def test_clip_norm_is_a_public_row_bound_too():
+    cfg = dict(BASE, row_normalize=False, clip_norm=0.5, center=True)
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true")
+    assert secure.upload_bound() == 4000 * (0.5 + np.linalg.norm(secure.mean)) ** 2 * 5
+    assert_same_model(secure, plain)
+
+
 def test_the_limb_code_is_public_and_fixed_by_the_bound():
     secure = run_app(**dict(BASE, num_server_rounds=1, secure_aggregation="true"))
     n = sum(secure.sizes.values())

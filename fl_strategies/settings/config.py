@@ -218,8 +218,8 @@ KEYS: dict[str, Key] = {
              choices=("auto", "true", "false")),
         _key("secagg-clip", float, "dp-power, covariance with SecAgg+: clipping range C of each uploaded entry (quantisation step "
              "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data; power, ssi: the public bound "
-             "on each uploaded value that fixes the exact fixed-point scale (0 = n (1 + ||mean||)^2 r of row-normalised "
-             "data)",
+             "on each uploaded value that fixes the exact fixed-point scale (0 = n (c + ||mean||)^2 r for rows of norm <= "
+             "c: row-normalize or clip-norm)",
              lambda v: v >= 0, "a finite number >= 0"),
         _key("secagg-num-shares", int, "dp-power, covariance, power, ssi with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
              "else the odd number near 2 log2(s) + 1); the reconstruction threshold is half of them, plus one",
@@ -781,9 +781,10 @@ def _check_secure_power(cfg: dict[str, Any]) -> None:
         raise ConfigError("secure-aggregation = true needs every client in every round (clients-per-round = 0, "
                           "round-policy = \"all\", dropout = 0): SecAgg+ sums the products of the clients it set "
                           "up, once each")
-    if cfg["secagg-clip"] == 0 and not cfg["row-normalize"]:
-        raise ConfigError("secagg-clip must be set (> 0) when row-normalize is false: without unit-norm rows the "
-                          "server has no public bound on the entries the clients upload, which fixes their scale")
+    if cfg["secagg-clip"] == 0 and not cfg["row-normalize"] and not cfg["clip-norm"] > 0:
+        raise ConfigError("secagg-clip must be set (> 0) when neither row-normalize nor clip-norm is set: without "
+                          "bounded rows the server has no public bound on the values the clients upload, which "
+                          "fixes their scale")
     if cfg["secagg-num-shares"] > m:
         raise ConfigError(f"secagg-num-shares must be at most num-clients = {m}, got {cfg['secagg-num-shares']}")
     if cfg["checkpoint-dir"]:

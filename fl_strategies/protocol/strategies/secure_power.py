@@ -20,8 +20,9 @@ within ``m 2^-(f+1)`` of the float sum, ``2^-f <= 2^(2 - bL) B`` for the public 
 ``bL >= 63`` bits (87 for 4 clients). The plain run sums the same float64 products in float64, so the two runs'
 estimates agree to float64 round-off in every round.
 
-The scale. ``B`` is public: ``secagg-clip`` when set, else (``row-normalize``: unit rows, centred ones within
-``1 + ||mu||`` of 0, scaled ones within ``(1 + ||mu||) / min scale``) ``n ((1 + ||mu||) / min scale)^2 r``
+The scale. ``B`` is public: ``secagg-clip`` when set, else (rows of norm at most ``c``: 1 with ``row-normalize``,
+``clip-norm`` when set; centred ones within ``c + ||mu||`` of 0, scaled ones within ``(c + ||mu||) / min scale``)
+``n ((c + ||mu||) / min scale)^2 r``
 (``scale`` 1 without ``scale``; ``mu`` 0 before the mean is known), which bounds every entry of ``s_i A_i Z`` (``s_i ||A_i||_2 sqrt(r)``),
 ``f_i``, ``s_i tr(A_i)``, ``s_i``, ``t_i`` and ``q_i``; ``n`` is the total row count and ``mu`` and ``scale`` the
 broadcast ones, all known to every client. No scale is derived from what a site's upload holds; a client whose value exceeds ``B``
@@ -44,6 +45,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from ...kernels.standardize import column_scale, constant_columns
+from ...privacy.analyze_gauss import row_bound
 from ...privacy.fixed_point import LimbCode, limb_code
 from ...settings.config import secure_power
 from ..base import log, uploaded_bytes
@@ -89,7 +91,8 @@ class SecurePowerStrategy(FedPowerStrategy):
         n = float(sum(self.sizes.values()))
         if self.settings.secagg_clip > 0:
             return max(self.settings.secagg_clip, n)
-        radius = 1.0 + (float(np.linalg.norm(self.mean)) if self.mean is not None else 0.0)
+        radius = row_bound(self.settings.clip_norm) + (float(np.linalg.norm(self.mean)) if self.mean is not None
+                                                       else 0.0)
         if self.scale is not None:
             radius /= float(np.min(self.scale))
         return n * radius * radius * self.r
