@@ -247,3 +247,15 @@ def test_without_a_reference_the_explained_variance_columns_come_from_the_secure
         want = [r[key] for r in plain.records[1:]]
         assert None not in got and got == pytest.approx(want, rel=1e-9, abs=1e-12)
     assert_same_model(secure, plain)
+
+
+@pytest.mark.parametrize("overrides", [dict(center=True, discovery="engine"),
+                                       dict(num_clients=12, num_samples=6000, num_server_rounds=6)])
+def test_engine_discovery_and_secagg_neighbourhoods_of_more_than_7_clients(overrides):
+    """discovery = "engine" sends no properties (the sums still go through SecAgg+); 12 clients share their keys
+    with neighbourhoods of 7 (the limbs are 27 bits wide)."""
+    cfg = dict(BASE, **overrides)
+    plain = run_app(**{k: v for k, v in cfg.items() if k != "discovery"})
+    secure = run_app(**cfg, secure_aggregation="true")
+    assert secure.code.limb_bits == (29 if cfg["num_clients"] == 4 else 27)
+    assert_same_model(secure, plain)
