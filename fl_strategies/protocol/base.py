@@ -265,7 +265,7 @@ class FederatedStrategy(Strategy):
             sizes, row_sums = self._sizes_and_sums(self._row_sums)
             self.mean = pooled_mean(sizes, row_sums)
             log.info("center = true: the mean of %d rows, from the clients' row sums", sum(sizes))
-        if self.scales_columns:  # and the columns' spread from their sums of squares (needs center)
+        if self.scales_columns and self.center_at_discovery:  # and the columns' spread (needs center)
             _, sq_sums = self._sizes_and_sums(self._col_sq_sums)
             variance = pooled_variance(sizes, row_sums, sq_sums, self.mean)
             self.scale = column_scale(variance, self.mean, sum(sizes))

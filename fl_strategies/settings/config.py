@@ -43,8 +43,8 @@ from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_parti
 from .registry import PROMISE_KEYS, STRATEGY_NAMES, read_keys, readers, spec
 from .schedule import SCHEDULES, round_lengths
 
-__all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
-           "round_timeout", "DEPLOYED_ROUND_TIMEOUT",
+__all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "secure_power",
+           "SECURE_SUM_STRATEGIES", "row_sums_at_discovery", "round_timeout", "DEPLOYED_ROUND_TIMEOUT",
            "validate_run_config", "effective_config", "unread_keys", "check_unread_keys", "default_run_config",
            "SHADOWING", "MODES", "check_against_data",
            "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
@@ -220,12 +220,16 @@ KEYS: dict[str, Key] = {
              "epsilon_spent is by the same accountant", choices=CALIBRATIONS),
         _key("secure-aggregation", str, "covariance: send each client's Gram matrix (and row sum, with center) "
              "through Flower's SecAgg+, so that the server learns only the sums: auto (= true whenever epsilon is "
-             "set and there are >= 2 clients), true or false (dp-power: see dp-channel)",
+             "set and there are >= 2 clients), true or false (dp-power: see dp-channel); power, ssi: true sends "
+             "every round's products, the discovery sums and the summary through SecAgg+ as exact fixed-point "
+             "limbs (auto = false; refused for fedpower, localpower, faps)",
              choices=("auto", "true", "false")),
         _key("secagg-clip", float, "dp-power, covariance with SecAgg+: clipping range C of each uploaded entry (quantisation step "
-             "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data",
+             "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data; power, ssi: the public bound "
+             "on each uploaded value that fixes the exact fixed-point scale (0 = n (c + ||mean||)^2 r for rows of norm <= "
+             "c: row-normalize or clip-norm)",
              lambda v: v >= 0, "a finite number >= 0"),
-        _key("secagg-num-shares", int, "dp-power, covariance with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
+        _key("secagg-num-shares", int, "dp-power, covariance, power, ssi with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
              "else the odd number near 2 log2(s) + 1); the reconstruction threshold is half of them, plus one",
              lambda v: v == 0 or v >= 3, "0 or an integer >= 3"),
         # participation and stragglers (fl_strategies.settings.participation)
@@ -273,7 +277,7 @@ KEYS: dict[str, Key] = {
         _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
-             "and counts before round 1; covariance with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
+             "and counts before round 1; covariance, power and ssi with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
              "its dp-channel), with noise under epsilon; fedpower with epsilon: each client's row sum with its own noise), "
              "as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X", absent_means=False),
         _key("scale", bool, "PCA: also divide every column by its pooled standard deviation (population, from "
@@ -616,7 +620,7 @@ def _check_pca(cfg: dict[str, Any]) -> None:
     if cfg["scale"] and noisy:
         raise ConfigError("scale is refused with epsilon or noise-std set: the clients' per-column sums of squares "
                           "would be released in the clear, which the privacy guarantee does not cover")
-    if cfg["scale"] and not row_sums_at_discovery(cfg):
+    if cfg["scale"] and not row_sums_at_discovery(cfg) and not secure_power(cfg):
         channel = ("its private channel (dp-channel)" if cfg["strategy"] == "dp-power" else
                    f"SecAgg+ (secure-aggregation = {cfg['secure-aggregation']!r})")
         raise ConfigError(f"scale is refused for {cfg['strategy']!r} here: its row sums travel through {channel}, "
@@ -662,6 +666,7 @@ def _check_more(cfg: dict[str, Any]) -> None:
         if cfg[name] < 0:
             raise ConfigError(f"{name} must be an integer >= 0 (it seeds numpy's generators), got {cfg[name]}")
     _check_pca(cfg)
+    _check_secure_power(cfg)
     if cfg["server-data"] and not is_data_file(cfg["server-data"]):
         raise ConfigError(f"server-data must be '' or a .npy/.csv file, got {cfg['server-data']!r}")
     if not cfg["dataset"].strip():
@@ -770,8 +775,54 @@ def round_timeout(seconds: float, real_nodes: bool) -> float | None:
 
 def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
     """Whether ``center`` has the nodes send their row sums at discovery, in the clear (noise-free runs without
-    SecAgg+); a secure ``covariance`` sends them through SecAgg+ with its Gram matrix instead."""
-    return bool(cfg.get("center")) and not secure_covariance(cfg) and cfg.get("strategy") != "dp-power"
+    SecAgg+); a secure ``covariance`` sends them through SecAgg+ with its Gram matrix instead, a secure ``power``
+    or ``ssi`` in a SecAgg+ discovery round (:func:`secure_power`)."""
+    return (bool(cfg.get("center")) and not secure_covariance(cfg) and not secure_power(cfg)
+            and cfg.get("strategy") != "dp-power")
+
+
+SECURE_SUM_STRATEGIES = ("power", "ssi")
+"""The exact strategies whose server needs only sums: ``secure-aggregation = true`` sends them through SecAgg+."""
+
+_NO_SECURE_SUM = {
+    "fedpower": "its server aligns each site's own reply with a Procrustes rotation (and its noise is accounted "
+                "per site), which a SecAgg+ sum hides",
+    "localpower": "its server aligns each site's own reply with a Procrustes rotation, which a SecAgg+ sum hides",
+    "faps": "each site's reply scales with its own penalty beta_i, which has no public bound to fix a "
+            "quantisation range, and the sites' private state cannot survive a site lost from the sum",
+}
+
+
+def secure_power(cfg: Mapping[str, Any]) -> bool:
+    """Whether a ``power`` or ``ssi`` run sends its sums through SecAgg+ (``secure-aggregation = true``)."""
+    return cfg["strategy"] in SECURE_SUM_STRATEGIES and cfg.get("secure-aggregation") == "true"
+
+
+def _check_secure_power(cfg: dict[str, Any]) -> None:
+    """``secure-aggregation = true``: refused where the server needs a site's own reply; for power and ssi a
+    SecAgg+ set-up with every client in every round and a public bound on the uploads."""
+    why = _NO_SECURE_SUM.get(cfg["strategy"])
+    if why is not None and cfg["secure-aggregation"] == "true":
+        raise ConfigError(f"secure-aggregation = true is refused for strategy {cfg['strategy']!r}: {why}")
+    if not secure_power(cfg):
+        return
+    m = cfg["num-clients"]
+    if not 2 <= m <= MAX_SECAGG_CLIENTS:
+        raise ConfigError(f"secure-aggregation = true needs 2 <= num-clients <= {MAX_SECAGG_CLIENTS} (SecAgg+ "
+                          f"masks need two clients), got {m}")
+    if cfg["clients-per-round"] not in (0, m) or cfg["round-policy"] != "all" or cfg["dropout"] > 0:
+        raise ConfigError("secure-aggregation = true needs every client in every round (clients-per-round = 0, "
+                          "round-policy = \"all\", dropout = 0): SecAgg+ sums the products of the clients it set "
+                          "up, once each")
+    if cfg["secagg-clip"] == 0 and not cfg["row-normalize"] and not cfg["clip-norm"] > 0:
+        raise ConfigError("secagg-clip must be set (> 0) when neither row-normalize nor clip-norm is set: without "
+                          "bounded rows the server has no public bound on the values the clients upload, which "
+                          "fixes their scale")
+    if cfg["secagg-num-shares"] > m:
+        raise ConfigError(f"secagg-num-shares must be at most num-clients = {m}, got {cfg['secagg-num-shares']}")
+    if cfg["checkpoint-dir"]:
+        raise ConfigError("checkpoint-dir is refused with secure-aggregation = true: the SecAgg+ loop writes no "
+                          "checkpoint")
 
 
 def _check_covariance(cfg: dict[str, Any]) -> None:

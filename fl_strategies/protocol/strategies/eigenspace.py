@@ -224,10 +224,16 @@ class EigenspaceStrategy(FederatedStrategy):
         n = sum(self.sizes[pid] for pid in valid)
         CZ = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
         total = sum(self.sizes[pid] * values["trace"] for pid, (_, values) in valid.items()) / n
+        return self.summary_model(Z, CZ, total, n, uploaded_bytes(results) + len(valid) * Z.nbytes)
+
+    def summary_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int
+                      ) -> dict[str, Any]:
+        """The PCA model of the summary exchange from ``C Z`` (d, r) and ``tr(C)`` at the final estimate ``Z``
+        (d, r) over ``n`` rows; the held last row gets its explained variance from the same sums."""
         last = self._held[0] if self._held is not None and self._held[1] is Z else None
         if last is not None:  # the last row's explained variance, from the same sums
             self._fill_explained_variance(last, float(np.sum(Z * CZ)))
-        model = self.set_model(Z, CZ, total, n, summary_bytes=uploaded_bytes(results) + len(valid) * Z.nbytes)
+        model = self.set_model(Z, CZ, total, n, summary_bytes=summary_bytes)
         if last is not None and "explained_variance_ratio" in last:  # the kept components', as in pca.npz
             last["explained_variance_ratio"] = float(model["explained_variance_ratio"].sum())
         return model

@@ -245,6 +245,13 @@ class FedPowerStrategy(EigenspaceStrategy):
             weight += w
         with np.errstate(all="ignore"):
             mean = total / weight
+        pend["misalignment"] = misalignment
+        return self.advance(server_round, mean)
+
+    def advance(self, server_round: int, mean: np.ndarray) -> tuple[Parameters | None, dict[str, Scalar]]:
+        """``Z_new = orth(mean)`` from the round's weighted average ``mean`` (d, r) of the products; the broadcast
+        ``Z`` is kept when ``mean`` is not finite or zero."""
+        pend = self._pending
         if not np.all(np.isfinite(mean)):  # only possible without row-normalize (no norm bound on Y)
             log.warning("round %d: the weighted average of the replies overflows; Z is kept", server_round)
             self.iterates.append(pend["Z"])
@@ -256,7 +263,6 @@ class FedPowerStrategy(EigenspaceStrategy):
             return ndarrays_to_parameters([pend["Z"]]), {}
         Z_new = orth(mean)
         self.last_sum = mean  # ~ C Z_ref: the released products' weighted average (post-processing)
-        pend["misalignment"] = misalignment
         self.iterates.append(Z_new)
         return ndarrays_to_parameters([Z_new]), {}
 
