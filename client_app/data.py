@@ -61,7 +61,7 @@ import numpy as np
 from fl_strategies.files.data_files import file_fingerprint, is_data_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
-from fl_strategies.kernels.rows import RowBlocks
+from fl_strategies.kernels.rows import BedVariants, RowBlocks
 
 __all__ = ["NodeData", "partition_id", "check_local_matrix", "check_local_operator"]
 
@@ -162,7 +162,7 @@ class NodeData:
         ``row-normalize`` for a node file."""
         if self._rows is None:
             stored = self.stored_rows()
-            rows = stored.rows
+            rows = next(stored.blocks()) if isinstance(stored, BedVariants) else stored.rows
             if stored.normalize or stored.clip > 0 or not (
                     hasattr(rows, "tocsr") or isinstance(rows, np.ndarray) and rows.dtype == np.float64
                     and not isinstance(rows, np.memmap)):
@@ -251,7 +251,8 @@ class NodeData:
         s, d = stored.num_rows, stored.dimension
         # the harness caches A_i (of unclipped rows) across the runs of a sweep
         harness = self._file() is None and not stored.sparse and stored.clip <= 0
-        use_gram = gram_is_cheaper(s, d, rank, products, shared=harness)
+        use_gram = gram_is_cheaper(s, d, rank, products, shared=harness) and not getattr(stored, "centers_inside",
+                                                                                           False)
         if use_gram and harness:
             A, s_h = _harness(self.cfg, self.partition_id).client_covariance(self.cfg, self.partition_id)
             op = LocalOperator.from_gram(A, s_h, rows=stored)
@@ -333,6 +334,12 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
     if not on_nodes(cfg) and cfg["dimension"] > 0 and X.shape[1] != cfg["dimension"]:
         raise ValueError(f"partition {pid}: {what} {path!r}: has {X.shape[1]} columns, but the "
                          f"run's data have dimension d = {cfg['dimension']}")
+    if isinstance(X, BedVariants):
+        log.info("partition %d: %s %r: %d people x %d variants (PLINK .bed, read in variant blocks)", pid, what, path,
+                 X.num_rows, X.dimension)
+        if not (cfg["row-normalize"] or cfg.get("clip-norm", 0.0) > 0):
+            return X
+        X = next(X.blocks())  # rows scaled one by one: the decoded counts in memory
     return RowBlocks(X, normalize=bool(cfg["row-normalize"]), clip=cfg.get("clip-norm", 0.0))
 
 

@@ -111,5 +111,5 @@ def test_a_plink_bed_file_is_streamed_and_a_missing_call_is_refused(tmp_path):
     np.testing.assert_array_equal(read_samples(tmp_path / "g.bed"), G)
     G[7, 3] = np.nan
     bed_reader.to_bed(tmp_path / "m.bed", G)
-    with pytest.raises(ValueError, match=r"m.bed'.*missing genotype calls, first in row 7"):
+    with pytest.raises(ValueError, match=r"m.bed'.*missing genotype calls, first at variant 3"):
         open_samples(tmp_path / "m.bed", "node config data-path")

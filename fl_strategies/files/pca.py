@@ -41,6 +41,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..kernels.rows import BedVariants
 from .data_files import clip_rows, normalize_rows
 
 __all__ = ["MODEL_KEYS", "pca_model", "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
@@ -193,8 +194,16 @@ def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
     (after ``StandardScaler.transform`` when the run scaled its columns).
 
     Rows are scaled to unit norm first when the run did so (``row_normalize`` of the model), or the rows longer
-    than the run's ``clip-norm`` scaled down to it (``clip_norm`` of the model).
+    than the run's ``clip-norm`` scaled down to it (``clip_norm`` of the model). A PLINK ``.bed`` file
+    (:class:`~fl_strategies.kernels.rows.BedVariants`) is read once in its variant order, a missing call given the
+    model's mean (0 after centring).
     """
+    if isinstance(X, BedVariants):
+        if X.dimension != model["components"].shape[1]:
+            raise ValueError(f"the rows have {X.dimension} variants; the model needs {model['components'].shape[1]}")
+        if not (model.get("row_normalize", False) or model.get("clip_norm", 0.0) > 0):
+            return X.left(model["components"].T, model["mean"], model.get("scale"))
+        X = next(X.blocks())
     X = np.asarray(X, dtype=np.float64)
     d = model["components"].shape[1]
     if X.ndim != 2 or X.shape[1] != d:

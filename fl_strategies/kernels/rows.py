@@ -13,7 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "RowBlocks", "normalize_rows", "clip_rows"]
+__all__ = ["BLOCK_BYTES", "RowBlocks", "BedVariants", "normalize_rows", "clip_rows"]
 
 BLOCK_BYTES = 1 << 24
 """Target size of one float64 row block (16 MiB): the float64 working set of a pass over the rows. A product
@@ -221,3 +221,154 @@ class RowBlocks:
         plain_float64 = (isinstance(self.rows, np.ndarray) and not isinstance(self.rows, np.memmap)
                          and self.rows.dtype == np.float64)
         return not self.sparse and (self.normalize or self.clip > 0 or not plain_float64)
+
+
+_CODES = np.stack([(np.arange(256) >> (2 * k)) & 3 for k in range(4)], axis=1).astype(np.uint8)
+"""The four 2-bit codes of every byte of a ``.bed`` file, first person in the low bits: (256, 4)."""
+
+BED_COUNTS = np.array([2.0, np.nan, 1.0, 0.0])
+"""Allele count of each 2-bit code (``00`` homozygous A1, ``01`` missing, ``10`` heterozygous, ``11`` homozygous
+A2): the A1 allele counted, as ``bed-reader`` and ``plink --recode A`` count it."""
+
+MISSING_CODE = 1
+"""The 2-bit code of a missing call."""
+
+
+class BedVariants:
+    """A PLINK 1 ``.bed`` file (people x variants) read in its own variant-major order, block by block.
+
+    The file is memory-mapped as bytes; a block of variants ``J`` is decoded from its 2-bit codes straight into
+    float64 values ``(g - mean) / scale`` (the allele count ``g`` of :data:`BED_COUNTS`), with a missing call
+    given 0: mean imputation with the ``mean`` the caller passes (the federation's, ``2 p``), as ``plink2 --pca``
+    imputes. Without a mean the values are the allele counts, a missing call 0. Every product reads the file in
+    file order, one block of about ``block_bytes`` float64 at a time: memory O(block + s r + d r).
+
+    Parameters
+    ----------
+    raw : ndarray of shape (d, ceil(s / 4)), uint8
+        The file's bytes after its 3-byte header, one row per variant (a read-only memory map).
+    num_rows : int
+        ``s``, people (the ``.fam``'s lines).
+    block_bytes : int
+        Target size of one float64 block of decoded variants.
+
+    Attributes
+    ----------
+    num_rows, dimension : int
+        ``s`` and ``d``.
+    code_counts : ndarray of shape (d, 4), int64
+        How many people carry each 2-bit code at each variant (counted once, when the file is opened).
+    """
+
+    sparse, normalize, clip, ndim, dtype = False, False, 0.0, 2, np.dtype(np.int8)
+    centers_inside = True
+    """Whether this class centres and scales inside its products (missing calls need it): see
+    :class:`~.products.LocalOperator`."""
+
+    def __init__(self, raw: np.ndarray, num_rows: int, block_bytes: int = BLOCK_BYTES) -> None:
+        self.rows = raw
+        self.num_rows, self.dimension = int(num_rows), int(raw.shape[0])
+        self.shape = (self.num_rows, self.dimension)
+        self.block = max(1, int(block_bytes) // (8 * max(self.num_rows, 1)))
+        counts = np.zeros((self.dimension, 4), dtype=np.int64)
+        for start, codes in self._codes():
+            for code in range(4):
+                counts[start:start + len(codes), code] = np.count_nonzero(codes == code, axis=1)
+        self.code_counts = counts
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the file's genotype codes."""
+        return int(self.rows.nbytes)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """The allele counts as an (s, d) float64 array, NaN for a missing call (the whole file in memory)."""
+        X = np.empty(self.shape)
+        for start, codes in self._codes():
+            X[:, start:start + codes.shape[0]] = BED_COUNTS[codes].T
+        return X if dtype is None else X.astype(dtype)
+
+    def _codes(self) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first variant, codes)`` of consecutive variant blocks in file order; ``codes`` (b, s) uint8 in 0..3."""
+        for start in range(0, self.dimension, self.block):
+            raw = np.asarray(self.rows[start:start + self.block])
+            yield start, _CODES[raw].reshape(raw.shape[0], -1)[:, :self.num_rows]
+
+    def _tables(self, start: int, stop: int, mean: np.ndarray | None, scale: np.ndarray | None) -> np.ndarray:
+        """The value of each code at variants ``start:stop``: (b, 4) float64, 0 for a missing call."""
+        table = np.tile(np.nan_to_num(BED_COUNTS, nan=0.0), (stop - start, 1))
+        if mean is not None:
+            table -= np.asarray(mean[start:stop])[:, None]
+        if scale is not None:
+            table /= np.asarray(scale[start:stop])[:, None]
+        table[:, MISSING_CODE] = 0.0
+        return table
+
+    def variant_blocks(self, mean: np.ndarray | None = None,
+                       scale: np.ndarray | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first variant, X_J)``: the decoded values of consecutive variant blocks, ``X_J`` (b, s) float64
+        (variants as rows), ``(g - mean) / scale`` with missing calls 0; one read of the file in its order."""
+        for start, codes in self._codes():
+            stop = start + codes.shape[0]
+            table = self._tables(start, stop, mean, scale)
+            flat = codes + (4 * np.arange(stop - start, dtype=np.intp))[:, None]
+            yield start, table.ravel()[flat]
+
+    def left(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
+        """``X Z`` with ``X`` (s, d) the decoded people x variants (:meth:`variant_blocks`), ``Z`` (d, r); (s, r)."""
+        Z = np.asarray(Z, dtype=np.float64)
+        out = np.zeros((self.num_rows,) + Z.shape[1:])
+        for start, block in self.variant_blocks(mean, scale):
+            out += block.T @ Z[start:start + block.shape[0]]
+        return out
+
+    def right(self, Y: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
+        """``X^T Y`` for ``Y`` (s, r): shape (d, r)."""
+        out = np.empty((self.dimension,) + Y.shape[1:])
+        for start, block in self.variant_blocks(mean, scale):
+            out[start:start + block.shape[0]] = block @ Y
+        return out
+
+    def product(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
+        """``X^T (X Z)``, shape of ``Z`` (d, r): two reads of the file (:meth:`left`, then :meth:`right`)."""
+        return self.right(self.left(Z, mean, scale), mean, scale)
+
+    def call_counts(self) -> np.ndarray:
+        """Non-missing calls per variant, shape (d,) float64."""
+        return (self.num_rows - self.code_counts[:, MISSING_CODE]).astype(np.float64)
+
+    def stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(allele sums, sums of squares)`` over the non-missing calls, both (d,) float64."""
+        c = self.code_counts
+        return (2.0 * c[:, 0] + c[:, 2]).astype(np.float64), (4.0 * c[:, 0] + c[:, 2]).astype(np.float64)
+
+    def centered_column_squares(self, mean: np.ndarray) -> np.ndarray:
+        """``sum (g - mean)^2`` per variant over its non-missing calls, shape (d,), from the code counts (no
+        cancellation)."""
+        c = self.code_counts.astype(np.float64)
+        return c[:, 0] * (2.0 - mean) ** 2 + c[:, 2] * (1.0 - mean) ** 2 + c[:, 3] * mean ** 2
+
+    def own_mean(self) -> np.ndarray:
+        """Each variant's mean allele count over this file's non-missing calls (0 where it has none), (d,)."""
+        total, calls = self.stats()[0], self.call_counts()
+        return np.divide(total, calls, out=np.zeros(self.dimension), where=calls > 0)
+
+    def centered_sum_of_squares(self, mean: np.ndarray) -> float:
+        """:meth:`centered_column_squares` summed over the variants."""
+        return float(self.centered_column_squares(mean).sum())
+
+    def gram(self) -> np.ndarray:
+        """``X^T X`` of the allele counts (missing calls 0), shape (d, d)."""
+        (X,) = self.blocks()
+        return X.T @ X
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        """The allele counts as one float64 (s, d) block, for the strategies that read rows (O(s d) memory);
+        refused with missing calls, which only the eigenspace products impute."""
+        if self.code_counts[:, MISSING_CODE].any():
+            raise ValueError("the genotypes have missing calls, which only the eigenspace strategies' products "
+                             "impute; this strategy reads the rows themselves")
+        X = np.empty(self.shape)
+        for start, block in self.variant_blocks():
+            X[:, start:start + block.shape[0]] = block.T
+        yield X
