@@ -84,3 +84,95 @@ def test_transform_of_a_bed_reads_it_in_variant_order(tmp_path):
                  "--out", str(tmp_path / "s.npy")]) == 0
     expected = ((G - model["mean"]) / model["scale"]) @ components.T
     np.testing.assert_allclose(np.load(tmp_path / "s.npy"), expected, rtol=0, atol=1e-12)
+
+
+def simulated_sites(sizes, d, missing=0.01, seed=5):
+    """Genotypes of several populations (Balding-Nichols) at sites of ``sizes`` people, with ``missing`` of the calls
+    missing (NaN) and variant 0 missing at the whole of site 0; a list of float (s_i, d) arrays."""
+    from simulations.data.genotypes import genotype_sites
+
+    rng = np.random.default_rng(seed)
+    sites = [G.astype(float) for G in genotype_sites(sizes, d, populations=3, seed=seed)]
+    for G in sites:
+        G[rng.random(G.shape) < missing] = np.nan
+    sites[0][:, 0] = np.nan
+    return sites
+
+
+def imputed_reference(G, scale="none"):
+    """The centred pooled genotypes with missing calls mean-imputed (0 after centring), (n, d): ``(g - 2p) /
+    sqrt(2p(1-p))`` with ``scale = "hwe"`` (plink2's documented standardisation, monomorphic variants 0), over the
+    standard deviation of the non-missing calls with ``scale = "std"``."""
+    mean = np.nanmean(G, axis=0)
+    X = np.nan_to_num(G - mean, nan=0.0)
+    if scale == "hwe":
+        p = mean / 2
+        sd = np.sqrt(2 * p * (1 - p))
+        X = np.divide(X, sd, out=np.zeros_like(X), where=sd > 0)
+    elif scale == "std":
+        sd = np.nanstd(G, axis=0)
+        X = X / np.where(sd > 0, sd, 1.0)
+    return X
+
+
+def run_sites(tmp_path, sites, scale="false", rounds=30, rank=2):
+    """``compare`` with one fedpower run over the sites as ``.bed`` files; the written model."""
+    from fl_strategies.files.pca import load_model
+    from simulations.compare import run_comparison
+
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(sites):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    (tmp_path / "c.toml").write_text(f'''title = "genotypes"
+[defaults]
+dataset = "{tmp_path / 'data'}"
+num-clients = {len(sites)}
+rank = {rank}
+iteration-rank = {rank + 2}
+num-server-rounds = {rounds}
+local-steps = 2
+center = true
+scale = {scale}
+row-normalize = false
+[[runs]]
+name = "fedpower"
+strategy = "fedpower"
+''')
+    run_comparison(tmp_path / "c.toml", out=tmp_path / "out")
+    (path,) = sorted((tmp_path / "out" / "estimates").glob("*.pca.npz"))
+    return load_model(path)
+
+
+def test_missing_calls_are_mean_imputed_inside_the_products(tmp_path):
+    from fl_strategies.kernels.linalg import subspace_distance
+
+    sites = simulated_sites((60, 50, 70), 400)
+    G = np.vstack(sites)
+    model = run_sites(tmp_path, sites)
+    np.testing.assert_allclose(model["mean"], np.nanmean(G, axis=0), rtol=0, atol=1e-12)
+    X = imputed_reference(G)
+    values, vectors = np.linalg.eigh(X.T @ X / len(X))
+    assert subspace_distance(model["components"].T, vectors[:, ::-1][:, :2]) < 1e-8
+    np.testing.assert_allclose(model["explained_variance"], values[::-1][:2] * len(X) / (len(X) - 1), rtol=1e-8)
+    np.testing.assert_allclose(model["explained_variance_ratio"], values[::-1][:2] / values.sum(), rtol=1e-8)
+    write_bed(tmp_path / "new.bed", sites[1])
+    X = open_samples(tmp_path / "new.bed")
+    from fl_strategies.files.pca import transform
+
+    scores = transform(model, X)  # a new sample's missing call gets the model's mean
+    np.testing.assert_allclose(scores, np.nan_to_num(sites[1] - model["mean"], nan=0.0) @ model["components"].T,
+                               rtol=0, atol=1e-10)
+
+
+def test_scale_true_with_missing_calls_is_standard_scaler_over_the_calls(tmp_path):
+    from fl_strategies.kernels.linalg import subspace_distance
+
+    sites = simulated_sites((40, 50, 45), 300, seed=6)
+    G = np.vstack(sites)
+    model = run_sites(tmp_path, sites, scale="true")
+    sd = np.nanstd(G, axis=0)
+    np.testing.assert_allclose(model["scale"], np.where(sd > 0, sd, 1.0), rtol=1e-10)
+    X = imputed_reference(G, "std")
+    values, vectors = np.linalg.eigh(X.T @ X / len(X))
+    assert subspace_distance(model["components"].T, vectors[:, ::-1][:, :2]) < 1e-8
+    np.testing.assert_allclose(model["explained_variance_ratio"], values[::-1][:2] / values.sum(), rtol=1e-8)

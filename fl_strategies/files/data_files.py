@@ -9,7 +9,7 @@ without a header; a ``.npz`` file is a scipy sparse matrix (``scipy.sparse.save_
 PLINK 1 variant-major genotype file (with its ``.fam`` and ``.bim`` beside it, which give its people and
 variants): people are rows, variants columns, the A1 allele counted 0/1/2, memory-mapped and decoded block by
 block of variants in the file's order (:class:`~fl_strategies.kernels.rows.BedVariants`); a missing call is
-refused (impute or filter first, e.g. ``plink --geno 0``), since this reader does not impute.
+kept (the eigenspace products impute it with the federation's mean, :mod:`fl_strategies.kernels.standardize`).
 
 :func:`open_samples` gives the data as stored (a ``.npy`` file memory-mapped in its own dtype, int8 genotypes
 included; a sparse matrix as it is; a ``.bed`` file as :class:`~fl_strategies.kernels.rows.BedVariants`), checked block by block, for the clients that stream their rows
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..kernels.rows import BLOCK_BYTES, MISSING_CODE, BedVariants, clip_rows, normalize_rows
+from ..kernels.rows import BLOCK_BYTES, BedVariants, clip_rows, normalize_rows
 
 __all__ = ["clip_rows", "FILE_SUFFIXES", "is_data_file", "open_samples", "read_samples", "normalize_rows",
            "FINGERPRINT", "file_fingerprint"]
@@ -180,12 +180,6 @@ def _read_bed(path: Path, where: str) -> BedVariants:
         if np.any(np.asarray(raw[:, -1]) & padding):
             raise ValueError(f"{where}: holds genotype calls beyond the {people} people its .fam lists (is the .fam "
                              "short of people?)")
-    missing = X.code_counts[:, MISSING_CODE]
-    if missing.any():
-        first = int(np.argmax(missing > 0))
-        raise ValueError(f"{where}: has missing genotype calls, first at variant {first}; "
-                         "impute or filter them first (e.g. plink --geno 0 / --fill-missing-a2): this reader does "
-                         "not impute")
     return X
 
 
