@@ -60,7 +60,7 @@ import numpy as np
 
 from fl_strategies.files.data_files import file_fingerprint, is_data_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
-from fl_strategies.settings.config import row_sums_at_discovery
+from fl_strategies.settings.config import column_scaling, row_sums_at_discovery
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import MISSING_CODE, BedVariants, RowBlocks
 
@@ -257,7 +257,7 @@ class NodeData:
         file = self._file()
         if file is not None:
             return ("file", file[0], _version(file[0]), bool(self.cfg["row-normalize"]),
-                    float(self.cfg.get("clip-norm", 0.0)))
+                    float(self.cfg.get("clip-norm", 0.0)), column_scaling(self.cfg.get("scale", False)))
         return ("harness", tuple(sorted(self.cfg.items())), self.partition_id)
 
     def _build_operator(self, products: int, rank: int) -> LocalOperator:
@@ -357,6 +357,8 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
         log.info("partition %d: %s %r: %d people x %d variants (PLINK .bed, read in variant blocks)", pid, what, path,
                  X.num_rows, X.dimension)
         if not (cfg["row-normalize"] or cfg.get("clip-norm", 0.0) > 0):
+            if column_scaling(cfg.get("scale", False)) == "hwe" and X.code_counts[:, MISSING_CODE].any():
+                return X.weighted(X.missingness_weights())  # plink2's correction for missingness
             return X
         X = next(X.blocks())  # rows scaled one by one: the decoded counts in memory
     return RowBlocks(X, normalize=bool(cfg["row-normalize"]), clip=cfg.get("clip-norm", 0.0))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_strategies.settings.config import row_sums_at_discovery, secure_covariance
+from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_covariance
 from fl_strategies.files.data_files import FINGERPRINT
 
 __all__ = ["discovery_properties", "fingerprint_property", "summary_reply"]
@@ -49,7 +49,7 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
         counts = getattr(data, "call_counts", None)
         if counts is not None:  # genotypes with missing calls: the row sum is over each variant's calls
             props["call-count"] = counts.astype("<f8").tobytes()
-    if cfg.get("scale"):  # only with the row sums in the clear, never with noise (the run config's checks)
+    if column_scaling(cfg.get("scale", False)) != "false":  # only with the row sums in the clear, never with noise
         props["col-sq-sum"] = data.column_sq_sums().astype("<f8").tobytes()
     if not noisy and not secure_covariance(cfg):
         props["sq-sum"] = data.sum_of_squares(cfg["center"])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -86,16 +89,18 @@ def test_transform_of_a_bed_reads_it_in_variant_order(tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "s.npy"), expected, rtol=0, atol=1e-12)
 
 
-def simulated_sites(sizes, d, missing=0.01, seed=5):
+def simulated_sites(sizes, d, missing=0.01, seed=5, populations=3):
     """Genotypes of several populations (Balding-Nichols) at sites of ``sizes`` people, with ``missing`` of the calls
-    missing (NaN) and variant 0 missing at the whole of site 0; a list of float (s_i, d) arrays."""
+    missing (NaN) and variant 0 missing at the whole of site 0 (with ``missing > 0``); a list of float (s_i, d)
+    arrays."""
     from simulations.data.genotypes import genotype_sites
 
     rng = np.random.default_rng(seed)
-    sites = [G.astype(float) for G in genotype_sites(sizes, d, populations=3, seed=seed)]
+    sites = [G.astype(float) for G in genotype_sites(sizes, d, populations=populations, seed=seed)]
     for G in sites:
         G[rng.random(G.shape) < missing] = np.nan
-    sites[0][:, 0] = np.nan
+    if missing > 0:
+        sites[0][:, 0] = np.nan
     return sites
 
 
@@ -176,3 +181,80 @@ def test_scale_true_with_missing_calls_is_standard_scaler_over_the_calls(tmp_pat
     values, vectors = np.linalg.eigh(X.T @ X / len(X))
     assert subspace_distance(model["components"].T, vectors[:, ::-1][:, :2]) < 1e-8
     np.testing.assert_allclose(model["explained_variance_ratio"], values[::-1][:2] / values.sum(), rtol=1e-8)
+
+
+def plink2_grm(G):
+    """plink2's documented ``--pca`` matrix of genotypes ``G`` (n, d) (NaN: missing): ``X X^T / N`` with ``X`` the
+    variance-standardised genotypes ``(g - 2p) / sqrt(2 p (1 - p))`` (missing calls 0, monomorphic variants 0) and
+    ``N_ij`` the variants both people have called (``d`` without missing calls); (n, n)."""
+    X = imputed_reference(G, "hwe")
+    called = (~np.isnan(G)).astype(float)
+    return X @ X.T / (called @ called.T)
+
+
+def scores_and_eigenvalues(tmp_path, model, sites):
+    """The model's scores of every site's people (``transform`` of each ``.bed``), (n, k), and its eigenvalues on
+    plink2's scale (of the GRM), (k,)."""
+    from fl_strategies.files.pca import transform
+
+    scores = np.vstack([transform(model, open_samples(tmp_path / "data" / f"partition_{i}.bed"))
+                        for i in range(len(sites))])
+    n, d = scores.shape[0], model["components"].shape[1]
+    return scores, model["explained_variance"] * (n - 1) / d
+
+
+def per_pc_agreement(scores, values, K, k):
+    """``(|correlation| of each score column with K's eigenvector, our eigenvalue over K's)``, each (k,)."""
+    reference_values, vectors = np.linalg.eigh(K)
+    reference_values, vectors = reference_values[::-1][:k], vectors[:, ::-1][:, :k]
+    correlation = np.array([abs(np.corrcoef(scores[:, j], vectors[:, j])[0, 1]) for j in range(k)])
+    return correlation, values[:k] / reference_values
+
+
+def test_scale_hwe_is_plink2s_pca_without_missing_calls(tmp_path):
+    sites = simulated_sites((60, 50, 70, 40), 800, missing=0.0, seed=7, populations=4)
+    for G in sites:
+        G[:, 0] = 0.0  # a monomorphic variant: in plink2's denominator, 0 in every product
+    G = np.vstack(sites)
+    model = run_sites(tmp_path, sites, scale='"hwe"', rank=3, rounds=60)
+    p = np.nanmean(G, axis=0) / 2
+    np.testing.assert_allclose(model["scale"], np.where(p * (1 - p) > 0, np.sqrt(2 * p * (1 - p)), 1.0), rtol=1e-12)
+    scores, values = scores_and_eigenvalues(tmp_path, model, sites)
+    correlation, ratio = per_pc_agreement(scores, values, plink2_grm(G), 3)
+    assert np.all(correlation >= 1 - 1e-10)
+    np.testing.assert_allclose(ratio, 1.0, rtol=1e-8)
+
+
+def test_scale_hwe_with_missing_calls_follows_plink2s_correction_for_missingness(tmp_path):
+    sites = simulated_sites((60, 50, 70, 40), 1500, missing=0.01, seed=8, populations=4)
+    G = np.vstack(sites)
+    model = run_sites(tmp_path, sites, scale='"hwe"', rank=3, rounds=60)
+    scores, values = scores_and_eigenvalues(tmp_path, model, sites)
+    X, calls = imputed_reference(G, "hwe"), (~np.isnan(G)).sum(axis=1)
+    d = G.shape[1]
+    diagonal = (X * X).sum(axis=1) * (1 / calls - d / calls ** 2)  # plink2's diagonal divides by N_ii = c_i
+    shift = (diagonal @ scores ** 2) / np.sum(scores ** 2, axis=0)  # its first-order shift of each eigenvalue
+    correlation, ratio = per_pc_agreement(scores, values + shift, plink2_grm(G), 3)
+    assert np.all(correlation >= 0.99999)
+    np.testing.assert_allclose(ratio, 1.0, rtol=1e-4)
+
+
+@pytest.mark.plink2
+@pytest.mark.skipif(shutil.which("plink2") is None, reason="plink2 is not installed")
+def test_scale_hwe_reproduces_plink2_pca_on_the_pooled_file(tmp_path):
+    """``plink2 --pca`` itself on the pooled ``.bed`` (1 % missing calls, a variant missing at a whole site)."""
+    sites = simulated_sites((60, 50, 70, 40), 1500, missing=0.01, seed=9, populations=4)
+    G = np.vstack(sites)
+    model = run_sites(tmp_path, sites, scale='"hwe"', rank=3, rounds=60)
+    scores, values = scores_and_eigenvalues(tmp_path, model, sites)
+    write_bed(tmp_path / "pooled.bed", G)
+    subprocess.run(["plink2", "--bfile", str(tmp_path / "pooled"), "--pca", "3", "--threads", "1",
+                    "--out", str(tmp_path / "plink2")], check=True, capture_output=True)
+    vectors = np.loadtxt(tmp_path / "plink2.eigenvec", skiprows=1, usecols=(2, 3, 4))
+    reference = np.loadtxt(tmp_path / "plink2.eigenval")
+    X, calls = imputed_reference(G, "hwe"), (~np.isnan(G)).sum(axis=1)
+    diagonal = (X * X).sum(axis=1) * (1 / calls - G.shape[1] / calls ** 2)
+    shift = (diagonal @ scores ** 2) / np.sum(scores ** 2, axis=0)
+    correlation = np.array([abs(np.corrcoef(scores[:, j], vectors[:, j])[0, 1]) for j in range(3)])
+    assert np.all(correlation >= 0.99999)
+    np.testing.assert_allclose((values + shift) / reference, 1.0, rtol=1e-4)

@@ -42,6 +42,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..kernels.rows import BedVariants
+from ..settings.config import column_scaling
 from .data_files import clip_rows, normalize_rows
 
 __all__ = ["MODEL_KEYS", "pca_model", "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
@@ -182,6 +183,8 @@ def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
         config = json.loads(str(model["run_config"])) if "run_config" in model else {}
         model["centered"] = bool(config.get("center", bool(np.any(mean))))
     model["centered"] = bool(model["centered"])
+    config = json.loads(str(model["run_config"])) if "run_config" in model else {}
+    model["scaling"] = column_scaling(config.get("scale", False))
     model["row_normalize"] = bool(model.get("row_normalize", False))
     model["clip_norm"] = float(model.get("clip_norm", 0.0))
     if not (math.isfinite(model["clip_norm"]) and model["clip_norm"] >= 0):
@@ -202,7 +205,10 @@ def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
         if X.dimension != model["components"].shape[1]:
             raise ValueError(f"the rows have {X.dimension} variants; the model needs {model['components'].shape[1]}")
         if not (model.get("row_normalize", False) or model.get("clip_norm", 0.0) > 0):
-            return X.left(model["components"].T, model["mean"], model.get("scale"))
+            scores = X.left(model["components"].T, model["mean"], model.get("scale"))
+            if model.get("scaling") == "hwe":  # a person's scores over their share of calls, as the run weighted
+                scores *= np.sqrt(X.missingness_weights())[:, None]
+            return scores
         X = next(X.blocks())
     X = np.asarray(X, dtype=np.float64)
     d = model["components"].shape[1]

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..settings.config import ConfigError
+from ..settings.config import ConfigError, column_scaling
 from ..kernels.linalg import orth
 from .pca import load_model
 
@@ -58,10 +58,11 @@ def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     except ValueError:
         fitted = {}
     for key in ("center", "scale"):
-        then, now = bool(fitted.get(key, False)), bool(cfg.get(key, False))
+        then, now = (column_scaling(fitted.get(key, False)), column_scaling(cfg.get(key, False))) if key == "scale" \
+            else (str(bool(fitted.get(key, False))).lower(), str(bool(cfg.get(key, False))).lower())
         if then != now:
-            raise ConfigError(f"init-from {path!r} was fitted with {key} = {str(then).lower()}, but this run has "
-                              f"{key} = {str(now).lower()}: its components are of other columns; use the same "
+            raise ConfigError(f"init-from {path!r} was fitted with {key} = {then}, but this run has "
+                              f"{key} = {now}: its components are of other columns; use the same "
                               f"{key} or start from a random basis (init-from = '')")
     model["path"] = str(path)
     return model

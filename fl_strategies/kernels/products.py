@@ -191,7 +191,8 @@ class LocalOperator:
         s = self.num_rows
         diag = self.column_squares() / s
         if getattr(self.rows, "centers_inside", False):
-            diag = (self.rows.centered_column_squares(self.mean) if self.mean is not None else diag * s) / s
+            diag = self.rows.centered_column_squares(np.zeros(self.shape[0]) if self.mean is None else self.mean,
+                                                     weighted=True) / s
         elif self.mean is not None:
             m = self.row_sum / s
             diag = diag - 2.0 * m * self.mean + self.mean * self.mean

@@ -258,6 +258,10 @@ class BedVariants:
         ``s`` and ``d``.
     code_counts : ndarray of shape (d, 4), int64
         How many people carry each 2-bit code at each variant (counted once, when the file is opened).
+    person_calls : ndarray of shape (s,), int64
+        Each person's non-missing calls.
+    row_weights : ndarray of shape (s,) or None
+        ``omega``: the products are those of ``X^T diag(omega) X`` (:meth:`weighted`); ``None``: all ones.
     """
 
     sparse, normalize, clip, ndim, dtype = False, False, 0.0, 2, np.dtype(np.int8)
@@ -271,10 +275,32 @@ class BedVariants:
         self.shape = (self.num_rows, self.dimension)
         self.block = max(1, int(block_bytes) // (8 * max(self.num_rows, 1)))
         counts = np.zeros((self.dimension, 4), dtype=np.int64)
+        missing = np.zeros(self.num_rows, dtype=np.int64)
         for start, codes in self._codes():
             for code in range(4):
                 counts[start:start + len(codes), code] = np.count_nonzero(codes == code, axis=1)
-        self.code_counts = counts
+            missing += np.count_nonzero(codes == MISSING_CODE, axis=0)
+        self.code_counts, self.person_calls = counts, self.dimension - missing
+        self.row_weights: np.ndarray | None = None
+        self._weighted_counts: np.ndarray | None = None
+
+    def weighted(self, row_weights: np.ndarray) -> "BedVariants":
+        """The same file with every person's row weighted by ``omega`` (s,) in the Gram matrix: ``X^T diag(omega)
+        X`` (a shallow copy; the file is not read again)."""
+        other = object.__new__(BedVariants)
+        other.__dict__.update(self.__dict__)
+        other.row_weights, other._weighted_counts = np.asarray(row_weights, dtype=np.float64), None
+        return other
+
+    def missingness_weights(self) -> np.ndarray:
+        """``omega_i = (d / c_i)^2`` with ``c_i`` person ``i``'s non-missing calls (0 without a call), (s,).
+
+        ``plink2 --pca`` divides each entry of its relationship matrix by the variants both people have called,
+        ``N_ij``; with ``N_ij ~ c_i c_j / d`` that is the rows weighted by ``d / c_i``: the weights make the
+        products those of plink2's matrix to first order in the missing rate (all ones without missing calls).
+        """
+        calls = self.person_calls.astype(np.float64)
+        return np.divide(self.dimension, calls, out=np.zeros(self.num_rows), where=calls > 0) ** 2
 
     @property
     def nbytes(self) -> int:
@@ -330,22 +356,38 @@ class BedVariants:
         return out
 
     def product(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
-        """``X^T (X Z)``, shape of ``Z`` (d, r): two reads of the file (:meth:`left`, then :meth:`right`)."""
-        return self.right(self.left(Z, mean, scale), mean, scale)
+        """``X^T diag(omega) (X Z)``, shape of ``Z`` (d, r): two reads of the file (:meth:`left`, then
+        :meth:`right`)."""
+        Y = self.left(Z, mean, scale)
+        if self.row_weights is not None:
+            Y *= self.row_weights.reshape((-1,) + (1,) * (Y.ndim - 1))
+        return self.right(Y, mean, scale)
 
     def call_counts(self) -> np.ndarray:
         """Non-missing calls per variant, shape (d,) float64."""
         return (self.num_rows - self.code_counts[:, MISSING_CODE]).astype(np.float64)
 
     def stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(allele sums, sums of squares)`` over the non-missing calls, both (d,) float64."""
+        """``(allele sums, sums of squares)`` over the non-missing calls, both (d,) float64 (unweighted)."""
         c = self.code_counts
         return (2.0 * c[:, 0] + c[:, 2]).astype(np.float64), (4.0 * c[:, 0] + c[:, 2]).astype(np.float64)
 
-    def centered_column_squares(self, mean: np.ndarray) -> np.ndarray:
+    def _counts(self, weighted: bool) -> np.ndarray:
+        """The code counts (d, 4), or with ``weighted`` each person counted ``omega_i`` times (one read, cached)."""
+        if not weighted or self.row_weights is None:
+            return self.code_counts.astype(np.float64)
+        if self._weighted_counts is None:
+            counts = np.zeros((self.dimension, 4))
+            for start, codes in self._codes():
+                for code in range(4):
+                    counts[start:start + len(codes), code] = (codes == code) @ self.row_weights
+            self._weighted_counts = counts
+        return self._weighted_counts
+
+    def centered_column_squares(self, mean: np.ndarray, weighted: bool = False) -> np.ndarray:
         """``sum (g - mean)^2`` per variant over its non-missing calls, shape (d,), from the code counts (no
-        cancellation)."""
-        c = self.code_counts.astype(np.float64)
+        cancellation); with ``weighted`` each person's term times ``omega_i`` (the diagonal of the products)."""
+        c = self._counts(weighted)
         return c[:, 0] * (2.0 - mean) ** 2 + c[:, 2] * (1.0 - mean) ** 2 + c[:, 3] * mean ** 2
 
     def own_mean(self) -> np.ndarray:

@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["pooled_mean", "between_sum_of_squares", "pooled_variance", "constant_columns", "column_scale",
-           "hwe_scale"]
+           "hwe_scale", "scales"]
 
 
 def _ratio(top, bottom) -> np.ndarray:
@@ -112,3 +112,17 @@ def hwe_scale(mean: np.ndarray) -> np.ndarray:
     p = np.asarray(mean, dtype=np.float64) / 2.0
     variance = 2.0 * p * (1.0 - p)
     return np.where(variance > 0, np.sqrt(np.clip(variance, 0.0, None)), 1.0)
+
+
+def scales(kind, variance: np.ndarray, mean: np.ndarray, n_samples) -> np.ndarray | None:
+    """The columns' scales of the run's ``scale`` setting ``kind``, shape (d,), or ``None`` (no scaling).
+
+    ``kind`` is ``"false"`` / ``False`` (``None``), ``"true"`` / ``True`` (:func:`column_scale` of ``variance``) or
+    ``"hwe"`` (:func:`hwe_scale` of ``mean``).
+    """
+    kind = {True: "true", False: "false"}.get(kind, kind) if isinstance(kind, (bool, np.bool_)) else str(kind)
+    if kind == "false":
+        return None
+    if kind == "hwe":
+        return hwe_scale(mean)
+    return column_scale(variance, mean, n_samples)

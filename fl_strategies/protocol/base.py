@@ -43,14 +43,14 @@ from flwr.server.strategy import Strategy
 
 from . import node_directory
 from .iterates import Iterates
-from ..settings.config import ConfigError, check_against_data, row_sums_at_discovery
+from ..settings.config import ConfigError, check_against_data, column_scaling, row_sums_at_discovery
 from ..files.data_files import FINGERPRINT
 from ..files.harness import on_nodes, widths_listed
 from ..settings.participation import Participation
 from ..settings.registry import settings_for, spec
 from ..settings.strategies import PcaSettings
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
-from ..kernels.standardize import between_sum_of_squares, column_scale, constant_columns, pooled_mean, pooled_variance
+from ..kernels.standardize import between_sum_of_squares, constant_columns, pooled_mean, pooled_variance, scales
 
 __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 
@@ -232,7 +232,7 @@ class FederatedStrategy(Strategy):
     def scales_columns(self) -> bool:
         """Whether the columns are scaled by their pooled standard deviations (``scale``, a PCA model's setting;
         the others never scale)."""
-        return isinstance(self.settings, PcaSettings) and self.settings.scale
+        return isinstance(self.settings, PcaSettings) and column_scaling(self.settings.scale) != "false"
 
     # -- set-up -------------------------------------------------------------------------------------
     WAIT_LOG_EVERY = 10.0
@@ -276,9 +276,13 @@ class FederatedStrategy(Strategy):
         if self.scales_columns:  # and the columns' spread from their sums of squares (needs center)
             _, sq_sums = self._sizes_and_sums(self._col_sq_sums)
             variance = pooled_variance(sizes, row_sums, sq_sums, self.mean)  # over the non-missing calls
-            self.scale = column_scale(variance, self.mean, sum(sizes))
-            log.info("scale = true: every column over its pooled standard deviation (%d constant column(s) keep "
-                     "scale 1)", int(np.sum(constant_columns(variance, self.mean, sum(sizes)))))
+            self.scale = scales(self.settings.scale, variance, self.mean, sum(sizes))
+            if column_scaling(self.settings.scale) == "hwe":
+                log.info("scale = hwe: every variant over sqrt(2 p (1 - p)) (%d monomorphic variant(s) keep scale 1)",
+                         int(np.sum(variance == 0)))
+            else:
+                log.info("scale = true: every column over its pooled standard deviation (%d constant column(s) keep "
+                         "scale 1)", int(np.sum(constant_columns(variance, self.mean, sum(sizes)))))
             called = sum(sizes) / n  # a missing call adds 0 to C's diagonal
             self.total_variance = float(np.sum(variance * called / self.scale ** 2))  # tr(C) in the scaled space
         else:
