@@ -230,6 +230,12 @@ BED_COUNTS = np.array([2.0, np.nan, 1.0, 0.0])
 """Allele count of each 2-bit code (``00`` homozygous A1, ``01`` missing, ``10`` heterozygous, ``11`` homozygous
 A2): the A1 allele counted, as ``bed-reader`` and ``plink --recode A`` count it."""
 
+_BYTE_CODES = np.ascontiguousarray(_CODES).view(np.uint32).ravel()
+"""A byte's four codes as one uint32 (its four bytes the codes): decoding is one ``np.take`` per byte."""
+
+_BYTE_COUNTS = np.ascontiguousarray(np.nan_to_num(BED_COUNTS, nan=0.0).astype(np.int8)[_CODES]).view(np.uint32).ravel()
+"""A byte's four allele counts (int8, a missing call 0) as one uint32."""
+
 MISSING_CODE = 1
 """The 2-bit code of a missing call."""
 
@@ -318,42 +324,90 @@ class BedVariants:
         """``(first variant, codes)`` of consecutive variant blocks in file order; ``codes`` (b, s) uint8 in 0..3."""
         for start in range(0, self.dimension, self.block):
             raw = np.asarray(self.rows[start:start + self.block])
-            yield start, _CODES[raw].reshape(raw.shape[0], -1)[:, :self.num_rows]
+            yield start, np.take(_BYTE_CODES, raw).view(np.uint8).reshape(raw.shape[0], -1)[:, :self.num_rows]
 
-    def _tables(self, start: int, stop: int, mean: np.ndarray | None, scale: np.ndarray | None) -> np.ndarray:
-        """The value of each code at variants ``start:stop``: (b, 4) float64, 0 for a missing call."""
-        table = np.tile(np.nan_to_num(BED_COUNTS, nan=0.0), (stop - start, 1))
-        if mean is not None:
-            table -= np.asarray(mean[start:stop])[:, None]
-        if scale is not None:
-            table /= np.asarray(scale[start:stop])[:, None]
-        table[:, MISSING_CODE] = 0.0
-        return table
+    def _counts_blocks(self) -> Iterator[tuple[int, np.ndarray, tuple[np.ndarray, np.ndarray] | None]]:
+        """``(first variant, G_J, missing)`` of consecutive variant blocks in file order: ``G_J`` (b, s) float64 the
+        allele counts with a missing call 0 (a buffer the next block overwrites), ``missing`` the (variant in
+        block, person) indices of the missing calls, or ``None`` when the block has none."""
+        buffer = None
+        for start in range(0, self.dimension, self.block):
+            raw = np.asarray(self.rows[start:start + self.block])
+            b = raw.shape[0]
+            if buffer is None:
+                buffer = _scratch((b, self.num_rows))
+            out = buffer[:b]
+            np.copyto(out, np.take(_BYTE_COUNTS, raw).view(np.int8).reshape(b, -1)[:, :self.num_rows],
+                      casting="unsafe")
+            missing = None
+            if self.code_counts[start:start + b, MISSING_CODE].any():
+                codes = np.take(_BYTE_CODES, raw).view(np.uint8).reshape(b, -1)[:, :self.num_rows]
+                missing = np.nonzero(codes == MISSING_CODE)
+            yield start, out, missing
 
     def variant_blocks(self, mean: np.ndarray | None = None,
                        scale: np.ndarray | None = None) -> Iterator[tuple[int, np.ndarray]]:
         """``(first variant, X_J)``: the decoded values of consecutive variant blocks, ``X_J`` (b, s) float64
         (variants as rows), ``(g - mean) / scale`` with missing calls 0; one read of the file in its order."""
-        for start, codes in self._codes():
-            stop = start + codes.shape[0]
-            table = self._tables(start, stop, mean, scale)
-            flat = codes + (4 * np.arange(stop - start, dtype=np.intp))[:, None]
-            yield start, table.ravel()[flat]
+        for start, block, missing in self._counts_blocks():
+            stop = start + block.shape[0]
+            if mean is not None:
+                block -= np.asarray(mean[start:stop])[:, None]
+            if scale is not None:
+                block /= np.asarray(scale[start:stop])[:, None]
+            if missing is not None:
+                block[missing] = 0.0
+            yield start, block
+
+    @staticmethod
+    def _shifts(start: int, stop: int, mean, scale) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``(1 / scale, mean / scale)`` at variants ``start:stop`` (``None`` for what is not given)."""
+        inverse = None if scale is None else 1.0 / np.asarray(scale[start:stop])
+        shift = None if mean is None else np.asarray(mean[start:stop]) * (1.0 if inverse is None else inverse)
+        return inverse, shift
 
     def left(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
-        """``X Z`` with ``X`` (s, d) the decoded people x variants (:meth:`variant_blocks`), ``Z`` (d, r); (s, r)."""
+        """``X Z`` with ``X`` (s, d) the decoded people x variants (:meth:`variant_blocks`), ``Z`` (d, r); (s, r).
+
+        ``X_J = D_J^{-1} (G_J - mu_J 1^T) o O_J`` (``O``: the calls made) is never formed: ``X_J^T Z_J = G_J^T
+        (D_J^{-1} Z_J) - 1 (m_J^T Z_J) + Miss_J^T (m_J o Z_J)`` with ``m = mu / scale`` and ``Miss`` the missing calls.
+        """
         Z = np.asarray(Z, dtype=np.float64)
-        out = np.zeros((self.num_rows,) + Z.shape[1:])
-        for start, block in self.variant_blocks(mean, scale):
-            out += block.T @ Z[start:start + block.shape[0]]
-        return out
+        Z2 = Z.reshape(Z.shape[0], -1)
+        out, offset = np.zeros((self.num_rows, Z2.shape[1])), np.zeros(Z2.shape[1])
+        for start, block, missing in self._counts_blocks():
+            stop = start + block.shape[0]
+            inverse, shift = self._shifts(start, stop, mean, scale)
+            ZJ = Z2[start:stop]
+            out += block.T @ (ZJ if inverse is None else ZJ * inverse[:, None])
+            if shift is not None:
+                offset += shift @ ZJ
+                if missing is not None:
+                    np.add.at(out, missing[1], shift[missing[0], None] * ZJ[missing[0]])
+        out -= offset
+        return out.reshape((self.num_rows,) + Z.shape[1:])
 
     def right(self, Y: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
-        """``X^T Y`` for ``Y`` (s, r): shape (d, r)."""
-        out = np.empty((self.dimension,) + Y.shape[1:])
-        for start, block in self.variant_blocks(mean, scale):
-            out[start:start + block.shape[0]] = block @ Y
-        return out
+        """``X^T Y`` for ``Y`` (s, r): shape (d, r) (as :meth:`left`: ``X_J Y = D_J^{-1} G_J Y - m_J (1^T Y) +
+        m_J o (Miss_J Y)``)."""
+        Y = np.asarray(Y, dtype=np.float64)
+        Y2 = Y.reshape(Y.shape[0], -1)
+        total = Y2.sum(axis=0)
+        out = np.empty((self.dimension, Y2.shape[1]))
+        for start, block, missing in self._counts_blocks():
+            stop = start + block.shape[0]
+            inverse, shift = self._shifts(start, stop, mean, scale)
+            part = block @ Y2
+            if inverse is not None:
+                part *= inverse[:, None]
+            if shift is not None:
+                part -= np.multiply.outer(shift, total)
+                if missing is not None:
+                    called_off = np.zeros_like(part)
+                    np.add.at(called_off, missing[0], Y2[missing[1]])
+                    part += shift[:, None] * called_off
+            out[start:stop] = part
+        return out.reshape((self.dimension,) + Y.shape[1:])
 
     def product(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
         """``X^T diag(omega) (X Z)``, shape of ``Z`` (d, r): two reads of the file (:meth:`left`, then
