@@ -258,3 +258,23 @@ def test_scale_hwe_reproduces_plink2_pca_on_the_pooled_file(tmp_path):
     correlation = np.array([abs(np.corrcoef(scores[:, j], vectors[:, j])[0, 1]) for j in range(3)])
     assert np.all(correlation >= 0.99999)
     np.testing.assert_allclose((values + shift) / reference, 1.0, rtol=1e-4)
+
+
+@pytest.mark.parametrize("people", [29, 30, 31, 32])
+def test_products_with_missing_calls_are_those_of_the_imputed_rows(tmp_path, people):
+    rng = np.random.default_rng(people)
+    G = rng.integers(0, 3, (people, 45)).astype(float)
+    G[rng.random(G.shape) < 0.1] = np.nan
+    G[:, 4] = np.nan  # a variant without a call
+    X = open_samples(write_bed(tmp_path / "g.bed", G))
+    X.block = 8
+    mean, scale = rng.uniform(0.2, 1.8, 45), rng.uniform(0.5, 2.0, 45)
+    dense = np.nan_to_num((G - mean) / scale, nan=0.0)
+    Z, Y = rng.standard_normal((45, 3)), rng.standard_normal((people, 3))
+    np.testing.assert_allclose(X.left(Z, mean, scale), dense @ Z, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(X.right(Y, mean, scale), dense.T @ Y, rtol=0, atol=1e-12)
+    weights = X.missingness_weights()
+    np.testing.assert_allclose(weights, (45 / (~np.isnan(G)).sum(axis=1)) ** 2)
+    op = LocalOperator.from_rows(X.weighted(weights)).centered(mean, scale)
+    np.testing.assert_allclose(op @ Z, dense.T @ (weights[:, None] * (dense @ Z)) / people, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(op.trace(), np.sum(weights[:, None] * dense ** 2) / people, rtol=1e-12)

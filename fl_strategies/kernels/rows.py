@@ -240,6 +240,27 @@ MISSING_CODE = 1
 """The 2-bit code of a missing call."""
 
 
+_HAS_MISSING = (_CODES == 1).any(axis=1)
+"""Whether a byte holds a missing call's code: (256,) bool."""
+
+
+def _missing_calls(raw: np.ndarray, people: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(variant, person)`` indices of the missing calls in ``raw`` (b, ceil(people / 4)) bytes of a ``.bed``:
+    only the bytes holding one are expanded to their four codes."""
+    where = np.flatnonzero(_HAS_MISSING[raw])
+    variant, byte = np.divmod(where, raw.shape[1])
+    slot = np.nonzero(_CODES[raw.ravel()[where]] == 1)
+    person = 4 * byte[slot[0]] + slot[1]
+    keep = person < people
+    return variant[slot[0]][keep], person[keep]
+
+
+def _scatter(index: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
+    """``out[index[k]] += values[k]`` from zeros: (length, r) for ``values`` (m, r) (a ``bincount`` per column)."""
+    return np.stack([np.bincount(index, weights=values[:, j], minlength=length) for j in range(values.shape[1])],
+                    axis=1)
+
+
 class BedVariants:
     """A PLINK 1 ``.bed`` file (people x variants) read in its own variant-major order, block by block.
 
@@ -341,8 +362,7 @@ class BedVariants:
                       casting="unsafe")
             missing = None
             if self.code_counts[start:start + b, MISSING_CODE].any():
-                codes = np.take(_BYTE_CODES, raw).view(np.uint8).reshape(b, -1)[:, :self.num_rows]
-                missing = np.nonzero(codes == MISSING_CODE)
+                missing = _missing_calls(raw, self.num_rows)
             yield start, out, missing
 
     def variant_blocks(self, mean: np.ndarray | None = None,
@@ -383,7 +403,7 @@ class BedVariants:
             if shift is not None:
                 offset += shift @ ZJ
                 if missing is not None:
-                    np.add.at(out, missing[1], shift[missing[0], None] * ZJ[missing[0]])
+                    out += _scatter(missing[1], shift[missing[0], None] * ZJ[missing[0]], self.num_rows)
         out -= offset
         return out.reshape((self.num_rows,) + Z.shape[1:])
 
@@ -403,9 +423,7 @@ class BedVariants:
             if shift is not None:
                 part -= np.multiply.outer(shift, total)
                 if missing is not None:
-                    called_off = np.zeros_like(part)
-                    np.add.at(called_off, missing[0], Y2[missing[1]])
-                    part += shift[:, None] * called_off
+                    part += shift[:, None] * _scatter(missing[0], Y2[missing[1]], stop - start)
             out[start:stop] = part
         return out.reshape((self.dimension,) + Y.shape[1:])
 
