@@ -150,8 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f'{shape}, {100 * args.missing:g} % missing calls, scale = "hwe": fedpower {wall:.1f} s')
         if shutil.which("plink2"):
             found = plink2_agreement(missing, [G.astype(np.float64) for G in sites], root / "run-hwe", args.rank)
-            for key, values in found.items():
-                print(f"  {key} per PC: " + ", ".join(f"{v:.7f}" for v in values))
+            print("  plink2 --pca, per PC: 1 - |correlation| " + ", ".join(f"{1 - v:.1e}" for v in found["correlation"])
+                  + "; eigenvalue ratio - 1, raw " + ", ".join(f"{v - 1:+.1e}" for v in found["eigenvalue ratio, raw"])
+                  + ", after plink2's diagonal shift " + ", ".join(f"{v - 1:+.1e}" for v in
+                                                                  found["eigenvalue ratio, diagonal shift"]))
         else:
             print("  plink2 is not installed: no comparison")
     return 0
