@@ -278,3 +278,17 @@ def test_products_with_missing_calls_are_those_of_the_imputed_rows(tmp_path, peo
     op = LocalOperator.from_rows(X.weighted(weights)).centered(mean, scale)
     np.testing.assert_allclose(op @ Z, dense.T @ (weights[:, None] * (dense @ Z)) / people, rtol=0, atol=1e-12)
     np.testing.assert_allclose(op.trace(), np.sum(weights[:, None] * dense ** 2) / people, rtol=1e-12)
+
+
+def test_scale_takes_hwe_beside_true_and_false_and_an_older_boolean_resumes():
+    from fl_strategies.protocol.checkpoint import _comparable
+    from fl_strategies.settings.config import ConfigError, validate_run_config
+    from simulations.engines import fused_run_config
+
+    assert validate_run_config(fused_run_config({"scale": True, "center": True}))["scale"] == "true"
+    assert validate_run_config(fused_run_config({"scale": "hwe", "center": True}))["scale"] == "hwe"
+    with pytest.raises(ConfigError, match=r"^scale = hwe needs center = true"):
+        validate_run_config(fused_run_config({"scale": "hwe"}))
+    with pytest.raises(ConfigError, match=r"scale"):
+        validate_run_config(fused_run_config({"scale": "std", "center": True}))
+    assert _comparable({"scale": False}) == _comparable({"scale": "false"})  # a checkpoint written before "hwe"

@@ -12,8 +12,8 @@ block of variants in the file's order (:class:`~fl_strategies.kernels.rows.BedVa
 kept (the eigenspace products impute it with the federation's mean, :mod:`fl_strategies.kernels.standardize`).
 
 :func:`open_samples` gives the data as stored (a ``.npy`` file memory-mapped in its own dtype, int8 genotypes
-included; a sparse matrix as it is; a ``.bed`` file as :class:`~fl_strategies.kernels.rows.BedVariants`), checked block by block, for the clients that stream their rows
-(:mod:`fl_strategies.kernels.rows`); :func:`read_samples` gives a float64 copy. Every refusal is a
+included; a sparse matrix as it is; a ``.bed`` file as :class:`~fl_strategies.kernels.rows.BedVariants`),
+checked block by block, for the clients that stream their rows (:mod:`fl_strategies.kernels.rows`); :func:`read_samples` gives a float64 copy. Every refusal is a
 ``ValueError`` that names the file (prefixed by what the caller calls it, e.g. ``node config data-path``) and,
 for a csv, the line and the cell.
 """
@@ -157,8 +157,9 @@ def _lines(path: Path) -> int:
 
 
 def _read_bed(path: Path, where: str) -> BedVariants:
-    """The ``.bed`` file memory-mapped in its own variant-major order (:class:`~fl_strategies.kernels.rows.BedVariants`),
-    its people counted in the ``.fam`` and its variants in the ``.bim`` beside it."""
+    """The ``.bed`` file memory-mapped in its own variant-major order
+    (:class:`~fl_strategies.kernels.rows.BedVariants`), its people counted in the ``.fam`` and its variants in the
+    ``.bim`` beside it."""
     try:
         people, variants = _lines(path.with_suffix(".fam")), _lines(path.with_suffix(".bim"))
     except OSError as exc:

@@ -239,8 +239,7 @@ _BYTE_COUNTS = np.ascontiguousarray(np.nan_to_num(BED_COUNTS, nan=0.0).astype(np
 MISSING_CODE = 1
 """The 2-bit code of a missing call."""
 
-
-_HAS_MISSING = (_CODES == 1).any(axis=1)
+_HAS_MISSING = (_CODES == MISSING_CODE).any(axis=1)
 """Whether a byte holds a missing call's code: (256,) bool."""
 
 
@@ -249,7 +248,7 @@ def _missing_calls(raw: np.ndarray, people: int) -> tuple[np.ndarray, np.ndarray
     only the bytes holding one are expanded to their four codes."""
     where = np.flatnonzero(_HAS_MISSING[raw])
     variant, byte = np.divmod(where, raw.shape[1])
-    slot = np.nonzero(_CODES[raw.ravel()[where]] == 1)
+    slot = np.nonzero(_CODES[raw.ravel()[where]] == MISSING_CODE)
     person = 4 * byte[slot[0]] + slot[1]
     keep = person < people
     return variant[slot[0]][keep], person[keep]
@@ -264,11 +263,13 @@ def _scatter(index: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
 class BedVariants:
     """A PLINK 1 ``.bed`` file (people x variants) read in its own variant-major order, block by block.
 
-    The file is memory-mapped as bytes; a block of variants ``J`` is decoded from its 2-bit codes straight into
-    float64 values ``(g - mean) / scale`` (the allele count ``g`` of :data:`BED_COUNTS`), with a missing call
-    given 0: mean imputation with the ``mean`` the caller passes (the federation's, ``2 p``), as ``plink2 --pca``
-    imputes. Without a mean the values are the allele counts, a missing call 0. Every product reads the file in
-    file order, one block of about ``block_bytes`` float64 at a time: memory O(block + s r + d r).
+    The file is memory-mapped as bytes; a block of variants ``J`` is decoded from its 2-bit codes into float64
+    allele counts ``g`` (:data:`BED_COUNTS`, a missing call 0). The products are those of ``X``, the values
+    ``(g - mean) / scale`` with a missing call given 0: mean imputation with the ``mean`` the caller passes (the
+    federation's, ``2 p``), as ``plink2 --pca`` imputes, applied by algebra inside :meth:`left` and :meth:`right`
+    (the missing calls as sparse indices). Without a mean ``X`` holds the allele counts, a missing call 0. Every
+    product reads the file in file order, one block of about ``block_bytes`` float64 at a time: memory
+    O(block + s r + d r).
 
     Parameters
     ----------
@@ -365,20 +366,6 @@ class BedVariants:
                 missing = _missing_calls(raw, self.num_rows)
             yield start, out, missing
 
-    def variant_blocks(self, mean: np.ndarray | None = None,
-                       scale: np.ndarray | None = None) -> Iterator[tuple[int, np.ndarray]]:
-        """``(first variant, X_J)``: the decoded values of consecutive variant blocks, ``X_J`` (b, s) float64
-        (variants as rows), ``(g - mean) / scale`` with missing calls 0; one read of the file in its order."""
-        for start, block, missing in self._counts_blocks():
-            stop = start + block.shape[0]
-            if mean is not None:
-                block -= np.asarray(mean[start:stop])[:, None]
-            if scale is not None:
-                block /= np.asarray(scale[start:stop])[:, None]
-            if missing is not None:
-                block[missing] = 0.0
-            yield start, block
-
     @staticmethod
     def _shifts(start: int, stop: int, mean, scale) -> tuple[np.ndarray | None, np.ndarray | None]:
         """``(1 / scale, mean / scale)`` at variants ``start:stop`` (``None`` for what is not given)."""
@@ -387,7 +374,7 @@ class BedVariants:
         return inverse, shift
 
     def left(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
-        """``X Z`` with ``X`` (s, d) the decoded people x variants (:meth:`variant_blocks`), ``Z`` (d, r); (s, r).
+        """``X Z`` with ``X`` (s, d) the people x variants of the class docstring, ``Z`` (d, r); (s, r).
 
         ``X_J = D_J^{-1} (G_J - mu_J 1^T) o O_J`` (``O``: the calls made) is never formed: ``X_J^T Z_J = G_J^T
         (D_J^{-1} Z_J) - 1 (m_J^T Z_J) + Miss_J^T (m_J o Z_J)`` with ``m = mu / scale`` and ``Miss`` the missing calls.
@@ -483,6 +470,6 @@ class BedVariants:
             raise ValueError("the genotypes have missing calls, which only the eigenspace strategies' products "
                              "impute; this strategy reads the rows themselves")
         X = np.empty(self.shape)
-        for start, block in self.variant_blocks():
+        for start, block, _ in self._counts_blocks():
             X[:, start:start + block.shape[0]] = block.T
         yield X
