@@ -27,11 +27,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..settings.config import ConfigError
+from ..settings.config import ConfigError, column_scaling
 from ..kernels.linalg import orth
 from .pca import load_model
 
 __all__ = ["load_start", "check_width", "initial_basis"]
+
+SCALED = "true or hwe"
+"""What a model without its run config but with scaled columns was fitted with, as far as its fields tell."""
 
 
 def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -55,40 +58,54 @@ def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
             raise ConfigError(f"init-from {path!r}: the model's {key} has non-finite values (NaN or inf); fit it "
                               "again or start from a random basis (init-from = '')")
     for key in ("center", "scale"):
-        then, now = _fitted_with(model, key), bool(cfg.get(key, False))
-        if isinstance(then, str) and now:
-            raise ConfigError(f"init-from {path!r} {then}, so whether it was fitted with {key} = true cannot be "
+        then, why = _fitted_with(model, key)
+        now = column_scaling(cfg.get(key, False)) if key == "scale" else str(bool(cfg.get(key, False))).lower()
+        if then == SCALED and now != "false":  # scaled, but whether as this run scales cannot be told
+            then = None
+        if then is None and now != "false":
+            raise ConfigError(f"init-from {path!r} {why}, so whether it was fitted with {key} = {now} cannot be "
                               f"told; fit it again (its pca.npz records the run config) or start from a random "
                               "basis (init-from = '')")
-        if isinstance(then, bool) and then != now:
-            raise ConfigError(f"init-from {path!r} was fitted with {key} = {str(then).lower()}, but this run has "
-                              f"{key} = {str(now).lower()}: its components are of other columns; use the same "
+        if then is not None and then != now:
+            raise ConfigError(f"init-from {path!r} was fitted with {key} = {then}, but this run has "
+                              f"{key} = {now}: its components are of other columns; use the same "
                               f"{key} or start from a random basis (init-from = '')")
     model["path"] = str(path)
     return model
 
 
-def _fitted_with(model: Mapping[str, Any], key: str) -> bool | str:
-    """The model's ``center`` or ``scale`` setting, or why it cannot be told (the field that is missing).
+def _fitted_with(model: Mapping[str, Any], key: str) -> tuple[str | None, str | None]:
+    """The model's ``center`` or ``scale`` setting, and why it cannot be told (the field that is missing).
 
     The model's own fields tell where they can: ``centered`` (:func:`fl_strategies.files.pca.load_model` fills it
-    from the mean for a file without it), and a ``scale`` other than 1 in some column (a scaled model). A scale of
-    1 in every column is the unscaled space unless ``run_config`` says ``scale = true``; without a readable
-    ``run_config`` the answer is the missing field, which matters only to a run with ``scale = true``.
+    from the mean for a file without it), and ``run_config``'s ``scale`` (``"false"``, ``"true"`` or ``"hwe"``).
+    Without a readable ``run_config``, a ``scale`` other than 1 in some column still tells that the columns were
+    scaled (:data:`SCALED`: not whether by their standard deviations or by ``hwe``), and a scale of 1 in every column
+    tells nothing, which matters only to a run with a ``scale``.
+
+    Returns
+    -------
+    setting : str or None
+        ``"true"`` / ``"false"`` for ``center``; ``"false"``, ``"true"``, ``"hwe"``, :data:`SCALED` or ``None`` for
+        ``scale``.
+    why : str or None
+        What is missing, when the setting cannot be told in full (``None`` when it can).
     """
     if key == "center":
-        return bool(model["centered"])
-    if np.any(np.asarray(model["scale"]) != 1.0):
-        return True
+        return ("true" if bool(model["centered"]) else "false"), None
+    scaled = bool(np.any(np.asarray(model["scale"]) != 1.0))
     if "run_config" not in model:
-        return "lacks its run_config (the settings it was fitted with)"
-    try:
-        fitted = json.loads(str(model["run_config"]))
-    except ValueError:
-        fitted = None
-    if not isinstance(fitted, dict):
-        return "holds a run_config that is not a JSON table"
-    return bool(fitted.get("scale", False))  # a model written before scale existed is unscaled
+        why = "lacks its run_config (the settings it was fitted with)"
+    else:
+        try:
+            fitted = json.loads(str(model["run_config"]))
+        except ValueError:
+            fitted = None
+        if isinstance(fitted, dict):  # a model written before scale existed is unscaled
+            setting = column_scaling(fitted.get("scale", False))
+            return ("true" if scaled and setting == "false" else setting), None
+        why = "holds a run_config that is not a JSON table"
+    return (SCALED if scaled else None), why
 
 
 def check_width(model: Mapping[str, Any], d: int) -> None:

@@ -43,14 +43,14 @@ from flwr.server.strategy import Strategy
 
 from . import node_directory
 from .iterates import Iterates
-from ..settings.config import ConfigError, check_against_data, round_timeout, row_sums_at_discovery
+from ..settings.config import ConfigError, check_against_data, column_scaling, round_timeout, row_sums_at_discovery
 from ..files.data_files import FINGERPRINT
 from ..files.harness import on_nodes, widths_listed
 from ..settings.participation import Participation
 from ..settings.registry import settings_for, spec
 from ..settings.strategies import PcaSettings
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
-from ..kernels.standardize import between_sum_of_squares, column_scale, constant_columns, pooled_mean, pooled_variance
+from ..kernels.standardize import between_sum_of_squares, constant_columns, pooled_mean, pooled_variance, scales
 
 __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 
@@ -179,6 +179,7 @@ class FederatedStrategy(Strategy):
         self._pid_by_cid: dict[str, int] = {}
         self._row_sums: dict[str, np.ndarray] = {}
         self._col_sq_sums: dict[str, np.ndarray] = {}
+        self._call_counts: dict[str, np.ndarray] = {}  # non-missing calls per variant, from nodes with missing calls
         self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
         self.scale: np.ndarray | None = None  # the columns' pooled standard deviations (scale = true), at discovery
         self.total_variance: float | None = None  # tr(C) from the nodes' sq-sum (noise-free), set at discovery
@@ -231,7 +232,7 @@ class FederatedStrategy(Strategy):
     def scales_columns(self) -> bool:
         """Whether the columns are scaled by their pooled standard deviations (``scale``, a PCA model's setting;
         the others never scale)."""
-        return isinstance(self.settings, PcaSettings) and self.settings.scale
+        return isinstance(self.settings, PcaSettings) and column_scaling(self.settings.scale) != "false"
 
     # -- set-up -------------------------------------------------------------------------------------
     WAIT_LOG_EVERY = 10.0
@@ -264,20 +265,33 @@ class FederatedStrategy(Strategy):
         if self.center_at_discovery:  # the global mean from the registered nodes' row sums and counts
             sizes, row_sums = self._sizes_and_sums(self._row_sums)
             self.mean = pooled_mean(sizes, row_sums)
-            log.info("center = true: the mean of %d rows, from the clients' row sums", sum(sizes))
-        if self.scales_columns and self.center_at_discovery:  # and the columns' spread (needs center)
+            n = sum(self.sizes.values())
+            log.info("center = true: the mean of %d rows, from the clients' row sums", n)
+            if self._call_counts:
+                calls = sum(sizes)
+                log.info("missing genotype calls at %d node(s): %.4g %% of the calls missing, %d variant(s) without a "
+                         "call; each missing call imputed with the variant's mean (0 after centring)",
+                         len(self._call_counts), 100.0 * (1.0 - float(np.sum(calls)) / (n * self.d)),
+                         int(np.sum(calls == 0)))
+        if self.scales_columns and self.center_at_discovery:  # and the columns' spread from their sums of squares
             _, sq_sums = self._sizes_and_sums(self._col_sq_sums)
-            variance = pooled_variance(sizes, row_sums, sq_sums, self.mean)
-            self.scale = column_scale(variance, self.mean, sum(sizes))
-            log.info("scale = true: every column over its pooled standard deviation (%d constant column(s) keep "
-                     "scale 1)", int(np.sum(constant_columns(variance, self.mean, sum(sizes)))))
-            self.total_variance = float(np.sum(variance / self.scale ** 2))  # tr(C) in the scaled space
+            variance = pooled_variance(sizes, row_sums, sq_sums, self.mean)  # over the non-missing calls
+            self.scale = scales(self.settings.scale, variance, self.mean, sum(sizes))
+            if column_scaling(self.settings.scale) == "hwe":
+                log.info("scale = hwe: every variant over sqrt(2 p (1 - p)) (%d monomorphic variant(s) keep scale 1)",
+                         int(np.sum(variance == 0)))
+            else:
+                log.info("scale = true: every column over its pooled standard deviation (%d constant column(s) keep "
+                         "scale 1)", int(np.sum(constant_columns(variance, self.mean, sum(sizes)))))
+            called = sum(sizes) / n  # a missing call adds 0 to C's diagonal
+            self.total_variance = float(np.sum(variance * called / self.scale ** 2))  # tr(C) in the scaled space
         else:
             self.total_variance = self._total_variance()
 
-    def _sizes_and_sums(self, vectors: dict[str, np.ndarray]) -> tuple[list[int], list[np.ndarray]]:
-        """The registered nodes' row counts and one of their discovery vectors (by node id), in the same order."""
-        return ([self.sizes[pid] for pid in self.proxies],
+    def _sizes_and_sums(self, vectors: dict[str, np.ndarray]) -> tuple[list, list[np.ndarray]]:
+        """The registered nodes' row counts (their non-missing calls per column, (d,), for a node with missing
+        genotype calls) and one of their discovery vectors (by node id), in the same order."""
+        return ([self._call_counts.get(proxy.cid, self.sizes[pid]) for pid, proxy in self.proxies.items()],
                 [vectors[proxy.cid] for proxy in self.proxies.values()])
 
     def _total_variance(self) -> float | None:
@@ -363,6 +377,14 @@ class FederatedStrategy(Strategy):
             if not np.all(np.isfinite(vector)) or (key == "col-sq-sum" and np.any(vector < 0)):
                 return f"its {key} is not finite" + (" and >= 0" if key == "col-sq-sum" else "")
             found.append(vector)
+        counts = props.get("call-count")
+        if counts is not None:
+            if not isinstance(counts, bytes) or len(counts) != 8 * self.d:
+                return f"its call-count is not {self.d} numbers"
+            counts = np.frombuffer(counts, dtype="<f8").astype(np.float64)
+            if not np.all((counts >= 0) & (counts <= info[1]) & (counts == np.round(counts))):
+                return f"its call-count is not whole numbers in 0..{info[1]}"
+            self._call_counts[proxy.cid] = counts
         for (_, _, store), vector in zip(wanted, found):
             store[proxy.cid] = vector
         return info

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from ..files.plain_files import write_file
-from ..settings.config import KEYS, RESUME_HARMLESS, ConfigError, writable_directory
+from ..settings.config import KEYS, RESUME_HARMLESS, ConfigError, column_scaling, writable_directory
 from .replies import check_orthonormal
 
 __all__ = ["CHECKPOINT_FILE", "NOT_RESUMABLE", "SAME_KEYS_EXEMPT", "Checkpoint", "checkpoint_for"]
@@ -122,7 +122,8 @@ def _decode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
 
 
 def _comparable(cfg: dict) -> dict:
-    return {k: v for k, v in cfg.items() if k not in SAME_KEYS_EXEMPT}
+    """The keys a resumption must match; ``scale`` as one of its choices (a checkpoint may hold it as a boolean)."""
+    return {k: column_scaling(v) if k == "scale" else v for k, v in cfg.items() if k not in SAME_KEYS_EXEMPT}
 
 
 def _added_as_before(saved: dict, now: dict) -> set[str]:

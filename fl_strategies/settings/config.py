@@ -45,6 +45,7 @@ from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "secure_power",
            "SECURE_SUM_STRATEGIES", "row_sums_at_discovery", "round_timeout", "DEPLOYED_ROUND_TIMEOUT",
+           "column_scaling",
            "validate_run_config", "effective_config", "unread_keys", "check_unread_keys", "default_run_config",
            "SHADOWING", "MODES", "check_against_data",
            "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
@@ -280,9 +281,11 @@ KEYS: dict[str, Key] = {
              "and counts before round 1; covariance, power and ssi with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
              "its dp-channel), with noise under epsilon; fedpower with epsilon: each client's row sum with its own noise), "
              "as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X", absent_means=False),
-        _key("scale", bool, "PCA: also divide every column by its pooled standard deviation (population, from "
-             "per-client sums of squares exchanged once before round 1; constant columns keep scale 1), as "
-             "scikit-learn's StandardScaler then PCA; needs center = true", absent_means=False),
+        _key("scale", str, "PCA: true = also divide every column by its pooled standard deviation (population, "
+             "from per-client sums of squares exchanged once before round 1; constant columns keep scale 1), as "
+             "scikit-learn's StandardScaler then PCA; hwe = divide every variant of 0/1/2 allele counts by "
+             "sqrt(2 p (1 - p)) with the federation's allele frequency p (monomorphic variants keep scale 1), as "
+             "plink2 --pca; needs center = true", choices=("false", "true", "hwe"), absent_means="false"),
         _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
              "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
              "width and center / scale settings must be the run's; '' = a random start",
@@ -610,17 +613,25 @@ def _apply_fixed(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     return overridden
 
 
+def column_scaling(value: Any) -> str:
+    """The ``scale`` setting as one of its choices, ``"false"``, ``"true"`` or ``"hwe"`` (a boolean as true/false)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return "true" if value else "false"
+    return str(value)
+
+
 def _check_pca(cfg: dict[str, Any]) -> None:
     """``scale``, ``center``, ``variance-target``, ``init-from``: strategies that write a PCA model; under noise
     only the private forms (:data:`PRIVATE_PCA`) of centring; nodes asked."""
-    if cfg["scale"] and not cfg["center"]:
-        raise ConfigError("scale = true needs center = true: the columns are scaled about the pooled mean, as "
-                          "StandardScaler does (set center = true, or scale = false)")
+    scaled = column_scaling(cfg["scale"]) != "false"
+    if scaled and not cfg["center"]:
+        raise ConfigError(f"scale = {column_scaling(cfg['scale'])} needs center = true: the columns are scaled about "
+                          "the pooled mean, as StandardScaler does (set center = true, or scale = false)")
     noisy = cfg["epsilon"] > 0 or cfg["noise-std"] > 0
-    if cfg["scale"] and noisy:
+    if scaled and noisy:
         raise ConfigError("scale is refused with epsilon or noise-std set: the clients' per-column sums of squares "
                           "would be released in the clear, which the privacy guarantee does not cover")
-    if cfg["scale"] and not row_sums_at_discovery(cfg) and not secure_power(cfg):
+    if scaled and not row_sums_at_discovery(cfg) and not secure_power(cfg):
         channel = ("its private channel (dp-channel)" if cfg["strategy"] == "dp-power" else
                    f"SecAgg+ (secure-aggregation = {cfg['secure-aggregation']!r})")
         raise ConfigError(f"scale is refused for {cfg['strategy']!r} here: its row sums travel through {channel}, "

@@ -87,7 +87,7 @@ class PcaSettings:
     row_normalize: bool
     clip_norm: float
     center: bool
-    scale: bool
+    scale: str | bool  # "false", "true" or "hwe" (settings.config.column_scaling)
     variance_target: float
 
 

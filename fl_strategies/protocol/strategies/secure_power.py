@@ -44,10 +44,10 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from ...kernels.standardize import column_scale, constant_columns
+from ...kernels.standardize import constant_columns, scales
 from ...privacy.analyze_gauss import row_bound
 from ...privacy.fixed_point import LimbCode, limb_code
-from ...settings.config import secure_power
+from ...settings.config import column_scaling, secure_power
 from ..base import log, uploaded_bytes
 from ..secure_sum import secure_sum
 from .fedpower import FedPowerStrategy
@@ -133,10 +133,14 @@ class SecurePowerStrategy(FedPowerStrategy):
         else:
             variance = values / n
             if self.scales_columns:
-                self.scale = column_scale(variance, self.mean, n)
-                log.info("scale = true: every column over its pooled standard deviation, from the SecAgg+ sum of "
-                         "the clients' sums of squares (%d constant column(s) keep scale 1)",
-                         int(np.sum(constant_columns(variance, self.mean, n))))
+                self.scale = scales(self.settings.scale, variance, self.mean, n)
+                if column_scaling(self.settings.scale) == "hwe":
+                    log.info("scale = hwe: every variant over sqrt(2 p (1 - p)), p from the SecAgg+ sum of the "
+                             "clients' row sums (%d monomorphic variant(s) keep scale 1)", int(np.sum(variance == 0)))
+                else:
+                    log.info("scale = true: every column over its pooled standard deviation, from the SecAgg+ sum of "
+                             "the clients' sums of squares (%d constant column(s) keep scale 1)",
+                             int(np.sum(constant_columns(variance, self.mean, n))))
                 self.total_variance = float(np.sum(variance / self.scale ** 2))
             else:
                 self.total_variance = float(np.sum(variance))
