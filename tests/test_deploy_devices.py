@@ -262,6 +262,7 @@ def test_the_device_guide_as_typed_survives_a_superlink_restart(tmp_path):
         guide.crash_server()
         guide.thaw_nodes()
         killed_at = _rows(rounds)
+        kept = rounds.read_text().splitlines()[:3]  # header, rounds 0 and 1: checkpointed before round 2 began
         times["run until the crash"] = time.monotonic() - started
         try:
             first.wait(timeout=20)  # flwr run --stream may wait for a SuperLink that is gone: the user's Ctrl-C
@@ -277,6 +278,7 @@ def test_the_device_guide_as_typed_survives_a_superlink_restart(tmp_path):
         listed = guide.run(ls).stdout
         assert run_id in listed, listed
         status = next(line for line in listed.splitlines() if f" {run_id} " in line)
+        assert " running " in status, listed  # the database kept the run: it is stopped by the guide's step 7
         done = guide.run(resume, run_id=run_id, timeout=900)
         times["restart and resume"] = time.monotonic() - started
         log = done.stdout
@@ -285,6 +287,7 @@ def test_the_device_guide_as_typed_survives_a_superlink_restart(tmp_path):
 
         table = pd.read_csv(rounds)
         assert list(table["round"]) == list(range(6)), table
+        assert rounds.read_text().splitlines()[:3] == kept  # resumed after the checkpoint, not run again
         model = load_model(server / "results" / "pca.npz")
         ref = PCA(n_components=3).fit(wine)
         sin_theta = subspace_distance(model["components"].T, ref.components_.T)
@@ -321,8 +324,8 @@ def test_the_device_guide_as_typed_survives_a_superlink_restart(tmp_path):
         # a run that fails (the guide's run without dataset='nodes': the server's default data set is not the
         # nodes' width): its status is the last line of the log the user sees, after Flower's report
         started = time.monotonic()
-        done = guide.run(f"flwr run . fedspectral --stream --run-config \"num-clients=3 results-dir='{server}/failed'\"\n",
-                         timeout=600)
+        failing = f"flwr run . fedspectral --stream --run-config \"num-clients=3 results-dir='{server}/failed'\"\n"
+        done = guide.run(failing, timeout=600)
         times["failed run"] = time.monotonic() - started
         lines = [line.strip() for line in ANSI.sub("", done.stdout).splitlines() if line.strip()]
         assert lines[-1].startswith("fedspectral: run FAILED: "), lines[-30:]
