@@ -8,7 +8,7 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import ConfigRecord, Context
 
-from fl_strategies.privacy.analyze_gauss import covariance_releases, noise_stds, pack_upper
+from fl_strategies.privacy.analyze_gauss import covariance_releases, noise_std, row_bound, upload_vector
 from fl_strategies.settings.config import secure_covariance
 from fl_strategies.settings.registry import settings_for
 from fl_strategies.settings.schedule import round_lengths
@@ -121,8 +121,8 @@ class FedPowerClient(NumPyClient):
 
 class CovarianceClient(FedPowerClient):
     """The ``covariance`` strategy's client: its (centred) ``A_i``, ``d x d``, once; or, secure or private, the
-    upper triangle of ``G_i = M_i^T M_i`` and its row sum with its share of the Analyze Gauss noise
-    (:mod:`fl_strategies.protocol.strategies.covariance`)."""
+    packed ``G_i = M_i^T M_i`` and its row sum in units of the row bound, with its share of the Analyze Gauss noise
+    (:func:`fl_strategies.privacy.analyze_gauss.upload_vector`)."""
 
     def __init__(self, data, cfg: dict[str, Any], context: Context) -> None:
         super().__init__(data, cfg, context)
@@ -141,15 +141,12 @@ class CovarianceClient(FedPowerClient):
         if self.releases is not None and "covariance" in state:
             raise RuntimeError("privacy budget exhausted: this client released its noisy Gram matrix already")
         A, s = self.data.covariance
-        parts = [pack_upper(A * s)]
-        if self.settings.center:
-            parts.append(self.data.row_sum)
-        vector = np.concatenate(parts)
-        nu_g, nu_s = noise_stds(self.settings.clip_norm, self.settings.num_clients, self.releases)
-        if nu_g > 0:
-            rng = self.noise.generator(int(config["round"]), A, nu_g, nu_s)
-            std = np.concatenate([np.full(parts[0].size, nu_g)] + ([np.full(self.d, nu_s)] if len(parts) > 1 else []))
-            vector = vector + std * rng.standard_normal(vector.shape)
+        center = self.settings.center
+        vector = upload_vector(A * s, self.data.row_sum if center else None, row_bound(self.settings.clip_norm))
+        nu = noise_std(self.settings.num_clients, self.releases, center)
+        if nu > 0:
+            rng = self.noise.generator(int(config["round"]), A, nu)
+            vector = vector + nu * rng.standard_normal(vector.shape)
             state["covariance"] = ConfigRecord({"released": 1})
         if self.secure:
             clip = float(config["secagg-clip"])

@@ -6,8 +6,9 @@ scikit-learn's ``PCA.transform`` (after ``StandardScaler.transform`` when the ru
 all ones otherwise), after the same row normalisation as the run (:func:`fl_strategies.files.pca.transform`).
 
 Nothing the user owns is written over: ``--out`` may never be the ``--data`` or ``--model`` file, an existing
-``--out`` is refused unless ``--force``, and the scores are written to a temporary file of mode 600 that is
-renamed into place once complete (:mod:`fl_strategies.files.plain_files`).
+``--out`` is refused unless ``--force``, a link at ``--out`` is refused even with ``--force``, and the scores are
+written to a temporary file of mode 600 that is renamed into place once complete
+(:func:`fl_strategies.files.plain_files.write_file`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 
 from fl_strategies.files.data_files import read_samples
 from fl_strategies.files.pca import load_model, transform
-from fl_strategies.files.plain_files import refuse_overwrite, write_new_file
+from fl_strategies.files.plain_files import refuse_overwrite, write_file
 
 __all__ = ["main", "transform"]
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             scores = transform(model, X)
         except ValueError as ex:
             raise ValueError(f"--data {args.data!r}: {ex}") from None
-        out = write_new_file(args.out, lambda handle: np.save(handle, scores, allow_pickle=False))
+        out = write_file(args.out, lambda handle: np.save(handle, scores, allow_pickle=False), private=True)
     except (ValueError, OSError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 2

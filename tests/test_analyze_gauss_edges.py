@@ -4,6 +4,7 @@ untested: the row bound's default, the epsilon a calibration reports as spent, a
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from fl_strategies.privacy import analyze_gauss as ag
 from fl_strategies.privacy import zcdp
 
-SHARES = {"gram": (0.9, 1), "row-sum": (0.1, 1)}  # the centred split (MEAN_SHARE), written out
+SHARES = {"gram": (0.9, 1), "row-sum": (0.1, 1)}  # two releases sharing one target
 
 
 def test_the_row_bound_is_the_clip_norm_when_set_else_one():
@@ -90,19 +91,15 @@ def test_a_calibration_that_would_spend_more_than_the_target_is_refused(epsilon)
 
 
 @pytest.mark.parametrize("center", [True, False])
-def test_the_covariance_releases_are_the_gram_triangle_and_with_centring_the_row_sum(center):
-    """With centring the row sum takes MEAN_SHARE of 1 / sigma^2, so its multiplier is sqrt((1 - s) / s) times the
-    Gram triangle's; without it the Gram triangle is the one Gaussian of the calibration."""
+def test_the_covariance_release_is_one_gaussian_of_the_whole_target(center):
+    """The Gram matrix and (with centring) the row sum are one release: its multiplier is the calibration's for a
+    single Gaussian, and it spends the whole target."""
     releases = ag.covariance_releases(0.9, 1e-6, "tight", center)
     one = zcdp.noise_multiplier(0.9, 1e-6, 1, "tight")
-    assert releases.counts == ({"gram": 1, "row-sum": 1} if center else {"gram": 1})
+    name = "gram-and-row-sum" if center else "gram"
+    assert releases.counts == {name: 1} and ag.release_name(center) == name
     assert releases.calibration == "tight" and releases.delta == 1e-6 and releases.target == 0.9
-    if center:
-        s = ag.MEAN_SHARE
-        assert releases.multipliers["gram"] == pytest.approx(one / (1.0 - s) ** 0.5, rel=1e-12)
-        assert releases.multipliers["row-sum"] == pytest.approx(one / s ** 0.5, rel=1e-12)
-    else:
-        assert releases.multipliers == {"gram": pytest.approx(one, rel=1e-12)}
+    assert releases.multipliers == {name: pytest.approx(one, rel=1e-12)} and releases.scale == pytest.approx(one)
     assert releases.epsilon == pytest.approx(0.9, rel=1e-12)
 
 
@@ -121,20 +118,58 @@ def test_the_covariance_from_the_sums_is_numpys_of_the_rows(center):
 
 
 @pytest.mark.parametrize("num_clients", [1, 4, 9])
-@pytest.mark.parametrize("clip_norm", [0.0, 0.5])
 @pytest.mark.parametrize("center", [False, True])
-def test_the_clients_noise_stds_sum_to_the_central_std_of_each_release(num_clients, clip_norm, center):
-    """Each of ``m`` clients adds ``N(0, nu^2)`` per entry, so the sum carries ``sqrt(m) nu``: that must be the
-    central Analyze Gauss std, the release's L2 sensitivity (Gram ``sqrt(2) c^2``, row sum ``2 c``, with the row
-    bound ``c`` = clip-norm, else 1) times its noise multiplier. Without centring no row sum is released (its std
-    is 0); without ``epsilon`` (no releases) no noise at all."""
+def test_the_clients_noise_stds_sum_to_the_central_std_of_the_release(num_clients, center):
+    """Each of ``m`` clients adds ``N(0, nu^2)`` to every entry of its upload, so the sum carries ``sqrt(m) nu``:
+    the joint sensitivity (``sqrt(2) + a^2 / sqrt(2)``, ``sqrt(2)`` without centring) times the multiplier, in
+    units of the row bound; without ``epsilon`` no noise at all."""
     releases = ag.covariance_releases(0.8, 1e-5, "tight", center)
-    nu_g, nu_s = ag.noise_stds(clip_norm, num_clients, releases)
-    c = clip_norm if clip_norm > 0 else 1.0
-    assert nu_g * math.sqrt(num_clients) == pytest.approx(math.sqrt(2.0) * c * c * releases.multipliers["gram"],
-                                                          rel=1e-12)
-    if center:
-        assert nu_s * math.sqrt(num_clients) == pytest.approx(2.0 * c * releases.multipliers["row-sum"], rel=1e-12)
-    else:
-        assert nu_s == 0.0
-    assert ag.noise_stds(clip_norm, num_clients, None) == (0.0, 0.0)
+    a = ag.MEAN_WEIGHT if center else 0.0
+    D = math.sqrt(2.0) + a * a / math.sqrt(2.0)
+    assert ag.noise_std(num_clients, releases, center) * math.sqrt(num_clients) == pytest.approx(
+        D * releases.scale, rel=1e-12)
+    assert ag.noise_std(num_clients, None, center) == 0.0
+    # in the data's units: c^2 nu on the Gram diagonal, c^2 nu / sqrt(2) off it, c nu / a on the row sum
+    stds = ag.noise_record(0.5, releases, center)
+    nu = D * releases.scale
+    assert stds["gram-diagonal"] == pytest.approx(0.25 * nu) and stds["gram-off-diagonal"] == pytest.approx(
+        0.25 * nu / math.sqrt(2.0))
+    assert stds.get("row-sum") == (pytest.approx(0.5 * nu / a) if center else None)
+
+
+def test_svec_is_an_isometry_and_the_upload_is_in_units_of_the_row_bound():
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((5, 5))
+    G = A + A.T
+    v = ag.pack_svec(G)
+    assert v.shape == (ag.upper_size(5),) == (15,)
+    np.testing.assert_allclose(np.linalg.norm(v), np.linalg.norm(G), rtol=1e-14)
+    np.testing.assert_allclose(ag.unpack_svec(v, 5), G, rtol=1e-14)
+    X = rng.standard_normal((30, 5))
+    for c in (1e-12, 1.0, 1e6):
+        up = ag.upload_vector((c * X).T @ (c * X), (c * X).sum(axis=0), c)
+        np.testing.assert_allclose(up, ag.upload_vector(X.T @ X, X.sum(axis=0), 1.0), rtol=1e-12)
+        C, mu = ag.covariance_from_upload(up, 5, 30, center=True)
+        np.testing.assert_allclose(C, np.cov(X, rowvar=False, bias=True), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(mu, X.mean(axis=0), rtol=1e-12)
+    assert np.abs(ag.upload_vector(np.outer(X[0], X[0]), X[0], np.linalg.norm(X[0]))).max() <= ag.upload_entry_bound(
+        True)
+
+
+@pytest.mark.parametrize("epsilon", [None, 1.0, 1e-3])
+@pytest.mark.parametrize("center", [False, True])
+def test_the_row_bound_range_keeps_the_gram_scale_its_sensitivity_and_noise_normal(epsilon, center):
+    """At both ends of the accepted range ``c^2``, the sensitivity and the noise std in the data's units are normal
+    float64 numbers with room for 2^53 rows; just outside, one of them is not, and the bound is refused."""
+    releases = ag.covariance_releases(epsilon, 1e-6, "tight", center) if epsilon else None
+    lo, hi = ag.row_bound_range(releases, center)
+    assert 1e-150 < lo < 1e-140 and 1e140 < hi < 1e150
+    for c in (lo * (1 + 1e-9), 1.0, hi * (1 - 1e-9)):
+        ag.check_row_bound(c, releases, center)
+        values = [c * c, c * c * ag.covariance_sensitivity(center), c]
+        if releases is not None:
+            values += list(ag.noise_record(c, releases, center).values())
+        assert all(sys.float_info.min <= v and v * 2.0 ** 53 < sys.float_info.max for v in values), (c, values)
+    for c in (lo * 0.99, hi * 1.01, 1e-200, 1e200, float("inf"), float("nan"), 0.0):
+        with pytest.raises(ValueError, match=r"is outside \[.*\]: the Gram matrix scales as c\^2"):
+            ag.check_row_bound(c, releases, center)

@@ -42,6 +42,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .data_files import clip_rows, normalize_rows
+from .plain_files import write_file
 
 __all__ = ["MODEL_KEYS", "pca_model", "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
 
@@ -123,22 +124,19 @@ def choose_rank(ratios: np.ndarray, target: float) -> int:
 
 def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[str, Any],
                privacy: Mapping[str, Any] | None = None) -> Path:
-    """Write ``model`` to ``path`` (``.npz``, written to a temporary file and renamed) with the run config.
+    """Write ``model`` to ``path`` (``.npz``, :func:`fl_strategies.files.plain_files.write_file`) with the run config.
 
     The run config travels as JSON (``run_config``), with the privacy spent (``privacy``), ``centered`` (whether
     ``mean`` is the rows' mean or zero: the uncentred model), ``row_normalize`` and ``clip_norm``, which
     :func:`transform` applies to new rows as the run did.
     """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **{key: np.asarray(model[key]) for key in MODEL_KEYS},
+    fields = dict(**{key: np.asarray(model[key]) for key in MODEL_KEYS},
              centered=np.asarray(bool(run_config.get("center", False))),
              row_normalize=np.asarray(bool(run_config.get("row-normalize", False))),
              clip_norm=np.asarray(float(run_config.get("clip-norm", 0.0))),
              run_config=np.asarray(json.dumps(dict(run_config), sort_keys=True, default=str)),
              privacy=np.asarray(json.dumps(dict(privacy or {}), sort_keys=True, default=str)))
-    tmp.replace(path)
-    return path
+    return write_file(path, lambda handle: np.savez(handle, **fields))
 
 
 def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:

@@ -12,7 +12,8 @@ outside the model's span.
 Everything is checked on the server before round 1 and refused with one line
 naming ``init-from`` and the file: a missing or unreadable file, a model with
 non-finite numbers, a model fitted with other ``center`` / ``scale`` settings
-than the run's (its components live in another space), and (once ``d`` is
+than the run's (its components live in another space; a model whose fields cannot tell is refused naming the
+field it lacks), and (once ``d`` is
 known) a width other than the run's ``d``.
 
 :func:`load_start` takes the whole run configuration, not a strategy's settings: every eigenspace strategy
@@ -40,7 +41,7 @@ def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     ------
     ConfigError
         If the file cannot be read as a ``pca.npz``, holds NaN or inf, or was fitted with ``center`` / ``scale``
-        settings other than the run's.
+        settings other than the run's, or (``scale = true``) lacks the ``run_config`` that would tell.
     """
     path = cfg.get("init-from", "")
     if not path:
@@ -53,18 +54,41 @@ def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
         if not np.all(np.isfinite(model[key])):
             raise ConfigError(f"init-from {path!r}: the model's {key} has non-finite values (NaN or inf); fit it "
                               "again or start from a random basis (init-from = '')")
-    try:
-        fitted = json.loads(str(model.get("run_config", "{}")))
-    except ValueError:
-        fitted = {}
     for key in ("center", "scale"):
-        then, now = bool(fitted.get(key, False)), bool(cfg.get(key, False))
-        if then != now:
+        then, now = _fitted_with(model, key), bool(cfg.get(key, False))
+        if isinstance(then, str) and now:
+            raise ConfigError(f"init-from {path!r} {then}, so whether it was fitted with {key} = true cannot be "
+                              f"told; fit it again (its pca.npz records the run config) or start from a random "
+                              "basis (init-from = '')")
+        if isinstance(then, bool) and then != now:
             raise ConfigError(f"init-from {path!r} was fitted with {key} = {str(then).lower()}, but this run has "
                               f"{key} = {str(now).lower()}: its components are of other columns; use the same "
                               f"{key} or start from a random basis (init-from = '')")
     model["path"] = str(path)
     return model
+
+
+def _fitted_with(model: Mapping[str, Any], key: str) -> bool | str:
+    """The model's ``center`` or ``scale`` setting, or why it cannot be told (the field that is missing).
+
+    The model's own fields tell where they can: ``centered`` (:func:`fl_strategies.files.pca.load_model` fills it
+    from the mean for a file without it), and a ``scale`` other than 1 in some column (a scaled model). A scale of
+    1 in every column is the unscaled space unless ``run_config`` says ``scale = true``; without a readable
+    ``run_config`` the answer is the missing field, which matters only to a run with ``scale = true``.
+    """
+    if key == "center":
+        return bool(model["centered"])
+    if np.any(np.asarray(model["scale"]) != 1.0):
+        return True
+    if "run_config" not in model:
+        return "lacks its run_config (the settings it was fitted with)"
+    try:
+        fitted = json.loads(str(model["run_config"]))
+    except ValueError:
+        fitted = None
+    if not isinstance(fitted, dict):
+        return "holds a run_config that is not a JSON table"
+    return bool(fitted.get("scale", False))  # a model written before scale existed is unscaled
 
 
 def check_width(model: Mapping[str, Any], d: int) -> None:

@@ -43,7 +43,7 @@ from flwr.server.strategy import Strategy
 
 from . import node_directory
 from .iterates import Iterates
-from ..settings.config import ConfigError, check_against_data, row_sums_at_discovery
+from ..settings.config import ConfigError, check_against_data, round_timeout, row_sums_at_discovery
 from ..files.data_files import FINGERPRINT
 from ..files.harness import on_nodes, widths_listed
 from ..settings.participation import Participation
@@ -167,7 +167,7 @@ class FederatedStrategy(Strategy):
         self.m = settings.num_clients
         self.reference = reference
         self.wait_timeout = wait_timeout
-        self.timeout = settings.round_timeout or None
+        self.timeout = round_timeout(settings.round_timeout, real_nodes=False)  # run_server: for its nodes
         self.stop_tol = settings.stop_tol
         self.records: list[dict] = []
         self.iterates = []
@@ -473,17 +473,41 @@ class FederatedStrategy(Strategy):
         The server loop stops at ``stopped``, the rows so far are written, and
         the ServerApp raises :class:`RunFailed` with ``reason`` (logged here at ERROR).
         """
+        degenerate = self.degenerate_problem()
+        if degenerate is not None and not reason.startswith(degenerate):
+            reason = f"{degenerate} ({reason})"
         self.failure, self.stopped = reason, True
         log.error("%s: %s", self.settings.strategy, reason)
+
+    RANDOM_START = True
+    """Whether the run starts from a random estimate (a seeded basis or factor), which is never a result: an estimate
+    that never moved from it is a failure. The ERM baselines start from ``theta = 0``, which is the optimum of
+    legitimate data (ridge regression on labels all zero): for them an unmoved estimate is a result."""
+
+    def degenerate_problem(self) -> str | None:
+        """Why the run's data leave nothing to estimate, or ``None`` (also when the server cannot tell).
+
+        Degenerate means that the matrix the family works on is zero, so that every candidate is an equally good
+        answer and the result is arbitrary: the (centred, scaled) second-moment matrix ``C`` for the eigenspace
+        strategies (any basis is an eigenbasis), the matrix to factorise for the MF strategies, the features
+        (not the labels: labels all zero on non-zero features have the optimum ``theta = 0``) for the ERM
+        strategies. The server knows it from the sums of squares the nodes report at discovery in a noise-free
+        run (:attr:`total_variance` = 0); a private run releases no such sum, so its data are never judged here.
+        """
+        if self.total_variance == 0.0:
+            return (f"the data of its {len(self.sizes)} node(s) are degenerate (sum of squares 0 at every node, "
+                    "e.g. all-zero rows): there is nothing to estimate")
+        return None
 
     def progress_problem(self) -> str | None:
         """Why the run produced no result, or ``None``: called once after the last round.
 
-        A run fails when no client reply was accepted in any of its rounds (every
-        reply rejected, dropped out or too late: the estimate is its seeded start,
-        or the server's own work alone), or when its estimate after the last round
-        equals its start exactly (every round kept it). Both are judged over the
-        whole run, so a run with one productive round is never declared failed.
+        The one failure rule of every strategy. A run fails when no client reply was accepted in any of its
+        rounds (every reply rejected, dropped out or too late: the estimate is its seeded start, or the server's
+        own work alone); when its data are degenerate (:meth:`degenerate_problem`); or, from a random start
+        (:attr:`RANDOM_START`), when its estimate after the last round equals its start exactly (every round kept
+        it). The first and last are judged over the whole run, so a run with one productive round is never
+        declared failed.
         """
         rows = [*self.records, *([self._held[0]] if self._held is not None else [])]
         rounds = [row for row in rows if row.get("round", 0) >= 1]
@@ -493,7 +517,10 @@ class FederatedStrategy(Strategy):
             late = sum(int(row.get("late", 0) or 0) for row in rounds)
             return (f"no client reply was accepted in any of its {len(rounds)} round(s) ({rejected} rejected, "
                     f"{failures} failed or dropped out, {late} late): the result would be its start")
-        if len(self.iterates) >= 2 and not self.iterates.moved:
+        degenerate = self.degenerate_problem()
+        if degenerate is not None:
+            return degenerate
+        if self.RANDOM_START and len(self.iterates) >= 2 and not self.iterates.moved:
             return (f"the estimate never moved from its start in {len(self.iterates) - 1} round(s) (no usable "
                     "replies, or replies that sum to zero)")
         return None
@@ -542,12 +569,15 @@ class FederatedStrategy(Strategy):
             self.on_round(row, Z)
 
     def finish(self) -> None:
-        """Write the last held row; called by the server loop at the end of the run."""
+        """Write the last held row and, after a run that did not fail, give the PCA model to ``on_model``; called
+        by the server loop at the end of the run (after :meth:`check_progress`)."""
         if self._held is not None:
             self._write(*self._held)
             self._held = None
         if self.stopped:  # the newest estimate was discarded: the held one is the result
             self.iterates.truncate(len(self.records))
+        if self.model is not None and self.failure is None and self.on_model is not None:
+            self.on_model(self.model)
 
     @property
     def estimate(self) -> np.ndarray:

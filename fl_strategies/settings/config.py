@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -37,12 +38,13 @@ from ..privacy.noise import NOISE_SOURCES
 from ..privacy.accounting import AccountantUnavailable, unmeasurable
 from ..privacy.fedpower_dp import achieved_epsilon, centred_releases, epsilon_spent, noise_multiplier
 from ..privacy.zcdp import CALIBRATIONS, calibrate
-from ..privacy.analyze_gauss import covariance_releases
+from ..privacy.analyze_gauss import check_row_bound, covariance_releases
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
 from .registry import PROMISE_KEYS, STRATEGY_NAMES, read_keys, readers, spec
 from .schedule import SCHEDULES, round_lengths
 
 __all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
+           "round_timeout", "DEPLOYED_ROUND_TIMEOUT",
            "validate_run_config", "effective_config", "unread_keys", "check_unread_keys", "default_run_config",
            "SHADOWING", "MODES", "check_against_data",
            "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
@@ -72,6 +74,11 @@ def _key(name, kind, doc, check=None, allowed="", choices=(), harmless_on_resume
     if absent_means is not None and type(absent_means) is not kind:
         raise AssertionError(f"key {name!r}: absent_means {absent_means!r} is not a {kind.__name__}")
     return Key(name, kind, doc, check, allowed, tuple(choices), harmless_on_resume, absent_means)
+
+
+DEPLOYED_ROUND_TIMEOUT = 600.0
+"""Seconds a round waits for replies under the default ``round-timeout = -1`` when the nodes are real SuperNodes:
+a node whose ClientApp never starts then costs one round, never the run."""
 
 
 PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.data.partitioners
@@ -136,8 +143,10 @@ KEYS: dict[str, Key] = {
         _key("overwrite", bool, "replace the results of an earlier run in results-dir (its rounds.csv, "
              "estimate.npy and pca.npz are removed before round 1); false = such a results-dir is refused",
              harmless_on_resume=True),
-        _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
-             lambda v: v >= 0, "a number >= 0", harmless_on_resume=True),
+        _key("round-timeout", float, "seconds to wait for replies in a round and for each node's answer at "
+             f"discovery: -1 = the default, no limit in a simulation and {DEPLOYED_ROUND_TIMEOUT:g} s when the nodes are real SuperNodes "
+             "(a deployment); 0 = no limit; > 0 = that many",
+             lambda v: v == -1 or v >= 0, "-1 or a number >= 0", harmless_on_resume=True),
         _key("stop-tol", float, "stopping rule (27) of the FAPS paper: stop when the objective's relative "
              "change is at most this (0 = run all rounds)", lambda v: 0 <= v < 1, "a number in [0, 1)"),
         _key("inner-solver", str, "FAPS local subproblem: ssi (subspace iterations) or exact (eigh)",
@@ -463,6 +472,10 @@ def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
         if noisy and cfg["strategy"] != "covariance":
             raise ConfigError(f"clip-norm with epsilon or noise-std is supported by covariance only: the privacy "
                               f"calibration of {cfg['strategy']!r} assumes unit rows (row-normalize = true)")
+        try:  # the model's explained variance scales as c^2 (covariance checks its noise too)
+            check_row_bound(cfg["clip-norm"], None, False)
+        except ValueError as ex:
+            raise ConfigError(f"clip-norm = {ex}") from None
     if noisy and not cfg["row-normalize"] and not cfg["clip-norm"] > 0 and cfg["strategy"] != "dp-power":
         raise ConfigError("row-normalize must be true when epsilon or noise-std is set (or, for covariance, clip-norm "
                           "> 0): the privacy "
@@ -734,6 +747,27 @@ def secure_covariance(cfg: Mapping[str, Any]) -> bool:
     return choice == "true" or (choice == "auto" and cfg["epsilon"] > 0 and cfg["num-clients"] >= 2)
 
 
+def round_timeout(seconds: float, real_nodes: bool) -> float | None:
+    """The seconds a round waits for replies (``None``: no limit), from ``round-timeout``.
+
+    Parameters
+    ----------
+    seconds : float
+        ``round-timeout``: ``-1`` (the default), ``0`` or a number of seconds.
+    real_nodes : bool
+        Whether the nodes are real SuperNodes (a deployment), not an engine's simulated ones.
+
+    Returns
+    -------
+    float or None
+        ``DEPLOYED_ROUND_TIMEOUT`` for the default on real nodes, no limit for the default in a simulation and for
+        an explicit ``0``, else ``seconds``: a value the user set is never replaced.
+    """
+    if seconds == -1:
+        return DEPLOYED_ROUND_TIMEOUT if real_nodes else None
+    return seconds or None
+
+
 def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
     """Whether ``center`` has the nodes send their row sums at discovery, in the clear (noise-free runs without
     SecAgg+); a secure ``covariance`` sends them through SecAgg+ with its Gram matrix instead."""
@@ -741,14 +775,22 @@ def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
 
 
 def _check_covariance(cfg: dict[str, Any]) -> None:
-    """covariance: a target the Analyze Gauss calibration meets; SecAgg+ whenever noise meets more than one client."""
+    """covariance: a target the Analyze Gauss calibration meets, a clip-norm whose Gram scale, sensitivity and
+    noise fit float64; SecAgg+ whenever noise meets more than one client."""
+    releases = None
     if cfg["epsilon"] > 0:
         try:
-            covariance_releases(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], cfg["center"])
+            releases = covariance_releases(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], cfg["center"])
         except AccountantUnavailable as ex:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:
             raise ConfigError(f"epsilon = {cfg['epsilon']!r} (delta = {cfg['delta']!r}): {ex}") from None
+    if cfg["clip-norm"] > 0:
+        try:
+            check_row_bound(cfg["clip-norm"], releases, cfg["center"])
+        except ValueError as ex:
+            raise ConfigError(f"clip-norm = {ex}") from None
+    if cfg["epsilon"] > 0:
         if cfg["num-clients"] > 1 and not secure_covariance(cfg):
             raise ConfigError("secure-aggregation = false with epsilon set and num-clients > 1: each client adds "
                               "only its share of the noise, so its matrix would reach the server less private "
@@ -797,6 +839,8 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
 def writable_directory(directory: str | Path, key: str) -> Path:
     """Create ``directory`` if needed and check that a file can be written there.
 
+    The probe is a new temporary file (created exclusively, so never through a link), removed at once.
+
     Raises
     ------
     ConfigError
@@ -805,9 +849,8 @@ def writable_directory(directory: str | Path, key: str) -> Path:
     path = Path(directory)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        with tempfile.TemporaryFile(dir=path, prefix=".write-test."):
+            pass
     except (OSError, ValueError) as ex:
         raise ConfigError(f"{key} = {str(directory)!r} is not a writable directory: {type(ex).__name__}: {ex}") from None
     return path

@@ -11,14 +11,15 @@ from which ``d`` they pay off. Every client is needed: a missing one aborts
 the run.
 
 Secure and private (``secure-aggregation``, ``epsilon``; :mod:`fl_strategies.privacy.analyze_gauss`): each client
-uploads one vector, the upper triangle of its Gram matrix ``G_i = M_i^T M_i`` followed, with ``center``, by its
-row sum, plus (with ``epsilon``) its share of the Analyze Gauss noise; Flower's SecAgg+ sums the uploads, so
-the server learns only ``G`` and ``S`` and no client's matrix (the row sums do not travel at discovery). The
-server forms ``C = G / n - mu mu^T`` (``mu = S / n``) and writes the model from ``C``: the private mean, the
-components and the explained variance are post-processing of the one release, and the model records the
-privacy spent. Uploads are clipped to ``[-C, C]`` (``secagg-clip``, by default from the public bound
-``s_i c^2`` plus 8 noise std) and quantised as in ``dp-power``; a missing client stops the run. ``noise-std`` is
-refused (the registry fixes it).
+uploads one vector, ``(svec(G_i / c^2), a S_i / c)``: the isometric packing of its Gram matrix ``G_i = M_i^T M_i``
+followed, with ``center``, by its weighted row sum, on the scale of unit rows whatever the row bound ``c`` is,
+plus (with ``epsilon``) its share of the one Analyze Gauss noise; Flower's SecAgg+ sums the uploads, so the server
+learns only their sum and no client's matrix (the row sums do not travel at discovery). The server forms
+``C' = G' / n - mu' mu'^T`` in units of ``c`` and takes its eigenvectors; the model holds ``C = c^2 C'`` and
+``mu = c mu'``: the private mean, the components and the explained variance are post-processing of the one
+release, and the model records the privacy spent. Uploads are clipped to ``[-C, C]`` (``secagg-clip``, in the
+upload's units; by default ``max s_i`` times the largest entry a row adds, plus 8 noise std) and quantised as in
+``dp-power``; a missing client stops the run. ``noise-std`` is refused (the registry fixes it).
 
 Where ``d^2`` does not fit, the strategy refuses before round 1 (:func:`check_covariance_fits`): the server holds
 the ``m`` replies and ``C``, ``8 (m + 2) d^2`` bytes; ``fedpower`` needs ``O(d r)``.
@@ -119,9 +120,8 @@ class CovarianceStrategy(EigenspaceStrategy):
         """Discovery and, under SecAgg+, the clipping range from the public bound ``s_i c^2`` plus 8 noise std."""
         parameters = super().initialize_parameters(client_manager)
         if self.secure and self.clip == 0:
-            c = ag.row_bound(self.settings.clip_norm)
-            nu = max(ag.noise_stds(self.settings.clip_norm, self.m, self.releases))
-            self.clip = float(max(self.sizes.values()) * max(c * c, c) + 8.0 * nu)
+            nu = ag.noise_std(self.m, self.releases, self.settings.center)
+            self.clip = float(max(self.sizes.values()) * ag.upload_entry_bound(self.settings.center) + 8.0 * nu)
         if self.secure:
             log.info("covariance: SecAgg+ clipping range C = %.6g, sum exact to %.3g per entry", self.clip,
                      secagg_tolerance(self.clip, self.m))
@@ -184,23 +184,26 @@ class CovarianceStrategy(EigenspaceStrategy):
         self._pending.update(participants=self.m, distinct=self.m)
         self.last_sum = total
         self.aggregated.add(server_round)
-        t = ag.upper_size(self.d)
         n = sum(self.sizes.values())
-        C, mu = ag.covariance_from_sums(ag.unpack_upper(total[:t], self.d), total[t:] if self.settings.center else None,
-                                        n)
-        self.mean = mu
+        c = ag.row_bound(self.settings.clip_norm)
+        C, mu = ag.covariance_from_upload(total, self.d, n, self.settings.center)
+        self.mean = c * mu
         _, Z = top_eigenvectors(C, self.r)
         self.iterates.append(Z)
-        self.set_model(Z, C @ Z, float(np.trace(C)), n, privacy=self.privacy_record())
+        self.set_model(Z, (c * c) * (C @ Z), c * c * float(np.trace(C)), n, privacy=self.privacy_record())
         return ndarrays_to_parameters([Z]), {}
 
     def privacy_record(self) -> dict[str, Any] | None:
-        """The privacy spent, for the model (``None`` without ``epsilon``)."""
+        """The privacy spent, for the model (``None`` without ``epsilon``): the one release with its sensitivity
+        (in units of the row bound ``c``) and the central noise std per entry in the data's units."""
         if self.releases is None:
             return None
+        center = self.settings.center
         c = ag.row_bound(self.settings.clip_norm)
-        return {**self.releases.record({"gram": ag.gram_sensitivity(c), "row-sum": ag.sum_sensitivity(c)}),
-                "row_bound": c, "secure_aggregation": self.secure, "noise_source": self.noise_source()}
+        return {**self.releases.record({ag.release_name(center): ag.covariance_sensitivity(center)}),
+                "row_bound": c, "mean_weight": ag.MEAN_WEIGHT if center else 0.0,
+                "noise_std": ag.noise_record(c, self.releases, center), "secure_aggregation": self.secure,
+                "noise_source": self.noise_source()}
 
     def round_columns(self, server_round: int) -> dict[str, Any]:
         """The privacy spent after the round (empty without ``epsilon``)."""

@@ -212,7 +212,8 @@ class EigenspaceStrategy(FederatedStrategy):
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
 
     def aggregate_summary(self, results: list[tuple[ClientProxy, FitRes]], failures: list) -> dict[str, Any] | None:
-        """The PCA model from the summary replies (every registered client must answer); ``on_model`` gets it."""
+        """The PCA model from the summary replies (every registered client must answer); ``on_model`` gets it at
+        the end of a run that did not fail (:meth:`finish`)."""
         Z = self._summary_Z
         valid, rejected = self.collect_replies(len(self.records), results, set(self.proxies), [(self.d, self.r)],
                                                ("trace",), broadcast=Z)
@@ -243,7 +244,8 @@ class EigenspaceStrategy(FederatedStrategy):
 
     def set_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int = 0,
                   privacy: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The run's PCA model (``k = rank``, or chosen by ``variance-target``); ``on_model`` receives it.
+        """The run's PCA model (``k = rank``, or chosen by ``variance-target``); ``on_model`` receives it at the end
+        of a run that did not fail (:meth:`finish`).
 
         ``CZ`` is ``C Z`` and ``total`` is ``tr(C)`` for the pooled (centred) second-moment matrix ``C``;
         ``privacy`` is what a private run spent (recorded in the model), ``None`` for a noise-free one.
@@ -269,6 +271,4 @@ class EigenspaceStrategy(FederatedStrategy):
         else:
             log.info("PCA model: %d component(s), explained variance %s (%d rows; total variance not released)", k,
                      np.array2string(self.model["explained_variance"], precision=4), n)
-        if self.on_model is not None:
-            self.on_model(self.model)
         return self.model

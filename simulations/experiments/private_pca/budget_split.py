@@ -1,9 +1,11 @@
 """How to split the privacy budget of private covariance between the Gram matrix and the row sum (centring).
 
-``python -m simulations.experiments.private_pca.budget_split`` prints, for a few shares of the row sum, the
-median over 20 seeds of sin theta between the centred PCA released by the central Analyze Gauss mechanism and the
-exact centred PCA (4 owners, 8,000 unit rows, epsilon = 1, delta = 1e-6), for d = 40 and d = 200; then the same
-for centred dp-power (L = 5 products, iteration-rank 6), whose mean is one release composed with the products.
+``python -m simulations.experiments.private_pca.budget_split`` prints, for a few weights ``a`` of the row sum in
+the one release (:data:`fl_strategies.privacy.analyze_gauss.MEAN_WEIGHT`: its noise is ``1 / a`` times the Gram
+diagonal's), the median over 20 seeds of sin theta between the centred PCA released by the central Analyze Gauss
+mechanism and the exact centred PCA (4 owners, 8,000 unit rows, epsilon = 1, delta = 1e-6), for d = 40 and
+d = 200; then the same for centred dp-power (L = 5 products, iteration-rank 6), whose mean is one release
+composed with the products.
 ``--fedpower`` instead runs centred fedpower with ``epsilon`` on the in-process engine (4 owners of 10,000 unit
 rows, d = 40, T = 3, iteration-rank 3, PLD; median over 10 seeds of sin theta from the exact centred PCA), the
 mean's share set through :data:`fl_strategies.privacy.fedpower_dp.MEAN_SHARE` for each run.
@@ -23,22 +25,23 @@ from .central import central_analyze_gauss, central_centred_dp_power
 from .owners import centred_pca, owner_rows, write_folder
 
 SHARES = (0.05, 0.1, 0.2, 0.3, 0.5)
+WEIGHTS = (0.1, 0.2, 0.3, 0.5, 1.0)
 
 
 def main() -> None:
     k = 3
-    print("| d | " + " | ".join(f"row-sum share {f}" for f in SHARES) + " |")
-    print("|---|" + "---|" * len(SHARES))
+    print("| d | " + " | ".join(f"row-sum weight {a}" for a in WEIGHTS) + " |")
+    print("|---|" + "---|" * len(WEIGHTS))
     for d in (40, 200):
-        errors = {f: [] for f in SHARES}
+        errors = {a: [] for a in WEIGHTS}
         for seed in range(20):
             blocks = owner_rows(dimension=d, rank=k, seed=seed)
             _, U = centred_pca(blocks, k)
             X = np.vstack(blocks)
-            for f in SHARES:
-                V = central_analyze_gauss(X, k, 1.0, 1e-6, np.random.default_rng([seed, 7]), mean_share=f)
-                errors[f].append(subspace_distance(V, U))
-        print(f"| {d} | " + " | ".join(f"{np.median(errors[f]):.4f}" for f in SHARES) + " |")
+            for a in WEIGHTS:
+                V = central_analyze_gauss(X, k, 1.0, 1e-6, np.random.default_rng([seed, 7]), mean_weight=a)
+                errors[a].append(subspace_distance(V, U))
+        print(f"| {d} | " + " | ".join(f"{np.median(errors[a]):.4f}" for a in WEIGHTS) + " |")
     print("\ncentred dp-power, mean share:")
     print("| d | " + " | ".join(f"mean share {f}" for f in SHARES) + " |")
     print("|---|" + "---|" * len(SHARES))

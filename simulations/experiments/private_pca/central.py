@@ -1,9 +1,11 @@
 """The central Analyze Gauss mechanism (what a trusted curator holding every row would release), in numpy.
 
-One Gaussian release of the upper triangle of ``sum x x^T`` and, when centring, of ``sum x``, for unit rows and
-the replace-one relation (sensitivities ``sqrt(2)`` and ``2``); the noise multiplier of the one Gaussian they
-compose to is found by ``dp-accounting``'s own ``calibrate_dp_mechanism`` with its PLD accountant, independently
-of fedspectral's calibration, and split between the two releases by ``mean_share``.
+One Gaussian release of ``(svec(sum x x^T), a sum x)`` for unit rows and the replace-one relation, at its joint
+sensitivity ``sqrt(2) + a^2 / sqrt(2)`` (:func:`fl_strategies.privacy.analyze_gauss.joint_sensitivity`;
+``sqrt(2)`` without centring): symmetric noise with std ``sigma D`` on the diagonal, ``sigma D / sqrt(2)`` off it,
+and ``sigma D / a`` on the row sum. The noise multiplier ``sigma`` of the one Gaussian is found by
+``dp-accounting``'s own ``calibrate_dp_mechanism`` with its PLD accountant, independently of fedspectral's
+calibration.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from functools import lru_cache
 import numpy as np
 
 from fl_strategies.kernels.linalg import top_eigenvectors
+from fl_strategies.privacy.analyze_gauss import MEAN_WEIGHT, joint_sensitivity
 
 __all__ = ["gaussian_multiplier", "central_analyze_gauss", "central_centred_dp_power"]
 
@@ -31,16 +34,18 @@ def gaussian_multiplier(epsilon: float, delta: float) -> float:
 
 
 def central_analyze_gauss(X: np.ndarray, k: int, epsilon: float, delta: float, rng: np.random.Generator,
-                          center: bool = True, mean_share: float = 0.1) -> np.ndarray:
-    """Top-``k`` eigenvectors (d, k) of the centred (or uncentred) covariance released by Analyze Gauss."""
+                          center: bool = True, mean_weight: float = MEAN_WEIGHT) -> np.ndarray:
+    """Top-``k`` eigenvectors (d, k) of the centred (or uncentred) covariance released by Analyze Gauss with the
+    row sum weighted by ``mean_weight`` (module docstring); ``X`` (n, d) has rows of norm <= 1."""
     n, d = X.shape
-    sigma = gaussian_multiplier(epsilon, delta)
-    share = mean_share if center else 0.0
-    E = np.triu(rng.standard_normal((d, d))) * math.sqrt(2.0) * sigma / math.sqrt(1.0 - share)
-    G = X.T @ X + E + np.triu(E, 1).T
+    weight = mean_weight if center else 0.0
+    nu = gaussian_multiplier(epsilon, delta) * joint_sensitivity(weight)
+    Z = rng.standard_normal((d, d)) * nu
+    E = np.triu(Z, 1) / math.sqrt(2.0)
+    G = X.T @ X + E + E.T + np.diag(np.diag(Z))
     C = G / n
     if center:
-        mu = (X.sum(axis=0) + rng.standard_normal(d) * 2.0 * sigma / math.sqrt(share)) / n
+        mu = (X.sum(axis=0) + rng.standard_normal(d) * nu / weight) / n
         C = C - np.outer(mu, mu)
     return top_eigenvectors(C, k)[1]
 
