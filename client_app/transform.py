@@ -6,8 +6,9 @@ scikit-learn's ``PCA.transform`` (after ``StandardScaler.transform`` when the ru
 all ones otherwise), after the same row normalisation as the run (:func:`fl_strategies.files.pca.transform`).
 
 Nothing the user owns is written over: ``--out`` may never be the ``--data`` or ``--model`` file, an existing
-``--out`` is refused unless ``--force``, and the scores are written to a temporary file of mode 600 that is
-renamed into place once complete (:mod:`fl_strategies.files.plain_files`).
+``--out`` is refused unless ``--force``, a link at ``--out`` is refused even with ``--force``, and the scores are
+written to a temporary file of mode 600 that is renamed into place once complete
+(:func:`fl_strategies.files.plain_files.write_file`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.files.data_files import read_samples
+from fl_strategies.files.data_files import open_samples
+from fl_strategies.kernels.rows import BedVariants
 from fl_strategies.files.pca import load_model, transform
-from fl_strategies.files.plain_files import refuse_overwrite, write_new_file
+from fl_strategies.files.plain_files import refuse_overwrite, write_file
 
 __all__ = ["main", "transform"]
 
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: exit 0 with the scores written, 2 with one line naming the argument at fault."""
     parser = argparse.ArgumentParser(prog="python -m client_app.transform", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the run's pca.npz")
-    parser.add_argument("--data", required=True, help="a .npy/.csv file of rows (samples) on this node")
+    parser.add_argument("--data", required=True, help="a .npy/.csv/.npz/.bed file of rows (samples) on this node")
     parser.add_argument("--out", required=True, help="where to write the scores (.npy; a new file, mode 600)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out (never --data or --model)")
     args = parser.parse_args(argv)
@@ -40,12 +42,14 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.out).resolve().parent.is_dir():
             raise ValueError(f"--out {args.out!r}: its folder does not exist")
         model = load_model(args.model)
-        X = read_samples(args.data, "--data")
+        X = open_samples(args.data, "--data")  # a .bed file stays on disk, read in its variant order
+        if not isinstance(X, BedVariants):
+            X = X.toarray() if hasattr(X, "toarray") else np.asarray(X, dtype=np.float64)
         try:
             scores = transform(model, X)
         except ValueError as ex:
             raise ValueError(f"--data {args.data!r}: {ex}") from None
-        out = write_new_file(args.out, lambda handle: np.save(handle, scores, allow_pickle=False))
+        out = write_file(args.out, lambda handle: np.save(handle, scores, allow_pickle=False), private=True)
     except (ValueError, OSError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 2

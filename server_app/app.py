@@ -25,12 +25,14 @@ from flwr.common import Context
 from flwr.server import Grid, ServerApp, ServerAppComponents, ServerConfig
 from flwr.server.client_manager import SimpleClientManager
 
-from fl_strategies.settings.config import ConfigError, check_unread_keys, default_run_config, effective_config
+from fl_strategies.settings.config import (ConfigError, check_unread_keys, default_run_config, effective_config,
+                                          round_timeout)
 from fl_strategies.files.data_files import read_samples
 from fl_strategies.protocol.base import RunFailed
 from fl_strategies.files.harness import ServerData, find_harness, on_nodes
 from fl_strategies.settings.registry import load_class, spec
 from fl_strategies.protocol.checkpoint import checkpoint_for
+from fl_strategies.protocol.round_exchange import simulated_grid
 from fl_strategies.protocol.server_loop import StoppingServer
 from fl_strategies.protocol.flower_compat import start_grid
 
@@ -110,7 +112,7 @@ def server_data(cfg) -> ServerData | None:
 def server_fn(context: Context) -> ServerAppComponents:
     """The strategy named in the run config, in Flower's server loop with a stopping rule."""
     strategy, num_rounds = build_strategy(context.run_config)
-    timeout = strategy.cfg["round-timeout"] or None
+    timeout = round_timeout(strategy.cfg["round-timeout"], real_nodes=False)  # run_server sets its grid's
     server = StoppingServer(client_manager=SimpleClientManager(), strategy=strategy,
                             checkpoint=checkpoint_for(strategy))
     return ServerAppComponents(server=server, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout))
@@ -140,6 +142,7 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
     components = components or server_fn(context)
     strategy = components.server.strategy
     strategy.observer = observer
+    set_round_timeout(strategy, components.config, real_nodes=not simulated_grid(grid))
     if getattr(strategy, "secure", False):
         run_secure_aggregation(grid, context, strategy, components.config.num_rounds,
                                components.config.round_timeout)
@@ -150,6 +153,58 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
     return strategy
 
 
+def set_round_timeout(strategy, config: ServerConfig, real_nodes: bool) -> None:
+    """Give the run's round timeout (:func:`fl_strategies.settings.config.round_timeout`) to the server loop and to
+    the strategy's discovery; log the default's value on real SuperNodes, and a run without any limit there."""
+    seconds = strategy.cfg["round-timeout"]
+    config.round_timeout = strategy.timeout = round_timeout(seconds, real_nodes)
+    if real_nodes and seconds == -1:
+        log.info("round-timeout: %g s a round (the default on real SuperNodes; round-timeout = 0 for no limit): a "
+                 "node that does not reply by then is named and counted as failed", config.round_timeout)
+    elif real_nodes and config.round_timeout is None:
+        log.warning("round-timeout = 0: a round waits for every node without limit; a node whose ClientApp never "
+                    "starts stops the run here")
+
+
+class LastWord(logging.Filter):
+    """A filter of Flower's logger that keeps ``line`` the last line of the ServerApp's log.
+
+    Flower logs a ServerApp's exception after the app returned (``ServerApp raised an exception`` with its
+    traceback, then ``Exit Code: ...`` and a help text): this filter appends ``line`` to that exit message, and,
+    when ``explained`` (a failure of ours whose line says everything: :class:`RunFailed`, :class:`ConfigError`),
+    drops the traceback. It removes itself after the exit message.
+
+    Parameters
+    ----------
+    line : str
+        The run's status line.
+    explained : bool
+        Whether to drop the traceback of the exception's record.
+    """
+
+    def __init__(self, line: str, explained: bool) -> None:
+        super().__init__()
+        self.line, self.explained = line, explained
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if self.explained and record.exc_info and message.endswith("raised an exception"):
+            record.exc_info, record.exc_text = None, None
+        elif message.startswith("Exit Code:"):
+            record.msg, record.args = f"{record.getMessage()}\n{self.line}", ()
+            logging.getLogger("flwr").removeFilter(self)
+        return True
+
+
+def _failed(line: str, explained: bool) -> None:
+    """Log the run's status ``line`` now, and again as the last line after Flower's report of the exception."""
+    log.error(line)
+    flower = logging.getLogger("flwr")
+    for old in [f for f in flower.filters if isinstance(f, LastWord)]:
+        flower.removeFilter(old)
+    flower.addFilter(LastWord(line, explained))
+
+
 app = ServerApp()
 
 
@@ -158,10 +213,10 @@ def main(grid: Grid, context: Context) -> None:
     """Flower's entry point; its last log line says whether the run completed (``flwr run`` exits 0 either way)."""
     try:
         run_server(grid, context)
-    except RunFailed as ex:
-        log.error("fedspectral: run FAILED: %s", ex)
+    except (RunFailed, ConfigError) as ex:
+        _failed(f"fedspectral: run FAILED: {ex}", explained=True)
         raise
     except Exception as ex:
-        log.error("fedspectral: run FAILED: %s: %s", type(ex).__name__, ex)
+        _failed(f"fedspectral: run FAILED: {type(ex).__name__}: {ex}", explained=False)
         raise
     log.info("fedspectral: run completed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import math
 import numbers
@@ -12,7 +13,7 @@ import numpy as np
 
 from fl_strategies.settings.config import RESULT_FILES, ConfigError, check_results_dir, writable_directory
 from fl_strategies.files.pca import save_model
-from fl_strategies.files.plain_files import plain_cell
+from fl_strategies.files.plain_files import UnsafeDestination, append_file, check_destination, plain_cell, write_file
 
 __all__ = ["ResultsWriter", "csv_cell"]
 
@@ -67,13 +68,23 @@ class ResultsWriter:
         self.dir = writable_directory(directory, "results-dir")
         self.csv_path = self.dir / "rounds.csv"
         self._trim_pending = keep
-        if not keep:  # overwrite: nothing of the earlier run stays beside the new results
+        if keep:
+            self._refuse_links(directory)
+        else:  # overwrite: nothing of the earlier run stays beside the new results
             for name in RESULT_FILES:
                 try:
                     (self.dir / name).unlink(missing_ok=True)
                 except OSError as ex:
                     raise ConfigError(f"results-dir = {str(directory)!r}: the old {name} cannot be removed: "
                                       f"{type(ex).__name__}: {ex}") from None
+
+    def _refuse_links(self, directory: str | Path) -> None:
+        """Refuse a results file that is a link (a resumed run writes into the files it finds)."""
+        for name in RESULT_FILES:
+            try:
+                check_destination(self.dir / name)
+            except UnsafeDestination as ex:
+                raise ConfigError(f"results-dir = {str(directory)!r}: {ex}") from None
 
     def __call__(self, record: dict, estimate: np.ndarray) -> None:
         """Write one round: ``record`` as a CSV row, ``estimate`` (d, r) as the current estimate."""
@@ -84,23 +95,21 @@ class ResultsWriter:
         self._save_estimate(estimate)
 
     def _append(self, record: dict) -> None:
-        new = not self.csv_path.exists()
-        with self.csv_path.open("a", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(record))
-            if new:
-                writer.writeheader()
-            row = {key: csv_cell(value) for key, value in record.items()}
-            blanked = [key for key, value in record.items() if value is not None and row[key] == ""
-                       and not isinstance(value, str)]
-            if blanked:
-                log.warning("round %s: non-finite %s written as empty cell(s)", record.get("round"),
-                            ", ".join(blanked))
-            writer.writerow(row)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=list(record))
+        if not self.csv_path.exists():
+            writer.writeheader()
+        row = {key: csv_cell(value) for key, value in record.items()}
+        blanked = [key for key, value in record.items() if value is not None and row[key] == ""
+                   and not isinstance(value, str)]
+        if blanked:
+            log.warning("round %s: non-finite %s written as empty cell(s)", record.get("round"),
+                        ", ".join(blanked))
+        writer.writerow(row)
+        append_file(self.csv_path, text.getvalue().encode("utf-8"))
 
     def _save_estimate(self, estimate: np.ndarray) -> None:
-        tmp = self.dir / "estimate.tmp.npy"
-        np.save(tmp, estimate)
-        tmp.replace(self.dir / "estimate.npy")
+        write_file(self.dir / "estimate.npy", lambda handle: np.save(handle, estimate, allow_pickle=False))
 
     def write_model(self, model: dict, run_config: dict) -> None:
         """Write the run's PCA model to ``pca.npz`` (:func:`fl_strategies.files.pca.save_model`)."""
@@ -138,7 +147,6 @@ class ResultsWriter:
             return
         log.warning("resume: %d row(s) of round %s and later in %s were written after the last checkpoint; "
                     "they are written again", len(body) - len(kept), first_round, self.csv_path)
-        tmp = self.dir / "rounds.tmp.csv"
-        with tmp.open("w", newline="") as fh:
-            csv.writer(fh).writerows([header, *kept])
-        tmp.replace(self.csv_path)
+        text = io.StringIO(newline="")
+        csv.writer(text).writerows([header, *kept])
+        write_file(self.csv_path, text.getvalue())

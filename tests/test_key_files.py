@@ -42,20 +42,19 @@ def test_credentials_writes_every_private_key_with_mode_600(tmp_path, open_umask
 
 
 def test_a_key_file_that_exists_with_a_wider_mode_is_replaced_not_reused(tmp_path, open_umask):
-    """``O_CREAT`` keeps the mode of an existing file: the writer removes it first."""
-    from simulations.engines.credentials import write_node_keys, write_private
+    """A file replaced keeps its mode, except a private key: always 600."""
+    from simulations.engines.credentials import write_node_keys
 
     old = tmp_path / "node_0"
     old.write_bytes(b"old")
     old.chmod(0o644)
     write_node_keys(tmp_path, 1)
     assert _mode(old) == 0o600 and old.read_bytes() != b"old"
-    write_private(tmp_path / "x.key", b"secret")
-    assert _mode(tmp_path / "x.key") == 0o600 and (tmp_path / "x.key").read_bytes() == b"secret"
 
 
 def test_every_open_of_a_private_key_carries_mode_600(tmp_path, monkeypatch):
-    """From the first byte: every file the writer creates is opened with mode 0o600 (never chmod-ed later)."""
+    """From the first byte: every file holding a private key is created exclusively with mode 0o600 (the
+    temporary file renamed into place), never chmod-ed by path later."""
     import simulations.engines.credentials as credentials
 
     opened, chmods = [], []
@@ -68,8 +67,13 @@ def test_every_open_of_a_private_key_carries_mode_600(tmp_path, monkeypatch):
     monkeypatch.setattr(credentials.os, "open", spy_open)
     monkeypatch.setattr(Path, "chmod", lambda self, mode: chmods.append(self.name))
     credentials.main([str(tmp_path), "--nodes", "2"])
-    assert sorted(name for name, _, _ in opened) == ["ca.key", "node_0", "node_1", "server.key"]
-    assert all(mode == 0o600 and flags & os.O_CREAT and flags & os.O_EXCL for _, flags, mode in opened)
+    modes = {name.split(".")[1] + ("." + name.split(".")[2] if name.count(".") == 4 else ""): (flags, mode)
+             for name, flags, mode in opened}
+    assert sorted(modes) == ["ca.crt", "ca.key", "node_0", "node_0.pub", "node_1", "node_1.pub", "server.key",
+                             "server.pem"]
+    assert all(flags & os.O_CREAT and flags & os.O_EXCL and flags & os.O_NOFOLLOW for flags, _ in modes.values())
+    assert {name: mode for name, (_, mode) in modes.items() if mode == 0o600} == dict.fromkeys(
+        ["ca.key", "node_0", "node_1", "server.key"], 0o600)
     assert chmods == []
 
 

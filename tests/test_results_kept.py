@@ -67,18 +67,76 @@ def test_flwr_run_refuses_a_results_dir_with_results_before_flower(tmp_path, mon
     assert (tmp_path / "estimate.npy").read_bytes() == b"x"
 
 
+def _earlier_deployment(out: Path, files: dict[str, bytes]) -> None:
+    """``out`` as an earlier deployment left it: ``files`` (relative path -> bytes) and its record of them."""
+    for name, data in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    (out / ".deploy-outputs.json").write_text(json.dumps(sorted(files)))
+
+
+def _tree(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
 def test_deploy_refuses_an_out_of_an_earlier_deployment_unless_forced(tmp_path, monkeypatch, capsys):
     from simulations.engines import deploy
 
     _refuse_flower(monkeypatch, deploy)
-    (tmp_path / "logs").mkdir()
-    (tmp_path / "rounds.csv").write_text("round\n0\n")
+    _earlier_deployment(tmp_path, {"logs/superlink.log": b"log", "rounds.csv": b"round\n0\n",
+                                   "node-data/partition_1.npy": b"rows"})
     assert deploy.main(["--out", str(tmp_path), "--run-config", "num-clients=2"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "already holds rounds.csv, logs/" in err and "--force" in err
+    assert len(err.splitlines()) == 1 and "--force" in err
+    assert "already holds logs/superlink.log, node-data/partition_1.npy, rounds.csv of an earlier deployment" in err
     with pytest.raises(AssertionError, match="Flower was started"):  # --force passes the check
         deploy.main(["--out", str(tmp_path), "--run-config", "num-clients=2", "--force"])
     assert (tmp_path / "rounds.csv").read_text() == "round\n0\n"
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]], ids=["plain", "force"])
+@pytest.mark.parametrize("name", ["node-data/partition_0.npy", "credentials/ca.key", "credentials/node_1.pub",
+                                  "logs/supernode_1.log", "flwr-home/config.toml", "rounds.csv", "pca.npz"])
+def test_deploy_never_writes_over_a_file_it_did_not_create(tmp_path, monkeypatch, capsys, name, force):
+    """A file no deployment recorded is the user's: refused with or without --force, naming it, byte-identical;
+    an earlier deployment's own files beside it do not make it replaceable."""
+    from simulations.engines import deploy
+
+    _refuse_flower(monkeypatch, deploy)
+    _earlier_deployment(tmp_path, {"logs/superlink.log": b"log"})
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_bytes(b"the user's own file")
+    before = _tree(tmp_path)
+    assert deploy.main(["--out", str(tmp_path), "--secure", "--run-config", "num-clients=2", *force]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"holds {name}, which no deployment wrote there" in err, err
+    assert _tree(tmp_path) == before
+
+
+def test_deploy_secure_into_a_users_out_leaves_every_file_as_it_was(tmp_path, monkeypatch, capsys):
+    """The user's node file and CA key, and a certificate that links outside --out: one line, exit 2, before any
+    process starts; every file and the link's target byte-identical."""
+    from simulations.engines import deploy
+
+    _refuse_flower(monkeypatch, deploy)
+    out, outside = tmp_path / "out", tmp_path / "elsewhere.crt"
+    outside.write_bytes(b"a certificate outside --out")
+    (out / "node-data").mkdir(parents=True)
+    (out / "credentials").mkdir()
+    (out / "node-data" / "partition_0.npy").write_bytes(b"the user's rows")
+    (out / "credentials" / "ca.key").write_bytes(b"the user's key")
+    (out / "credentials" / "ca.crt").symlink_to(outside)
+    before = _tree(out)
+    for force in ([], ["--force"]):
+        assert deploy.main(["--secure", "--out", str(out), "--run-config", "num-clients=2", *force]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "ca.crt' is a symbolic link" in err, err
+        assert _tree(out) == before and outside.read_bytes() == b"a certificate outside --out"
+    (out / "credentials" / "ca.crt").unlink()
+    assert deploy.main(["--secure", "--out", str(out), "--run-config", "num-clients=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds node-data/partition_0.npy, credentials/ca.key, which no deployment wrote there" in err, err
+    assert _tree(out) == {name: data for name, data in before.items() if name != "credentials/ca.crt"}
 
 
 def _comparison(tmp_path: Path, rounds: int = 2) -> Path:

@@ -73,6 +73,53 @@ def test_deploy_refuses_a_rank_above_the_node_files_width(tmp_path, capsys, no_p
     assert len(err.splitlines()) == 1 and "rank" in err, err
 
 
+def _secret(folder, pid=1, data=b"s" * 32, mode=0o600):
+    path = folder / f"partition_{pid}.secret"
+    path.write_bytes(data)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("bad, fragment", [
+    (lambda f: (f / "partition_1.secret").symlink_to("/dev/zero"), "is a symbolic link"),
+    (lambda f: _secret(f, mode=0o644), "others may read it (mode 0644)"),
+    (lambda f: _secret(f, data=b"short"), "holds 5 bytes"),
+    (lambda f: os.mkfifo(f / "partition_1.secret", 0o600), "is a FIFO"),
+], ids=["link-to-dev-zero", "mode-644", "size", "fifo"])
+def test_deploy_checks_every_noise_secret_before_any_process(tmp_path, capsys, no_processes, bad, fragment):
+    """Each node's secret is judged up front as its node will judge it: one line naming the file, exit 2."""
+    from simulations.engines.deploy import main
+
+    data, secrets = _node_files(tmp_path / "data"), tmp_path / "secrets"
+    secrets.mkdir(mode=0o700)
+    _secret(secrets, pid=0)
+    bad(secrets)
+    assert main(["--run-config", 'dataset="nodes" num-clients=3 rank=2 iteration-rank=2', "--data-dir", str(data),
+                 "--noise-secret-dir", str(secrets), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("python -m simulations.engines.deploy: error: --noise-secret-dir")
+    assert f"'{secrets / 'partition_1.secret'}'" in err and fragment in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_deploy_refuses_a_noise_secret_dir_that_is_a_file_and_accepts_good_or_missing_secrets(tmp_path, capsys,
+                                                                                            no_processes):
+    from simulations.engines.deploy import main
+
+    data = _node_files(tmp_path / "data")
+    args = ["--run-config", 'dataset="nodes" num-clients=3 rank=2 iteration-rank=2', "--data-dir", str(data),
+            "--out", str(tmp_path / "out"), "--noise-secret-dir"]
+    (tmp_path / "file").write_text("a user's file")
+    assert main(args + [str(tmp_path / "file")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(mode=0o700)
+    _secret(secrets, pid=0)  # partitions 1 and 2 draw theirs on their nodes
+    with pytest.raises(AssertionError, match="a Flower process was started"):
+        main(args + [str(secrets)])
+
+
 @pytest.mark.parametrize("option", ["--out", "results-dir", "checkpoint-dir"])
 def test_deploy_refuses_an_output_directory_it_cannot_create(tmp_path, capsys, no_processes, option):
     from simulations.engines.deploy import main

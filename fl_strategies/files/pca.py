@@ -41,7 +41,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..kernels.rows import BedVariants
+from ..settings.config import column_scaling
 from .data_files import clip_rows, normalize_rows
+from .plain_files import write_file
 
 __all__ = ["MODEL_KEYS", "pca_model", "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
 
@@ -123,22 +126,19 @@ def choose_rank(ratios: np.ndarray, target: float) -> int:
 
 def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[str, Any],
                privacy: Mapping[str, Any] | None = None) -> Path:
-    """Write ``model`` to ``path`` (``.npz``, written to a temporary file and renamed) with the run config.
+    """Write ``model`` to ``path`` (``.npz``, :func:`fl_strategies.files.plain_files.write_file`) with the run config.
 
     The run config travels as JSON (``run_config``), with the privacy spent (``privacy``), ``centered`` (whether
     ``mean`` is the rows' mean or zero: the uncentred model), ``row_normalize`` and ``clip_norm``, which
     :func:`transform` applies to new rows as the run did.
     """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **{key: np.asarray(model[key]) for key in MODEL_KEYS},
+    fields = dict(**{key: np.asarray(model[key]) for key in MODEL_KEYS},
              centered=np.asarray(bool(run_config.get("center", False))),
              row_normalize=np.asarray(bool(run_config.get("row-normalize", False))),
              clip_norm=np.asarray(float(run_config.get("clip-norm", 0.0))),
              run_config=np.asarray(json.dumps(dict(run_config), sort_keys=True, default=str)),
              privacy=np.asarray(json.dumps(dict(privacy or {}), sort_keys=True, default=str)))
-    tmp.replace(path)
-    return path
+    return write_file(path, lambda handle: np.savez(handle, **fields))
 
 
 def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
@@ -181,6 +181,8 @@ def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
         config = json.loads(str(model["run_config"])) if "run_config" in model else {}
         model["centered"] = bool(config.get("center", bool(np.any(mean))))
     model["centered"] = bool(model["centered"])
+    config = json.loads(str(model["run_config"])) if "run_config" in model else {}
+    model["scaling"] = column_scaling(config.get("scale", False))
     model["row_normalize"] = bool(model.get("row_normalize", False))
     model["clip_norm"] = float(model.get("clip_norm", 0.0))
     if not (math.isfinite(model["clip_norm"]) and model["clip_norm"] >= 0):
@@ -193,8 +195,19 @@ def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
     (after ``StandardScaler.transform`` when the run scaled its columns).
 
     Rows are scaled to unit norm first when the run did so (``row_normalize`` of the model), or the rows longer
-    than the run's ``clip-norm`` scaled down to it (``clip_norm`` of the model).
+    than the run's ``clip-norm`` scaled down to it (``clip_norm`` of the model). A PLINK ``.bed`` file
+    (:class:`~fl_strategies.kernels.rows.BedVariants`) is read once in its variant order, a missing call given the
+    model's mean (0 after centring).
     """
+    if isinstance(X, BedVariants):
+        if X.dimension != model["components"].shape[1]:
+            raise ValueError(f"the rows have {X.dimension} variants; the model needs {model['components'].shape[1]}")
+        if not (model.get("row_normalize", False) or model.get("clip_norm", 0.0) > 0):
+            scores = X.left(model["components"].T, model["mean"], model.get("scale"))
+            if model.get("scaling") == "hwe":  # a person's scores over their share of calls, as the run weighted
+                scores *= np.sqrt(X.missingness_weights())[:, None]
+            return scores
+        X = next(X.blocks())
     X = np.asarray(X, dtype=np.float64)
     d = model["components"].shape[1]
     if X.ndim != 2 or X.shape[1] != d:

@@ -1,4 +1,4 @@
-"""Output files a user can trust: a single file written without damaging what is there, CSV cells that stay data.
+"""Output files a user can trust: no write through a link, no half-written file, CSV cells that stay data.
 
 :func:`plain_cell` (and :func:`plain_frame` for a table) is the one escaper of
 every CSV cell the project writes: a string a spreadsheet would execute as a
@@ -7,23 +7,32 @@ and is not a number) gets a leading ``'``, as the OWASP CSV-injection guidance
 says; numbers, and strings such as ``-1.5e-3``, are written as they are. The
 csv writer's own quoting takes care of separators and quotes inside a cell.
 
-:func:`write_new_file` is the one writer of a single output file a command
-hands to its user (``client_app.transform``'s scores): the bytes go to a
-temporary file of mode ``0o600`` in the target's directory, which is renamed
-over the target only once complete, so a kill at any point leaves either the
-old file or the new one, never a part. The mode stays ``0o600`` whatever the
-umask: the output is derived from a node's private rows.
+Every file the project writes goes through this module, so that no write ever follows a symbolic link:
+
+* :func:`write_file` writes a whole file: the destination is looked at with ``lstat`` (a link, a directory, a
+  FIFO or a device there is refused with :class:`UnsafeDestination`, one line naming it), the bytes go to a new
+  temporary file in the same directory (created with ``O_EXCL | O_NOFOLLOW``) that is renamed over the
+  destination once complete, so a kill leaves the old file or the new one, never a part, and a link planted
+  between the check and the rename is replaced, never written through. The new file keeps the mode of the file
+  it replaces (a new one gets the umask's), or mode ``0o600`` whatever the umask for private content.
+* :func:`append_file` appends to a regular file opened with ``O_NOFOLLOW`` (a results table growing by a row).
+* :func:`open_file` opens a regular file for writing with ``O_NOFOLLOW`` and keeps it open (a process's log, a
+  lock file).
+* :func:`make_directory` creates a directory the project writes into and refuses one that is a link.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-import tempfile
+import secrets
+import stat
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Union
 
-__all__ = ["FORMULA_START", "plain_cell", "plain_frame", "same_file", "refuse_overwrite", "write_new_file"]
+__all__ = ["FORMULA_START", "plain_cell", "plain_frame", "same_file", "refuse_overwrite", "UnsafeDestination",
+           "check_destination", "check_below", "write_file", "append_file", "open_file", "make_directory"]
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 """First characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection)."""
@@ -89,33 +98,195 @@ def refuse_overwrite(out: str | Path, label: str, inputs: dict[str, str | Path],
         raise ValueError(f"{label} {str(out)!r} already exists: choose a new path, or pass --force to replace it")
 
 
-def write_new_file(out: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
-    """Write ``out`` atomically with mode ``0o600``: ``write(handle)`` fills a temporary file that is renamed.
+Content = Union[bytes, str, Callable[[IO[bytes]], None]]
+"""What :func:`write_file` writes: bytes, text (UTF-8), or a function that writes to a binary handle."""
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+
+
+class UnsafeDestination(OSError):
+    """A destination that is no regular file (a symbolic link above all): one line naming it and what to do."""
+
+
+def _kind(mode: int) -> str | None:
+    """What a file of ``st_mode`` ``mode`` is when it is no regular file, else ``None``."""
+    for test, kind in _KINDS:
+        if test(mode):
+            return kind
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _refusal(path: Path, kind: str) -> UnsafeDestination:
+    return UnsafeDestination(f"{str(path)!r} is {kind}: refusing to write through it; remove it or choose "
+                             "another destination")
+
+
+def check_destination(path: str | Path) -> os.stat_result | None:
+    """The ``lstat`` of ``path`` when it is a regular file, ``None`` when nothing is there.
+
+    Raises
+    ------
+    UnsafeDestination
+        When ``path`` is a symbolic link (whatever it points to), a directory, a FIFO, a device or a socket.
+    """
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (a file above it is refused on writing)
+        return None
+    kind = _kind(st.st_mode)
+    if kind:
+        raise _refusal(Path(path), kind)
+    return st
+
+
+def check_below(root: str | Path, path: str | Path) -> os.stat_result | None:
+    """:func:`check_destination` of ``path``, after refusing a link at any directory between ``root`` and it.
+
+    ``root`` itself (an output the user named) may be a link; what the project creates below it may not.
+
+    Raises
+    ------
+    UnsafeDestination
+        Naming the first link, or file where a directory belongs, on the way, or ``path`` itself.
+    """
+    root, path = Path(root), Path(path)
+    current = root
+    for part in path.relative_to(root).parts[:-1]:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            raise _refusal(current, _kind(st.st_mode) or "a file, not a directory")
+    return check_destination(path)
+
+
+def _temporary(path: Path, mode: int) -> tuple[int, Path]:
+    """A new file beside ``path`` (``O_EXCL | O_NOFOLLOW``, created with ``mode`` under the umask): its fd and path."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode), tmp
+        except FileExistsError:
+            continue
+
+
+def write_file(path: str | Path, content: Content, private: bool = False) -> Path:
+    """Write ``path`` whole and atomically, never through a link (module docstring).
 
     Parameters
     ----------
-    out : str or Path
-        The target; its directory must exist. A link at ``out`` is replaced, its target left alone.
-    write : callable
-        Called with a binary file handle open for writing.
+    path : str or Path
+        The destination; its directory must exist.
+    content : bytes, str or callable
+        The bytes, a text (written as UTF-8), or a function called with a binary handle open for writing.
+    private : bool
+        Mode ``0o600`` whatever the umask (a key, rows of a node, anything derived from them); otherwise the
+        mode of the file replaced, or the umask's for a new file.
 
     Returns
     -------
     Path
-        ``out``.
+        ``path``.
+
+    Raises
+    ------
+    UnsafeDestination
+        ``path`` is a link, a directory, a FIFO, a device or a socket; nothing is written.
+    OSError
+        The directory cannot be written; nothing is left behind.
     """
-    out = Path(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent or ".")
+    path = Path(path)
+    before = check_destination(path)
+    fd, tmp = _temporary(path, 0o600 if private else 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
-            write(handle)
+            if private:
+                os.fchmod(fd, 0o600)
+            elif before is not None:
+                os.fchmod(fd, stat.S_IMODE(before.st_mode))
+            if callable(content):
+                content(handle)
+            else:
+                handle.write(content.encode("utf-8") if isinstance(content, str) else content)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, out)
+        os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
-    return out
+    return path
+
+
+def open_file(path: str | Path, truncate: bool = False, private: bool = False) -> IO[bytes]:
+    """``path`` open for reading and writing (created if missing), never through a link.
+
+    Parameters
+    ----------
+    path : str or Path
+    truncate : bool
+        Empty an existing file (a log written afresh).
+    private : bool
+        Mode ``0o600`` for a new file.
+
+    Raises
+    ------
+    UnsafeDestination
+        ``path`` is a link, a directory, a FIFO, a device or a socket.
+    """
+    path = Path(path)
+    check_destination(path)
+    flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | (os.O_TRUNC if truncate else 0)
+    try:
+        fd = os.open(path, flags & ~os.O_TRUNC, 0o600 if private else 0o666)
+    except OSError as ex:
+        if ex.errno == errno.ELOOP:
+            raise _refusal(path, "a symbolic link") from None
+        raise
+    kind = _kind(os.fstat(fd).st_mode)
+    if kind:  # replaced by a FIFO or a device after the check
+        os.close(fd)
+        raise _refusal(path, kind)
+    os.set_blocking(fd, True)
+    if truncate:
+        os.ftruncate(fd, 0)
+    return os.fdopen(fd, "r+b")
+
+
+def append_file(path: str | Path, data: bytes) -> None:
+    """Append ``data`` to the regular file ``path`` (created if missing), never through a link.
+
+    Raises
+    ------
+    UnsafeDestination
+        ``path`` is a link, a directory, a FIFO, a device or a socket.
+    """
+    with open_file(path) as handle:
+        handle.seek(0, os.SEEK_END)
+        handle.write(data)
+
+
+def make_directory(path: str | Path, mode: int = 0o777) -> Path:
+    """Create the directory ``path`` (and its parents) if needed; refuse one that is a link or no directory.
+
+    Raises
+    ------
+    UnsafeDestination
+        ``path`` is a symbolic link (even to a directory) or another kind of file.
+    """
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
+        st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDestination(f"{str(path)!r} is {_kind(st.st_mode)}, not a directory: refusing to write into "
+                                "it; remove it or choose another destination")
+    return path

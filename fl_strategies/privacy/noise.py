@@ -47,7 +47,7 @@ from ..files.secret_files import create_secret_file, read_secret_file
 from ..kernels.rows import BLOCK_BYTES
 
 __all__ = ["NOISE_SOURCES", "STREAM_NOISE", "SECRET_KEY", "ClientNoise", "KeyedNormal", "is_deployment",
-           "resolve_source", "read_or_create_secret", "run_noise_source"]
+           "resolve_source", "read_secret", "read_or_create_secret", "run_noise_source"]
 
 NOISE_SOURCES = ("auto", "node-secret", "os", "seeded", "seeded-not-private")
 STREAM_NOISE = 2
@@ -81,6 +81,20 @@ def resolve_source(source: str, node_config: Mapping[str, Any], noisy: bool) -> 
     return source
 
 
+def read_secret(path: str | Path, label: str = f"node config {SECRET_KEY}") -> bytes:
+    """The node's secret in the existing file ``path``, judged by
+    :func:`fl_strategies.files.secret_files.read_secret_file` before a byte is read: a regular file (no link,
+    FIFO or device), owned by the reading user, mode exactly 600, of 32 bytes.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file (after ``label``) and what is wrong with it.
+    """
+    return read_secret_file(path, SECRET_BYTES, label, what=f"a {SECRET_BYTES}-byte secret (delete the file to "
+                            "draw a new one)")
+
+
 def read_or_create_secret(path: str | Path) -> bytes:
     """The node's secret in ``path``: read it, or create it (mode 600 from the first byte) from OS entropy.
 
@@ -92,10 +106,8 @@ def read_or_create_secret(path: str | Path) -> bytes:
     ValueError
         One line naming the file, if it cannot be created or read or fails a check above.
     """
-    label = f"node config {SECRET_KEY}"
-    create_secret_file(path, os.urandom(SECRET_BYTES), label)
-    return read_secret_file(path, SECRET_BYTES, label, what=f"a {SECRET_BYTES}-byte secret (delete the file to "
-                            "draw a new one)")
+    create_secret_file(path, os.urandom(SECRET_BYTES), f"node config {SECRET_KEY}")
+    return read_secret(path)
 
 
 class KeyedNormal:

@@ -16,7 +16,8 @@ which is subtracted. Methods:
 
 and the accuracy of each against the exact PCA (the eigenvectors of ``X_c X_c^T`` of the centred pooled rows,
 ``n x n``, mapped back: exact to round-off): ``sin theta`` of the top-``rank`` subspace and the largest relative
-error of the explained variances. Prints a markdown table and writes ``bench_genotype.{md,csv}`` to ``--out``.
+error of the explained variances. Prints a markdown table and writes ``bench_genotype.{md,csv}`` to ``--out``
+(default: a new folder, :func:`simulations.benchmarks.out_folder`).
 Usage::
 
     python -m simulations.benchmarks.bench_genotype [--dimension 100000] [--sites 500 500 500 500] [--rank 2]
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import subprocess
 import sys
@@ -35,6 +37,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from fl_strategies.files.plain_files import write_file
+from simulations.benchmarks import out_folder
 
 __all__ = ["main"]
 
@@ -50,7 +55,7 @@ def _worker(method: str, data: Path, rank: int, iteration_rank: int, rounds: int
         from simulations.compare import run_comparison
 
         config = out / "fedpower.toml"
-        config.write_text(f'''title = "genotype PCA"
+        write_file(config, f'''title = "genotype PCA"
 [defaults]
 dataset = "{data}"
 num-clients = {len(files)}
@@ -78,7 +83,7 @@ strategy = "fedpower"
         pca = PCA(n_components=rank, svd_solver=method.split("-")[1], random_state=0).fit(X)
         wall = time.perf_counter() - start
         components, variances = pca.components_, pca.explained_variance_
-    np.savez(out / f"{method}.npz", components=components, variances=variances)
+    write_file(out / f"{method}.npz", lambda handle: np.savez(handle, components=components, variances=variances))
     peak = _peak_bytes()
     print(MARK + json.dumps({"method": method, "wall": wall, "peak": peak}), flush=True)
 
@@ -139,13 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--local-steps", type=int, default=2)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--out", type=Path, default=Path("simulations/benchmarks/results/bench_genotype"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder of the tables (default: a new bench-runs/bench_genotype-<UTC time>; the committed ones only when named)")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         _worker(args.worker, args.data, args.rank, args.iteration_rank, args.rounds, args.local_steps, args.out)
         return 0
+    args.out = out_folder("bench_genotype", args.out)
     from simulations.data.genotypes import write_genotype_sites
 
     rows = []
@@ -181,11 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n".join(lines)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_genotype.md").write_text(table + "\n")
-    with open(args.out / "bench_genotype.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_file(args.out / "bench_genotype.md", table + "\n")
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_file(args.out / "bench_genotype.csv", text.getvalue())
+    print(f"tables in {args.out}")
     return 0
 
 

@@ -19,7 +19,7 @@ records the mean wall time of rounds 2.. (round 1 includes building each
 client's ``A_i`` and, for Ray, starting the actors) and the peak resident
 memory of the process tree (:class:`simulations.engines.ray.PeakMemory`). It
 writes ``bench_scale.csv``, ``bench_scale.md`` (ratios to the floor) and
-``bench_scale.png`` to ``--out``. Usage::
+``bench_scale.png`` to ``--out`` (default: a new folder, :func:`simulations.benchmarks.out_folder`). Usage::
 
     python -m simulations.benchmarks.bench_scale [--clients 10 100 1000 10000] [--rows 1000] [--max-total-rows 1000000]
         [--dim 100] [--rounds 4]
@@ -40,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.files.plain_files import plain_frame
+from fl_strategies.files.plain_files import plain_frame, write_file
+from simulations.benchmarks import out_folder
 
 __all__ = ["main", "measure"]
 
@@ -163,6 +164,8 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
     import matplotlib.pyplot as plt
     import pandas as pd
 
+    from simulations.compare.report import save_figure
+
     out.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows)
     floor = df[df.engine == "numpy"].set_index("clients")["per_round_s"]
@@ -173,7 +176,7 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
     df["ratio_to_rows_floor"] = [r.per_round_s / rows_floor.get(r.clients, np.nan) for r in df.itertuples()]
     df["ms_per_message_over_floor"] = [1e3 * (r.per_round_s - floor.get(r.clients, np.nan)) / r.clients
                                        for r in df.itertuples()]
-    plain_frame(df).to_csv(out / "bench_scale.csv", index=False)
+    write_file(out / "bench_scale.csv", plain_frame(df).to_csv(index=False))
     lines = [f"Produced by `{cmdline}`; FedPower, full participation, p = 1, dimension {rows[0]['dim']}; "
              "wall seconds per round are the mean of rounds 2..; CPU seconds per round (this process; not "
              "measured for Ray, whose work is spread over its processes) are less sensitive to other load on the "
@@ -189,7 +192,7 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
         to_rows = "—" if np.isnan(r.ratio_to_rows_floor) else f"{r.ratio_to_rows_floor:.2f}"
         lines.append(f"| {r.clients} | {r.rows} | {r.engine} | {1e3 * r.per_round_s:.1f} | {r.ratio_to_floor:.1f} | "
                      f"{to_rows} | {cpu} | {cpu_ratio} | {over} | {r.first_round_s:.2f} | {r.peak_mem_gib:.2f} |")
-    (out / "bench_scale.md").write_text("\n".join(lines) + "\n")
+    write_file(out / "bench_scale.md", "\n".join(lines) + "\n")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for engine, g in df.groupby("engine"):
         g = g.sort_values("clients")
@@ -203,8 +206,7 @@ def write_outputs(rows: list[dict], out: Path, cmdline: str) -> None:
     ax2.set(xlabel="clients", ylabel="GiB", title="peak memory (process tree)")
     ax1.legend()
     fig.tight_layout()
-    fig.savefig(out / "bench_scale.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "bench_scale.png", dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,12 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="seconds per (engine, clients) run; one that takes longer is reported and skipped")
-    parser.add_argument("--out", default="simulations/benchmarks/results/bench_scale")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder of the tables (default: a new bench-runs/bench_scale-<UTC time>; the committed ones only when named)")
     parser.add_argument("--one", nargs=2, metavar=("ENGINE", "CLIENTS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(measure(args.one[0], int(args.one[1]), args.rows, args.dim, args.rounds)), flush=True)
         return 0
+    args.out = out_folder("bench_scale", args.out)
     rows = []
     cmdline = ("python -m simulations.benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     for m in args.clients:
@@ -238,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m:>6} clients  {engine:>5}: {1e3 * row['per_round_s']:9.1f} ms/round  "
                   f"first round {row['first_round_s']:.2f} s  peak {row['peak_mem_gib']:.2f} GiB", flush=True)
             rows.append(row)
-            write_outputs(rows, Path(args.out), cmdline)  # after every row: a long run is never lost
-    print((Path(args.out) / "bench_scale.md").read_text())
+            write_outputs(rows, args.out, cmdline)  # after every row: a long run is never lost
+    print((args.out / "bench_scale.md").read_text())
+    print(f"tables in {args.out}")
     return 0
 
 

@@ -69,7 +69,7 @@ from fl_strategies.files.warm_start import check_width, load_start
 from fl_strategies.files.harness import find_harness
 from fl_strategies.protocol.base import RunFailed
 from fl_strategies.settings.registry import STRATEGY_NAMES, spec
-from fl_strategies.files.plain_files import plain_frame
+from fl_strategies.files.plain_files import UnsafeDestination, check_destination, open_file, plain_frame, write_file
 
 from simulations.engines import ArgumentParser, fused_run_config
 from simulations.compare.report import plot_metric, summarize, write_summary_markdown
@@ -530,7 +530,12 @@ class OutputDir:
             return set()
 
     def _refuse_foreign(self) -> None:
-        """Refuse an ``out`` where a name this comparison writes is taken by a file no comparison wrote."""
+        """Refuse an ``out`` where a name this comparison writes is a link, or is taken by a file no comparison
+        wrote."""
+        for name in (*self.names, MANIFEST):
+            if (self.out / name).is_symlink():
+                raise ComparisonError(f"--out {self.out}: {name} is a symbolic link; compare never writes through "
+                                      "one: remove it or choose another --out")
         ours = self.recorded()
         foreign = [name for name in self.names if name not in ours
                    and ((self.out / name).exists() or (self.out / name).is_symlink())]
@@ -542,21 +547,21 @@ class OutputDir:
     def __enter__(self) -> "OutputDir":
         try:
             self.out.mkdir(parents=True, exist_ok=True)
-            self._lock = open(self.out / LOCK_FILE, "a+")  # noqa: SIM115 (closed in __exit__)
+            self._lock = open_file(self.out / LOCK_FILE)
         except OSError as ex:
             raise ComparisonError(f"--out {self.out}: cannot be used: {ex.strerror or ex}") from None
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock.seek(0)
-            holder = self._lock.read().strip() or "?"
+            holder = self._lock.read().decode("utf-8", "replace").strip() or "?"
             self._lock.close()
             self._lock = None
             raise ComparisonError(f"--out {self.out} is in use by another compare process (pid {holder}); wait "
                                   "for it to finish or choose another --out") from None
         self._lock.seek(0)
         self._lock.truncate()
-        self._lock.write(f"{os.getpid()}\n")
+        self._lock.write(f"{os.getpid()}\n".encode())
         self._lock.flush()
         try:
             self._refuse_foreign()
@@ -564,7 +569,10 @@ class OutputDir:
             self.__exit__(None, None, None)
             raise
         for stale in self.out.glob(".staging-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+            if stale.is_symlink():
+                stale.unlink()
+            else:
+                shutil.rmtree(stale, ignore_errors=True)
         self.staging.mkdir()
         return self
 
@@ -586,9 +594,7 @@ class OutputDir:
                 shutil.rmtree(target, ignore_errors=True)
             else:
                 target.unlink(missing_ok=True)
-        tmp = self.out / f"{MANIFEST}.tmp"
-        tmp.write_text(json.dumps(names))
-        os.replace(tmp, manifest)
+        write_file(manifest, json.dumps(names))
         shutil.rmtree(trash, ignore_errors=True)
 
     def __exit__(self, *exc) -> None:
@@ -632,14 +638,14 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
             frames.append(_run_job(job, engine, workdir))
             if FAILURE_COLUMN in frames[-1]:  # a failed run has no result: its estimate is not kept
                 continue
-            shutil.copy(workdir / job.stem / "estimate.npy", stage / "estimates" / f"{job.stem}.npy")
+            write_file(stage / "estimates" / f"{job.stem}.npy", (workdir / job.stem / "estimate.npy").read_bytes())
             if (workdir / job.stem / "pca.npz").exists():  # the PCA model of a noise-free eigenspace run
-                shutil.copy(workdir / job.stem / "pca.npz", stage / "estimates" / f"{job.stem}.pca.npz")
+                write_file(stage / "estimates" / f"{job.stem}.pca.npz", (workdir / job.stem / "pca.npz").read_bytes())
         shutil.rmtree(workdir, ignore_errors=True)
         results = pd.concat(frames, ignore_index=True)
         if FAILURE_COLUMN in results:
             results[FAILURE_COLUMN] = results[FAILURE_COLUMN].fillna("")
-        plain_frame(results).to_csv(stage / "results.csv", index=False)
+        write_file(stage / "results.csv", plain_frame(results).to_csv(index=False))
         write_report(results, meta, stage)
         target.commit()
     return results
@@ -694,9 +700,8 @@ def report_only(config: str | Path, out: str | Path) -> pd.DataFrame:
         written = {path.name for path in target.staging.iterdir()}
         for path in target.staging.iterdir():
             os.replace(path, out / path.name)
-        tmp = out / f"{MANIFEST}.tmp"  # the plot of another metric is this comparison's output too
-        tmp.write_text(json.dumps(sorted(target.recorded() | written)))
-        os.replace(tmp, out / MANIFEST)
+        # the plot of another metric is this comparison's output too
+        write_file(out / MANIFEST, json.dumps(sorted(target.recorded() | written)))
     return results
 
 

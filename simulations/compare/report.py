@@ -47,11 +47,14 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fl_strategies.files.plain_files import write_file  # noqa: E402
+
 __all__ = [
     "rounds_to_reach",
     "summarize",
     "write_summary_markdown",
     "plot_metric",
+    "save_figure",
 ]
 
 #: Smallest value drawn on the log axis; zeros and tinier values are clipped.
@@ -376,7 +379,7 @@ def write_summary_markdown(
         lines += [f"- {_escape_cell(row['run'])}: {_escape_cell(row['failed'])}" for row in failed]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_file(path, "\n".join(lines) + "\n")
 
 
 # --------------------------------------------------------------------------- #
@@ -483,6 +486,18 @@ def _make_axes(n_panels: int):
     return fig, axes
 
 
+def save_figure(fig, path, dpi: int = 120) -> Path:
+    """Write the matplotlib figure ``fig`` to ``path`` (its suffix names the format) and close it.
+
+    The file is written by :func:`fl_strategies.files.plain_files.write_file`: never through a link.
+    """
+    path = Path(path)
+    try:
+        return write_file(path, lambda handle: fig.savefig(handle, dpi=dpi, format=path.suffix.lstrip(".") or "png"))
+    finally:
+        plt.close(fig)
+
+
 def plot_metric(
     df: pd.DataFrame,
     path,
@@ -538,5 +553,4 @@ def plot_metric(
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)

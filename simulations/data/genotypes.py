@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fl_strategies.files.plain_files import write_file
+
 __all__ = ["genotype_sites", "write_genotype_sites"]
 
 
@@ -62,5 +64,5 @@ def write_genotype_sites(folder, sizes, dimension: int, **kw) -> list[Path]:
     paths = []
     for i, G in enumerate(genotype_sites(sizes, dimension, **kw)):
         paths.append(folder / f"partition_{i}.npy")
-        np.save(paths[-1], G)
+        write_file(paths[-1], lambda handle: np.save(handle, G, allow_pickle=False))
     return paths

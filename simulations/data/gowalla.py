@@ -44,7 +44,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.linalg import svds
 
-from fl_strategies.files.plain_files import plain_frame
+from fl_strategies.files.plain_files import plain_frame, write_file
 
 __all__ = [
     "DEFAULT_PATH",
@@ -427,10 +427,10 @@ def main(argv: list[str] | None = None) -> int:
             {"source": f"ours_top{args.q}", **{k: row[k] for k in PAPER_TABLE1}},
         ]
     )
-    plain_frame(table).to_csv(args.out / "table1.csv", index=False, float_format="%.6g")
-    plain_frame(prefixes).to_csv(args.out / "mu0_by_q.csv", index=False, float_format="%.6g")
+    write_file(args.out / "table1.csv", plain_frame(table).to_csv(index=False, float_format="%.6g"))
+    write_file(args.out / "mu0_by_q.csv", plain_frame(prefixes).to_csv(index=False, float_format="%.6g"))
     text = _markdown(row, prefixes, args.path)
-    (args.out / "table1.md").write_text(text)
+    write_file(args.out / "table1.md", text)
     print(text)
     print(f"({row['seconds']:.0f} s) wrote {args.out}/table1.md, table1.csv, mu0_by_q.csv")
     return 0

@@ -46,6 +46,11 @@ def engine_directory(run_config: dict, partition_of: dict[int, int]):
     return NodeDirectory(partition_of=dict(partition_of), sizes=sizes, fingerprints=fingerprints)
 
 
+def listed(names: list[str], most: int = 6) -> str:
+    """``names`` for a one-line message: the first ``most`` of them, then how many more."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose refusal of a bad argument is one line (``prog: error: argument ...``)."""
 

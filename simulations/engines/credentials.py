@@ -16,13 +16,18 @@ Everything is generated with the ``cryptography`` package (a dependency of
 Flower); nothing is downloaded. The keys are for testing and for small
 deployments: keep the CA key (``ca.key``) private, or delete it.
 
+Keys never go into a repository: a ``DIR`` inside a git working copy that git does not ignore is refused
+(:func:`committable_in`); Flower's app bundle (``flwr run .``) only takes ``.py``, ``.toml``, ``.md``, ``.yaml``,
+``.json`` and ``LICENSE`` files, so it never ships a key or a certificate either.
+
 It never replaces what is there: a ``DIR`` that already holds any of these files (a CA, a server key, a node
 key of the requested range) is refused, naming them, and nothing is written; ``--rotate`` replaces them on
 purpose (every SuperNode then needs its new key and the new ``ca.crt``).
 
-Every private key (``ca.key``, ``server.key``, ``node_<i>``) is created with mode 600 from its first byte
-(:func:`write_private` opens it with that mode; nothing is restricted afterwards); a directory the module
-creates is mode 700.
+Every file is written by :func:`fl_strategies.files.plain_files.write_file`: never through a link (a link at
+any of these names is refused, ``--rotate`` or not, and nothing is written), into a temporary file renamed into
+place. Every private key (``ca.key``, ``server.key``, ``node_<i>``) is created with mode 600 from its first
+byte; a directory the module creates is mode 700.
 """
 
 from __future__ import annotations
@@ -31,32 +36,18 @@ import datetime
 import ipaddress
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
+
+from fl_strategies.files.plain_files import UnsafeDestination, check_destination, write_file
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-__all__ = ["write_tls_files", "write_node_keys", "write_private", "written_names"]
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file ``path`` readable and writable by its owner only (mode 600).
-
-    The file is opened with ``O_CREAT | O_EXCL`` and mode ``0o600``, so no byte of the key is ever in a file
-    that others may read; an existing file is removed first (its mode could be wider, and ``O_CREAT`` keeps the
-    mode of an existing file).
-    """
-    path = Path(path)
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+__all__ = ["write_tls_files", "write_node_keys", "written_names", "committable_in"]
 
 
 def _name(common_name: str) -> x509.Name:
@@ -99,10 +90,10 @@ def write_tls_files(directory: Path, hosts: tuple[str, ...] = ("localhost", "127
               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
               .add_extension(x509.SubjectAlternativeName(names), critical=False)
               .sign(ca_key, hashes.SHA384()))
-    write_private(directory / "ca.key", _pem_key(ca_key))
-    (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    write_private(directory / "server.key", _pem_key(server_key))
-    (directory / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    write_file(directory / "ca.key", _pem_key(ca_key), private=True)
+    write_file(directory / "ca.crt", ca.public_bytes(serialization.Encoding.PEM))
+    write_file(directory / "server.key", _pem_key(server_key), private=True)
+    write_file(directory / "server.pem", server.public_bytes(serialization.Encoding.PEM))
 
 
 def write_node_keys(directory: Path, count: int, prefix: str = "node") -> list[Path]:
@@ -118,10 +109,10 @@ def write_node_keys(directory: Path, count: int, prefix: str = "node") -> list[P
     for i in range(count):
         key = ec.generate_private_key(ec.SECP384R1())
         private = directory / f"{prefix}_{i}"
-        write_private(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                                 serialization.NoEncryption()))
-        (directory / f"{prefix}_{i}.pub").write_bytes(
-            key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
+        write_file(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                              serialization.NoEncryption()), private=True)
+        write_file(directory / f"{prefix}_{i}.pub",
+                   key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
         paths.append(private)
     return paths
 
@@ -132,13 +123,31 @@ def written_names(nodes: int, prefix: str = "node") -> list[str]:
         f"{prefix}_{i}{suffix}" for i in range(nodes) for suffix in ("", ".pub")]
 
 
+def committable_in(directory: Path) -> Path | None:
+    """The git working copy in which a key written to ``directory`` could be committed, or ``None``.
+
+    ``None`` when ``directory`` is in no working copy, when git ignores its files (``git check-ignore``), or
+    when git cannot be run (nothing can then be committed from this machine).
+    """
+    directory = Path(directory).expanduser().resolve()
+    top = next((parent for parent in (directory, *directory.parents) if (parent / ".git").exists()), None)
+    if top is None:
+        return None
+    try:
+        done = subprocess.run(["git", "-C", str(top), "check-ignore", "-q", "--no-index", str(directory / "ca.key")],
+                              capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return top if done.returncode == 1 else None
+
+
 MAX_NODES = 10_000
 """Most SuperNode key pairs written in one call."""
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (2: a bad argument, one line)."""
-    from simulations.engines import ArgumentParser
+    from simulations.engines import ArgumentParser, listed
 
     parser = ArgumentParser(prog="python -m simulations.engines.credentials", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory")
@@ -164,12 +173,21 @@ def main(argv: list[str] | None = None) -> int:
             if not re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9*]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                                 r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*", host):
                 return refuse(f"--host {host!r}: not an IP address or a DNS name (letters, digits, '-' and '.')")
+    repository = committable_in(out)
+    if repository is not None:
+        return refuse(f"directory {args.directory}: is in the git working copy {repository}, which does not "
+                      "ignore it: the keys could be committed; choose a directory outside it (the README's "
+                      "$FEDSPECTRAL_HOME/creds) or add it to .gitignore")
+    try:
+        for name in written_names(args.nodes):
+            check_destination(out / name)
+    except UnsafeDestination as ex:
+        return refuse(f"directory {args.directory}: {ex}; nothing was written")
     existing = [name for name in written_names(args.nodes) if os.path.lexists(out / name)]
     if existing and not args.rotate:
-        shown = ", ".join(existing[:6]) + (f" and {len(existing) - 6} more" if len(existing) > 6 else "")
-        return refuse(f"directory {args.directory}: already holds {shown}; nothing was written (every SuperNode "
-                      "provisioned from them would stop connecting): give --rotate to replace them, or another "
-                      "directory")
+        return refuse(f"directory {args.directory}: already holds {listed(existing)}; nothing was written (every "
+                      "SuperNode provisioned from them would stop connecting): give --rotate to replace them, or "
+                      "another directory")
     try:
         write_tls_files(out, hosts=("localhost", "127.0.0.1", *args.host))
         write_node_keys(out, args.nodes)

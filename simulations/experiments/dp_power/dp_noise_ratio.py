@@ -42,7 +42,7 @@ import scipy.linalg
 from scipy.linalg.blas import dtrsm
 
 from fl_strategies.privacy.dp_sensitivity import delta_a, delta_b
-from fl_strategies.files.plain_files import plain_frame
+from fl_strategies.files.plain_files import plain_frame, write_file
 
 __all__ = [
     "DEFAULT_KS",
@@ -249,6 +249,8 @@ def _plot(df: pd.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from simulations.compare.report import save_figure
+
     ns = sorted(df.n.unique())
     fig, axes = plt.subplots(1, len(ns), figsize=(5.5 * len(ns), 4), sharey=True, squeeze=False)
     for ax, n in zip(axes[0], ns):
@@ -262,8 +264,7 @@ def _plot(df: pd.DataFrame, path: Path) -> None:
     axes[0][0].set_ylabel("r(k, n)")
     axes[0][0].legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def run(
@@ -310,8 +311,9 @@ def run(
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        plain_frame(df.drop(columns="seconds")).to_csv(out / "results.csv", index=False, float_format="%.6g")
-        (out / "summary.md").write_text(_summary(df, runs, seed, grid))
+        write_file(out / "results.csv", plain_frame(df.drop(columns="seconds")).to_csv(index=False,
+                                                                                        float_format="%.6g"))
+        write_file(out / "summary.md", _summary(df, runs, seed, grid))
         _plot(df, out / "ratio.png")
     return df
 

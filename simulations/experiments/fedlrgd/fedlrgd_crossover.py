@@ -37,7 +37,7 @@ from fl_strategies.settings.participation import sample_partitions
 from fl_strategies.kernels.fedave import step_size
 from fl_strategies.kernels.fedlrgd import client_weights, draw_pivots, inexact_gd, invert, server_matrices
 from fl_strategies.kernels.losses import minimise, objective, smoothness
-from fl_strategies.files.plain_files import plain_frame
+from fl_strategies.files.plain_files import plain_frame, write_file
 
 __all__ = ["make_data", "fedlrgd_curve", "fedave_curve", "first_stay_below", "run"]
 
@@ -192,6 +192,8 @@ def report(df: pd.DataFrame, out: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from simulations.compare.report import save_figure
+
     ps = sorted(df.p.unique())
     fig, axes = plt.subplots(1, len(ps), figsize=(4.2 * len(ps), 3.8), sharey=True)
     colors = dict(zip(sorted(df.phi.unique()), ["C0", "C1", "C2", "C3", "C4", "C5"]))
@@ -209,8 +211,7 @@ def report(df: pd.DataFrame, out: Path, title: str) -> None:
     np.atleast_1d(axes)[-1].legend(fontsize=6, ncol=2)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / "oracle_complexity.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "oracle_complexity.png", dpi=120)
 
     lines = [f"# {title}", "", "Gamma(FedLRGD) / Gamma(FedAve) (median over seeds for FedLRGD; FedAve on the "
              "seed-mean gap; < 1: FedLRGD needs fewer; inf: FedLRGD does not reach eps; 0: FedAve does not)", ""]
@@ -236,7 +237,7 @@ def report(df: pd.DataFrame, out: Path, title: str) -> None:
             cells = [f"{v:g}" if not np.isnan(v) else "-" for v in
                      (sub[sub.eps == e].comm_epochs.iloc[0] for e in eps_list)]
             lines.append(f"| {p + 1} | {alg} | " + " | ".join(cells) + " |")
-    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    write_file(out / "summary.md", "\n".join(lines) + "\n")
 
 
 def main(argv=None) -> None:
@@ -249,7 +250,7 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     df = run(c, args.workers)
-    plain_frame(df).to_csv(out / "results.csv", index=False)
+    write_file(out / "results.csv", plain_frame(df).to_csv(index=False))
     report(df, out, c.get("title", "FedLRGD vs FedAve"))
     print((out / "summary.md").read_text())
 

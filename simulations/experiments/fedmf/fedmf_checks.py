@@ -64,6 +64,8 @@ def figure2(out, draws: int = 50, T: int = 1000) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from simulations.compare.report import save_figure
+
     from fl_strategies.kernels.mf import initial_u
 
     result = {}
@@ -96,8 +98,7 @@ def figure2(out, draws: int = 50, T: int = 1000) -> dict:
         ax.set_title(f"synthetic, noise {noise:g}")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, dpi=110)
     return result
 
 

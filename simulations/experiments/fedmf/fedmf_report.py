@@ -29,6 +29,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fl_strategies.files.plain_files import write_file  # noqa: E402
+from simulations.compare.report import save_figure  # noqa: E402
 from simulations.engines import ArgumentError, ArgumentParser, read_results  # noqa: E402
 
 __all__ = ["table2", "plot_convergence", "main"]
@@ -101,8 +103,7 @@ def plot_convergence(results: pd.DataFrame, path: Path, title: str = "") -> None
         ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     cols = list(table.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
-    (args.dir / "table2.md").write_text(header + "\n".join(lines) + "\n")
+    write_file(args.dir / "table2.md", header + "\n".join(lines) + "\n")
     plot_convergence(results, args.dir / "convergence.png", args.title)
     print(header + "\n".join(lines))
     return 0

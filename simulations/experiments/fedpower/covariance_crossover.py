@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fl_strategies.files.plain_files import plain_frame
+from fl_strategies.files.plain_files import plain_frame, write_file
 
 DEFAULT_DIMENSIONS = (16, 64, 256, 1000, 2000)
 
@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("flwr").setLevel(logging.WARNING)
     table = run(args.dimensions, args.tol)
     args.out.mkdir(parents=True, exist_ok=True)
-    plain_frame(table).to_csv(args.out / "crossover.csv", index=False)
+    write_file(args.out / "crossover.csv", plain_frame(table).to_csv(index=False))
     text = markdown(table)
-    (args.out / "crossover.md").write_text(text)
+    write_file(args.out / "crossover.md", text)
     print(text, end="")
     return 0
 

@@ -37,6 +37,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fl_strategies.files.plain_files import write_file  # noqa: E402
+from simulations.compare.report import save_figure  # noqa: E402
 from simulations.engines import ArgumentError, ArgumentParser, read_results  # noqa: E402
 
 __all__ = ["sampling_factor", "floor_table", "main"]
@@ -101,8 +103,7 @@ def _plot(table: pd.DataFrame, m: int, path: Path) -> None:
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     m = args.num_clients or int(df["distinct_participants"].max())
     table = floor_table(df, m, args.last)
     text = _markdown(table, args.last)
-    (args.dir / "stragglers.md").write_text(text)
+    write_file(args.dir / "stragglers.md", text)
     _plot(table, m, args.dir / "floor_vs_kept.png")
     print(text, end="")
     return 0

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fl_strategies.files.plain_files import write_file
 from fl_strategies.kernels.linalg import subspace_distance
 from simulations.engines import fused_run_config
 from simulations.engines.local import run_local
@@ -60,12 +61,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("compare_methods.md"))
     args = parser.parse_args(argv)
-    out = args.out.open("w")
+    written: list[str] = []
 
     def emit(line: str) -> None:
         print(line, flush=True)
-        out.write(line + "\n")
-        out.flush()
+        written.append(line + "\n")
+        write_file(args.out, "".join(written))
 
     emit(f"Median sin theta over {args.seeds} seeds from the exact centred PCA (compare_methods.py, "
          f"dims {' '.join(map(str, args.dims))}).\n")
@@ -91,7 +92,6 @@ def main(argv: list[str] | None = None) -> None:
                 emit(f"| {d} | {eps:g} | {med['covariance']:.3f} | {med['dp-power']:.3f} | {med['fedpower']:.3f} | "
                      f"{med['central']:.3f} | {sent['covariance']:.0f} / {sent['dp-power']:.0f} / "
                      f"{sent['fedpower']:.0f} |")
-    out.close()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fl_strategies.files.plain_files import write_file
 from fl_strategies.kernels.linalg import top_eigenvectors
 
 __all__ = ["owner_rows", "write_folder", "centred_pca"]
@@ -40,7 +41,7 @@ def write_folder(blocks: list[np.ndarray], folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for i, X in enumerate(blocks):
-        np.save(folder / f"partition_{i}.npy", X)
+        write_file(folder / f"partition_{i}.npy", lambda handle: np.save(handle, X, allow_pickle=False))
     return folder
 
 
