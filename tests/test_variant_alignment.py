@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -97,3 +100,35 @@ def test_alignment_keeps_the_shared_variants_flips_swapped_alleles_and_drops_mis
     columns, flip = site_alignment(lists[1], variants)
     np.testing.assert_array_equal(columns, [3, 2, 1, 0, -1])
     np.testing.assert_array_equal(flip, [True, True, False, False, False])
+
+
+@pytest.mark.plink2
+@pytest.mark.skipif(shutil.which("plink2") is None, reason="plink2 is not installed")
+@pytest.mark.parametrize("site", [0, 1, 2])
+def test_plink2_score_with_the_runs_weights_gives_transforms_eigenvectors(tmp_path, site):
+    """Site 1 lists the variants in another order with a third of A1/A2 exchanged, site 2 lacks five of them."""
+    import pandas as pd
+
+    from client_app.transform import main
+    from fl_strategies.files.plink_outputs import score_command
+
+    sites = simulated_sites((50, 60, 45), 300, seed=13)
+    model, kept = run(tmp_path, sites, 300)
+    (npz,) = (tmp_path / "out" / "estimates").glob("*.pca.npz")
+    prefix = str(npz)[:-len(".pca.npz")]
+    bed = tmp_path / "data" / f"partition_{site}.bed"
+    assert main(["--model", str(npz), "--data", str(bed), "--out", str(tmp_path / "site.eigenvec")]) == 0
+    vectors = np.loadtxt(tmp_path / "site.eigenvec", skiprows=1, usecols=(2, 3), ndmin=2)
+    subprocess.run(score_command(str(bed)[:-4], prefix, 2, str(tmp_path / "score")) + ["--threads", "1"],
+                   check=True, capture_output=True)
+    table = pd.read_csv(tmp_path / "score.sscore", sep="\t")
+    calls = table["ALLELE_CT"].to_numpy() / 2  # each person's non-missing calls of the model's variants
+    sums = table[["PC1_SUM", "PC2_SUM"]].to_numpy() * (len(kept) / calls)[:, None]  # plink2's missingness factor
+    G = sites[site][:, kept]
+    np.testing.assert_array_equal(calls, (~np.isnan(G)).sum(axis=1))
+    X = imputed_reference(np.vstack([S[:, kept] for S in sites]), "hwe")[sum(len(S) for S in sites[:site]):][:len(G)]
+    exact = X @ model["components"].T / model["singular_values"] * (len(kept) / calls)[:, None]
+    for written in (sums, vectors):  # both printed to 6 significant digits: at most half a unit of the 6th off
+        assert np.all(np.abs(written - exact) <= 5e-6 * np.abs(exact) + 1e-12)
+    print(f"site {site}: plink2 --score vs exact, max abs {np.abs(sums - exact).max():.2g} (largest score "
+          f"{np.abs(exact).max():.3g}), max rel {np.max(np.abs(sums - exact) / np.abs(exact)):.2g}")
