@@ -132,3 +132,33 @@ def test_plink2_score_with_the_runs_weights_gives_transforms_eigenvectors(tmp_pa
         assert np.all(np.abs(written - exact) <= 5e-6 * np.abs(exact) + 1e-12)
     print(f"site {site}: plink2 --score vs exact, max abs {np.abs(sums - exact).max():.2g} (largest score "
           f"{np.abs(exact).max():.3g}), max rel {np.max(np.abs(sums - exact) / np.abs(exact)):.2g}")
+
+
+def test_a_run_whose_sites_share_too_few_variants_is_refused_in_one_line(tmp_path):
+    from fl_strategies.settings.config import ConfigError
+    from simulations.compare import run_comparison
+
+    sites = simulated_sites((30, 30), 40, seed=15)
+    (tmp_path / "data").mkdir()
+    ids = [f"rs{100 + j}" for j in range(40)]
+    write_site(tmp_path / "data" / "partition_0.bed", sites[0], ids, [("A", "G")] * 40)
+    write_site(tmp_path / "data" / "partition_1.bed", sites[1], ids[:15] + [f"rs{900 + j}" for j in range(25)],
+               [("A", "G")] * 40)
+    (tmp_path / "c.toml").write_text(f'''title = "genotypes"
+[defaults]
+dataset = "{tmp_path / 'data'}"
+num-clients = 2
+rank = 2
+iteration-rank = 3
+num-server-rounds = 3
+center = true
+row-normalize = false
+[[runs]]
+name = "fedpower"
+strategy = "fedpower"
+''')
+    with pytest.raises(ConfigError) as refused:
+        run_comparison(tmp_path / "c.toml", out=tmp_path / "out")
+    assert str(refused.value) == (
+        "the sites share 15 variants (same ID and alleles), fewer than 0.5 of a site's (partition 0: 40, partition 1: "
+        "40; 50 not at every site, 0 with other alleles, 0 listed twice at a site): refusing to run on so few")
