@@ -28,7 +28,7 @@ from fl_strategies.kernels.rows import BedVariants
 from fl_strategies.files.pca import load_model, transform
 from fl_strategies.files.plain_files import refuse_overwrite, write_file
 from fl_strategies.files.plink_outputs import draw_ancestry, eigenvec_text, plink2_eigenvectors
-from fl_strategies.files.variants import read_bim, read_fam, site_alignment
+from fl_strategies.files.variants import as_variants, read_fam
 
 __all__ = ["main", "transform"]
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         model = load_model(args.model)
         X = open_samples(args.data, "--data")  # a .bed file stays on disk, read in its variant order
         if isinstance(X, BedVariants) and model.get("variants") is not None:
-            X = _as_model_variants(X, args.data, model["variants"])
+            X = as_variants(X, args.data, model["variants"], "--data")
         if not isinstance(X, BedVariants):
             X = X.toarray() if hasattr(X, "toarray") else np.asarray(X, dtype=np.float64)
         try:
@@ -75,19 +75,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{scores.shape[0]} rows -> {scores.shape[1]} components: {out}")
     return 0
-
-
-def _as_model_variants(X: BedVariants, path: str, variants: list[tuple[str, str, str]]) -> BedVariants:
-    """The ``.bed`` as the columns of the model's variant list (found by ID, A1/A2 exchanged flipped when
-    decoded), unless its ``.bim`` lists exactly those."""
-    own = [(vid, a1, a2) for _, vid, _, a1, a2 in read_bim(path)]
-    if own == list(variants):
-        return X
-    try:
-        columns, flip = site_alignment(own, variants)
-    except ValueError as ex:
-        raise ValueError(f"--data {path!r}: {ex}") from None
-    return X.aligned(columns, flip, len(variants))
 
 
 if __name__ == "__main__":

@@ -162,3 +162,9 @@ strategy = "fedpower"
     assert str(refused.value) == (
         "the sites share 15 variants (same ID and alleles), fewer than 0.5 of a site's (partition 0: 40, partition 1: "
         "40; 50 not at every site, 0 with other alleles, 0 listed twice at a site): refusing to run on so few")
+
+
+def test_compare_draws_every_site_in_the_ancestry_space(tmp_path):
+    run(tmp_path, simulated_sites((50, 60, 45), 300, seed=16), 300)
+    (picture,) = (tmp_path / "out" / "estimates").glob("*.ancestry.png")
+    assert picture.read_bytes()[:4] == b"\x89PNG"

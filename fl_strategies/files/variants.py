@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["MIN_SHARED", "read_bim", "read_fam", "variant_digest", "encode_variants", "decode_variants",
-           "align_variants", "site_alignment", "AMBIGUOUS"]
+           "align_variants", "site_alignment", "as_variants", "AMBIGUOUS"]
 
 MIN_SHARED = 0.5
 """The smallest share of a site's variants that every site must hold for a run over aligned variant lists."""
@@ -159,3 +159,17 @@ def site_alignment(own: list[tuple[str, str, str]], variants: list[tuple[str, st
         raise ValueError(f"the file holds {np.unique(columns[columns >= 0]).size} of the run's {len(variants)} "
                          "variants (same ID and alleles)")
     return columns, flip
+
+
+def as_variants(X, path: str | Path, variants: list[tuple[str, str, str]], label: str = "file"):
+    """A ``.bed`` (:class:`~fl_strategies.kernels.rows.BedVariants`) as the columns of ``variants`` (a model's: found
+    by ID, A1/A2 exchanged flipped when decoded), unless its ``.bim`` lists exactly those; ``label`` names ``path``
+    in a refusal."""
+    own = [(vid, a1, a2) for _, vid, _, a1, a2 in read_bim(path)]
+    if own == list(variants):
+        return X
+    try:
+        columns, flip = site_alignment(own, variants)
+    except ValueError as ex:
+        raise ValueError(f"{label} {str(path)!r}: {ex}") from None
+    return X.aligned(columns, flip, len(variants))
