@@ -114,7 +114,8 @@ class ResultsWriter:
 
     def write_model(self, model: dict, run_config: dict) -> None:
         """Write the run's PCA model to ``pca.npz`` (:func:`fl_strategies.files.pca.save_model`); for a run over
-        ``.bed`` files also ``pca.eigenval``, ``pca.score`` and ``pca.afreq`` (:mod:`fl_strategies.files.plink_outputs`)."""
+        ``.bed`` files also ``pca.eigenval``, ``pca.score`` and ``pca.afreq``
+        (:mod:`fl_strategies.files.plink_outputs`)."""
         path = save_model(self.dir / "pca.npz", model, run_config,
                           privacy=model.get("privacy") or {"epsilon": 0.0, "note": "no noise"})
         log.info("PCA model written to %s", path.resolve())
