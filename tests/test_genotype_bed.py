@@ -155,6 +155,7 @@ def test_missing_calls_are_mean_imputed_inside_the_products(tmp_path):
     G = np.vstack(sites)
     model = run_sites(tmp_path, sites)
     np.testing.assert_allclose(model["mean"], np.nanmean(G, axis=0), rtol=0, atol=1e-12)
+    assert not list((tmp_path / "out" / "estimates").glob("*.eigenval"))  # not plink2's model without scale = hwe
     X = imputed_reference(G)
     values, vectors = np.linalg.eigh(X.T @ X / len(X))
     assert subspace_distance(model["components"].T, vectors[:, ::-1][:, :2]) < 1e-8
