@@ -4,8 +4,10 @@ A fit instruction that carries the limb code (``secagg-exponent``, ``secagg-clie
 :class:`fl_strategies.protocol.strategies.secure_power.SecurePowerStrategy`) is answered with one vector, the limbs
 (:class:`fl_strategies.privacy.fixed_point.LimbCode`) of
 
-* discovery: ``[t_i, s_i]`` (``discovery-sums``: its row sum and rows), or ``q_i``, the per-column sums of
-  squares about the broadcast mean (``discovery-squares``: about its own mean, plus ``s_i (t_i / s_i - mu)^2``);
+* discovery: ``[t_i, c_i, s_i]`` (``discovery-sums``: its row sum, its non-missing calls per column, ``s_i`` in
+  every column unless its genotypes have missing calls, and its rows), or ``q_i``, the per-column sums of squares
+  about the broadcast mean over the calls (``discovery-squares``: about its own mean, plus
+  ``c_i (t_i / c_i - mu)^2``);
 * a round: ``[vec(s_i Y_i), s_i]`` and, when the server asked for the objective, ``f_i``;
 * the summary: ``[vec(s_i A_i Z), s_i, s_i tr(A_i)]``;
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fl_strategies.kernels.standardize import between_sum_of_squares
 from fl_strategies.privacy.fixed_point import LimbCode
 
 from .fedpower_client import FedPowerClient
@@ -46,13 +49,14 @@ class SecurePowerClient(FedPowerClient):
         return [limbs.ravel()], 1, {"partition-id": self.partition_id}
 
     def discovery_values(self, phase: str, config) -> list:
-        """``[t_i, [s_i]]`` or ``[q_i]`` (module docstring), shapes (d,) and (1,)."""
+        """``[t_i, c_i, [s_i]]`` or ``[q_i]`` (module docstring), shapes (d,), (d,), (1,) and (d,)."""
         s, t = self.s, self.data.row_sum
+        counts = self.data.call_counts
+        calls = np.full(self.d, float(s)) if counts is None else counts
         if phase == "discovery-sums":
-            return [t, [s]]
+            return [t, calls, [s]]
         mu = np.frombuffer(config["mean"], dtype="<f8") if "mean" in config else np.zeros(self.d)
-        gap = t / s - mu
-        return [self.data.column_sq_sums() + s * gap * gap]
+        return [self.data.column_sq_sums() + between_sum_of_squares([calls], [t], mu)]
 
     def fit_values(self, parameters, config) -> list:
         """A round's or the summary's values (module docstring) from the plain reply."""

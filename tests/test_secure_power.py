@@ -261,3 +261,29 @@ def test_engine_discovery_and_secagg_neighbourhoods_of_more_than_7_clients(overr
     secure = run_app(**cfg, secure_aggregation="true")
     assert secure.code.limb_bits == (29 if cfg["num_clients"] == 4 else 27)
     assert_same_model(secure, plain)
+
+
+def test_four_bed_sites_with_missing_calls_and_hwe_give_the_plain_runs_pcs_through_secagg(tmp_path):
+    """Call counts and allele sums go through the SecAgg+ discovery sums: the plain run's mean, hwe scale and PCs."""
+    pytest.importorskip("bed_reader")
+    from test_genotype_bed import simulated_sites, write_bed
+
+    sites = simulated_sites((300, 250, 350, 300), 400, missing=0.01, seed=11, populations=3)
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(sites):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    cfg = dict(strategy="power", dataset=str(tmp_path / "data"), num_clients=4, rank=2, iteration_rank=2,
+               num_server_rounds=20, center=True, scale="hwe", row_normalize=False)
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true", secagg_clip=1e12)
+    assert secure.aggregated >= set(secure.discovery_rounds) and len(secure.discovery_rounds) == 2
+    assert plain.records[-1]["estimate_change"] < 1e-6  # a converged model: the comparison is meaningful
+    G = np.vstack(sites)
+    np.testing.assert_allclose(plain.mean, np.nan_to_num(np.nanmean(G, axis=0)), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(secure.mean, plain.mean, rtol=1e-12, atol=1e-15)  # over each variant's calls
+    np.testing.assert_allclose(secure.scale, plain.scale, rtol=1e-12, atol=0)
+    assert secure.total_variance == pytest.approx(plain.total_variance, rel=1e-12)
+    assert_same_model(secure, plain)
+    assert all(not {"row-sum", "call-count", "col-sq-sum", "sq-sum"} & set(props)
+               for props in secure.node_properties.values())
+    assert all("call-count" in props for props in plain.node_properties.values())
