@@ -1,4 +1,11 @@
-"""``power`` and ``ssi`` with ``secure-aggregation = true``: the server learns only sums, and they are exact.
+"""``power``, ``ssi``, ``fedpower`` and ``localpower`` with ``secure-aggregation = true``: the server learns only
+sums, and they are exact.
+
+``fedpower`` and ``localpower`` run ``p_t`` local steps per round; their plain server aligns each site's reply with
+the Procrustes rotation of its ``Z_prev_i`` onto the reference client's. Under SecAgg+ each client aligns its own
+``Y_i`` onto the broadcast ``Z`` before it is summed (:class:`client_app.secure_power_client.SecurePowerClient`),
+so the rounds below hold for them as for ``power`` (``Y_i`` is then the aligned reply); it converges as the
+server's alignment does (``simulations/benchmarks/secure_fedpower_alignment.py``).
 
 Every exchange in which a plain run gets each site's own reply goes through Flower's SecAgg+
 (:func:`server_app.secure_loop.run_secure_aggregation`) instead:
@@ -64,8 +71,9 @@ SECAGG_CLIENTS = "secagg-clients"
 
 
 class SecurePowerStrategy(FedPowerStrategy):
-    """:class:`FedPowerStrategy` for ``power`` and ``ssi``; with ``secure-aggregation = true`` every sum goes through
-    SecAgg+ as exact fixed-point limbs (module docstring). Without it, the plain strategy unchanged."""
+    """:class:`FedPowerStrategy` for ``power``, ``ssi``, ``fedpower`` and ``localpower``; with
+    ``secure-aggregation = true`` every sum goes through SecAgg+ as exact fixed-point limbs (module docstring).
+    Without it, the plain strategy unchanged."""
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
