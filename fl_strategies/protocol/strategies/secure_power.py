@@ -143,14 +143,14 @@ class SecurePowerStrategy(FedPowerStrategy):
             return
         if phase == "discovery-sums":
             calls = values[d: 2 * d]
-            if values[-1] != n or np.any(calls > n) or np.any(calls != np.round(calls)):
+            if values[-1] != n or np.any((calls < 0) | (calls > n)) or np.any(calls != np.round(calls)):
                 self.abort_round(server_round, f"the clients' rows sum to {values[-1]:.0f} and their calls to "
                                                f"{calls.min():.0f}..{calls.max():.0f} per column, not the n = {n} "
                                                "they reported")
                 return
             self.calls = calls
-            self.code = limb_code(self.discovery_bound(), self.m)
             self.mean = pooled_mean([calls], [values[:d]])
+            self.code = limb_code(self.discovery_bound(), self.m)
             log.info("center = true: the mean of %d rows, from the SecAgg+ sum of the clients' row sums", n)
             if np.any(calls < n):
                 log.info("missing genotype calls: %.4g %% of the calls missing, %d variant(s) without a call (from the "
