@@ -349,7 +349,7 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
         raise ValueError(f"partition {pid}: {what} {path!r}: has {X.shape[1]} columns, but the "
                          f"run's data have dimension d = {cfg['dimension']}")
     if isinstance(X, BedVariants):
-        summed = row_sums_at_discovery(cfg) or (secure_power(cfg) and cfg.get("center"))
+        summed = row_sums_at_discovery(cfg) or (bool(cfg.get("center")) and secure_power(cfg))
         if X.code_counts[:, MISSING_CODE].any() and not (summed and cfg.get("epsilon", 0) <= 0
                                                          and cfg.get("noise-std", 0) <= 0):
             raise ValueError(f"partition {pid}: {what} {path!r}: has missing genotype calls, which are imputed with "
