@@ -62,7 +62,7 @@ import numpy as np
 from fl_strategies.files.data_files import file_fingerprint, is_data_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
 from fl_strategies.files.variants import decode_variants, read_bim, site_alignment
-from fl_strategies.settings.config import column_scaling, row_sums_at_discovery
+from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_power
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import MISSING_CODE, BedVariants, RowBlocks
 
@@ -391,11 +391,13 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
         raise ValueError(f"partition {pid}: {what} {path!r}: has {X.shape[1]} columns, but the "
                          f"run's data have dimension d = {cfg['dimension']}")
     if isinstance(X, BedVariants):
-        if X.code_counts[:, MISSING_CODE].any() and not (row_sums_at_discovery(cfg) and cfg.get("epsilon", 0) <= 0
+        summed = row_sums_at_discovery(cfg) or (bool(cfg.get("center")) and secure_power(cfg))
+        if X.code_counts[:, MISSING_CODE].any() and not (summed and cfg.get("epsilon", 0) <= 0
                                                          and cfg.get("noise-std", 0) <= 0):
             raise ValueError(f"partition {pid}: {what} {path!r}: has missing genotype calls, which are imputed with "
                              "the federation's allele frequencies: that needs center = true in a noise-free run "
-                             "whose row sums are exchanged at discovery")
+                             "whose row sums and call counts are summed at discovery (in the clear, or through "
+                             "SecAgg+ with power or ssi)")
         log.info("partition %d: %s %r: %d people x %d variants (PLINK .bed, read in variant blocks)", pid, what, path,
                  X.num_rows, X.dimension)
         if not (cfg["row-normalize"] or cfg.get("clip-norm", 0.0) > 0):

@@ -1,12 +1,19 @@
-"""The ``power`` / ``ssi`` client under ``secure-aggregation = true``: its replies as exact fixed-point limbs.
+"""The ``power``, ``ssi``, ``fedpower`` and ``localpower`` client under ``secure-aggregation = true``: its replies
+as exact fixed-point limbs.
 
 A fit instruction that carries the limb code (``secagg-exponent``, ``secagg-clients``; set by
 :class:`fl_strategies.protocol.strategies.secure_power.SecurePowerStrategy`) is answered with one vector, the limbs
 (:class:`fl_strategies.privacy.fixed_point.LimbCode`) of
 
-* discovery: ``[t_i, s_i]`` (``discovery-sums``: its row sum and rows), or ``q_i``, the per-column sums of
-  squares about the broadcast mean (``discovery-squares``: about its own mean, plus ``s_i (t_i / s_i - mu)^2``);
-* a round: ``[vec(s_i Y_i), s_i]`` and, when the server asked for the objective, ``f_i``;
+* discovery: ``[t_i, c_i, s_i]`` (``discovery-sums``: its row sum, its non-missing calls per column, ``s_i`` in
+  every column unless its genotypes have missing calls, and its rows), or ``q_i``, the per-column sums of squares
+  about the broadcast mean over the calls (``discovery-squares``: about its own mean, plus
+  ``c_i (t_i / c_i - mu)^2``);
+* a round: ``[vec(s_i Y_i D_i), s_i]`` and, when the server asked for the objective, ``f_i``; ``D_i = I`` after
+  one local step (``power``, ``ssi``), else with ``alignment = "opt"`` (``fedpower``, ``localpower``) the client's
+  own Procrustes rotation ``procrustes(Z_prev_i, Z)`` of the basis it multiplied last onto the broadcast ``Z``:
+  the alignment the plain server makes against the reference client's ``Z_prev``, made here against a basis
+  every client holds, so that the server needs only the sum;
 * the summary: ``[vec(s_i A_i Z), s_i, s_i tr(A_i)]``;
 
 with weight 1 (SecAgg+'s weights are then exactly 1) and metrics holding only the partition id (metrics travel in
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fl_strategies.kernels.linalg import procrustes
+from fl_strategies.kernels.standardize import between_sum_of_squares
 from fl_strategies.privacy.fixed_point import LimbCode
 
 from .fedpower_client import FedPowerClient
@@ -46,17 +55,22 @@ class SecurePowerClient(FedPowerClient):
         return [limbs.ravel()], 1, {"partition-id": self.partition_id}
 
     def discovery_values(self, phase: str, config) -> list:
-        """``[t_i, [s_i]]`` or ``[q_i]`` (module docstring), shapes (d,) and (1,)."""
+        """``[t_i, c_i, [s_i]]`` or ``[q_i]`` (module docstring), shapes (d,), (d,), (1,) and (d,)."""
         s, t = self.s, self.data.row_sum
+        counts = self.data.call_counts
+        calls = np.full(self.d, float(s)) if counts is None else counts
         if phase == "discovery-sums":
-            return [t, [s]]
+            return [t, calls, [s]]
         mu = np.frombuffer(config["mean"], dtype="<f8") if "mean" in config else np.zeros(self.d)
-        gap = t / s - mu
-        return [self.data.column_sq_sums() + s * gap * gap]
+        return [self.data.column_sq_sums() + between_sum_of_squares([calls], [t], mu)]
 
     def fit_values(self, parameters, config) -> list:
-        """A round's or the summary's values (module docstring) from the plain reply."""
+        """A round's or the summary's values (module docstring) from the plain reply; after more than one local
+        step with ``alignment = "opt"`` the round's ``Y_i`` aligned to the broadcast ``Z``."""
         arrays, s, metrics = super().fit(parameters, config)
         if config.get("phase") == "summary":
             return [s * arrays[0].ravel(), [s, s * metrics["trace"]]]
-        return [s * arrays[0].ravel(), [s]] + ([[metrics["f"]]] if "f" in metrics else [])
+        Y = arrays[0]
+        if len(arrays) > 1 and self.settings.alignment == "opt":  # arrays = [Y_i, Z_prev_i]
+            Y = Y @ procrustes(arrays[1], parameters[0])
+        return [s * Y.ravel(), [s]] + ([[metrics["f"]]] if "f" in metrics else [])

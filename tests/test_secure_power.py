@@ -145,8 +145,7 @@ def test_a_value_beyond_the_public_bound_is_refused_never_clipped():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(strategy="fedpower"), "refused for strategy 'fedpower': its server aligns"),
-    (dict(strategy="localpower"), "refused for strategy 'localpower': its server aligns"),
+    (dict(strategy="fedpower", epsilon=1.0), "exact and adds no noise"),
     (dict(strategy="faps"), "refused for strategy 'faps'"),
     (dict(clients_per_round=2), "is not honoured"),
     (dict(dropout=0.1), "every client in every round"),
@@ -261,3 +260,80 @@ def test_engine_discovery_and_secagg_neighbourhoods_of_more_than_7_clients(overr
     secure = run_app(**cfg, secure_aggregation="true")
     assert secure.code.limb_bits == (29 if cfg["num_clients"] == 4 else 27)
     assert_same_model(secure, plain)
+
+
+def test_four_bed_sites_with_missing_calls_and_hwe_give_the_plain_runs_pcs_through_secagg(tmp_path):
+    """Call counts and allele sums go through the SecAgg+ discovery sums: the plain run's mean, hwe scale and PCs."""
+    pytest.importorskip("bed_reader")
+    from test_genotype_bed import simulated_sites, write_bed
+
+    sites = simulated_sites((300, 250, 350, 300), 400, missing=0.01, seed=11, populations=3)
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(sites):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    cfg = dict(strategy="power", dataset=str(tmp_path / "data"), num_clients=4, rank=2, iteration_rank=2,
+               num_server_rounds=20, center=True, scale="hwe", row_normalize=False)
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true", secagg_clip=1e12)
+    assert secure.aggregated >= set(secure.discovery_rounds) and len(secure.discovery_rounds) == 2
+    assert plain.records[-1]["estimate_change"] < 1e-6  # a converged model: the comparison is meaningful
+    G = np.vstack(sites)
+    np.testing.assert_allclose(plain.mean, np.nan_to_num(np.nanmean(G, axis=0)), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(secure.mean, plain.mean, rtol=1e-12, atol=1e-15)  # over each variant's calls
+    np.testing.assert_allclose(secure.scale, plain.scale, rtol=1e-12, atol=0)
+    assert secure.total_variance == pytest.approx(plain.total_variance, rel=1e-12)
+    assert_same_model(secure, plain)
+    assert all(not {"row-sum", "call-count", "col-sq-sum", "sq-sum"} & set(props)
+               for props in secure.node_properties.values())
+    assert all("call-count" in props for props in plain.node_properties.values())
+
+
+@pytest.mark.parametrize("strategy, overrides", [("fedpower", dict(local_steps=4, schedule="decayed")),
+                                                 ("localpower", dict(local_steps=8))])
+def test_fedpower_and_localpower_align_on_the_client_and_reach_eigh_through_secagg(strategy, overrides):
+    """Each client aligns its Y_i to the broadcast Z: the server sums, and the run converges as the plain one."""
+    cfg = dict(BASE, strategy=strategy, num_server_rounds=20, **overrides)
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true")
+    assert secure.secure and secure.aggregated >= set(range(1, 21))
+    got = [r["subspace_distance"] for r in secure.records]
+    want = [r["subspace_distance"] for r in plain.records]
+    assert got[-1] <= 1e-9 and want[-1] <= 1e-9  # against eigh of the pooled covariance
+    rounds = [next(t for t, dist in enumerate(run) if dist <= 1e-6) for run in (got, want)]
+    assert rounds[0] <= rounds[1] + 1
+    assert_same_model(secure, plain, tol=1e-8)
+
+
+def test_a_secure_fedpower_round_sums_the_replies_each_client_aligned_to_the_broadcast_basis():
+    """Two rounds (4, then 3 local steps) equal numpy's client-aligned form, not the unaligned sum."""
+    from simulations.benchmarks.secure_fedpower_alignment import iterate
+    from simulations.data.federated_data import local_covariance
+
+    overrides = dict(BASE, strategy="fedpower", local_steps=4, schedule="decayed", num_server_rounds=2)
+    secure = run_app(**overrides, secure_aggregation="true")
+    cfg = fused_run_config({k.replace("_", "-"): v for k, v in overrides.items()})
+    pairs = [local_covariance(cfg, i) for i in range(4)]
+    local, sizes = [A for A, _ in pairs], [s for _, s in pairs]
+    Z0, Z2 = secure.iterates[0], secure.iterates[-1]
+    forms = {a: list(iterate(local, sizes, Z0, [4, 3], a))[-1] for a in ("client", "none")}
+    assert subspace_distance(Z2, forms["client"]) <= 1e-12
+    assert subspace_distance(Z2, forms["none"]) > 1e-6  # the alignment changes the sum
+
+
+def test_the_benchmark_writes_rounds_wall_times_and_agreement_with_its_command(tmp_path):
+    pytest.importorskip("bed_reader")
+    from simulations.benchmarks.bench_secure_power import main
+
+    argv = ["--setups", "model1", "genotypes", "--clients", "4", "--dim", "20", "--geno-dim", "60", "--rounds", "3",
+            "--repeat", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    text = (tmp_path / "secure_power.md").read_text()
+    assert text.startswith("python -m simulations.benchmarks.bench_secure_power --setups model1 genotypes")
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "secure_power.csv")))
+    assert [(r["set-up"], r["d"], r["rounds"], r["SecAgg+ exchanges"]) for r in rows] == [
+        ("model1", "20", "3", "6"), ("genotypes", "60", "3", "6")]
+    for row in rows:
+        assert float(row["sin theta"]) <= 1e-9 and float(row["explained variance, max rel. diff."]) <= 1e-9
+        assert float(row["plain (s)"]) > 0 and float(row["secure (s)"]) > 0

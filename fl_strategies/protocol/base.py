@@ -278,17 +278,33 @@ class FederatedStrategy(Strategy):
         if self.scales_columns and self.center_at_discovery:  # and the columns' spread from their sums of squares
             _, sq_sums = self._sizes_and_sums(self._col_sq_sums)
             variance = pooled_variance(sizes, row_sums, sq_sums, self.mean)  # over the non-missing calls
-            self.scale = scales(self.settings.scale, variance, self.mean, sum(sizes))
-            if column_scaling(self.settings.scale) == "hwe":
-                log.info("scale = hwe: every variant over sqrt(2 p (1 - p)) (%d monomorphic variant(s) keep scale 1)",
-                         int(np.sum(variance == 0)))
-            else:
-                log.info("scale = true: every column over its pooled standard deviation (%d constant column(s) keep "
-                         "scale 1)", int(np.sum(constant_columns(variance, self.mean, sum(sizes)))))
-            called = sum(sizes) / n  # a missing call adds 0 to C's diagonal
-            self.total_variance = float(np.sum(variance * called / self.scale ** 2))  # tr(C) in the scaled space
+            self.standardize(variance, sum(sizes), "the clients' sums")
         else:
             self.total_variance = self._total_variance()
+
+    def standardize(self, variance: np.ndarray, calls, source: str) -> None:
+        """Set ``scale`` (``scale`` = true or hwe) and ``tr(C)`` in the scaled space from the pooled variance.
+
+        Parameters
+        ----------
+        variance : ndarray of shape (d,)
+            Every column's pooled variance over its non-missing calls
+            (:func:`~fl_strategies.kernels.standardize.pooled_variance`).
+        calls : int or ndarray of shape (d,)
+            ``n``, or the non-missing calls per column of genotypes with missing calls.
+        source : str
+            Where the sums came from, for the log.
+        """
+        n = sum(self.sizes.values())
+        self.scale = scales(self.settings.scale, variance, self.mean, calls)
+        if column_scaling(self.settings.scale) == "hwe":
+            log.info("scale = hwe: every variant over sqrt(2 p (1 - p)), p from %s (%d monomorphic variant(s) keep "
+                     "scale 1)", source, int(np.sum(variance == 0)))
+        else:
+            log.info("scale = true: every column over its pooled standard deviation, from %s (%d constant column(s) "
+                     "keep scale 1)", source, int(np.sum(constant_columns(variance, self.mean, calls))))
+        called = np.asarray(calls, dtype=np.float64) / n  # a missing call adds 0 to C's diagonal
+        self.total_variance = float(np.sum(variance * called / self.scale ** 2))  # tr(C) in the scaled space
 
     def _sizes_and_sums(self, vectors: dict[str, np.ndarray]) -> tuple[list, list[np.ndarray]]:
         """The registered nodes' row counts (their non-missing calls per column, (d,), for a node with missing

@@ -224,16 +224,18 @@ KEYS: dict[str, Key] = {
              "epsilon_spent is by the same accountant", choices=CALIBRATIONS),
         _key("secure-aggregation", str, "covariance: send each client's Gram matrix (and row sum, with center) "
              "through Flower's SecAgg+, so that the server learns only the sums: auto (= true whenever epsilon is "
-             "set and there are >= 2 clients), true or false (dp-power: see dp-channel); power, ssi: true sends "
-             "every round's products, the discovery sums and the summary through SecAgg+ as exact fixed-point "
-             "limbs (auto = false; refused for fedpower, localpower, faps)",
+             "set and there are >= 2 clients), true or false (dp-power: see dp-channel); power, ssi, fedpower, "
+             "localpower: true sends every round's products, the discovery sums and the summary through SecAgg+ as "
+             "exact fixed-point limbs, fedpower and localpower with each client aligning its reply to the broadcast "
+             "basis (auto = false; no noise; refused for faps)",
              choices=("auto", "true", "false")),
         _key("secagg-clip", float, "dp-power, covariance with SecAgg+: clipping range C of each uploaded entry (quantisation step "
-             "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data; power, ssi: the public bound "
+             "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data; power, ssi, fedpower, "
+             "localpower: the public bound "
              "on each uploaded value that fixes the exact fixed-point scale (0 = n (c + ||mean||)^2 r for rows of norm <= "
              "c: row-normalize or clip-norm)",
              lambda v: v >= 0, "a finite number >= 0"),
-        _key("secagg-num-shares", int, "dp-power, covariance, power, ssi with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
+        _key("secagg-num-shares", int, "dp-power, covariance, power, ssi, fedpower, localpower with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
              "else the odd number near 2 log2(s) + 1); the reconstruction threshold is half of them, plus one",
              lambda v: v == 0 or v >= 3, "0 or an integer >= 3"),
         # participation and stragglers (fl_strategies.settings.participation)
@@ -795,20 +797,19 @@ def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
             and cfg.get("strategy") != "dp-power")
 
 
-SECURE_SUM_STRATEGIES = ("power", "ssi")
-"""The exact strategies whose server needs only sums: ``secure-aggregation = true`` sends them through SecAgg+."""
+SECURE_SUM_STRATEGIES = ("power", "ssi", "fedpower", "localpower")
+"""The exact strategies whose server needs only sums: ``secure-aggregation = true`` sends them through SecAgg+
+(``fedpower`` and ``localpower`` with each client aligning its own reply to the broadcast basis)."""
 
 _NO_SECURE_SUM = {
-    "fedpower": "its server aligns each site's own reply with a Procrustes rotation (and its noise is accounted "
-                "per site), which a SecAgg+ sum hides",
-    "localpower": "its server aligns each site's own reply with a Procrustes rotation, which a SecAgg+ sum hides",
     "faps": "each site's reply scales with its own penalty beta_i, which has no public bound to fix a "
             "quantisation range, and the sites' private state cannot survive a site lost from the sum",
 }
 
 
 def secure_power(cfg: Mapping[str, Any]) -> bool:
-    """Whether a ``power`` or ``ssi`` run sends its sums through SecAgg+ (``secure-aggregation = true``)."""
+    """Whether a ``power``, ``ssi``, ``fedpower`` or ``localpower`` run sends its sums through SecAgg+
+    (``secure-aggregation = true``)."""
     return cfg["strategy"] in SECURE_SUM_STRATEGIES and cfg.get("secure-aggregation") == "true"
 
 
@@ -820,6 +821,9 @@ def _check_secure_power(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"secure-aggregation = true is refused for strategy {cfg['strategy']!r}: {why}")
     if not secure_power(cfg):
         return
+    if cfg.get("epsilon", 0) > 0 or cfg.get("noise-std", 0) > 0:
+        raise ConfigError(f"secure-aggregation = true for {cfg['strategy']!r} is exact and adds no noise: epsilon "
+                          "and noise-std must be 0 (fedpower's noise is accounted per site)")
     m = cfg["num-clients"]
     if not 2 <= m <= MAX_SECAGG_CLIENTS:
         raise ConfigError(f"secure-aggregation = true needs 2 <= num-clients <= {MAX_SECAGG_CLIENTS} (SecAgg+ "

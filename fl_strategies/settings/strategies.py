@@ -171,14 +171,14 @@ class PowerSettings(Settings, PcaSettings, StragglerSettings, CheckpointSettings
 
 @dataclass(frozen=True, kw_only=True)
 class SecurePowerSettings(PowerSettings, SecAggSettings):
-    """``power``, ``ssi``: the power baselines' keys and SecAgg+ (``secure-aggregation``)."""
+    """``power``, ``ssi``, ``localpower``: the power baselines' keys and SecAgg+ (``secure-aggregation``)."""
 
     secure_aggregation: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedPowerSettings(PowerSettings, NoiseSettings):
-    """``fedpower``: the power baselines' keys and its privacy noise."""
+class FedPowerSettings(SecurePowerSettings, NoiseSettings):
+    """``fedpower``: the power baselines' keys, SecAgg+ and its privacy noise."""
 
 
 @dataclass(frozen=True, kw_only=True)

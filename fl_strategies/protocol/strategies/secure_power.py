@@ -1,4 +1,11 @@
-"""``power`` and ``ssi`` with ``secure-aggregation = true``: the server learns only sums, and they are exact.
+"""``power``, ``ssi``, ``fedpower`` and ``localpower`` with ``secure-aggregation = true``: the server learns only
+sums, and they are exact.
+
+``fedpower`` and ``localpower`` run ``p_t`` local steps per round; their plain server aligns each site's reply with
+the Procrustes rotation of its ``Z_prev_i`` onto the reference client's. Under SecAgg+ each client aligns its own
+``Y_i`` onto the broadcast ``Z`` before it is summed (:class:`client_app.secure_power_client.SecurePowerClient`),
+so the rounds below hold for them as for ``power`` (``Y_i`` is then the aligned reply); it converges as the
+server's alignment does (``simulations/benchmarks/secure_fedpower_alignment.py``).
 
 Every exchange in which a plain run gets each site's own reply goes through Flower's SecAgg+
 (:func:`server_app.secure_loop.run_secure_aggregation`) instead:
@@ -7,10 +14,12 @@ Every exchange in which a plain run gets each site's own reply goes through Flow
   only when the server tracks the objective), so the server gets ``sum_i s_i A_i Z``, the rows behind it and ``F``,
   never one site's product; ``Z_new = orth(sum_i s_i Y_i / sum_i s_i)`` as in the plain run;
 * **discovery** (SecAgg+ exchanges before round 1, numbered up to 0; the plain discovery then carries only the
-  partition id, row count and ``d``): with ``center`` ``[t_i, s_i]`` (row sum), whose sum gives the mean
-  ``mu = sum_i t_i / n``; then ``q_i = sum_rows (x - mu)^2`` per column (the client's own sums of squares about its
-  own mean plus ``s_i (t_i / s_i - mu)^2``, as Chan et al.'s pairwise update), whose sum ``n var`` gives ``scale``
-  and ``tr(C)`` as the plain discovery's :func:`~fl_strategies.kernels.standardize.pooled_variance` does;
+  partition id, row count and ``d``): with ``center`` ``[t_i, c_i, s_i]`` (row sum, non-missing calls per column:
+  ``s_i`` in every column unless a ``.bed`` site has missing calls), whose sum gives the mean
+  ``mu = sum_i t_i / sum_i c_i``; then ``q_i = sum_calls (x - mu)^2`` per column (the client's own sums of squares
+  about its own mean plus ``c_i (t_i / c_i - mu)^2``, as Chan et al.'s pairwise update), whose sum over
+  ``sum_i c_i`` is the variance that gives ``scale`` and ``tr(C)`` as the plain discovery's
+  :func:`~fl_strategies.kernels.standardize.pooled_variance` does (:meth:`~..base.FederatedStrategy.standardize`);
 * **the summary** (one more SecAgg+ exchange after the last round, no row of its own): ``[vec(s_i A_i Z),
   s_i, s_i tr(A_i)]`` at the final ``Z``, from which the PCA model is built as in the plain run.
 
@@ -44,10 +53,10 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from ...kernels.standardize import constant_columns, scales
+from ...kernels.standardize import pooled_mean
 from ...privacy.analyze_gauss import row_bound
 from ...privacy.fixed_point import LimbCode, limb_code
-from ...settings.config import column_scaling, secure_power
+from ...settings.config import secure_power
 from ..base import log, uploaded_bytes
 from ..secure_sum import secure_sum
 from .fedpower import FedPowerStrategy
@@ -62,8 +71,9 @@ SECAGG_CLIENTS = "secagg-clients"
 
 
 class SecurePowerStrategy(FedPowerStrategy):
-    """:class:`FedPowerStrategy` for ``power`` and ``ssi``; with ``secure-aggregation = true`` every sum goes through
-    SecAgg+ as exact fixed-point limbs (module docstring). Without it, the plain strategy unchanged."""
+    """:class:`FedPowerStrategy` for ``power``, ``ssi``, ``fedpower`` and ``localpower``; with
+    ``secure-aggregation = true`` every sum goes through SecAgg+ as exact fixed-point limbs (module docstring).
+    Without it, the plain strategy unchanged."""
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
@@ -71,6 +81,7 @@ class SecurePowerStrategy(FedPowerStrategy):
         self.aggregated: set[int] = set()
         self.code: LimbCode | None = None
         self.round_sum: np.ndarray | None = None  # the last round's decoded sum: [sum_i s_i Y_i, sum_i s_i(, F)]
+        self.calls: np.ndarray | None = None  # non-missing calls per column over all sites (d,): n without missing
 
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + (", secagg)" if self.secure else ")")
@@ -80,11 +91,17 @@ class SecurePowerStrategy(FedPowerStrategy):
         """Discovery and ``Z_0``; under SecAgg+ the limb code from the public bound (module docstring)."""
         parameters = super().initialize_parameters(client_manager)
         if self.secure:
-            self.code = limb_code(self.upload_bound(), self.m)
-            log.info("%s: SecAgg+ with %d limbs of %d bits per value, fixed-point step 2^%d (bound %.6g): sums "
-                     "exact to %.3g", self.settings.strategy, self.code.limbs, self.code.limb_bits,
-                     -self.code.exponent, self.upload_bound(), self.code.tolerance())
+            self.code = limb_code(self.discovery_bound(), self.m)
+            log.info("%s: SecAgg+ with %d limbs of %d bits per value, fixed-point step 2^%d (bound %.6g at "
+                     "discovery): sums exact to %.3g", self.settings.strategy, self.code.limbs, self.code.limb_bits,
+                     -self.code.exponent, self.discovery_bound(), self.code.tolerance())
         return parameters
+
+    def discovery_bound(self) -> float:
+        """The public bound of the discovery sums: ``max(B, 4 n)``. ``B`` bounds them for rows of norm at most
+        ``c``; ``4 n`` bounds genotypes' (allele counts in ``[0, 2]``): a call count ``c_i <= s_i <= n``, an
+        allele sum ``t_i <= 2 c_i`` and a sum of squares about a mean in ``[0, 2]`` ``q_i <= 4 c_i``."""
+        return max(self.upload_bound(), 4.0 * sum(self.sizes.values()))
 
     def upload_bound(self) -> float:
         """``B``, the public bound on every value a client uploads (module docstring)."""
@@ -116,35 +133,37 @@ class SecurePowerStrategy(FedPowerStrategy):
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
 
     def _aggregate_discovery(self, server_round: int, results, failures) -> None:
-        """The mean (``discovery-sums``), or ``scale`` and ``tr(C)`` (``discovery-squares``), from the sums."""
+        """The mean and the call counts (``discovery-sums``), or ``scale`` and ``tr(C)`` (``discovery-squares``),
+        from the sums."""
         phase = self._pending["phase"]
-        values = self._decoded(server_round, results, failures, self.d + (phase == "discovery-sums"),
+        d, n = self.d, sum(self.sizes.values())
+        values = self._decoded(server_round, results, failures, 2 * d + 1 if phase == "discovery-sums" else d,
                                require_all=True)
         if values is None:
             return
-        n = sum(self.sizes.values())
         if phase == "discovery-sums":
-            if values[-1] != n:
-                self.abort_round(server_round, f"the clients' rows sum to {values[-1]:.0f}, not the n = {n} they "
-                                               "reported")
+            calls = values[d: 2 * d]
+            if values[-1] != n or np.any((calls < 0) | (calls > n)) or np.any(calls != np.round(calls)):
+                self.abort_round(server_round, f"the clients' rows sum to {values[-1]:.0f} and their calls to "
+                                               f"{calls.min():.0f}..{calls.max():.0f} per column, not the n = {n} "
+                                               "they reported")
                 return
-            self.mean = values[: self.d] / n
+            self.calls = calls
+            self.mean = pooled_mean([calls], [values[:d]])
+            self.code = limb_code(self.discovery_bound(), self.m)
             log.info("center = true: the mean of %d rows, from the SecAgg+ sum of the clients' row sums", n)
+            if np.any(calls < n):
+                log.info("missing genotype calls: %.4g %% of the calls missing, %d variant(s) without a call (from the "
+                         "SecAgg+ sum of the clients' call counts); each missing call imputed with the variant's mean "
+                         "(0 after centring)", 100.0 * (1.0 - float(np.sum(calls)) / (n * d)), int(np.sum(calls == 0)))
         else:
-            variance = values / n
+            calls = self.calls if self.calls is not None else np.full(d, float(n))
+            variance = pooled_mean([calls], [values])  # sum_i q_i / sum_i c_i: the pooled variance over the calls
             if self.scales_columns:
-                self.scale = scales(self.settings.scale, variance, self.mean, n)
-                if column_scaling(self.settings.scale) == "hwe":
-                    log.info("scale = hwe: every variant over sqrt(2 p (1 - p)), p from the SecAgg+ sum of the "
-                             "clients' row sums (%d monomorphic variant(s) keep scale 1)", int(np.sum(variance == 0)))
-                else:
-                    log.info("scale = true: every column over its pooled standard deviation, from the SecAgg+ sum of "
-                             "the clients' sums of squares (%d constant column(s) keep scale 1)",
-                             int(np.sum(constant_columns(variance, self.mean, n))))
-                self.total_variance = float(np.sum(variance / self.scale ** 2))
+                self.standardize(variance, calls, "the SecAgg+ sums of the clients' row sums and sums of squares")
             else:
-                self.total_variance = float(np.sum(variance))
-        self.code = limb_code(self.upload_bound(), self.m)
+                self.total_variance = float(np.sum(values) / n)
+            self.code = limb_code(self.upload_bound(), self.m)
 
     def secagg_ranges(self) -> tuple[float, int, int]:
         """SecAgg+'s ``(clipping_range, quantization_range, modulus_range)``: its quantiser is the identity on
