@@ -111,6 +111,7 @@ def _mf_fixed(c: dict) -> dict:
 
 _SECURE_POWER = "fl_strategies.protocol.strategies.secure_power:SecurePowerStrategy"
 _SECURE_POWER_CLIENT = "client_app.secure_power_client:SecurePowerClient"
+_POWER_CLIENT = "client_app.fedpower_client:FedPowerClient"
 _MF_CLIENT = "client_app.fedmf_client:FedMFClient"
 _MF_BASELINE = "fl_strategies.protocol.strategies.fedmf:MFBaselineStrategy"
 
