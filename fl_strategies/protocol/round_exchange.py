@@ -84,7 +84,7 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
 
 
 def fit_in_one_batch(client_instructions: list[tuple[ClientProxy, FitIns]], max_workers: int | None,
-                     timeout: float | None, group_id: int) -> tuple[list, list]:
+                     timeout: float | None, group_id: int, timing: dict | None = None) -> tuple[list, list]:
     """Send one round's fit instructions and collect the replies, as ``flwr.server.server.fit_clients`` does.
 
     Parameters
@@ -97,6 +97,9 @@ def fit_in_one_batch(client_instructions: list[tuple[ClientProxy, FitIns]], max_
         Seconds to wait for the replies (``None``: until every node replied).
     group_id : int
         The server round (the messages' group id).
+    timing : dict, optional
+        Receives ``"waited"``: the seconds spent waiting for the replies (the grid's exchange, or Flower's
+        ``fit_clients``), the rest of the call being the server's own work.
 
     Returns
     -------
@@ -110,13 +113,21 @@ def fit_in_one_batch(client_instructions: list[tuple[ClientProxy, FitIns]], max_
     nodes = [getattr(proxy, "node_id", None) for proxy in proxies]
     if (not all(isinstance(proxy, GridClientProxy) for proxy in proxies) or len(grids) != 1
             or len(set(nodes)) != len(nodes)):
-        return fit_clients(client_instructions, max_workers=max_workers, timeout=timeout, group_id=group_id)
+        started = time.perf_counter()
+        outcome = fit_clients(client_instructions, max_workers=max_workers, timeout=timeout, group_id=group_id)
+        if timing is not None:
+            timing["waited"] = time.perf_counter() - started
+        return outcome
     grid = proxies[0].grid
     messages = [Message(content=fitins_content(ins), message_type=MessageType.TRAIN,
                         dst_node_id=proxy.node_id, group_id=str(group_id) if group_id else "", ttl=timeout)
                 for proxy, ins in client_instructions]
     replies: dict[int, Message] = {}
-    for reply in send_and_receive(grid, messages, timeout):
+    started = time.perf_counter()
+    received = send_and_receive(grid, messages, timeout)
+    if timing is not None:
+        timing["waited"] = time.perf_counter() - started
+    for reply in received:
         replies.setdefault(reply.metadata.src_node_id, reply)  # one message per node was sent
     results: list[tuple[ClientProxy, FitRes]] = []
     failures: list = []
