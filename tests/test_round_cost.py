@@ -51,3 +51,115 @@ def test_the_wait_never_exceeds_the_round(caplog):
         log_round_cost(7, 1.5, {"waited": 2.0, "replies": 3})
         log_round_cost(8, 0.25, {})
     assert cost_lines(caplog.text) == [(7, 1.5, 3, 0.0), (8, 0.0, 0, 0.25)]
+
+
+class _Clock:
+    """A fake ``time`` for :mod:`fl_strategies.protocol.round_exchange`: pulls take ``pull_seconds``, sleeps
+    are recorded and advance the clock."""
+
+    def __init__(self, pull_seconds: float) -> None:
+        self.now, self.pull_seconds, self.sleeps = 0.0, pull_seconds, []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def _superlink_grid(clock: _Clock, reply_after: int):
+    """A SuperLink's grid (Flower's ``HttpGrid`` class, no connection) whose replies arrive at pull ``reply_after``."""
+    from flwr.app import Message, MessageType, RecordDict
+
+    from fl_strategies.protocol.flower_compat import HttpGrid
+
+    class Grid(HttpGrid):
+        def __init__(self) -> None:  # noqa: D107 - no SuperLink behind it
+            self.pulls = 0
+
+        def push_messages(self, messages):
+            self.sent = list(messages)
+            return [f"m{i}" for i in range(len(self.sent))]
+
+        def pull_messages(self, message_ids):
+            self.pulls += 1
+            clock.now += clock.pull_seconds
+            if self.pulls < reply_after:
+                return []
+            replies = []
+            for i, _ in enumerate(self.sent):
+                reply = Message(RecordDict(), dst_node_id=1, message_type=MessageType.TRAIN)
+                reply.metadata.__dict__["_reply_to_message_id"] = f"m{i}"
+                replies.append(reply)
+            return replies
+
+        def send_and_receive(self, messages, *, timeout=None):
+            raise AssertionError("Flower's send_and_receive pauses 3 s between pulls")
+
+    return Grid()
+
+
+@pytest.mark.parametrize("pull_seconds", [0.01, 2.0])
+def test_a_superlink_is_pulled_every_fifth_of_a_second_however_long_a_pull_took(monkeypatch, pull_seconds):
+    from flwr.app import Message, MessageType, RecordDict
+
+    from fl_strategies.protocol import round_exchange
+
+    clock = _Clock(pull_seconds)
+    monkeypatch.setattr(round_exchange, "time", clock)
+    grid = _superlink_grid(clock, reply_after=4)
+    sent = [Message(RecordDict(), dst_node_id=1, message_type=MessageType.TRAIN) for _ in range(3)]
+    replies = round_exchange.send_and_receive(grid, sent, timeout=None)
+    assert len(replies) == 3 and grid.pulls == 4
+    assert clock.sleeps == [round_exchange.SUPERLINK_PULL_INTERVAL] * 3 == [0.2] * 3
+
+
+def test_a_superlink_round_ends_at_its_timeout(monkeypatch):
+    from flwr.app import Message, MessageType, RecordDict
+
+    from fl_strategies.protocol import round_exchange
+
+    clock = _Clock(0.0)
+    monkeypatch.setattr(round_exchange, "time", clock)
+    grid = _superlink_grid(clock, reply_after=10**6)
+    sent = [Message(RecordDict(), dst_node_id=1, message_type=MessageType.TRAIN)]
+    assert round_exchange.send_and_receive(grid, sent, timeout=1.0) == []
+    assert sum(clock.sleeps) == pytest.approx(1.0) and grid.pulls == 6
+
+
+def test_a_local_deployment_polls_for_tasks_often_and_shares_the_cores(monkeypatch, tmp_path):
+    from simulations.engines.deploy import BLAS_THREAD_VARIABLES, LocalDeployment
+
+    for name in ("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", *BLAS_THREAD_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    env = LocalDeployment([tmp_path / f"partition_{i}.npy" for i in range(4)], tmp_path).env
+    assert env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] == "0.1"
+    assert [env[name] for name in BLAS_THREAD_VARIABLES] == ["2"] * 3
+    monkeypatch.setenv("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.5")  # a user's own settings are kept
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    env = LocalDeployment([tmp_path / f"partition_{i}.npy" for i in range(16)], tmp_path).env
+    assert (env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"], env["OPENBLAS_NUM_THREADS"], env["OMP_NUM_THREADS"]) == \
+        ("0.5", "3", "1")
+
+
+def test_the_app_ships_every_module_it_imports_and_nothing_else():
+    import io
+    import subprocess
+    import zipfile
+
+    from flwr.cli.build import build_fab_from_disk
+
+    from simulations.engines import APP_DIR
+
+    with zipfile.ZipFile(io.BytesIO(build_fab_from_disk(APP_DIR))) as fab:
+        shipped = {name for name in fab.namelist() if not name.startswith(".info/")}
+    tracked = subprocess.run(["git", "ls-files"], cwd=APP_DIR, capture_output=True, text=True,
+                             check=True).stdout.split()
+    apps = {name for name in tracked if name.endswith(".py") and name.split("/")[0] in (
+        "fl_strategies", "client_app", "server_app")}
+    harness = {name for name in tracked if name.endswith(".py") and re.fullmatch(
+        r"simulations/([^/]+|data/[^/]+|engines/[^/]+)\.py", name)}
+    assert apps and "simulations/harness.py" in harness
+    assert shipped == apps | harness | {"pyproject.toml"}
