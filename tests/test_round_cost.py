@@ -163,3 +163,52 @@ def test_the_app_ships_every_module_it_imports_and_nothing_else():
         r"simulations/([^/]+|data/[^/]+|engines/[^/]+)\.py", name)}
     assert apps and "simulations/harness.py" in harness
     assert shipped == apps | harness | {"pyproject.toml"}
+
+
+ANSWER_ONE_MESSAGE = """
+import sys
+import numpy as np
+from flwr.app import Context, Message, RecordDict
+from flwr.common import FitIns, ndarrays_to_parameters
+from fl_strategies.protocol.flower_compat import TaskIdentity, get_fused_config_from_dir
+from fl_strategies.protocol.fit_records import fitins_content, fitres_from_content
+import client_app.app as clientapp
+
+app_dir, data_path, strategy = sys.argv[1:4]
+cfg = get_fused_config_from_dir(app_dir, {"num-clients": 2, "strategy": strategy, "dataset": "nodes",
+                                          "dimension": 0})
+TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+context = Context(run_id=1, node_id=5, node_config={"partition-id": 0, "data-path": data_path}, state=RecordDict(),
+                  run_config=cfg)
+Z = np.linalg.qr(np.random.default_rng(0).standard_normal((12, int(cfg["iteration-rank"]))))[0]
+ins = FitIns(ndarrays_to_parameters([Z]), {"round": 1, "local-steps": 1, "iteration-offset": 0})
+message = Message(content=fitins_content(ins), message_type="train", dst_node_id=5, group_id="1")
+message.metadata.__dict__["_message_id"] = "m1"
+reply = clientapp.app(message, context)
+assert not reply.has_error(), reply.error.reason
+assert fitres_from_content(reply.content).num_examples == 40
+print(" ".join(sorted({name.split(".")[0] for name in sys.modules})))
+"""
+
+
+@pytest.mark.parametrize("strategy", ["fedpower", "power"])
+def test_a_clientapp_process_answers_without_the_heavy_packages(tmp_path, strategy):
+    """What a SuperNode's new ClientApp process imports to answer an eigenspace round: no scipy, scikit-learn,
+    pandas, matplotlib, dp-accounting, Ray or simulation code (each would be imported again at every message)."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from simulations.engines import APP_DIR
+
+    np.save(tmp_path / "rows.npy", np.random.default_rng(1).standard_normal((40, 12)))
+    done = subprocess.run([sys.executable, "-c", ANSWER_ONE_MESSAGE, str(APP_DIR), str(tmp_path / "rows.npy"),
+                           strategy], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(APP_DIR)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = set(done.stdout.split())
+    assert {"client_app", "fl_strategies", "numpy"} <= imported
+    assert not imported & {"scipy", "sklearn", "pandas", "matplotlib", "dp_accounting", "ray", "simulations",
+                           "threadpoolctl", "bed_reader"}
