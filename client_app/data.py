@@ -60,8 +60,9 @@ import numpy as np
 
 from fl_strategies.files.data_files import file_fingerprint, is_data_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
+from fl_strategies.settings.config import column_scaling, row_sums_at_discovery
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
-from fl_strategies.kernels.rows import RowBlocks
+from fl_strategies.kernels.rows import MISSING_CODE, BedVariants, RowBlocks
 
 __all__ = ["NodeData", "partition_id", "check_local_matrix", "check_local_operator"]
 
@@ -162,7 +163,7 @@ class NodeData:
         ``row-normalize`` for a node file."""
         if self._rows is None:
             stored = self.stored_rows()
-            rows = stored.rows
+            rows = next(stored.blocks()) if isinstance(stored, BedVariants) else stored.rows
             if stored.normalize or stored.clip > 0 or not (
                     hasattr(rows, "tocsr") or isinstance(rows, np.ndarray) and rows.dtype == np.float64
                     and not isinstance(rows, np.memmap)):
@@ -198,7 +199,21 @@ class NodeData:
         op = self.operator()
         if not centered:
             return float(op.num_rows * op.trace())
-        return op.rows.centered_sum_of_squares(op.row_sum / op.num_rows)
+        return op.rows.centered_sum_of_squares(self._own_mean())
+
+    def _own_mean(self) -> np.ndarray:
+        """The rows' own mean ``m_i`` (d,): over each variant's non-missing calls for genotypes."""
+        op = self.operator()
+        return op.rows.own_mean() if isinstance(op.rows, BedVariants) else op.row_sum / op.num_rows
+
+    @property
+    def call_counts(self) -> np.ndarray | None:
+        """Non-missing genotype calls per variant (d,) float64 when the node's ``.bed`` has missing calls, else
+        ``None`` (every column has ``s_i`` values): what a node reports as ``call-count`` at discovery."""
+        rows = self.operator().rows
+        if not isinstance(rows, BedVariants) or not rows.code_counts[:, MISSING_CODE].any():
+            return None
+        return rows.call_counts()
 
     def column_sq_sums(self) -> np.ndarray:
         """``sum_j (x_j - m_i)^2`` per column about the rows' own mean ``m_i``, shape (d,).
@@ -207,8 +222,7 @@ class NodeData:
         (:mod:`fl_strategies.kernels.standardize`): the deviations summed block by block (no cancellation, no copy of
         the rows); sparse rows by the identity ``sum x^2 - s m^2``.
         """
-        op = self.operator()
-        return op.rows.centered_column_squares(op.row_sum / op.num_rows)
+        return self.operator().rows.centered_column_squares(self._own_mean())
 
     def operator(self, products: int = 1, rank: int = 1) -> LocalOperator:
         """The uncentred local operator ``A_i = M_i^T M_i / s_i`` (cached per process and data source).
@@ -243,7 +257,7 @@ class NodeData:
         file = self._file()
         if file is not None:
             return ("file", file[0], _version(file[0]), bool(self.cfg["row-normalize"]),
-                    float(self.cfg.get("clip-norm", 0.0)))
+                    float(self.cfg.get("clip-norm", 0.0)), column_scaling(self.cfg.get("scale", False)))
         return ("harness", tuple(sorted(self.cfg.items())), self.partition_id)
 
     def _build_operator(self, products: int, rank: int) -> LocalOperator:
@@ -251,7 +265,8 @@ class NodeData:
         s, d = stored.num_rows, stored.dimension
         # the harness caches A_i (of unclipped rows) across the runs of a sweep
         harness = self._file() is None and not stored.sparse and stored.clip <= 0
-        use_gram = gram_is_cheaper(s, d, rank, products, shared=harness)
+        use_gram = gram_is_cheaper(s, d, rank, products, shared=harness) and not getattr(stored, "centers_inside",
+                                                                                           False)
         if use_gram and harness:
             A, s_h = _harness(self.cfg, self.partition_id).client_covariance(self.cfg, self.partition_id)
             op = LocalOperator.from_gram(A, s_h, rows=stored)
@@ -333,6 +348,19 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
     if not on_nodes(cfg) and cfg["dimension"] > 0 and X.shape[1] != cfg["dimension"]:
         raise ValueError(f"partition {pid}: {what} {path!r}: has {X.shape[1]} columns, but the "
                          f"run's data have dimension d = {cfg['dimension']}")
+    if isinstance(X, BedVariants):
+        if X.code_counts[:, MISSING_CODE].any() and not (row_sums_at_discovery(cfg) and cfg.get("epsilon", 0) <= 0
+                                                         and cfg.get("noise-std", 0) <= 0):
+            raise ValueError(f"partition {pid}: {what} {path!r}: has missing genotype calls, which are imputed with "
+                             "the federation's allele frequencies: that needs center = true in a noise-free run "
+                             "whose row sums are exchanged at discovery")
+        log.info("partition %d: %s %r: %d people x %d variants (PLINK .bed, read in variant blocks)", pid, what, path,
+                 X.num_rows, X.dimension)
+        if not (cfg["row-normalize"] or cfg.get("clip-norm", 0.0) > 0):
+            if column_scaling(cfg.get("scale", False)) == "hwe" and X.code_counts[:, MISSING_CODE].any():
+                return X.weighted(X.missingness_weights())  # plink2's correction for missingness
+            return X
+        X = next(X.blocks())  # rows scaled one by one: the decoded counts in memory
     return RowBlocks(X, normalize=bool(cfg["row-normalize"]), clip=cfg.get("clip-norm", 0.0))
 
 

@@ -57,9 +57,13 @@ class DPPowerClient(NumPyClient):
                                  self.calibration is not None, STREAM_NOISE)
 
     def get_properties(self, config):
-        """Partition id, row count and dimension (no data)."""
+        """Partition id, row count and dimension (no data); without noise (no ``epsilon``) ``sq-sum``, the sum of
+        squares of its rows, for the server's check for degenerate data
+        (:meth:`fl_strategies.protocol.base.FederatedStrategy.degenerate_problem`); a private run sends none."""
+        squares = {} if self.calibration is not None else {
+            "sq-sum": self.blocks.centered_sum_of_squares(np.zeros(self.n))}
         return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.n,
-                **self.noise.properties()}
+                **self.noise.properties(), **squares}
 
     def _released(self) -> int:
         state = self.context.state  # not .config_records: that builds a view of every record at every message

@@ -42,8 +42,10 @@ class ErmClient(NumPyClient):
         self.settings = settings_for(cfg)
 
     def get_properties(self, config):
-        """Partition id, row count and width ``d = p + 1`` (no data)."""
-        return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d}
+        """Partition id, row count, width ``d = p + 1`` and ``sq-sum``, the sum of squares of the features (no
+        row; the server's check for degenerate data: :meth:`fl_strategies.protocol.base.FederatedStrategy.degenerate_problem`)."""
+        return {"partition-id": self.partition_id, "num-examples": self.s, "dimension": self.d,
+                "sq-sum": float(np.vdot(self.X, self.X))}
 
 
 class FedLrgdClient(ErmClient):

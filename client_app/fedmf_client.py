@@ -38,8 +38,10 @@ class FedMFClient(NumPyClient):
         self.r = self.settings.rank
 
     def get_properties(self, config):
-        """Report what the server needs to plan the run (no data)."""
-        return {"partition-id": self.partition_id, "num-examples": self.n, "dimension": self.d}
+        """Report what the server needs to plan the run: no row; ``sq-sum`` (the sum of squares of ``S_i``) for the
+        server's check for degenerate data (:meth:`fl_strategies.protocol.base.FederatedStrategy.degenerate_problem`)."""
+        return {"partition-id": self.partition_id, "num-examples": self.n, "dimension": self.d,
+                "sq-sum": float(np.vdot(self.S, self.S))}
 
     def _received_v(self, parameters) -> np.ndarray:
         (V,) = parameters

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_strategies.settings.config import row_sums_at_discovery, secure_covariance
+from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_covariance, secure_power
 from fl_strategies.files.data_files import FINGERPRINT
 
 __all__ = ["discovery_properties", "fingerprint_property", "summary_reply"]
@@ -39,15 +39,19 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
     -------
     dict
         Flower properties (scalars and bytes): ``partition-id``, ``num-examples``, ``dimension``, and
-        ``row-sum`` / ``col-sq-sum`` (``d`` float64 as bytes each) / ``sq-sum`` (float) as above.
+        ``row-sum`` / ``col-sq-sum`` (``d`` float64 as bytes each) / ``sq-sum`` (float) as above; ``call-count``
+        (``d`` float64) beside ``row-sum`` when the node's genotypes have missing calls.
     """
     s = data.num_rows
     props: dict[str, Any] = {"partition-id": data.partition_id, "num-examples": s, "dimension": dimension}
     if row_sums_at_discovery(cfg):
         props["row-sum"] = data.row_sum.astype("<f8").tobytes()
-    if cfg.get("scale"):  # only with the row sums in the clear, never with noise (the run config's checks)
+        counts = getattr(data, "call_counts", None)
+        if counts is not None:  # genotypes with missing calls: the row sum is over each variant's calls
+            props["call-count"] = counts.astype("<f8").tobytes()
+    if column_scaling(cfg.get("scale", False)) != "false" and row_sums_at_discovery(cfg):  # never with noise or SecAgg+
         props["col-sq-sum"] = data.column_sq_sums().astype("<f8").tobytes()
-    if not noisy and not secure_covariance(cfg):
+    if not noisy and not secure_covariance(cfg) and not secure_power(cfg):
         props["sq-sum"] = data.sum_of_squares(cfg["center"])
     return props
 

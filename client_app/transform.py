@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.files.data_files import read_samples
+from fl_strategies.files.data_files import open_samples
+from fl_strategies.kernels.rows import BedVariants
 from fl_strategies.files.pca import load_model, transform
 from fl_strategies.files.plain_files import refuse_overwrite, write_file
 
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: exit 0 with the scores written, 2 with one line naming the argument at fault."""
     parser = argparse.ArgumentParser(prog="python -m client_app.transform", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the run's pca.npz")
-    parser.add_argument("--data", required=True, help="a .npy/.csv file of rows (samples) on this node")
+    parser.add_argument("--data", required=True, help="a .npy/.csv/.npz/.bed file of rows (samples) on this node")
     parser.add_argument("--out", required=True, help="where to write the scores (.npy; a new file, mode 600)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out (never --data or --model)")
     args = parser.parse_args(argv)
@@ -41,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.out).resolve().parent.is_dir():
             raise ValueError(f"--out {args.out!r}: its folder does not exist")
         model = load_model(args.model)
-        X = read_samples(args.data, "--data")
+        X = open_samples(args.data, "--data")  # a .bed file stays on disk, read in its variant order
+        if not isinstance(X, BedVariants):
+            X = X.toarray() if hasattr(X, "toarray") else np.asarray(X, dtype=np.float64)
         try:
             scores = transform(model, X)
         except ValueError as ex:

@@ -25,12 +25,14 @@ from flwr.common import Context
 from flwr.server import Grid, ServerApp, ServerAppComponents, ServerConfig
 from flwr.server.client_manager import SimpleClientManager
 
-from fl_strategies.settings.config import ConfigError, check_unread_keys, default_run_config, effective_config
+from fl_strategies.settings.config import (ConfigError, check_unread_keys, default_run_config, effective_config,
+                                          round_timeout)
 from fl_strategies.files.data_files import read_samples
 from fl_strategies.protocol.base import RunFailed
 from fl_strategies.files.harness import ServerData, find_harness, on_nodes
 from fl_strategies.settings.registry import load_class, spec
 from fl_strategies.protocol.checkpoint import checkpoint_for
+from fl_strategies.protocol.round_exchange import simulated_grid
 from fl_strategies.protocol.server_loop import StoppingServer
 from fl_strategies.protocol.flower_compat import start_grid
 
@@ -110,7 +112,7 @@ def server_data(cfg) -> ServerData | None:
 def server_fn(context: Context) -> ServerAppComponents:
     """The strategy named in the run config, in Flower's server loop with a stopping rule."""
     strategy, num_rounds = build_strategy(context.run_config)
-    timeout = strategy.cfg["round-timeout"] or None
+    timeout = round_timeout(strategy.cfg["round-timeout"], real_nodes=False)  # run_server sets its grid's
     server = StoppingServer(client_manager=SimpleClientManager(), strategy=strategy,
                             checkpoint=checkpoint_for(strategy))
     return ServerAppComponents(server=server, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout))
@@ -140,6 +142,7 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
     components = components or server_fn(context)
     strategy = components.server.strategy
     strategy.observer = observer
+    set_round_timeout(strategy, components.config, real_nodes=not simulated_grid(grid))
     if getattr(strategy, "secure", False):
         run_secure_aggregation(grid, context, strategy, components.config.num_rounds,
                                components.config.round_timeout)
@@ -148,6 +151,19 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
     if getattr(strategy, "failure", None):
         raise RunFailed(strategy.failure, strategy)
     return strategy
+
+
+def set_round_timeout(strategy, config: ServerConfig, real_nodes: bool) -> None:
+    """Give the run's round timeout (:func:`fl_strategies.settings.config.round_timeout`) to the server loop and to
+    the strategy's discovery; log the default's value on real SuperNodes, and a run without any limit there."""
+    seconds = strategy.cfg["round-timeout"]
+    config.round_timeout = strategy.timeout = round_timeout(seconds, real_nodes)
+    if real_nodes and seconds == -1:
+        log.info("round-timeout: %g s a round (the default on real SuperNodes; round-timeout = 0 for no limit): a "
+                 "node that does not reply by then is named and counted as failed", config.round_timeout)
+    elif real_nodes and config.round_timeout is None:
+        log.warning("round-timeout = 0: a round waits for every node without limit; a node whose ClientApp never "
+                    "starts stops the run here")
 
 
 app = ServerApp()

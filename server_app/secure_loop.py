@@ -1,10 +1,12 @@
 """The rounds of a strategy whose fit rounds run Flower's SecAgg+ protocol (``dp-power`` with ``dp-channel = secagg``,
-``covariance`` with ``secure-aggregation``).
+``covariance``, ``power`` and ``ssi`` with ``secure-aggregation``).
 
 Flower's ``SecAggPlusWorkflow`` works only inside its legacy ``DefaultWorkflow`` stack (a ``LegacyContext``).
 ``DefaultWorkflow`` always runs every round; this loop is the same sequence (initial parameters and evaluation,
 then per round the SecAgg+ fit workflow and the server-side evaluation) but ends the run when the strategy sets
-``stopped`` or when SecAgg+ halted without calling ``aggregate_fit`` (too few clients answered a stage), and calls
+``stopped`` or when SecAgg+ halted without calling ``aggregate_fit`` (too few clients answered a stage), runs a
+strategy's discovery sums (``discovery_rounds``, numbered up to 0) before round 1 and its summary exchange
+(``secure_summary``) as one more SecAgg+ round numbered ``num_rounds + 1`` (with no evaluation), and calls
 ``strategy.finish()`` at the end, like :class:`fl_strategies.protocol.server_loop.StoppingServer`.
 """
 
@@ -28,7 +30,15 @@ from fl_strategies.protocol.flower_compat import (
 
 log = logging.getLogger("flwr.fedspectral")
 
-__all__ = ["run_secure_aggregation"]
+__all__ = ["run_secure_aggregation", "secagg_ranges"]
+
+
+def secagg_ranges(strategy) -> tuple[float, int, int]:
+    """SecAgg+'s ``(clipping_range, quantization_range, modulus_range)`` for ``strategy``: its own
+    (``secagg_ranges()``, e.g. the exact limbs of :mod:`fl_strategies.privacy.fixed_point`) or ``strategy.clip``
+    with :data:`~fl_strategies.protocol.strategies.dp_power.QUANTIZATION_RANGE` levels modulo ``2^32``."""
+    own = getattr(strategy, "secagg_ranges", None)
+    return own() if own is not None else (strategy.clip, QUANTIZATION_RANGE, 2 ** 32)
 
 
 def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: int,
@@ -40,8 +50,9 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
     grid : flwr.server.Grid
     context : flwr.common.Context
         The ServerApp's context.
-    strategy : DPPowerStrategy or CovarianceStrategy
-        Of :mod:`fl_strategies.protocol.strategies.dp_power` or :mod:`fl_strategies.protocol.strategies.covariance`.
+    strategy : DPPowerStrategy, CovarianceStrategy or SecurePowerStrategy
+        Of :mod:`fl_strategies.protocol.strategies.dp_power`, :mod:`~fl_strategies.protocol.strategies.covariance`
+        or :mod:`~fl_strategies.protocol.strategies.secure_power` (which gives its own ranges, :func:`secagg_ranges`).
         Provides ``num_shares`` settings via :func:`fl_strategies.protocol.strategies.dp_power.num_shares`, ``clip``
         (after ``initialize_parameters``), ``aggregated`` (the rounds it aggregated) and ``stopped`` / ``abort_round``.
     num_rounds : int
@@ -55,13 +66,22 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
         c_done.wait()
         default_init_params_workflow(grid, legacy)  # discovery, X_0, strategy.clip, evaluation of round 0
         shares, threshold = num_shares(strategy.m, strategy.settings.secagg_num_shares)
+        clipping, levels, modulus = secagg_ranges(strategy)
         workflow = SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=threshold, max_weight=1.0,
-                                      clipping_range=strategy.clip, quantization_range=QUANTIZATION_RANGE,
-                                      modulus_range=2 ** 32, timeout=timeout)
+                                      clipping_range=clipping, quantization_range=levels,
+                                      modulus_range=modulus, timeout=timeout)
         cfg = ConfigRecord()
         legacy.state.config_records[MAIN_CONFIGS_RECORD] = cfg
         cfg[Key.START_TIME] = timeit.default_timer()
-        for current_round in range(1, num_rounds + 1):
+        for current_round in getattr(strategy, "discovery_rounds", ()):  # discovery sums, before round 1
+            cfg[Key.CURRENT_ROUND] = current_round
+            workflow(grid, legacy)
+            if current_round not in strategy.aggregated and strategy.failure is None:
+                strategy.abort_round(current_round, "SecAgg+ halted before the discovery sum was formed: too few "
+                                                    "clients answered one of its stages")
+            if strategy.stopped:
+                break
+        for current_round in range(1, num_rounds + 1) if not strategy.stopped else ():
             cfg[Key.CURRENT_ROUND] = current_round
             workflow(grid, legacy)
             if current_round not in strategy.aggregated and not strategy.stopped:
@@ -71,6 +91,12 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
             if strategy.stopped:
                 break
             default_centralized_evaluation_workflow(grid, legacy)
+        if getattr(strategy, "secure_summary", False) and strategy.failure is None:
+            cfg[Key.CURRENT_ROUND] = num_rounds + 1  # the summary exchange, summed by SecAgg+ too
+            workflow(grid, legacy)
+            if num_rounds + 1 not in strategy.aggregated and strategy.failure is None:
+                strategy.abort_round(num_rounds + 1, "SecAgg+ halted before the summary's sum was formed: too few "
+                                                     "clients answered one of its stages")
         strategy.check_progress()
     finally:
         f_stop.set()

@@ -436,8 +436,9 @@ def test_no_usable_node_refuses_the_run_before_round_one(bad_data_on):
 
 @pytest.mark.parametrize("overrides, fragment", [
     ({"dataset": ""}, "dataset must name a data set or a .npy/.csv file, got ''"),
-    ({"round-timeout": float("nan")}, "round-timeout must be a number >= 0 and finite, got nan"),
-    ({"round-timeout": float("inf")}, "round-timeout must be a number >= 0 and finite, got inf"),
+    ({"round-timeout": float("nan")}, "round-timeout must be -1 or a number >= 0 and finite, got nan"),
+    ({"round-timeout": float("inf")}, "round-timeout must be -1 or a number >= 0 and finite, got inf"),
+    ({"round-timeout": -2.0}, "round-timeout must be -1 or a number >= 0, got -2.0"),
     ({"dirichlet-alpha": float("inf")}, "dirichlet-alpha must be a number > 0 and finite, got inf"),
     ({"delta": float("nan")}, "delta must be a number in (0, 1) and finite, got nan"),
     ({"epsilon": float("inf")}, "epsilon must be a finite number >= 0 (0 = no noise), got inf"),

@@ -158,6 +158,62 @@ FORGED = [
 ]
 
 
+
+def _records(d) -> list:
+    return d["strategy"]["records"]
+
+
+def _held_last_row(d, round_shown=None) -> None:
+    """The last row moved to the held row (as under a stopping rule), with its round shown as ``round_shown``."""
+    row = _records(d).pop()
+    d["strategy"]["held"] = [dict(row, round=row["round"] if round_shown is None else round_shown),
+                             d["strategy"]["iterates"][-1]]
+
+
+CROSS_FIELD = [  # each field well formed on its own; together they are not one run's state
+    ("rows-stop-at-round-2-count-says-6", lambda d: (_records(d).pop(), d["strategy"].update(iterate_count=6)),
+     r"has 3 row\(s\) and an iterate count of 6 for round 3 \(both must be 4\)"),
+    ("rows-one-short-without-a-held-row", lambda d: _records(d).pop(),
+     r"has 3 row\(s\) and an iterate count of 4 for round 3"),
+    ("count-one-short", lambda d: d["strategy"].update(iterate_count=3), r"an iterate count of 3 for round 3"),
+    ("a-held-row-besides-every-row", lambda d: d["strategy"].update(held=[_records(d)[-1], d["parameters"][0]]),
+     r"has 4 row\(s\) and a held row and an iterate count of 4 for round 3"),
+    ("held-row-of-an-earlier-round", lambda d: _held_last_row(d, round_shown=2),
+     "holds a held row of round 2 for round 3"),
+    ("parameters-an-earlier-estimate", lambda d: d.update(parameters=[d["strategy"]["iterates"][1]]),
+     "holds parameters or a held estimate that differ from its newest estimate"),
+    ("held-estimate-an-earlier-one", lambda d: (_held_last_row(d), d["strategy"]["held"].__setitem__(
+        1, d["strategy"]["iterates"][1])), "holds parameters or a held estimate that differ"),
+    ("never-moved-though-its-estimates-differ", lambda d: d["strategy"].update(iterate_first_moved=None),
+     r"holds the first moved estimate None but the estimate\(s\) at \[2, 3\]"),
+    ("first-moved-after-an-estimate-that-moved", lambda d: d["strategy"].update(iterate_first_moved=3),
+     r"holds the first moved estimate 3 but the estimate\(s\) at \[2, 3\]"),
+    ("fewer-partitions-than-participants", lambda d: d["strategy"].update(
+        sizes=d["strategy"]["sizes"][:2], fingerprints=d["strategy"]["fingerprints"][:2]),
+     r"more distinct participants than its 2 partition size\(s\)"),
+]
+
+
+@pytest.mark.parametrize("change, match", [c[1:] for c in CROSS_FIELD], ids=[c[0] for c in CROSS_FIELD])
+def test_a_forged_state_whose_fields_disagree_is_refused(saved, tmp_path, change, match):  # noqa: F811
+    """Re-checksummed edits that keep every field well formed but break what one field says of another."""
+    path, cfg = _copy(saved, tmp_path)
+    _forge(path, change)
+    with pytest.raises(ConfigError, match=match) as info:
+        ck.Checkpoint(tmp_path, cfg, num_rounds=SMALL["num_server_rounds"])
+    assert "\n" not in str(info.value)
+
+
+def test_a_resume_from_rows_that_stop_before_the_iterate_count_is_refused_before_round_1(saved, tmp_path,
+                                                                                         caplog):  # noqa: F811
+    """The whole app: one ConfigError naming the disagreement, and no row written to results-dir."""
+    path, cfg = _copy(saved, tmp_path)
+    _forge(path, CROSS_FIELD[0][1])
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match=CROSS_FIELD[0][2]):
+        run_app(checkpoint_dir=str(tmp_path), resume=True, results_dir=str(out), **SMALL)
+    assert not (out / "rounds.csv").exists()
+
 @pytest.mark.parametrize("change, match", [c[1:] for c in FORGED], ids=[c[0] for c in FORGED])
 def test_a_forged_state_of_the_wrong_kind_is_refused(saved, tmp_path, change, match):  # noqa: F811
     path, cfg = _copy(saved, tmp_path)

@@ -98,7 +98,7 @@ def test_the_wide_reference_from_a_thin_svd_is_the_eigh_reference(center):
         assert abs(a[key] - b[key]) <= 1e-10
 
 
-def test_a_plink_bed_file_is_streamed_and_a_missing_call_is_refused(tmp_path):
+def test_a_plink_bed_file_is_streamed_and_a_missing_call_is_refused_without_centring(tmp_path):
     bed_reader = pytest.importorskip("bed_reader")
     from client_app.data import NodeData
 
@@ -111,5 +111,5 @@ def test_a_plink_bed_file_is_streamed_and_a_missing_call_is_refused(tmp_path):
     np.testing.assert_array_equal(read_samples(tmp_path / "g.bed"), G)
     G[7, 3] = np.nan
     bed_reader.to_bed(tmp_path / "m.bed", G)
-    with pytest.raises(ValueError, match=r"m.bed'.*missing genotype calls, first in row 7"):
-        open_samples(tmp_path / "m.bed", "node config data-path")
+    with pytest.raises(ValueError, match=r"m.bed'.*missing genotype calls.*needs center = true"):
+        NodeData(cfg, {"partition-id": 0, "data-path": str(tmp_path / "m.bed")}).operator()

@@ -1,5 +1,6 @@
 """The same app on real flower-superlink / flower-supernode processes (loopback), each node reading its own file."""
 
+import re
 import subprocess
 
 import numpy as np
@@ -54,8 +55,9 @@ def test_tls_and_supernode_authentication_refuse_an_unregistered_node(tmp_path):
 @pytest.mark.deploy  # real processes, about 90 s each
 @pytest.mark.timeout(300)  # every process is stopped in finally blocks; a hang fails the test
 @pytest.mark.parametrize("fault", ["killed", "silent"])
-def test_a_supernode_killed_or_silent_mid_run_is_counted_and_the_run_goes_on(tmp_path, fault):
-    """FedPower proceeds with the replies it has: the node's rounds time out and count as failures.
+def test_a_supernode_killed_or_silent_mid_run_is_counted_and_the_run_goes_on(tmp_path, fault, capsys):
+    """FedPower proceeds with the replies it has: the node's rounds time out, count as failures and name the node
+    in the server log.
 
     ``killed``: SIGKILL to the node's process group; ``silent``: SIGSTOP (the node stays registered but never
     answers).
@@ -94,6 +96,9 @@ def test_a_supernode_killed_or_silent_mid_run_is_counted_and_the_run_goes_on(tmp
     assert table.loc[1, "participants"] == 3
     assert (table.loc[3:, "participants"] == 2).all() and (table.loc[3:, "failures"] == 1).all()
     assert np.isfinite(table["subspace_distance"]).all()
+    named = re.findall(r"round (\d): node \d+ (?:sent no reply within round-timeout = 15 s|replied with an error)",
+                       capsys.readouterr().out)
+    assert {"3", "4"} <= set(named)
 
 
 def _idle(log: str) -> bool:

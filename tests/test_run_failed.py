@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_aborted, run_app
+from fl_strategies.settings.registry import STRATEGIES
 from simulations.compare import main as compare_main
 
 NONE_ACCEPTED = "no client reply was accepted in any of its 4 round(s)"
@@ -21,6 +22,52 @@ def _zero_folder(path):
     for i in range(3):
         np.save(path / f"partition_{i}.npy", np.zeros((20, 6)))
     return str(path)
+
+
+DEGENERATE = "the data of its 3 node(s) are degenerate (sum of squares 0 at every node"
+
+NEEDS = {"dp-power": dict(secagg_clip=1.0)}
+"""What a strategy needs besides its spec's server inputs to run on a folder of node files."""
+
+
+def _inputs(name: str, tmp_path) -> dict:
+    """The run-config overrides a strategy's spec says it needs at the server (its own rows: all zero too)."""
+    inputs = STRATEGIES[name].server_inputs
+    overrides = dict(NEEDS.get(name, {}))
+    if "server-rows" in inputs:
+        np.save(tmp_path / "server.npy", np.zeros((10, 6)))
+        overrides["server_data"] = str(tmp_path / "server.npy")
+    if "singular-values" in inputs:
+        overrides.update(mf_sigma_1=1.0, mf_sigma_r=0.5)
+    return overrides
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_strategy_fails_on_all_zero_data_naming_it(tmp_path, name, caplog):
+    """One rule (the base strategy's) for every registered strategy: all-zero node data leave nothing to
+    estimate, so the run is FAILED with that reason and writes no model, whatever the family."""
+    caplog.set_level(logging.CRITICAL, logger="flwr")
+    strategy = run_aborted(re.escape(DEGENERATE), strategy=name, dataset=_zero_folder(tmp_path / "zero"),
+                           num_clients=3, rank=2, num_server_rounds=3, results_dir=str(tmp_path / "out"),
+                           **_inputs(name, tmp_path))
+    assert strategy.failure.startswith(DEGENERATE)
+    assert not (tmp_path / "out" / "pca.npz").exists()
+
+
+@pytest.mark.parametrize("name", ["fedave", "fedlrgd"])
+def test_an_erm_run_whose_optimum_is_its_start_is_a_result(tmp_path, name):
+    """Ridge regression on labels all zero: ``theta = 0`` is the optimum and the start, so the estimate never
+    moves; the features are not zero, so the run is a result, not a failure."""
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "labels-zero"
+    folder.mkdir()
+    for i in range(3):
+        np.save(folder / f"partition_{i}.npy", np.c_[rng.standard_normal((20, 5)), np.zeros(20)])
+    np.save(tmp_path / "server.npy", np.c_[rng.standard_normal((10, 5)), np.zeros(10)])
+    strategy = run_app(strategy=name, dataset=str(folder), server_data=str(tmp_path / "server.npy"), loss="ridge",
+                       num_clients=3, num_server_rounds=3)
+    assert strategy.failure is None and not strategy.iterates.moved
+    assert np.array_equal(strategy.iterates[-1], np.zeros(5))
 
 
 @pytest.mark.parametrize("overrides, reason", [
@@ -40,7 +87,7 @@ def test_a_run_without_an_accepted_reply_fails(tmp_path, overrides, reason, capl
 
 def test_a_run_on_all_zero_data_fails_without_a_model(tmp_path, caplog):
     caplog.set_level(logging.CRITICAL, logger="flwr")
-    strategy = run_aborted(re.escape("the estimate never moved from its start in 4 round(s)"), strategy="power",
+    strategy = run_aborted(re.escape(DEGENERATE), strategy="power",
                            dataset=_zero_folder(tmp_path / "zero"), num_clients=3, rank=2, num_server_rounds=4,
                            results_dir=str(tmp_path / "out"))
     assert all(row["participants"] == 3 for row in strategy.records[1:])  # accepted, but carrying nothing
@@ -87,3 +134,23 @@ noise-std = 1e308
     assert all(results.loc[results["run"] == "drowned", "failure"].str.len() > 0)
     estimates = sorted(p.name for p in (out / "estimates").iterdir())
     assert estimates and all(name.startswith("good") for name in estimates)  # no result of the failed run
+
+
+def test_compare_marks_a_faps_run_on_all_zero_data_failed(tmp_path, capsys):
+    """The rule reaches the comparison: FAILED in its summary, a non-zero exit."""
+    config = tmp_path / "c.toml"
+    config.write_text(f"""
+seeds = [0]
+[defaults]
+dataset = "{_zero_folder(tmp_path / 'zero')}"
+num-clients = 3
+rank = 2
+num-server-rounds = 3
+[[runs]]
+name = "faps-on-zeros"
+strategy = "faps"
+""")
+    out = tmp_path / "o"
+    assert compare_main([str(config), "--out", str(out)]) == 1
+    assert "fedspectral: run FAILED: run 'faps-on-zeros' seed 0: " + DEGENERATE in capsys.readouterr().err
+    assert "| faps-on-zeros **FAILED** |" in (out / "summary.md").read_text()

@@ -77,7 +77,7 @@ def test_the_server_app_logs_the_unread_keys_at_the_start(monkeypatch):
 
 @pytest.mark.parametrize("strategy, unread", [
     ("covariance", {"mf-sigma-1": 3.0, "inner-tol": 0.5, "momentum": "none", "sampling": "without-replacement"}),
-    ("power", {"alignment": "none", "schedule": "fixed", "secagg-clip": 2.0, "u-solver": "exact"}),
+    ("power", {"alignment": "none", "schedule": "fixed", "dp-sensitivity": "one", "u-solver": "exact"}),
     ("faps", {"local-steps": 4, "total-iterations": 0, "step-max": 0.05, "dp-sensitivity": "one"}),
 ])
 def test_undeclared_keys_leave_the_result_unchanged(strategy, unread):

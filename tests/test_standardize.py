@@ -215,3 +215,17 @@ def test_a_node_without_its_column_sums_is_left_out(tmp_path):
     good = np.array([1.0, 2.0, 0.0]).astype("<f8").tobytes()
     assert strategy._column_sums(Proxy(), {"row-sum": row_sum, "col-sq-sum": good}, (0, 10)) == (0, 10)
     assert strategy._col_sq_sums["7"].tolist() == [1.0, 2.0, 0.0]
+
+
+@pytest.mark.parametrize("strategy", ["power", "fedpower"])
+def test_row_normalised_and_scaled_replies_are_within_their_bound(tmp_path, strategy):
+    """With ``row-normalize`` the server bounds every reply; scaled columns stretch a unit row up to
+    ``(1 + ||mu||) / min(scale)``, so the bound must carry that factor or every honest reply is refused."""
+    X = np.vstack(unit_files(tmp_path / "data"))
+    run_app(strategy=strategy, dataset=str(tmp_path / "data"), num_clients=3, rank=K, iteration_rank=4,
+            num_server_rounds=60, center=True, scale=True, row_normalize=True, results_dir=str(tmp_path / "out"))
+    model = load_model(tmp_path / "out" / "pca.npz")
+    unit = X / np.linalg.norm(X, axis=1, keepdims=True)
+    ref = make_pipeline(StandardScaler(), PCA(n_components=K)).fit(unit)
+    assert subspace_distance(model["components"].T, ref.named_steps["pca"].components_.T) < 1e-6
+    np.testing.assert_allclose(model["explained_variance"], ref.named_steps["pca"].explained_variance_, rtol=1e-6)

@@ -132,3 +132,40 @@ def test_a_model_written_before_scale_existed_loads_as_unscaled(tmp_path):
     np.savez(tmp_path / "old.npz", **old)
     model = load_start({"init-from": str(tmp_path / "old.npz"), "center": True, "scale": False})
     assert np.array_equal(model["scale"], np.ones(D)) and json.loads(str(model["run_config"]))["center"] is True
+
+
+def _without_run_config(tmp_path, **fake) -> str:
+    """A model as :func:`fake_model` writes it, saved again without its ``run_config`` (a hand-made file)."""
+    with np.load(fake_model(tmp_path / "m.npz", **fake)) as f:
+        kept = {key: f[key] for key in f.files if key != "run_config"}
+    np.savez(tmp_path / "bare.npz", **kept)
+    return str(tmp_path / "bare.npz")
+
+
+def test_a_centred_model_without_its_run_config_starts_a_centred_run(tmp_path):
+    """Its ``centered`` field says how it was fitted: no refusal for a field it holds."""
+    model = load_start({"init-from": _without_run_config(tmp_path, center=True), "center": True, "scale": False})
+    assert model["centered"] is True
+
+
+def test_a_model_without_its_run_config_is_refused_naming_what_it_lacks(tmp_path):
+    """With ``scale = true`` and a scale of 1 in every column only the run config could tell: the refusal names
+    it; a ``center`` that differs is refused for that, read from the model's own field."""
+    path = _without_run_config(tmp_path, center=True)
+    with pytest.raises(ConfigError, match=r"^init-from '.*bare.npz' lacks its run_config \(the settings it was "
+                                          r"fitted with\), so whether it was fitted with scale = true cannot be told"):
+        load_start({"init-from": path, "center": True, "scale": True})
+    with pytest.raises(ConfigError, match=r"was fitted with center = true, but this run has center = false"):
+        load_start({"init-from": path, "center": False, "scale": False})
+
+
+def test_a_scaled_model_without_its_run_config_is_known_scaled_by_its_scale(tmp_path):
+    path = fake_model(tmp_path / "m.npz", center=True, scale=True)
+    with np.load(path) as f:
+        kept = {key: f[key] for key in f.files if key != "run_config"}
+    kept["scale"] = np.full(D, 2.0)
+    np.savez(tmp_path / "bare.npz", **kept)
+    model = load_start({"init-from": str(tmp_path / "bare.npz"), "center": True, "scale": True})
+    assert np.all(model["scale"] == 2.0)
+    with pytest.raises(ConfigError, match=r"was fitted with scale = true, but this run has scale = false"):
+        load_start({"init-from": str(tmp_path / "bare.npz"), "center": True, "scale": False})

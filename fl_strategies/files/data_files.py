@@ -6,13 +6,14 @@ that names a file. A file passes when it holds one 2-D array of real numbers
 (no strings, booleans, complex or object arrays), with at least one row and
 one column and only finite entries; a ``.csv`` file is comma-separated
 without a header; a ``.npz`` file is a scipy sparse matrix (``scipy.sparse.save_npz``); a ``.bed`` file is a
-PLINK 1 genotype file (with its ``.fam`` and ``.bim`` beside it), read with ``bed-reader`` (the optional extra
-``genotype``): people are rows, SNPs columns, allele counts 0/1/2 as int8; a missing call is refused (impute
-or filter first, e.g. ``plink --geno 0``), since this reader does not impute.
+PLINK 1 variant-major genotype file (with its ``.fam`` and ``.bim`` beside it, which give its people and
+variants): people are rows, variants columns, the A1 allele counted 0/1/2, memory-mapped and decoded block by
+block of variants in the file's order (:class:`~fl_strategies.kernels.rows.BedVariants`); a missing call is
+kept (the eigenspace products impute it with the federation's mean, :mod:`fl_strategies.kernels.standardize`).
 
 :func:`open_samples` gives the data as stored (a ``.npy`` file memory-mapped in its own dtype, int8 genotypes
-included; a sparse matrix as it is), checked block by block, for the clients that stream their rows
-(:mod:`fl_strategies.kernels.rows`); :func:`read_samples` gives a float64 copy. Every refusal is a
+included; a sparse matrix as it is; a ``.bed`` file as :class:`~fl_strategies.kernels.rows.BedVariants`),
+checked block by block, for the clients that stream their rows (:mod:`fl_strategies.kernels.rows`); :func:`read_samples` gives a float64 copy. Every refusal is a
 ``ValueError`` that names the file (prefixed by what the caller calls it, e.g. ``node config data-path``) and,
 for a csv, the line and the cell.
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..kernels.rows import BLOCK_BYTES, clip_rows, normalize_rows
+from ..kernels.rows import BLOCK_BYTES, BedVariants, clip_rows, normalize_rows
 
 __all__ = ["clip_rows", "FILE_SUFFIXES", "is_data_file", "open_samples", "read_samples", "normalize_rows",
            "FINGERPRINT", "file_fingerprint"]
@@ -150,46 +151,36 @@ def _read_npz(path: Path, where: str):
     return X.tocsr()
 
 
-class BedRows:
-    """A PLINK ``.bed`` file as rows (people x SNPs), read on demand with ``bed-reader`` as int8 allele counts.
-
-    Slicing rows (``bed[start:stop]``) reads those people only; ``np.asarray(bed)`` reads the whole file.
-    """
-
-    MISSING = -127  # bed-reader's int8 code of a missing call
-
-    def __init__(self, bed) -> None:
-        self.bed = bed
-        self.shape = (int(bed.iid_count), int(bed.sid_count))
-        self.dtype, self.ndim = np.dtype(np.int8), 2
-        self.nbytes = self.shape[0] * self.shape[1]
-
-    def __getitem__(self, rows) -> np.ndarray:
-        return self.bed.read(index=np.s_[rows, :], dtype="int8")
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        X = self[:]
-        return X if dtype is None else X.astype(dtype)
+def _lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for line in handle if line.strip())
 
 
-def _read_bed(path: Path, where: str) -> BedRows:
+def _read_bed(path: Path, where: str) -> BedVariants:
+    """The ``.bed`` file memory-mapped in its own variant-major order
+    (:class:`~fl_strategies.kernels.rows.BedVariants`), its people counted in the ``.fam`` and its variants in the
+    ``.bim`` beside it."""
     try:
-        from bed_reader import open_bed
-    except ImportError:
-        raise ValueError(f"{where}: reading a PLINK .bed file needs bed-reader: pip install 'fedspectral[genotype]'") \
-            from None
-    try:
-        X = BedRows(open_bed(path))
-    except Exception as exc:  # a missing .fam / .bim, a corrupt file, ...
-        raise ValueError(f"{where}: is not a readable PLINK .bed file (with its .fam and .bim): {exc}") from exc
-    step = max(1, BLOCK_BYTES // max(X.shape[1], 1))
-    for start in range(0, X.shape[0], step):
-        missing = X[start:start + step] == BedRows.MISSING
-        if missing.any():
-            first = start + int(np.argmax(missing.any(axis=1)))
-            raise ValueError(f"{where}: has missing genotype calls, first in row {first}; "
-                             "impute or filter them first (e.g. plink --geno 0 / --fill-missing-a2): this reader does "
-                             "not impute")
+        people, variants = _lines(path.with_suffix(".fam")), _lines(path.with_suffix(".bim"))
+    except OSError as exc:
+        raise ValueError(f"{where}: is not a readable PLINK .bed file (with its .fam and .bim): {exc}") from None
+    width = (people + 3) // 4
+    with open(path, "rb") as handle:
+        magic = handle.read(3)
+    if magic != b"\x6c\x1b\x01":
+        raise ValueError(f"{where}: is not a variant-major PLINK 1 .bed file (its first bytes are not 6c 1b 01)")
+    if path.stat().st_size != 3 + variants * width:
+        raise ValueError(f"{where}: has {path.stat().st_size} bytes, but its .fam ({people} people) and .bim "
+                         f"({variants} variants) need {3 + variants * width}")
+    if people < 1 or variants < 1:
+        raise ValueError(f"{where}: has {people} people and {variants} variants; at least one of each is required")
+    raw = np.memmap(path, dtype=np.uint8, mode="r", offset=3, shape=(variants, width))
+    X = BedVariants(raw, people)
+    if people % 4:  # the padding codes of each variant's last byte are 00 in a well-formed file
+        padding = np.uint8((0xFF << (2 * (people % 4))) & 0xFF)
+        if np.any(np.asarray(raw[:, -1]) & padding):
+            raise ValueError(f"{where}: holds genotype calls beyond the {people} people its .fam lists (is the .fam "
+                             "short of people?)")
     return X
 
 

@@ -41,6 +41,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..kernels.rows import BedVariants
+from ..settings.config import column_scaling
 from .data_files import clip_rows, normalize_rows
 from .plain_files import write_file
 
@@ -179,6 +181,8 @@ def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
         config = json.loads(str(model["run_config"])) if "run_config" in model else {}
         model["centered"] = bool(config.get("center", bool(np.any(mean))))
     model["centered"] = bool(model["centered"])
+    config = json.loads(str(model["run_config"])) if "run_config" in model else {}
+    model["scaling"] = column_scaling(config.get("scale", False))
     model["row_normalize"] = bool(model.get("row_normalize", False))
     model["clip_norm"] = float(model.get("clip_norm", 0.0))
     if not (math.isfinite(model["clip_norm"]) and model["clip_norm"] >= 0):
@@ -191,8 +195,19 @@ def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:
     (after ``StandardScaler.transform`` when the run scaled its columns).
 
     Rows are scaled to unit norm first when the run did so (``row_normalize`` of the model), or the rows longer
-    than the run's ``clip-norm`` scaled down to it (``clip_norm`` of the model).
+    than the run's ``clip-norm`` scaled down to it (``clip_norm`` of the model). A PLINK ``.bed`` file
+    (:class:`~fl_strategies.kernels.rows.BedVariants`) is read once in its variant order, a missing call given the
+    model's mean (0 after centring).
     """
+    if isinstance(X, BedVariants):
+        if X.dimension != model["components"].shape[1]:
+            raise ValueError(f"the rows have {X.dimension} variants; the model needs {model['components'].shape[1]}")
+        if not (model.get("row_normalize", False) or model.get("clip_norm", 0.0) > 0):
+            scores = X.left(model["components"].T, model["mean"], model.get("scale"))
+            if model.get("scaling") == "hwe":  # a person's scores over their share of calls, as the run weighted
+                scores *= np.sqrt(X.missingness_weights())[:, None]
+            return scores
+        X = next(X.blocks())
     X = np.asarray(X, dtype=np.float64)
     d = model["components"].shape[1]
     if X.ndim != 2 or X.shape[1] != d:

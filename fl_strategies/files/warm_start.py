@@ -12,7 +12,8 @@ outside the model's span.
 Everything is checked on the server before round 1 and refused with one line
 naming ``init-from`` and the file: a missing or unreadable file, a model with
 non-finite numbers, a model fitted with other ``center`` / ``scale`` settings
-than the run's (its components live in another space), and (once ``d`` is
+than the run's (its components live in another space; a model whose fields cannot tell is refused naming the
+field it lacks), and (once ``d`` is
 known) a width other than the run's ``d``.
 
 :func:`load_start` takes the whole run configuration, not a strategy's settings: every eigenspace strategy
@@ -26,11 +27,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..settings.config import ConfigError
+from ..settings.config import ConfigError, column_scaling
 from ..kernels.linalg import orth
 from .pca import load_model
 
 __all__ = ["load_start", "check_width", "initial_basis"]
+
+SCALED = "true or hwe"
+"""What a model without its run config but with scaled columns was fitted with, as far as its fields tell."""
 
 
 def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -40,7 +44,7 @@ def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     ------
     ConfigError
         If the file cannot be read as a ``pca.npz``, holds NaN or inf, or was fitted with ``center`` / ``scale``
-        settings other than the run's.
+        settings other than the run's, or (``scale = true``) lacks the ``run_config`` that would tell.
     """
     path = cfg.get("init-from", "")
     if not path:
@@ -53,18 +57,55 @@ def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
         if not np.all(np.isfinite(model[key])):
             raise ConfigError(f"init-from {path!r}: the model's {key} has non-finite values (NaN or inf); fit it "
                               "again or start from a random basis (init-from = '')")
-    try:
-        fitted = json.loads(str(model.get("run_config", "{}")))
-    except ValueError:
-        fitted = {}
     for key in ("center", "scale"):
-        then, now = bool(fitted.get(key, False)), bool(cfg.get(key, False))
-        if then != now:
-            raise ConfigError(f"init-from {path!r} was fitted with {key} = {str(then).lower()}, but this run has "
-                              f"{key} = {str(now).lower()}: its components are of other columns; use the same "
+        then, why = _fitted_with(model, key)
+        now = column_scaling(cfg.get(key, False)) if key == "scale" else str(bool(cfg.get(key, False))).lower()
+        if then == SCALED and now != "false":  # scaled, but whether as this run scales cannot be told
+            then = None
+        if then is None and now != "false":
+            raise ConfigError(f"init-from {path!r} {why}, so whether it was fitted with {key} = {now} cannot be "
+                              f"told; fit it again (its pca.npz records the run config) or start from a random "
+                              "basis (init-from = '')")
+        if then is not None and then != now:
+            raise ConfigError(f"init-from {path!r} was fitted with {key} = {then}, but this run has "
+                              f"{key} = {now}: its components are of other columns; use the same "
                               f"{key} or start from a random basis (init-from = '')")
     model["path"] = str(path)
     return model
+
+
+def _fitted_with(model: Mapping[str, Any], key: str) -> tuple[str | None, str | None]:
+    """The model's ``center`` or ``scale`` setting, and why it cannot be told (the field that is missing).
+
+    The model's own fields tell where they can: ``centered`` (:func:`fl_strategies.files.pca.load_model` fills it
+    from the mean for a file without it), and ``run_config``'s ``scale`` (``"false"``, ``"true"`` or ``"hwe"``).
+    Without a readable ``run_config``, a ``scale`` other than 1 in some column still tells that the columns were
+    scaled (:data:`SCALED`: not whether by their standard deviations or by ``hwe``), and a scale of 1 in every column
+    tells nothing, which matters only to a run with a ``scale``.
+
+    Returns
+    -------
+    setting : str or None
+        ``"true"`` / ``"false"`` for ``center``; ``"false"``, ``"true"``, ``"hwe"``, :data:`SCALED` or ``None`` for
+        ``scale``.
+    why : str or None
+        What is missing, when the setting cannot be told in full (``None`` when it can).
+    """
+    if key == "center":
+        return ("true" if bool(model["centered"]) else "false"), None
+    scaled = bool(np.any(np.asarray(model["scale"]) != 1.0))
+    if "run_config" not in model:
+        why = "lacks its run_config (the settings it was fitted with)"
+    else:
+        try:
+            fitted = json.loads(str(model["run_config"]))
+        except ValueError:
+            fitted = None
+        if isinstance(fitted, dict):  # a model written before scale existed is unscaled
+            setting = column_scaling(fitted.get("scale", False))
+            return ("true" if scaled and setting == "false" else setting), None
+        why = "holds a run_config that is not a JSON table"
+    return (SCALED if scaled else None), why
 
 
 def check_width(model: Mapping[str, Any], d: int) -> None:

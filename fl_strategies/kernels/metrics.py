@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .linalg import orth, subspace_distance, top_eigenvectors
-from .standardize import column_scale
+from .standardize import scales
 
 __all__ = ["Reference", "PooledRows", "pooled_covariance", "kkt_violation", "singular_value_error",
            "round_metrics"]
@@ -30,14 +30,15 @@ class PooledRows:
     ``center`` and its columns standardised with ``scale`` (:func:`fl_strategies.kernels.standardize.column_scale`):
     ``C @ Q`` and :meth:`trace`, the two things the metrics need, without a ``d x d`` array."""
 
-    def __init__(self, X: np.ndarray, center: bool, scale: bool = False) -> None:
+    def __init__(self, X: np.ndarray, center: bool, scale: bool | str = False) -> None:
         X = np.asarray(X, dtype=np.float64)
         mean = X.mean(axis=0)
         self.X = X - mean if center else X
-        if scale:
+        sd = scales(scale, np.mean(self.X * self.X, axis=0), mean, X.shape[0])
+        if sd is not None:
             if not center:
                 raise ValueError("columns are scaled about the mean: scale needs center")
-            self.X = self.X / column_scale(np.mean(self.X * self.X, axis=0), mean, X.shape[0])
+            self.X = self.X / sd
         self.shape = (X.shape[1], X.shape[1])
 
     def __matmul__(self, Q: np.ndarray) -> np.ndarray:
@@ -79,12 +80,12 @@ class Reference:
         return cls(C, values, vectors, k)
 
     @classmethod
-    def from_rows(cls, blocks: Iterable, k: int, r: int, *, center: bool, scale: bool = False) -> "Reference":
+    def from_rows(cls, blocks: Iterable, k: int, r: int, *, center: bool, scale: bool | str = False) -> "Reference":
         """Build the reference from the run's preprocessed rows (see :func:`pooled_covariance`)."""
         return cls.from_covariance(pooled_covariance(blocks, center=center, scale=scale), k, r)
 
     @classmethod
-    def from_thin_svd(cls, X: np.ndarray, k: int, r: int, *, center: bool, scale: bool = False) -> "Reference":
+    def from_thin_svd(cls, X: np.ndarray, k: int, r: int, *, center: bool, scale: bool | str = False) -> "Reference":
         """The same reference from the pooled rows ``X`` (n, d) by a thin SVD (scipy), without a ``d x d`` array.
 
         ``X_c = U S V^T`` gives the eigenpairs ``(S^2 / n, V)`` of ``C = X_c^T X_c / n``; O(n^2 d) time, O(n d)
@@ -104,7 +105,7 @@ class Reference:
         return cls(C, values, vectors, k)
 
 
-def pooled_covariance(blocks: Iterable, *, center: bool, scale: bool = False) -> np.ndarray:
+def pooled_covariance(blocks: Iterable, *, center: bool, scale: bool | str = False) -> np.ndarray:
     """The second-moment matrix an eigenspace run estimates, from its preprocessed rows.
 
     The one definition every exact reference uses, so that an accuracy figure
@@ -129,8 +130,8 @@ def pooled_covariance(blocks: Iterable, *, center: bool, scale: bool = False) ->
         The rows, in any number of blocks (a lazy data set: one partition at a time).
     center : bool
         The run's ``center`` key.
-    scale : bool
-        The run's ``scale`` key.
+    scale : bool or str
+        The run's ``scale`` key (:func:`~fl_strategies.kernels.standardize.scales`).
 
     Returns
     -------
@@ -171,10 +172,10 @@ def pooled_covariance(blocks: Iterable, *, center: bool, scale: bool = False) ->
     if scatter is None:
         raise ValueError("no rows to compute the covariance of")
     C = scatter / n
-    if scale:
+    sd = scales(scale, np.diag(C), mean, n)
+    if sd is not None:
         if not center:
             raise ValueError("columns are scaled about the mean: scale needs center")
-        sd = column_scale(np.diag(C), mean, n)
         C = C / np.outer(sd, sd)
     return C
 

@@ -139,6 +139,8 @@ class LocalOperator:
     # -- the maths ------------------------------------------------------------------------------------------
     def dense(self) -> np.ndarray:
         """``A_i`` as a (d, d) array (cached): from the Gram matrix, or formed from the rows."""
+        if self._dense is None and self.gram is None and getattr(self.rows, "centers_inside", False):
+            self._dense = self @ np.eye(self.shape[0])
         if self._dense is None:
             G = self.gram
             if G is None:
@@ -159,8 +161,11 @@ class LocalOperator:
         """``A_i Z`` for ``Z`` of shape (d, r) (or (d,)); shape of ``Z``."""
         if self.gram is not None:
             return self.dense() @ Z
-        Zs = Z if self.scale is None else Z / self._col(self.scale, Z)
         s = self.num_rows
+        if getattr(self.rows, "centers_inside", False):  # decoded centred and scaled, missing calls imputed
+            Y = self.rows.product(Z, self.mean, self.scale) / s
+            return Y * self.weight if self.weight != 1.0 else Y
+        Zs = Z if self.scale is None else Z / self._col(self.scale, Z)
         Y = self.rows.product(Zs) / s
         if self.mean is not None:
             m, mu = self.row_sum / s, self.mean
@@ -185,7 +190,10 @@ class LocalOperator:
             return float(np.trace(self.dense()))
         s = self.num_rows
         diag = self.column_squares() / s
-        if self.mean is not None:
+        if getattr(self.rows, "centers_inside", False):
+            diag = self.rows.centered_column_squares(np.zeros(self.shape[0]) if self.mean is None else self.mean,
+                                                     weighted=True) / s
+        elif self.mean is not None:
             m = self.row_sum / s
             diag = diag - 2.0 * m * self.mean + self.mean * self.mean
         if self.scale is not None:

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "RowBlocks", "normalize_rows", "clip_rows"]
+__all__ = ["BLOCK_BYTES", "RowBlocks", "BedVariants", "normalize_rows", "clip_rows"]
 
 BLOCK_BYTES = 1 << 24
 """Target size of one float64 row block (16 MiB): the float64 working set of a pass over the rows. A product
@@ -221,3 +221,255 @@ class RowBlocks:
         plain_float64 = (isinstance(self.rows, np.ndarray) and not isinstance(self.rows, np.memmap)
                          and self.rows.dtype == np.float64)
         return not self.sparse and (self.normalize or self.clip > 0 or not plain_float64)
+
+
+_CODES = np.stack([(np.arange(256) >> (2 * k)) & 3 for k in range(4)], axis=1).astype(np.uint8)
+"""The four 2-bit codes of every byte of a ``.bed`` file, first person in the low bits: (256, 4)."""
+
+BED_COUNTS = np.array([2.0, np.nan, 1.0, 0.0])
+"""Allele count of each 2-bit code (``00`` homozygous A1, ``01`` missing, ``10`` heterozygous, ``11`` homozygous
+A2): the A1 allele counted, as ``bed-reader`` and ``plink --recode A`` count it."""
+
+_BYTE_CODES = np.ascontiguousarray(_CODES).view(np.uint32).ravel()
+"""A byte's four codes as one uint32 (its four bytes the codes): decoding is one ``np.take`` per byte."""
+
+_BYTE_COUNTS = np.ascontiguousarray(np.nan_to_num(BED_COUNTS, nan=0.0).astype(np.int8)[_CODES]).view(np.uint32).ravel()
+"""A byte's four allele counts (int8, a missing call 0) as one uint32."""
+
+MISSING_CODE = 1
+"""The 2-bit code of a missing call."""
+
+_HAS_MISSING = (_CODES == MISSING_CODE).any(axis=1)
+"""Whether a byte holds a missing call's code: (256,) bool."""
+
+
+def _missing_calls(raw: np.ndarray, people: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(variant, person)`` indices of the missing calls in ``raw`` (b, ceil(people / 4)) bytes of a ``.bed``:
+    only the bytes holding one are expanded to their four codes."""
+    where = np.flatnonzero(_HAS_MISSING[raw])
+    variant, byte = np.divmod(where, raw.shape[1])
+    slot = np.nonzero(_CODES[raw.ravel()[where]] == MISSING_CODE)
+    person = 4 * byte[slot[0]] + slot[1]
+    keep = person < people
+    return variant[slot[0]][keep], person[keep]
+
+
+def _scatter(index: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
+    """``out[index[k]] += values[k]`` from zeros: (length, r) for ``values`` (m, r) (a ``bincount`` per column)."""
+    return np.stack([np.bincount(index, weights=values[:, j], minlength=length) for j in range(values.shape[1])],
+                    axis=1)
+
+
+class BedVariants:
+    """A PLINK 1 ``.bed`` file (people x variants) read in its own variant-major order, block by block.
+
+    The file is memory-mapped as bytes; a block of variants ``J`` is decoded from its 2-bit codes into float64
+    allele counts ``g`` (:data:`BED_COUNTS`, a missing call 0). The products are those of ``X``, the values
+    ``(g - mean) / scale`` with a missing call given 0: mean imputation with the ``mean`` the caller passes (the
+    federation's, ``2 p``), as ``plink2 --pca`` imputes, applied by algebra inside :meth:`left` and :meth:`right`
+    (the missing calls as sparse indices). Without a mean ``X`` holds the allele counts, a missing call 0. Every
+    product reads the file in file order, one block of about ``block_bytes`` float64 at a time: memory
+    O(block + s r + d r).
+
+    Parameters
+    ----------
+    raw : ndarray of shape (d, ceil(s / 4)), uint8
+        The file's bytes after its 3-byte header, one row per variant (a read-only memory map).
+    num_rows : int
+        ``s``, people (the ``.fam``'s lines).
+    block_bytes : int
+        Target size of one float64 block of decoded variants.
+
+    Attributes
+    ----------
+    num_rows, dimension : int
+        ``s`` and ``d``.
+    code_counts : ndarray of shape (d, 4), int64
+        How many people carry each 2-bit code at each variant (counted once, when the file is opened).
+    person_calls : ndarray of shape (s,), int64
+        Each person's non-missing calls.
+    row_weights : ndarray of shape (s,) or None
+        ``omega``: the products are those of ``X^T diag(omega) X`` (:meth:`weighted`); ``None``: all ones.
+    """
+
+    sparse, normalize, clip, ndim, dtype = False, False, 0.0, 2, np.dtype(np.int8)
+    centers_inside = True
+    """Whether this class centres and scales inside its products (missing calls need it): see
+    :class:`~.products.LocalOperator`."""
+
+    def __init__(self, raw: np.ndarray, num_rows: int, block_bytes: int = BLOCK_BYTES) -> None:
+        self.rows = raw
+        self.num_rows, self.dimension = int(num_rows), int(raw.shape[0])
+        self.shape = (self.num_rows, self.dimension)
+        self.block = max(1, int(block_bytes) // (8 * max(self.num_rows, 1)))
+        counts = np.zeros((self.dimension, 4), dtype=np.int64)
+        missing = np.zeros(self.num_rows, dtype=np.int64)
+        for start, codes in self._codes():
+            for code in range(4):
+                counts[start:start + len(codes), code] = np.count_nonzero(codes == code, axis=1)
+            missing += np.count_nonzero(codes == MISSING_CODE, axis=0)
+        self.code_counts, self.person_calls = counts, self.dimension - missing
+        self.row_weights: np.ndarray | None = None
+        self._weighted_counts: np.ndarray | None = None
+
+    def weighted(self, row_weights: np.ndarray) -> "BedVariants":
+        """The same file with every person's row weighted by ``omega`` (s,) in the Gram matrix: ``X^T diag(omega)
+        X`` (a shallow copy; the file is not read again)."""
+        other = object.__new__(BedVariants)
+        other.__dict__.update(self.__dict__)
+        other.row_weights, other._weighted_counts = np.asarray(row_weights, dtype=np.float64), None
+        return other
+
+    def missingness_weights(self) -> np.ndarray:
+        """``omega_i = (d / c_i)^2`` with ``c_i`` person ``i``'s non-missing calls (0 without a call), (s,).
+
+        ``plink2 --pca`` divides each entry of its relationship matrix by the variants both people have called,
+        ``N_ij``; with ``N_ij ~ c_i c_j / d`` that is the rows weighted by ``d / c_i``: the weights make the
+        products those of plink2's matrix to first order in the missing rate (all ones without missing calls).
+        """
+        calls = self.person_calls.astype(np.float64)
+        return np.divide(self.dimension, calls, out=np.zeros(self.num_rows), where=calls > 0) ** 2
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the file's genotype codes."""
+        return int(self.rows.nbytes)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """The allele counts as an (s, d) float64 array, NaN for a missing call (the whole file in memory)."""
+        X = np.empty(self.shape)
+        for start, codes in self._codes():
+            X[:, start:start + codes.shape[0]] = BED_COUNTS[codes].T
+        return X if dtype is None else X.astype(dtype)
+
+    def _codes(self) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first variant, codes)`` of consecutive variant blocks in file order; ``codes`` (b, s) uint8 in 0..3."""
+        for start in range(0, self.dimension, self.block):
+            raw = np.asarray(self.rows[start:start + self.block])
+            yield start, np.take(_BYTE_CODES, raw).view(np.uint8).reshape(raw.shape[0], -1)[:, :self.num_rows]
+
+    def _counts_blocks(self) -> Iterator[tuple[int, np.ndarray, tuple[np.ndarray, np.ndarray] | None]]:
+        """``(first variant, G_J, missing)`` of consecutive variant blocks in file order: ``G_J`` (b, s) float64 the
+        allele counts with a missing call 0 (a buffer the next block overwrites), ``missing`` the (variant in
+        block, person) indices of the missing calls, or ``None`` when the block has none."""
+        buffer = None
+        for start in range(0, self.dimension, self.block):
+            raw = np.asarray(self.rows[start:start + self.block])
+            b = raw.shape[0]
+            if buffer is None:
+                buffer = _scratch((b, self.num_rows))
+            out = buffer[:b]
+            np.copyto(out, np.take(_BYTE_COUNTS, raw).view(np.int8).reshape(b, -1)[:, :self.num_rows],
+                      casting="unsafe")
+            missing = None
+            if self.code_counts[start:start + b, MISSING_CODE].any():
+                missing = _missing_calls(raw, self.num_rows)
+            yield start, out, missing
+
+    @staticmethod
+    def _shifts(start: int, stop: int, mean, scale) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``(1 / scale, mean / scale)`` at variants ``start:stop`` (``None`` for what is not given)."""
+        inverse = None if scale is None else 1.0 / np.asarray(scale[start:stop])
+        shift = None if mean is None else np.asarray(mean[start:stop]) * (1.0 if inverse is None else inverse)
+        return inverse, shift
+
+    def left(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
+        """``X Z`` with ``X`` (s, d) the people x variants of the class docstring, ``Z`` (d, r); (s, r).
+
+        ``X_J = D_J^{-1} (G_J - mu_J 1^T) o O_J`` (``O``: the calls made) is never formed: ``X_J^T Z_J = G_J^T
+        (D_J^{-1} Z_J) - 1 (m_J^T Z_J) + Miss_J^T (m_J o Z_J)`` with ``m = mu / scale`` and ``Miss`` the missing calls.
+        """
+        Z = np.asarray(Z, dtype=np.float64)
+        Z2 = Z.reshape(Z.shape[0], -1)
+        out, offset = np.zeros((self.num_rows, Z2.shape[1])), np.zeros(Z2.shape[1])
+        for start, block, missing in self._counts_blocks():
+            stop = start + block.shape[0]
+            inverse, shift = self._shifts(start, stop, mean, scale)
+            ZJ = Z2[start:stop]
+            out += block.T @ (ZJ if inverse is None else ZJ * inverse[:, None])
+            if shift is not None:
+                offset += shift @ ZJ
+                if missing is not None:
+                    out += _scatter(missing[1], shift[missing[0], None] * ZJ[missing[0]], self.num_rows)
+        out -= offset
+        return out.reshape((self.num_rows,) + Z.shape[1:])
+
+    def right(self, Y: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
+        """``X^T Y`` for ``Y`` (s, r): shape (d, r) (as :meth:`left`: ``X_J Y = D_J^{-1} G_J Y - m_J (1^T Y) +
+        m_J o (Miss_J Y)``)."""
+        Y = np.asarray(Y, dtype=np.float64)
+        Y2 = Y.reshape(Y.shape[0], -1)
+        total = Y2.sum(axis=0)
+        out = np.empty((self.dimension, Y2.shape[1]))
+        for start, block, missing in self._counts_blocks():
+            stop = start + block.shape[0]
+            inverse, shift = self._shifts(start, stop, mean, scale)
+            part = block @ Y2
+            if inverse is not None:
+                part *= inverse[:, None]
+            if shift is not None:
+                part -= np.multiply.outer(shift, total)
+                if missing is not None:
+                    part += shift[:, None] * _scatter(missing[0], Y2[missing[1]], stop - start)
+            out[start:stop] = part
+        return out.reshape((self.dimension,) + Y.shape[1:])
+
+    def product(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
+        """``X^T diag(omega) (X Z)``, shape of ``Z`` (d, r): two reads of the file (:meth:`left`, then
+        :meth:`right`)."""
+        Y = self.left(Z, mean, scale)
+        if self.row_weights is not None:
+            Y *= self.row_weights.reshape((-1,) + (1,) * (Y.ndim - 1))
+        return self.right(Y, mean, scale)
+
+    def call_counts(self) -> np.ndarray:
+        """Non-missing calls per variant, shape (d,) float64."""
+        return (self.num_rows - self.code_counts[:, MISSING_CODE]).astype(np.float64)
+
+    def stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(allele sums, sums of squares)`` over the non-missing calls, both (d,) float64 (unweighted)."""
+        c = self.code_counts
+        return (2.0 * c[:, 0] + c[:, 2]).astype(np.float64), (4.0 * c[:, 0] + c[:, 2]).astype(np.float64)
+
+    def _counts(self, weighted: bool) -> np.ndarray:
+        """The code counts (d, 4), or with ``weighted`` each person counted ``omega_i`` times (one read, cached)."""
+        if not weighted or self.row_weights is None:
+            return self.code_counts.astype(np.float64)
+        if self._weighted_counts is None:
+            counts = np.zeros((self.dimension, 4))
+            for start, codes in self._codes():
+                for code in range(4):
+                    counts[start:start + len(codes), code] = (codes == code) @ self.row_weights
+            self._weighted_counts = counts
+        return self._weighted_counts
+
+    def centered_column_squares(self, mean: np.ndarray, weighted: bool = False) -> np.ndarray:
+        """``sum (g - mean)^2`` per variant over its non-missing calls, shape (d,), from the code counts (no
+        cancellation); with ``weighted`` each person's term times ``omega_i`` (the diagonal of the products)."""
+        c = self._counts(weighted)
+        return c[:, 0] * (2.0 - mean) ** 2 + c[:, 2] * (1.0 - mean) ** 2 + c[:, 3] * mean ** 2
+
+    def own_mean(self) -> np.ndarray:
+        """Each variant's mean allele count over this file's non-missing calls (0 where it has none), (d,)."""
+        total, calls = self.stats()[0], self.call_counts()
+        return np.divide(total, calls, out=np.zeros(self.dimension), where=calls > 0)
+
+    def centered_sum_of_squares(self, mean: np.ndarray) -> float:
+        """:meth:`centered_column_squares` summed over the variants."""
+        return float(self.centered_column_squares(mean).sum())
+
+    def gram(self) -> np.ndarray:
+        """``X^T X`` of the allele counts (missing calls 0), shape (d, d)."""
+        (X,) = self.blocks()
+        return X.T @ X
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        """The allele counts as one float64 (s, d) block, for the strategies that read rows (O(s d) memory);
+        refused with missing calls, which only the eigenspace products impute."""
+        if self.code_counts[:, MISSING_CODE].any():
+            raise ValueError("the genotypes have missing calls, which only the eigenspace strategies' products "
+                             "impute; this strategy reads the rows themselves")
+        X = np.empty(self.shape)
+        for start, block, _ in self._counts_blocks():
+            X[:, start:start + block.shape[0]] = block.T
+        yield X

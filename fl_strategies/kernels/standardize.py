@@ -14,6 +14,12 @@ standard deviation (``ddof = 0``) with constant columns given scale 1, as
 :class:`sklearn.preprocessing.StandardScaler` computes ``scale_``. A client then
 works on ``(x - mu) / scale``: its centred second-moment matrix ``A_i`` becomes
 ``D^{-1} A_i D^{-1}`` with ``D = diag(scale)``.
+
+Genotypes with missing calls count per column: ``s_i`` is then each client's
+non-missing calls per variant ``c_i`` (d,), every sum is over non-missing
+calls, and ``mu`` is twice the federation's allele frequency ``p``; a missing call becomes
+``mu`` (0 after centring), as ``plink2 --pca`` imputes. ``scale = "hwe"`` divides every variant by
+``sqrt(2 p (1 - p))`` (:func:`hwe_scale`; Patterson, Price and Reich 2006) instead of its standard deviation.
 """
 
 from __future__ import annotations
@@ -22,12 +28,23 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["pooled_mean", "between_sum_of_squares", "pooled_variance", "constant_columns", "column_scale"]
+__all__ = ["pooled_mean", "between_sum_of_squares", "pooled_variance", "constant_columns", "column_scale",
+           "hwe_scale", "scales"]
 
 
-def pooled_mean(sizes: Sequence[int], row_sums: Sequence[np.ndarray]) -> np.ndarray:
-    """``mu = sum_i t_i / sum_i s_i``, shape (d,), from the clients' row counts and row sums (d,) each."""
-    return sum(row_sums) / sum(sizes)
+def _ratio(top, bottom) -> np.ndarray:
+    """``top / bottom`` elementwise, 0 where ``bottom`` is 0 (a variant without a call)."""
+    top = np.asarray(top, dtype=np.float64)
+    bottom = np.broadcast_to(np.asarray(bottom, dtype=np.float64), top.shape)
+    return np.divide(top, bottom, out=np.zeros_like(top), where=bottom > 0)
+
+
+def pooled_mean(sizes: Sequence, row_sums: Sequence[np.ndarray]) -> np.ndarray:
+    """``mu = sum_i t_i / sum_i s_i``, shape (d,), from the clients' row counts and row sums (d,) each.
+
+    A size may be a (d,) array of non-missing calls per column; a column without a call gets mean 0.
+    """
+    return _ratio(sum(row_sums), sum(sizes))
 
 
 def between_sum_of_squares(sizes: Sequence[int], row_sums: Sequence[np.ndarray], mean: np.ndarray) -> np.ndarray:
@@ -35,8 +52,8 @@ def between_sum_of_squares(sizes: Sequence[int], row_sums: Sequence[np.ndarray],
 
     Parameters
     ----------
-    sizes : sequence of int
-        ``s_i``.
+    sizes : sequence of int or of ndarray of shape (d,)
+        ``s_i``, or the non-missing calls per column ``c_i``.
     row_sums : sequence of ndarray of shape (d,)
         ``t_i``, in the order of ``sizes``.
     mean : ndarray of shape (d,)
@@ -44,7 +61,7 @@ def between_sum_of_squares(sizes: Sequence[int], row_sums: Sequence[np.ndarray],
     """
     total = np.zeros_like(np.asarray(mean, dtype=np.float64))
     for s, t in zip(sizes, row_sums):
-        gap = t / s - mean
+        gap = _ratio(t, s) - mean
         total += s * gap * gap
     return total
 
@@ -62,7 +79,7 @@ def pooled_variance(sizes: Sequence[int], row_sums: Sequence[np.ndarray], column
         ``mu``.
     """
     within = sum(np.asarray(q, dtype=np.float64) for q in column_sq_sums)
-    return (within + between_sum_of_squares(sizes, row_sums, mean)) / sum(sizes)
+    return _ratio(within + between_sum_of_squares(sizes, row_sums, mean), sum(sizes))
 
 
 def constant_columns(variance: np.ndarray, mean: np.ndarray, n_samples: int) -> np.ndarray:
@@ -84,3 +101,28 @@ def column_scale(variance: np.ndarray, mean: np.ndarray, n_samples: int) -> np.n
     scale = np.sqrt(np.clip(np.asarray(variance, dtype=np.float64), 0.0, None))
     scale[constant_columns(variance, mean, n_samples)] = 1.0
     return scale
+
+
+def hwe_scale(mean: np.ndarray) -> np.ndarray:
+    """``sqrt(2 p (1 - p))`` per variant with ``p = mean / 2`` the allele frequency, shape (d,).
+
+    A monomorphic variant (``p`` 0 or 1, or no call) gets scale 1: its centred calls are all 0, so it adds nothing
+    to the products.
+    """
+    p = np.asarray(mean, dtype=np.float64) / 2.0
+    variance = 2.0 * p * (1.0 - p)
+    return np.where(variance > 0, np.sqrt(np.clip(variance, 0.0, None)), 1.0)
+
+
+def scales(kind, variance: np.ndarray, mean: np.ndarray, n_samples) -> np.ndarray | None:
+    """The columns' scales of the run's ``scale`` setting ``kind``, shape (d,), or ``None`` (no scaling).
+
+    ``kind`` is ``"false"`` / ``False`` (``None``), ``"true"`` / ``True`` (:func:`column_scale` of ``variance``) or
+    ``"hwe"`` (:func:`hwe_scale` of ``mean``).
+    """
+    kind = {True: "true", False: "false"}.get(kind, kind) if isinstance(kind, (bool, np.bool_)) else str(kind)
+    if kind == "false":
+        return None
+    if kind == "hwe":
+        return hwe_scale(mean)
+    return column_scale(variance, mean, n_samples)

@@ -43,14 +43,14 @@ from flwr.server.strategy import Strategy
 
 from . import node_directory
 from .iterates import Iterates
-from ..settings.config import ConfigError, check_against_data, row_sums_at_discovery
+from ..settings.config import ConfigError, check_against_data, column_scaling, round_timeout, row_sums_at_discovery
 from ..files.data_files import FINGERPRINT
 from ..files.harness import on_nodes, widths_listed
 from ..settings.participation import Participation
 from ..settings.registry import settings_for, spec
 from ..settings.strategies import PcaSettings
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
-from ..kernels.standardize import between_sum_of_squares, column_scale, constant_columns, pooled_mean, pooled_variance
+from ..kernels.standardize import between_sum_of_squares, constant_columns, pooled_mean, pooled_variance, scales
 
 __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 
@@ -167,7 +167,7 @@ class FederatedStrategy(Strategy):
         self.m = settings.num_clients
         self.reference = reference
         self.wait_timeout = wait_timeout
-        self.timeout = settings.round_timeout or None
+        self.timeout = round_timeout(settings.round_timeout, real_nodes=False)  # run_server: for its nodes
         self.stop_tol = settings.stop_tol
         self.records: list[dict] = []
         self.iterates = []
@@ -179,6 +179,7 @@ class FederatedStrategy(Strategy):
         self._pid_by_cid: dict[str, int] = {}
         self._row_sums: dict[str, np.ndarray] = {}
         self._col_sq_sums: dict[str, np.ndarray] = {}
+        self._call_counts: dict[str, np.ndarray] = {}  # non-missing calls per variant, from nodes with missing calls
         self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
         self.scale: np.ndarray | None = None  # the columns' pooled standard deviations (scale = true), at discovery
         self.total_variance: float | None = None  # tr(C) from the nodes' sq-sum (noise-free), set at discovery
@@ -231,7 +232,7 @@ class FederatedStrategy(Strategy):
     def scales_columns(self) -> bool:
         """Whether the columns are scaled by their pooled standard deviations (``scale``, a PCA model's setting;
         the others never scale)."""
-        return isinstance(self.settings, PcaSettings) and self.settings.scale
+        return isinstance(self.settings, PcaSettings) and column_scaling(self.settings.scale) != "false"
 
     # -- set-up -------------------------------------------------------------------------------------
     WAIT_LOG_EVERY = 10.0
@@ -264,20 +265,33 @@ class FederatedStrategy(Strategy):
         if self.center_at_discovery:  # the global mean from the registered nodes' row sums and counts
             sizes, row_sums = self._sizes_and_sums(self._row_sums)
             self.mean = pooled_mean(sizes, row_sums)
-            log.info("center = true: the mean of %d rows, from the clients' row sums", sum(sizes))
-        if self.scales_columns:  # and the columns' spread from their sums of squares (needs center)
+            n = sum(self.sizes.values())
+            log.info("center = true: the mean of %d rows, from the clients' row sums", n)
+            if self._call_counts:
+                calls = sum(sizes)
+                log.info("missing genotype calls at %d node(s): %.4g %% of the calls missing, %d variant(s) without a "
+                         "call; each missing call imputed with the variant's mean (0 after centring)",
+                         len(self._call_counts), 100.0 * (1.0 - float(np.sum(calls)) / (n * self.d)),
+                         int(np.sum(calls == 0)))
+        if self.scales_columns and self.center_at_discovery:  # and the columns' spread from their sums of squares
             _, sq_sums = self._sizes_and_sums(self._col_sq_sums)
-            variance = pooled_variance(sizes, row_sums, sq_sums, self.mean)
-            self.scale = column_scale(variance, self.mean, sum(sizes))
-            log.info("scale = true: every column over its pooled standard deviation (%d constant column(s) keep "
-                     "scale 1)", int(np.sum(constant_columns(variance, self.mean, sum(sizes)))))
-            self.total_variance = float(np.sum(variance / self.scale ** 2))  # tr(C) in the scaled space
+            variance = pooled_variance(sizes, row_sums, sq_sums, self.mean)  # over the non-missing calls
+            self.scale = scales(self.settings.scale, variance, self.mean, sum(sizes))
+            if column_scaling(self.settings.scale) == "hwe":
+                log.info("scale = hwe: every variant over sqrt(2 p (1 - p)) (%d monomorphic variant(s) keep scale 1)",
+                         int(np.sum(variance == 0)))
+            else:
+                log.info("scale = true: every column over its pooled standard deviation (%d constant column(s) keep "
+                         "scale 1)", int(np.sum(constant_columns(variance, self.mean, sum(sizes)))))
+            called = sum(sizes) / n  # a missing call adds 0 to C's diagonal
+            self.total_variance = float(np.sum(variance * called / self.scale ** 2))  # tr(C) in the scaled space
         else:
             self.total_variance = self._total_variance()
 
-    def _sizes_and_sums(self, vectors: dict[str, np.ndarray]) -> tuple[list[int], list[np.ndarray]]:
-        """The registered nodes' row counts and one of their discovery vectors (by node id), in the same order."""
-        return ([self.sizes[pid] for pid in self.proxies],
+    def _sizes_and_sums(self, vectors: dict[str, np.ndarray]) -> tuple[list, list[np.ndarray]]:
+        """The registered nodes' row counts (their non-missing calls per column, (d,), for a node with missing
+        genotype calls) and one of their discovery vectors (by node id), in the same order."""
+        return ([self._call_counts.get(proxy.cid, self.sizes[pid]) for pid, proxy in self.proxies.items()],
                 [vectors[proxy.cid] for proxy in self.proxies.values()])
 
     def _total_variance(self) -> float | None:
@@ -363,6 +377,14 @@ class FederatedStrategy(Strategy):
             if not np.all(np.isfinite(vector)) or (key == "col-sq-sum" and np.any(vector < 0)):
                 return f"its {key} is not finite" + (" and >= 0" if key == "col-sq-sum" else "")
             found.append(vector)
+        counts = props.get("call-count")
+        if counts is not None:
+            if not isinstance(counts, bytes) or len(counts) != 8 * self.d:
+                return f"its call-count is not {self.d} numbers"
+            counts = np.frombuffer(counts, dtype="<f8").astype(np.float64)
+            if not np.all((counts >= 0) & (counts <= info[1]) & (counts == np.round(counts))):
+                return f"its call-count is not whole numbers in 0..{info[1]}"
+            self._call_counts[proxy.cid] = counts
         for (_, _, store), vector in zip(wanted, found):
             store[proxy.cid] = vector
         return info
@@ -473,17 +495,41 @@ class FederatedStrategy(Strategy):
         The server loop stops at ``stopped``, the rows so far are written, and
         the ServerApp raises :class:`RunFailed` with ``reason`` (logged here at ERROR).
         """
+        degenerate = self.degenerate_problem()
+        if degenerate is not None and not reason.startswith(degenerate):
+            reason = f"{degenerate} ({reason})"
         self.failure, self.stopped = reason, True
         log.error("%s: %s", self.settings.strategy, reason)
+
+    RANDOM_START = True
+    """Whether the run starts from a random estimate (a seeded basis or factor), which is never a result: an estimate
+    that never moved from it is a failure. The ERM baselines start from ``theta = 0``, which is the optimum of
+    legitimate data (ridge regression on labels all zero): for them an unmoved estimate is a result."""
+
+    def degenerate_problem(self) -> str | None:
+        """Why the run's data leave nothing to estimate, or ``None`` (also when the server cannot tell).
+
+        Degenerate means that the matrix the family works on is zero, so that every candidate is an equally good
+        answer and the result is arbitrary: the (centred, scaled) second-moment matrix ``C`` for the eigenspace
+        strategies (any basis is an eigenbasis), the matrix to factorise for the MF strategies, the features
+        (not the labels: labels all zero on non-zero features have the optimum ``theta = 0``) for the ERM
+        strategies. The server knows it from the sums of squares the nodes report at discovery in a noise-free
+        run (:attr:`total_variance` = 0); a private run releases no such sum, so its data are never judged here.
+        """
+        if self.total_variance == 0.0:
+            return (f"the data of its {len(self.sizes)} node(s) are degenerate (sum of squares 0 at every node, "
+                    "e.g. all-zero rows): there is nothing to estimate")
+        return None
 
     def progress_problem(self) -> str | None:
         """Why the run produced no result, or ``None``: called once after the last round.
 
-        A run fails when no client reply was accepted in any of its rounds (every
-        reply rejected, dropped out or too late: the estimate is its seeded start,
-        or the server's own work alone), or when its estimate after the last round
-        equals its start exactly (every round kept it). Both are judged over the
-        whole run, so a run with one productive round is never declared failed.
+        The one failure rule of every strategy. A run fails when no client reply was accepted in any of its
+        rounds (every reply rejected, dropped out or too late: the estimate is its seeded start, or the server's
+        own work alone); when its data are degenerate (:meth:`degenerate_problem`); or, from a random start
+        (:attr:`RANDOM_START`), when its estimate after the last round equals its start exactly (every round kept
+        it). The first and last are judged over the whole run, so a run with one productive round is never
+        declared failed.
         """
         rows = [*self.records, *([self._held[0]] if self._held is not None else [])]
         rounds = [row for row in rows if row.get("round", 0) >= 1]
@@ -493,7 +539,10 @@ class FederatedStrategy(Strategy):
             late = sum(int(row.get("late", 0) or 0) for row in rounds)
             return (f"no client reply was accepted in any of its {len(rounds)} round(s) ({rejected} rejected, "
                     f"{failures} failed or dropped out, {late} late): the result would be its start")
-        if len(self.iterates) >= 2 and not self.iterates.moved:
+        degenerate = self.degenerate_problem()
+        if degenerate is not None:
+            return degenerate
+        if self.RANDOM_START and len(self.iterates) >= 2 and not self.iterates.moved:
             return (f"the estimate never moved from its start in {len(self.iterates) - 1} round(s) (no usable "
                     "replies, or replies that sum to zero)")
         return None
@@ -542,12 +591,15 @@ class FederatedStrategy(Strategy):
             self.on_round(row, Z)
 
     def finish(self) -> None:
-        """Write the last held row; called by the server loop at the end of the run."""
+        """Write the last held row and, after a run that did not fail, give the PCA model to ``on_model``; called
+        by the server loop at the end of the run (after :meth:`check_progress`)."""
         if self._held is not None:
             self._write(*self._held)
             self._held = None
         if self.stopped:  # the newest estimate was discarded: the held one is the result
             self.iterates.truncate(len(self.records))
+        if self.model is not None and self.failure is None and self.on_model is not None:
+            self.on_model(self.model)
 
     @property
     def estimate(self) -> np.ndarray:

@@ -15,7 +15,8 @@ whose estimates do not have the run's shape or whose rows do not match its round
 is refused with a :class:`~fl_strategies.settings.config.ConfigError` saying which. Since
 anyone holding the file can recompute the checksum, every value is checked
 before use as well (:meth:`Checkpoint._problem`): finite orthonormal estimates,
-rows of non-negative numbers, well-formed partition sizes and fingerprints. A
+rows of non-negative numbers, well-formed partition sizes and fingerprints, and every field against the others
+(:func:`_mismatch`: rows, iterate count, held row, parameters, estimates, partition sizes). A
 checkpoint that cannot be written (disk full, directory removed) is reported at
 ERROR and the run goes on; the previous checkpoint stays the one to resume from.
 
@@ -64,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from ..files.plain_files import write_file
-from ..settings.config import KEYS, RESUME_HARMLESS, ConfigError, writable_directory
+from ..settings.config import KEYS, RESUME_HARMLESS, ConfigError, column_scaling, writable_directory
 from .replies import check_orthonormal
 
 __all__ = ["CHECKPOINT_FILE", "NOT_RESUMABLE", "SAME_KEYS_EXEMPT", "Checkpoint", "checkpoint_for"]
@@ -121,7 +122,8 @@ def _decode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
 
 
 def _comparable(cfg: dict) -> dict:
-    return {k: v for k, v in cfg.items() if k not in SAME_KEYS_EXEMPT}
+    """The keys a resumption must match; ``scale`` as one of its choices (a checkpoint may hold it as a boolean)."""
+    return {k: column_scaling(v) if k == "scale" else v for k, v in cfg.items() if k not in SAME_KEYS_EXEMPT}
 
 
 def _added_as_before(saved: dict, now: dict) -> set[str]:
@@ -269,7 +271,8 @@ class Checkpoint:
         objective = strat.get("last_objective")
         if objective is not None and not (_is_number(objective) and math.isfinite(objective)):
             return f"holds the objective {objective!r}, not a finite number"
-        return _sizes_problem(strat["sizes"], strat.get("fingerprints", []), self.cfg["num-clients"])
+        return (_sizes_problem(strat["sizes"], strat.get("fingerprints", []), self.cfg["num-clients"])
+                or _mismatch(rnd, params[0], records, iterates, count, first_moved, held, strat["sizes"]))
 
     def save(self, server_round: int, parameters: list[np.ndarray], strategy) -> None:
         """Write the state after ``server_round`` (atomically replacing the previous checkpoint).
@@ -334,6 +337,38 @@ def _sizes_problem(sizes: Any, fingerprints: Any, num_clients: int) -> str | Non
             isinstance(p, list) and len(p) == 2 and _is_int(p[0]) and p[0] in ids and isinstance(p[1], str)
             and 0 < len(p[1]) <= 128 for p in fingerprints) or len({p[0] for p in fingerprints}) != len(fingerprints):
         return f"holds malformed data fingerprints: {str(fingerprints)[:80]}"
+    return None
+
+
+def _mismatch(rnd: int, parameters: np.ndarray, records: list, iterates: list, count: int,
+              first_moved: int | None, held: list | None, sizes: list) -> str | None:
+    """Why the checkpoint's fields, each well formed, disagree with one another, or ``None``.
+
+    After round ``rnd`` a run has written the rows of rounds ``0 .. rnd`` (the last one held back as ``held`` under
+    a stopping rule) and made ``rnd + 1`` estimates; its parameters, the held row's estimate and the newest estimate
+    are one array; ``first_moved`` is at most the first kept position whose estimate differs from ``Z_0`` and, when
+    kept, an estimate that differs; no row counts more distinct participants than there are partitions.
+    """
+    rows = len(records) + (held is not None)
+    if rows != rnd + 1 or count != rnd + 1:
+        return (f"has {len(records)} row(s){' and a held row' if held is not None else ''} and an iterate count of "
+                f"{count} for round {rnd} (both must be {rnd + 1})")
+    if held is not None and held[0].get("round") != rnd:
+        return f"holds a held row of round {held[0].get('round')!r} for round {rnd}"
+    newest = iterates[-1]
+    if not np.array_equal(parameters, newest) or (held is not None and not np.array_equal(held[1], newest)):
+        return "holds parameters or a held estimate that differ from its newest estimate"
+    kept = dict(zip(range(count - len(iterates) + 1, count), iterates[1:]))
+    moved = [position for position, Z in kept.items() if not np.array_equal(Z, iterates[0])]
+    if (moved and (first_moved is None or first_moved > moved[0])) or (
+            first_moved in kept and first_moved not in moved):
+        return (f"holds the first moved estimate {first_moved!r} but the estimate(s) at {moved or 'no position'} "
+                "of those kept differ from Z_0")
+    crowded = [row.get("round") for row in records + ([held[0]] if held else [])
+               if _is_number(row.get("distinct_participants")) and row["distinct_participants"] > len(sizes)]
+    if crowded:
+        return (f"has rows (rounds {crowded[:3]}) with more distinct participants than its {len(sizes)} "
+                "partition size(s)")
     return None
 
 

@@ -27,6 +27,7 @@ Flower's ``fit_clients`` unchanged.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from flwr.app import Message, MessageType
@@ -36,7 +37,9 @@ from flwr.server.client_proxy import ClientProxy
 from .fit_records import fitins_content, fitres_from_content
 from .flower_compat import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients
 
-__all__ = ["fit_in_one_batch", "send_and_receive", "MissingReply", "SUPERLINK_PULL_INTERVAL"]
+__all__ = ["fit_in_one_batch", "send_and_receive", "simulated_grid", "MissingReply", "SUPERLINK_PULL_INTERVAL"]
+
+log = logging.getLogger("flwr.fedspectral")
 
 
 class MissingReply(ValueError):
@@ -45,6 +48,12 @@ class MissingReply(ValueError):
 
 SUPERLINK_PULL_INTERVAL = 0.2
 """Seconds between the server's pulls for replies from a SuperLink (Flower's ``HttpGrid`` pauses 3 s)."""
+
+
+def simulated_grid(grid) -> bool:
+    """Whether the grid's nodes are simulated by an engine (Flower's ``InMemoryGrid``, or a grid that says so with a
+    true ``simulated`` attribute, as the in-process engine's does), not real SuperNodes behind a SuperLink."""
+    return isinstance(grid, InMemoryGrid) or bool(getattr(grid, "simulated", False))
 
 
 def send_and_receive(grid, messages: list[Message], timeout: float | None) -> list[Message]:
@@ -145,9 +154,14 @@ def fit_in_one_batch(client_instructions: list[tuple[ClientProxy, FitIns]], max_
         reply = replies.get(proxy.node_id)
         if reply is None:
             failures.append(MissingReply(f"node {proxy.node_id} sent no reply within the round's timeout"))
+            log.warning("round %s: node %s sent no reply within %s (its ClientApp did not start or did not "
+                        "finish); counted as failed", group_id, proxy.node_id,
+                        "the round" if timeout is None else f"round-timeout = {timeout:g} s")
         elif reply.has_error():
             failures.append(ValueError(f"Message contains an Error (reason: {reply.error.reason}). It originated "
                                        "during client-side execution of a message."))
+            log.warning("round %s: node %s replied with an error: %s", group_id, proxy.node_id,
+                        str(reply.error.reason)[:300])
         else:
             try:
                 res = fitres_from_content(reply.content)

@@ -17,13 +17,16 @@ from .replies import check_array, decode_arrays
 __all__ = ["secure_sum"]
 
 
-def secure_sum(strategy, server_round: int, results: list, failures: list, shape: tuple[int, ...]
-               ) -> np.ndarray | None:
+def secure_sum(strategy, server_round: int, results: list, failures: list, shape: tuple[int, ...],
+               require_all: bool = True) -> np.ndarray | None:
     """``sum_i Y^(i)`` of shape ``shape`` from SecAgg+'s average, or ``None`` after ``strategy.abort_round``
-    (a missing client, replies that are not one aggregate, an unusable aggregate)."""
+    (a missing client unless ``require_all`` is false, an unknown or repeated one, replies that are not one
+    aggregate, an unusable aggregate). Without ``require_all`` the sum is over the clients in ``results``: those
+    whose masked upload SecAgg+ summed (a client lost after sharing its keys is not)."""
     pids = [strategy.partition_of(proxy) for proxy, _ in results]
     missing = sorted(set(strategy.proxies) - {p for p in pids if p is not None})
-    if missing or len(results) != strategy.m or len(set(pids)) != len(pids):
+    if (missing and require_all) or not results or None in pids or (require_all and len(results) != strategy.m) \
+            or len(set(pids)) != len(pids):
         strategy.abort_round(server_round, f"SecAgg+ summed {len(results)} of s = {strategy.m} products (missing "
                                            f"partition(s) {', '.join(map(str, missing)) or 'none'}; {len(failures)} "
                                            "failure(s))" + (f": {failures[0]}" if failures else ""))

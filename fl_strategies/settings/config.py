@@ -43,7 +43,9 @@ from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_parti
 from .registry import PROMISE_KEYS, STRATEGY_NAMES, read_keys, readers, spec
 from .schedule import SCHEDULES, round_lengths
 
-__all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "row_sums_at_discovery",
+__all__ = ["ConfigError", "KEYS", "RESUME_HARMLESS", "PRIVATE_PCA", "secure_covariance", "secure_power",
+           "SECURE_SUM_STRATEGIES", "row_sums_at_discovery", "round_timeout", "DEPLOYED_ROUND_TIMEOUT",
+           "column_scaling",
            "validate_run_config", "effective_config", "unread_keys", "check_unread_keys", "default_run_config",
            "SHADOWING", "MODES", "check_against_data",
            "total_iterations", "writable_directory", "suggest", "check_known_keys", "RESULT_FILES",
@@ -73,6 +75,11 @@ def _key(name, kind, doc, check=None, allowed="", choices=(), harmless_on_resume
     if absent_means is not None and type(absent_means) is not kind:
         raise AssertionError(f"key {name!r}: absent_means {absent_means!r} is not a {kind.__name__}")
     return Key(name, kind, doc, check, allowed, tuple(choices), harmless_on_resume, absent_means)
+
+
+DEPLOYED_ROUND_TIMEOUT = 600.0
+"""Seconds a round waits for replies under the default ``round-timeout = -1`` when the nodes are real SuperNodes:
+a node whose ClientApp never starts then costs one round, never the run."""
 
 
 PARTITIONERS = ("iid", "contiguous", "linear", "label", "dirichlet", "group")  # = simulations.data.partitioners
@@ -137,8 +144,10 @@ KEYS: dict[str, Key] = {
         _key("overwrite", bool, "replace the results of an earlier run in results-dir (its rounds.csv, "
              "estimate.npy and pca.npz are removed before round 1); false = such a results-dir is refused",
              harmless_on_resume=True),
-        _key("round-timeout", float, "seconds to wait for replies in a round (0 = no limit)",
-             lambda v: v >= 0, "a number >= 0", harmless_on_resume=True),
+        _key("round-timeout", float, "seconds to wait for replies in a round and for each node's answer at "
+             f"discovery: -1 = the default, no limit in a simulation and {DEPLOYED_ROUND_TIMEOUT:g} s when the nodes are real SuperNodes "
+             "(a deployment); 0 = no limit; > 0 = that many",
+             lambda v: v == -1 or v >= 0, "-1 or a number >= 0", harmless_on_resume=True),
         _key("stop-tol", float, "stopping rule (27) of the FAPS paper: stop when the objective's relative "
              "change is at most this (0 = run all rounds)", lambda v: 0 <= v < 1, "a number in [0, 1)"),
         _key("inner-solver", str, "FAPS local subproblem: ssi (subspace iterations) or exact (eigh)",
@@ -212,12 +221,16 @@ KEYS: dict[str, Key] = {
              "epsilon_spent is by the same accountant", choices=CALIBRATIONS),
         _key("secure-aggregation", str, "covariance: send each client's Gram matrix (and row sum, with center) "
              "through Flower's SecAgg+, so that the server learns only the sums: auto (= true whenever epsilon is "
-             "set and there are >= 2 clients), true or false (dp-power: see dp-channel)",
+             "set and there are >= 2 clients), true or false (dp-power: see dp-channel); power, ssi: true sends "
+             "every round's products, the discovery sums and the summary through SecAgg+ as exact fixed-point "
+             "limbs (auto = false; refused for fedpower, localpower, faps)",
              choices=("auto", "true", "false")),
         _key("secagg-clip", float, "dp-power, covariance with SecAgg+: clipping range C of each uploaded entry (quantisation step "
-             "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data",
+             "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data; power, ssi: the public bound "
+             "on each uploaded value that fixes the exact fixed-point scale (0 = n (c + ||mean||)^2 r for rows of norm <= "
+             "c: row-normalize or clip-norm)",
              lambda v: v >= 0, "a finite number >= 0"),
-        _key("secagg-num-shares", int, "dp-power, covariance with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
+        _key("secagg-num-shares", int, "dp-power, covariance, power, ssi with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
              "else the odd number near 2 log2(s) + 1); the reconstruction threshold is half of them, plus one",
              lambda v: v == 0 or v >= 3, "0 or an integer >= 3"),
         # participation and stragglers (fl_strategies.settings.participation)
@@ -265,12 +278,14 @@ KEYS: dict[str, Key] = {
         _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
-             "and counts before round 1; covariance with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
+             "and counts before round 1; covariance, power and ssi with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
              "its dp-channel), with noise under epsilon; fedpower with epsilon: each client's row sum with its own noise), "
              "as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X", absent_means=False),
-        _key("scale", bool, "PCA: also divide every column by its pooled standard deviation (population, from "
-             "per-client sums of squares exchanged once before round 1; constant columns keep scale 1), as "
-             "scikit-learn's StandardScaler then PCA; needs center = true", absent_means=False),
+        _key("scale", str, "PCA: true = also divide every column by its pooled standard deviation (population, "
+             "from per-client sums of squares exchanged once before round 1; constant columns keep scale 1), as "
+             "scikit-learn's StandardScaler then PCA; hwe = divide every variant of 0/1/2 allele counts by "
+             "sqrt(2 p (1 - p)) with the federation's allele frequency p (monomorphic variants keep scale 1), as "
+             "plink2 --pca; needs center = true", choices=("false", "true", "hwe"), absent_means="false"),
         _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
              "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
              "width and center / scale settings must be the run's; '' = a random start",
@@ -598,17 +613,25 @@ def _apply_fixed(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     return overridden
 
 
+def column_scaling(value: Any) -> str:
+    """The ``scale`` setting as one of its choices, ``"false"``, ``"true"`` or ``"hwe"`` (a boolean as true/false)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return "true" if value else "false"
+    return str(value)
+
+
 def _check_pca(cfg: dict[str, Any]) -> None:
     """``scale``, ``center``, ``variance-target``, ``init-from``: strategies that write a PCA model; under noise
     only the private forms (:data:`PRIVATE_PCA`) of centring; nodes asked."""
-    if cfg["scale"] and not cfg["center"]:
-        raise ConfigError("scale = true needs center = true: the columns are scaled about the pooled mean, as "
-                          "StandardScaler does (set center = true, or scale = false)")
+    scaled = column_scaling(cfg["scale"]) != "false"
+    if scaled and not cfg["center"]:
+        raise ConfigError(f"scale = {column_scaling(cfg['scale'])} needs center = true: the columns are scaled about "
+                          "the pooled mean, as StandardScaler does (set center = true, or scale = false)")
     noisy = cfg["epsilon"] > 0 or cfg["noise-std"] > 0
-    if cfg["scale"] and noisy:
+    if scaled and noisy:
         raise ConfigError("scale is refused with epsilon or noise-std set: the clients' per-column sums of squares "
                           "would be released in the clear, which the privacy guarantee does not cover")
-    if cfg["scale"] and not row_sums_at_discovery(cfg):
+    if scaled and not row_sums_at_discovery(cfg) and not secure_power(cfg):
         channel = ("its private channel (dp-channel)" if cfg["strategy"] == "dp-power" else
                    f"SecAgg+ (secure-aggregation = {cfg['secure-aggregation']!r})")
         raise ConfigError(f"scale is refused for {cfg['strategy']!r} here: its row sums travel through {channel}, "
@@ -654,6 +677,7 @@ def _check_more(cfg: dict[str, Any]) -> None:
         if cfg[name] < 0:
             raise ConfigError(f"{name} must be an integer >= 0 (it seeds numpy's generators), got {cfg[name]}")
     _check_pca(cfg)
+    _check_secure_power(cfg)
     if cfg["server-data"] and not is_data_file(cfg["server-data"]):
         raise ConfigError(f"server-data must be '' or a .npy/.csv file, got {cfg['server-data']!r}")
     if not cfg["dataset"].strip():
@@ -739,10 +763,77 @@ def secure_covariance(cfg: Mapping[str, Any]) -> bool:
     return choice == "true" or (choice == "auto" and cfg["epsilon"] > 0 and cfg["num-clients"] >= 2)
 
 
+def round_timeout(seconds: float, real_nodes: bool) -> float | None:
+    """The seconds a round waits for replies (``None``: no limit), from ``round-timeout``.
+
+    Parameters
+    ----------
+    seconds : float
+        ``round-timeout``: ``-1`` (the default), ``0`` or a number of seconds.
+    real_nodes : bool
+        Whether the nodes are real SuperNodes (a deployment), not an engine's simulated ones.
+
+    Returns
+    -------
+    float or None
+        ``DEPLOYED_ROUND_TIMEOUT`` for the default on real nodes, no limit for the default in a simulation and for
+        an explicit ``0``, else ``seconds``: a value the user set is never replaced.
+    """
+    if seconds == -1:
+        return DEPLOYED_ROUND_TIMEOUT if real_nodes else None
+    return seconds or None
+
+
 def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
     """Whether ``center`` has the nodes send their row sums at discovery, in the clear (noise-free runs without
-    SecAgg+); a secure ``covariance`` sends them through SecAgg+ with its Gram matrix instead."""
-    return bool(cfg.get("center")) and not secure_covariance(cfg) and cfg.get("strategy") != "dp-power"
+    SecAgg+); a secure ``covariance`` sends them through SecAgg+ with its Gram matrix instead, a secure ``power``
+    or ``ssi`` in a SecAgg+ discovery round (:func:`secure_power`)."""
+    return (bool(cfg.get("center")) and not secure_covariance(cfg) and not secure_power(cfg)
+            and cfg.get("strategy") != "dp-power")
+
+
+SECURE_SUM_STRATEGIES = ("power", "ssi")
+"""The exact strategies whose server needs only sums: ``secure-aggregation = true`` sends them through SecAgg+."""
+
+_NO_SECURE_SUM = {
+    "fedpower": "its server aligns each site's own reply with a Procrustes rotation (and its noise is accounted "
+                "per site), which a SecAgg+ sum hides",
+    "localpower": "its server aligns each site's own reply with a Procrustes rotation, which a SecAgg+ sum hides",
+    "faps": "each site's reply scales with its own penalty beta_i, which has no public bound to fix a "
+            "quantisation range, and the sites' private state cannot survive a site lost from the sum",
+}
+
+
+def secure_power(cfg: Mapping[str, Any]) -> bool:
+    """Whether a ``power`` or ``ssi`` run sends its sums through SecAgg+ (``secure-aggregation = true``)."""
+    return cfg["strategy"] in SECURE_SUM_STRATEGIES and cfg.get("secure-aggregation") == "true"
+
+
+def _check_secure_power(cfg: dict[str, Any]) -> None:
+    """``secure-aggregation = true``: refused where the server needs a site's own reply; for power and ssi a
+    SecAgg+ set-up with every client in every round and a public bound on the uploads."""
+    why = _NO_SECURE_SUM.get(cfg["strategy"])
+    if why is not None and cfg["secure-aggregation"] == "true":
+        raise ConfigError(f"secure-aggregation = true is refused for strategy {cfg['strategy']!r}: {why}")
+    if not secure_power(cfg):
+        return
+    m = cfg["num-clients"]
+    if not 2 <= m <= MAX_SECAGG_CLIENTS:
+        raise ConfigError(f"secure-aggregation = true needs 2 <= num-clients <= {MAX_SECAGG_CLIENTS} (SecAgg+ "
+                          f"masks need two clients), got {m}")
+    if cfg["clients-per-round"] not in (0, m) or cfg["round-policy"] != "all" or cfg["dropout"] > 0:
+        raise ConfigError("secure-aggregation = true needs every client in every round (clients-per-round = 0, "
+                          "round-policy = \"all\", dropout = 0): SecAgg+ sums the products of the clients it set "
+                          "up, once each")
+    if cfg["secagg-clip"] == 0 and not cfg["row-normalize"] and not cfg["clip-norm"] > 0:
+        raise ConfigError("secagg-clip must be set (> 0) when neither row-normalize nor clip-norm is set: without "
+                          "bounded rows the server has no public bound on the values the clients upload, which "
+                          "fixes their scale")
+    if cfg["secagg-num-shares"] > m:
+        raise ConfigError(f"secagg-num-shares must be at most num-clients = {m}, got {cfg['secagg-num-shares']}")
+    if cfg["checkpoint-dir"]:
+        raise ConfigError("checkpoint-dir is refused with secure-aggregation = true: the SecAgg+ loop writes no "
+                          "checkpoint")
 
 
 def _check_covariance(cfg: dict[str, Any]) -> None:

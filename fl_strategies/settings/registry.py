@@ -111,16 +111,18 @@ def _mf_fixed(c: dict) -> dict:
 
 _POWER = "fl_strategies.protocol.strategies.fedpower:FedPowerStrategy"
 _POWER_CLIENT = "client_app.fedpower_client:FedPowerClient"
+_SECURE_POWER = "fl_strategies.protocol.strategies.secure_power:SecurePowerStrategy"
+_SECURE_POWER_CLIENT = "client_app.secure_power_client:SecurePowerClient"
 _MF_CLIENT = "client_app.fedmf_client:FedMFClient"
 _MF_BASELINE = "fl_strategies.protocol.strategies.fedmf:MFBaselineStrategy"
 
 STRATEGIES: dict[str, StrategySpec] = {s.name: s for s in [
     StrategySpec("fedpower", _POWER, _POWER_CLIENT, st.FedPowerSettings, pca=True, noise=True, stragglers="partial",
                  sampling="with-replacement", partial_ok=True, checkpoints=True),
-    StrategySpec("power", _POWER, _POWER_CLIENT, st.PowerSettings, pca=True, stragglers="partial",
+    StrategySpec("power", _SECURE_POWER, _SECURE_POWER_CLIENT, st.SecurePowerSettings, pca=True, stragglers="partial",
                  sampling="with-replacement", partial_ok=True, checkpoints=True,
                  fixed=_power_baseline(**{"local-steps": 1, "schedule": "fixed", "alignment": "none"})),
-    StrategySpec("ssi", _POWER, _POWER_CLIENT, st.PowerSettings, pca=True, stragglers="partial",
+    StrategySpec("ssi", _SECURE_POWER, _SECURE_POWER_CLIENT, st.SecurePowerSettings, pca=True, stragglers="partial",
                  sampling="with-replacement", partial_ok=True, checkpoints=True,
                  fixed=_power_baseline(**{"local-steps": 1, "schedule": "fixed", "alignment": "none",
                                           "iteration-rank": "rank"})),

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from ..privacy.fedpower_dp import client_noise_stds
 from .errors import ConfigError
 
-__all__ = ["Settings", "PcaSettings", "NoiseSettings", "StragglerSettings", "CheckpointSettings", "SecAggSettings",
+__all__ = ["Settings", "PcaSettings", "NoiseSettings", "StragglerSettings", "CheckpointSettings", "SecAggSettings", "SecurePowerSettings",
            "ErmSettings", "PowerSettings", "FedPowerSettings", "FapsSettings", "CovarianceSettings",
            "DPPowerSettings", "FedLrgdSettings", "FedAveSettings", "MFSettings", "FedMFSettings",
            "MFAltGDSettings", "MFSimGDSettings", "key_of", "declared_keys", "fedpower_noise_stds"]
@@ -87,7 +87,7 @@ class PcaSettings:
     row_normalize: bool
     clip_norm: float
     center: bool
-    scale: bool
+    scale: str | bool  # "false", "true" or "hwe" (settings.config.column_scaling)
     variance_target: float
 
 
@@ -167,6 +167,13 @@ class PowerSettings(Settings, PcaSettings, StragglerSettings, CheckpointSettings
     init_from: str
     epsilon: float
     noise_std: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecurePowerSettings(PowerSettings, SecAggSettings):
+    """``power``, ``ssi``: the power baselines' keys and SecAgg+ (``secure-aggregation``)."""
+
+    secure_aggregation: str
 
 
 @dataclass(frozen=True, kw_only=True)

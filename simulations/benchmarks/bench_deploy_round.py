@@ -218,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows(rows)
     loads = [row["load_before"] for row in rows] + [row["load_after"] for row in rows]
     ratio = table[-1]["s_per_round_median"] / table[0]["s_per_round_median"]
-    lines = [f"Produced by `python -m simulations.benchmarks.bench_deploy_round --before {args.before} --nodes "
+    revision = subprocess.run(["git", "-C", str(APP_DIR), "rev-parse", "--short", args.before], capture_output=True,
+                              text=True).stdout.strip()
+    lines = [f"`before`: {args.before} ({revision}); `after`: this checkout. "
+             f"Produced by `python -m simulations.benchmarks.bench_deploy_round --before {args.before} --nodes "
              f"{args.nodes} --rounds {args.rounds} --repeats {args.repeats}"
              + (f" --run-config '{args.run_config}'" if args.run_config else "") + "`; load average (1 min) "
              f"{min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores; seconds per round are the server's "

@@ -16,7 +16,8 @@ which is subtracted. Methods:
 
 and the accuracy of each against the exact PCA (the eigenvectors of ``X_c X_c^T`` of the centred pooled rows,
 ``n x n``, mapped back: exact to round-off): ``sin theta`` of the top-``rank`` subspace and the largest relative
-error of the explained variances. Prints a markdown table and writes ``bench_genotype.{md,csv}`` to ``--out``.
+error of the explained variances. Prints a markdown table and writes ``bench_genotype.{md,csv}`` to ``--out``
+(default: a new folder, :func:`simulations.benchmarks.out_folder`).
 Usage::
 
     python -m simulations.benchmarks.bench_genotype [--dimension 100000] [--sites 500 500 500 500] [--rank 2]
@@ -38,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from fl_strategies.files.plain_files import write_file
+from simulations.benchmarks import out_folder
 
 __all__ = ["main"]
 
@@ -142,13 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--local-steps", type=int, default=2)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--out", type=Path, default=Path("simulations/benchmarks/results/bench_genotype"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder of the tables (default: a new bench-runs/bench_genotype-<UTC time>; the committed ones only when named)")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         _worker(args.worker, args.data, args.rank, args.iteration_rank, args.rounds, args.local_steps, args.out)
         return 0
+    args.out = out_folder("bench_genotype", args.out)
     from simulations.data.genotypes import write_genotype_sites
 
     rows = []
@@ -190,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     writer.writeheader()
     writer.writerows(rows)
     write_file(args.out / "bench_genotype.csv", text.getvalue())
+    print(f"tables in {args.out}")
     return 0
 
 

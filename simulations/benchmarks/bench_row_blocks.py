@@ -5,8 +5,8 @@ its float64 working set, so a smaller one lowers the peak memory by the differen
 ``M^T (M Z)`` (``Z`` of ``--columns`` columns, one BLAS thread as in the in-process engine) of a synthetic int8
 genotype file (:mod:`simulations.data.genotypes`) for each block size, the sizes interleaved over ``--repeats``
 rounds in one process so that a change of the machine's load hits them alike, and prints the median time of
-each and its ratio to the largest block's, with the largest difference from the largest block's product.
-Usage::
+each and its ratio to the largest block's, with the largest difference from the largest block's product, and
+writes it to ``--out`` (default: a new folder, :func:`simulations.benchmarks.out_folder`). Usage::
 
     python -m simulations.benchmarks.bench_row_blocks [--dimension 100000] [--rows 500] [--columns 4]
         [--block-mib 4 8 16 32] [--repeats 11] [--out simulations/benchmarks/results/bench_row_blocks]
@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from fl_strategies.files.plain_files import write_file
+from simulations.benchmarks import out_folder
 
 __all__ = ["main"]
 
@@ -34,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--columns", type=int, default=4)
     parser.add_argument("--block-mib", type=float, nargs="+", default=[4.0, 8.0, 16.0, 32.0])
     parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--out", type=Path, default=Path("simulations/benchmarks/results/bench_row_blocks"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder of the tables (default: a new bench-runs/bench_row_blocks-<UTC time>; the committed ones only when named)")
     args = parser.parse_args(argv)
+    args.out = out_folder("bench_row_blocks", args.out)
     from threadpoolctl import threadpool_limits
 
     from fl_strategies.kernels.rows import BLOCK_BYTES, RowBlocks
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
     write_file(args.out / "bench_row_blocks.md", table + "\n")
+    print(f"table in {args.out}")
     return 0
 
 

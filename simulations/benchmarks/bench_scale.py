@@ -19,7 +19,7 @@ records the mean wall time of rounds 2.. (round 1 includes building each
 client's ``A_i`` and, for Ray, starting the actors) and the peak resident
 memory of the process tree (:class:`simulations.engines.ray.PeakMemory`). It
 writes ``bench_scale.csv``, ``bench_scale.md`` (ratios to the floor) and
-``bench_scale.png`` to ``--out``. Usage::
+``bench_scale.png`` to ``--out`` (default: a new folder, :func:`simulations.benchmarks.out_folder`). Usage::
 
     python -m simulations.benchmarks.bench_scale [--clients 10 100 1000 10000] [--rows 1000] [--max-total-rows 1000000]
         [--dim 100] [--rounds 4]
@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from fl_strategies.files.plain_files import plain_frame, write_file
+from simulations.benchmarks import out_folder
 
 __all__ = ["main", "measure"]
 
@@ -221,12 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="seconds per (engine, clients) run; one that takes longer is reported and skipped")
-    parser.add_argument("--out", default="simulations/benchmarks/results/bench_scale")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder of the tables (default: a new bench-runs/bench_scale-<UTC time>; the committed ones only when named)")
     parser.add_argument("--one", nargs=2, metavar=("ENGINE", "CLIENTS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(measure(args.one[0], int(args.one[1]), args.rows, args.dim, args.rounds)), flush=True)
         return 0
+    args.out = out_folder("bench_scale", args.out)
     rows = []
     cmdline = ("python -m simulations.benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     for m in args.clients:
@@ -239,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m:>6} clients  {engine:>5}: {1e3 * row['per_round_s']:9.1f} ms/round  "
                   f"first round {row['first_round_s']:.2f} s  peak {row['peak_mem_gib']:.2f} GiB", flush=True)
             rows.append(row)
-            write_outputs(rows, Path(args.out), cmdline)  # after every row: a long run is never lost
-    print((Path(args.out) / "bench_scale.md").read_text())
+            write_outputs(rows, args.out, cmdline)  # after every row: a long run is never lost
+    print((args.out / "bench_scale.md").read_text())
+    print(f"tables in {args.out}")
     return 0
 
 

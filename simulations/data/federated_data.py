@@ -28,6 +28,7 @@ import numpy as np
 from fl_strategies.kernels.products import GRAM_FLOOR_BYTES
 from fl_strategies.kernels.linalg import top_eigenvectors
 from fl_strategies.kernels.metrics import Reference, pooled_covariance
+from fl_strategies.settings.config import column_scaling
 
 from simulations.data.datasets import LAZY_DATASETS, Dataset, lazy_partition, lazy_partition_sizes, load_dataset, sized
 from simulations.data.erm_data import erm_reference as build_erm_reference, erm_split
@@ -161,7 +162,7 @@ def reference(cfg: Mapping[str, Any]) -> Reference:
     or, for wide data (``n < d``) whose ``d x d`` matrix would exceed
     ``GRAM_FLOOR_BYTES``, from a thin SVD of the rows (no ``d x d`` array).
     """
-    estimator = tuple(bool(cfg.get(key, False)) for key in ESTIMATOR_KEYS)
+    estimator = (bool(cfg.get("center", False)), column_scaling(cfg.get("scale", False)))  # ESTIMATOR_KEYS
     return _cached_reference(_values(cfg), cfg["rank"], cfg["iteration-rank"], estimator)
 
 

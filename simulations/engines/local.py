@@ -52,6 +52,10 @@ class LocalGrid(Grid):
         Flower's random ids.
     """
 
+    simulated = True
+    """Its nodes are simulated (:func:`fl_strategies.protocol.round_exchange.simulated_grid`): the default
+    ``round-timeout`` sets no limit."""
+
     def __init__(self, client_app, num_nodes: int, run_config: dict, fault_fn: FaultFn | None = None,
                  run_id: int = 1, node_ids: list[int] | None = None) -> None:
         self._run = Run.create_empty(run_id=run_id)

@@ -212,7 +212,8 @@ class EigenspaceStrategy(FederatedStrategy):
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
 
     def aggregate_summary(self, results: list[tuple[ClientProxy, FitRes]], failures: list) -> dict[str, Any] | None:
-        """The PCA model from the summary replies (every registered client must answer); ``on_model`` gets it."""
+        """The PCA model from the summary replies (every registered client must answer); ``on_model`` gets it at
+        the end of a run that did not fail (:meth:`finish`)."""
         Z = self._summary_Z
         valid, rejected = self.collect_replies(len(self.records), results, set(self.proxies), [(self.d, self.r)],
                                                ("trace",), broadcast=Z)
@@ -223,10 +224,16 @@ class EigenspaceStrategy(FederatedStrategy):
         n = sum(self.sizes[pid] for pid in valid)
         CZ = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
         total = sum(self.sizes[pid] * values["trace"] for pid, (_, values) in valid.items()) / n
+        return self.summary_model(Z, CZ, total, n, uploaded_bytes(results) + len(valid) * Z.nbytes)
+
+    def summary_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int
+                      ) -> dict[str, Any]:
+        """The PCA model of the summary exchange from ``C Z`` (d, r) and ``tr(C)`` at the final estimate ``Z``
+        (d, r) over ``n`` rows; the held last row gets its explained variance from the same sums."""
         last = self._held[0] if self._held is not None and self._held[1] is Z else None
         if last is not None:  # the last row's explained variance, from the same sums
             self._fill_explained_variance(last, float(np.sum(Z * CZ)))
-        model = self.set_model(Z, CZ, total, n, summary_bytes=uploaded_bytes(results) + len(valid) * Z.nbytes)
+        model = self.set_model(Z, CZ, total, n, summary_bytes=summary_bytes)
         if last is not None and "explained_variance_ratio" in last:  # the kept components', as in pca.npz
             last["explained_variance_ratio"] = float(model["explained_variance_ratio"].sum())
         return model
@@ -243,7 +250,8 @@ class EigenspaceStrategy(FederatedStrategy):
 
     def set_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int = 0,
                   privacy: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The run's PCA model (``k = rank``, or chosen by ``variance-target``); ``on_model`` receives it.
+        """The run's PCA model (``k = rank``, or chosen by ``variance-target``); ``on_model`` receives it at the end
+        of a run that did not fail (:meth:`finish`).
 
         ``CZ`` is ``C Z`` and ``total`` is ``tr(C)`` for the pooled (centred) second-moment matrix ``C``;
         ``privacy`` is what a private run spent (recorded in the model), ``None`` for a noise-free one.
@@ -269,6 +277,4 @@ class EigenspaceStrategy(FederatedStrategy):
         else:
             log.info("PCA model: %d component(s), explained variance %s (%d rows; total variance not released)", k,
                      np.array2string(self.model["explained_variance"], precision=4), n)
-        if self.on_model is not None:
-            self.on_model(self.model)
         return self.model

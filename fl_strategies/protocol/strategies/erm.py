@@ -87,6 +87,8 @@ class ErmStrategy(FederatedStrategy):
         ``server-samples`` rows are used (``X0``, ``y0``).
     """
 
+    RANDOM_START = False  # theta = 0, the optimum of labels all zero
+
     def __init__(self, cfg: dict[str, Any], dimension: int | None, reference: ErmReference | None = None,
                  wait_timeout: float = 600.0, server_rows: np.ndarray | None = None) -> None:
         settings = settings_for(cfg)  # its server rows are checked before the base class is built

@@ -173,7 +173,9 @@ class FedPowerStrategy(EigenspaceStrategy):
         ``nu_i = 2 sqrt(r) sigma_g / s_i``, computed from the row count
         ``s_i`` the client reported, exactly as the client computes its own.
         Without ``row-normalize`` the data's scale is unknown to the server and
-        there is no bound (only finiteness is checked).
+        there is no bound (only finiteness is checked). Centred rows are within ``1 + ||mu||`` of 0 and scaled
+        columns stretch them by at most ``1 / min(scale)``, so ``sqrt(r)`` becomes
+        ``((1 + ||mu||) / min(scale))^2 sqrt(r)``.
         """
         s = self.settings
         if not s.row_normalize:
@@ -181,8 +183,12 @@ class FedPowerStrategy(EigenspaceStrategy):
         nu = self.client_noise_std(self.sizes[partition_id]) if partition_id in self.sizes else 0.0
         if s.noise_std > 0:
             nu = s.noise_std
-        # rows centred by a mean mu: ||x - mu|| <= 1 + ||mu||, so ||A_i||_2 <= (1 + ||mu||)^2
-        spectral = (1.0 + float(np.linalg.norm(self.mean))) ** 2 if s.center and self.mean is not None else 1.0
+        # rows centred by a mean mu: ||x - mu|| <= 1 + ||mu||; columns divided by their scales stretch a row by at
+        # most 1 / min(scale); so ||A_i||_2 <= ((1 + ||mu||) / min(scale))^2
+        radius = 1.0 + float(np.linalg.norm(self.mean)) if s.center and self.mean is not None else 1.0
+        if self.scale is not None:
+            radius /= float(np.min(self.scale))
+        spectral = radius ** 2
         return float(spectral * np.sqrt(self.r) + 1e-6 + 8.0 * nu * np.sqrt(self.d * self.r))
 
     def client_noise_std(self, num_rows: int) -> float:
@@ -245,6 +251,13 @@ class FedPowerStrategy(EigenspaceStrategy):
             weight += w
         with np.errstate(all="ignore"):
             mean = total / weight
+        pend["misalignment"] = misalignment
+        return self.advance(server_round, mean)
+
+    def advance(self, server_round: int, mean: np.ndarray) -> tuple[Parameters | None, dict[str, Scalar]]:
+        """``Z_new = orth(mean)`` from the round's weighted average ``mean`` (d, r) of the products; the broadcast
+        ``Z`` is kept when ``mean`` is not finite or zero."""
+        pend = self._pending
         if not np.all(np.isfinite(mean)):  # only possible without row-normalize (no norm bound on Y)
             log.warning("round %d: the weighted average of the replies overflows; Z is kept", server_round)
             self.iterates.append(pend["Z"])
@@ -256,7 +269,6 @@ class FedPowerStrategy(EigenspaceStrategy):
             return ndarrays_to_parameters([pend["Z"]]), {}
         Z_new = orth(mean)
         self.last_sum = mean  # ~ C Z_ref: the released products' weighted average (post-processing)
-        pend["misalignment"] = misalignment
         self.iterates.append(Z_new)
         return ndarrays_to_parameters([Z_new]), {}
 

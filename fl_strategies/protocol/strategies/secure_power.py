@@ -1,0 +1,236 @@
+"""``power`` and ``ssi`` with ``secure-aggregation = true``: the server learns only sums, and they are exact.
+
+Every exchange in which a plain run gets each site's own reply goes through Flower's SecAgg+
+(:func:`server_app.secure_loop.run_secure_aggregation`) instead:
+
+* **each round**: client ``i`` uploads ``[vec(s_i Y_i), s_i, f_i]`` (``Y_i = A_i Z``; ``f_i = s_i tr(Z^T A_i Z)``
+  only when the server tracks the objective), so the server gets ``sum_i s_i A_i Z``, the rows behind it and ``F``,
+  never one site's product; ``Z_new = orth(sum_i s_i Y_i / sum_i s_i)`` as in the plain run;
+* **discovery** (SecAgg+ exchanges before round 1, numbered up to 0; the plain discovery then carries only the
+  partition id, row count and ``d``): with ``center`` ``[t_i, s_i]`` (row sum), whose sum gives the mean
+  ``mu = sum_i t_i / n``; then ``q_i = sum_rows (x - mu)^2`` per column (the client's own sums of squares about its
+  own mean plus ``s_i (t_i / s_i - mu)^2``, as Chan et al.'s pairwise update), whose sum ``n var`` gives ``scale``
+  and ``tr(C)`` as the plain discovery's :func:`~fl_strategies.kernels.standardize.pooled_variance` does;
+* **the summary** (one more SecAgg+ exchange after the last round, no row of its own): ``[vec(s_i A_i Z),
+  s_i, s_i tr(A_i)]`` at the final ``Z``, from which the PCA model is built as in the plain run.
+
+Exactness. Each upload travels as fixed-point limbs that Flower's quantiser passes unchanged
+(:mod:`fl_strategies.privacy.fixed_point`): the server's sum is the exact sum of the clients' fixed-point values,
+within ``m 2^-(f+1)`` of the float sum, ``2^-f <= 2^(2 - bL) B`` for the public bound ``B`` below and
+``bL >= 63`` bits (87 for 4 clients). The plain run sums the same float64 products in float64, so the two runs'
+estimates agree to float64 round-off in every round.
+
+The scale. ``B`` is public: ``secagg-clip`` when set, else (rows of norm at most ``c``: 1 with ``row-normalize``,
+``clip-norm`` when set; centred ones within ``c + ||mu||`` of 0, scaled ones within ``(c + ||mu||) / min scale``)
+``n ((c + ||mu||) / min scale)^2 r``
+(``scale`` 1 without ``scale``; ``mu`` 0 before the mean is known), which bounds every entry of ``s_i A_i Z`` (``s_i ||A_i||_2 sqrt(r)``),
+``f_i``, ``s_i tr(A_i)``, ``s_i``, ``t_i`` and ``q_i``; ``n`` is the total row count and ``mu`` and ``scale`` the
+broadcast ones, all known to every client. No scale is derived from what a site's upload holds; a client whose value exceeds ``B``
+uploads nothing (it is never clipped), and its round goes on as one where it dropped out.
+
+Drop-outs. A client lost after it shared its keys is removed from the sum by SecAgg+ (its masks are reconstructed
+from the threshold of shares): the round's sum then holds the other sites' products and their rows ``sum s_i``,
+as a plain round without that reply. Below the threshold SecAgg+ forms no sum and the run fails with one line.
+The summary needs every client (the model is of all the data).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+
+from ...kernels.standardize import constant_columns, scales
+from ...privacy.analyze_gauss import row_bound
+from ...privacy.fixed_point import LimbCode, limb_code
+from ...settings.config import column_scaling, secure_power
+from ..base import log, uploaded_bytes
+from ..secure_sum import secure_sum
+from .fedpower import FedPowerStrategy
+
+__all__ = ["SecurePowerStrategy", "SECAGG_EXPONENT", "SECAGG_CLIENTS"]
+
+SECAGG_EXPONENT = "secagg-exponent"
+"""Fit-config key of the fixed-point exponent ``f`` (:class:`fl_strategies.privacy.fixed_point.LimbCode`)."""
+
+SECAGG_CLIENTS = "secagg-clients"
+"""Fit-config key of ``m``, the clients whose limbs are summed (it fixes the limb width)."""
+
+
+class SecurePowerStrategy(FedPowerStrategy):
+    """:class:`FedPowerStrategy` for ``power`` and ``ssi``; with ``secure-aggregation = true`` every sum goes through
+    SecAgg+ as exact fixed-point limbs (module docstring). Without it, the plain strategy unchanged."""
+
+    def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
+        super().__init__(cfg, dimension, reference, wait_timeout)
+        self.secure = secure_power(cfg)
+        self.aggregated: set[int] = set()
+        self.code: LimbCode | None = None
+        self.round_sum: np.ndarray | None = None  # the last round's decoded sum: [sum_i s_i Y_i, sum_i s_i(, F)]
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + (", secagg)" if self.secure else ")")
+
+    # -- SecAgg+ set-up (server_app.secure_loop) ---------------------------------------------------------
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
+        """Discovery and ``Z_0``; under SecAgg+ the limb code from the public bound (module docstring)."""
+        parameters = super().initialize_parameters(client_manager)
+        if self.secure:
+            self.code = limb_code(self.upload_bound(), self.m)
+            log.info("%s: SecAgg+ with %d limbs of %d bits per value, fixed-point step 2^%d (bound %.6g): sums "
+                     "exact to %.3g", self.settings.strategy, self.code.limbs, self.code.limb_bits,
+                     -self.code.exponent, self.upload_bound(), self.code.tolerance())
+        return parameters
+
+    def upload_bound(self) -> float:
+        """``B``, the public bound on every value a client uploads (module docstring)."""
+        n = float(sum(self.sizes.values()))
+        if self.settings.secagg_clip > 0:
+            return max(self.settings.secagg_clip, n)
+        radius = row_bound(self.settings.clip_norm) + (float(np.linalg.norm(self.mean)) if self.mean is not None
+                                                       else 0.0)
+        if self.scale is not None:
+            radius /= float(np.min(self.scale))
+        return n * radius * radius * self.r
+
+    # -- discovery sums ----------------------------------------------------------------------------------
+    @property
+    def discovery_phases(self) -> list[str]:
+        """The SecAgg+ discovery exchanges: the row sums (with ``center``), then the sums of squares."""
+        return (["discovery-sums"] if self.settings.center else []) + ["discovery-squares"]
+
+    @property
+    def discovery_rounds(self) -> list[int]:
+        """Their SecAgg+ round numbers, up to 0 (none without SecAgg+)."""
+        k = len(self.discovery_phases)
+        return list(range(1 - k, 1)) if self.secure else []
+
+    def _configure_discovery(self, server_round: int) -> list[tuple[ClientProxy, FitIns]]:
+        phase = self.discovery_phases[server_round - self.discovery_rounds[0]]
+        self._pending = {"start": time.perf_counter(), "phase": phase}
+        ins = FitIns(ndarrays_to_parameters([]), {"phase": phase, **self.center_config()})
+        return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
+
+    def _aggregate_discovery(self, server_round: int, results, failures) -> None:
+        """The mean (``discovery-sums``), or ``scale`` and ``tr(C)`` (``discovery-squares``), from the sums."""
+        phase = self._pending["phase"]
+        values = self._decoded(server_round, results, failures, self.d + (phase == "discovery-sums"),
+                               require_all=True)
+        if values is None:
+            return
+        n = sum(self.sizes.values())
+        if phase == "discovery-sums":
+            if values[-1] != n:
+                self.abort_round(server_round, f"the clients' rows sum to {values[-1]:.0f}, not the n = {n} they "
+                                               "reported")
+                return
+            self.mean = values[: self.d] / n
+            log.info("center = true: the mean of %d rows, from the SecAgg+ sum of the clients' row sums", n)
+        else:
+            variance = values / n
+            if self.scales_columns:
+                self.scale = scales(self.settings.scale, variance, self.mean, n)
+                if column_scaling(self.settings.scale) == "hwe":
+                    log.info("scale = hwe: every variant over sqrt(2 p (1 - p)), p from the SecAgg+ sum of the "
+                             "clients' row sums (%d monomorphic variant(s) keep scale 1)", int(np.sum(variance == 0)))
+                else:
+                    log.info("scale = true: every column over its pooled standard deviation, from the SecAgg+ sum of "
+                             "the clients' sums of squares (%d constant column(s) keep scale 1)",
+                             int(np.sum(constant_columns(variance, self.mean, n))))
+                self.total_variance = float(np.sum(variance / self.scale ** 2))
+            else:
+                self.total_variance = float(np.sum(variance))
+        self.code = limb_code(self.upload_bound(), self.m)
+
+    def secagg_ranges(self) -> tuple[float, int, int]:
+        """SecAgg+'s ``(clipping_range, quantization_range, modulus_range)``: its quantiser is the identity on
+        the limbs."""
+        return self.code.clipping_range, self.code.quantization_range, self.code.modulus
+
+    @property
+    def secure_summary(self) -> bool:
+        """Whether the summary exchange runs as one more SecAgg+ round (after the last round, no row)."""
+        return self.secure
+
+    def abort_round(self, server_round: int, reason: str) -> None:
+        """Abort the run: no estimate or model from a sum SecAgg+ did not form."""
+        self.abort(f"round {server_round}: {reason}; the run stops rather than use a wrong sum")
+
+    def _secure_config(self) -> dict[str, Scalar]:
+        return {SECAGG_EXPONENT: self.code.exponent, SECAGG_CLIENTS: self.m}
+
+    def _values(self, extra: int) -> int:
+        """Values per upload: ``d r`` products and ``extra`` scalars."""
+        return self.d * self.r + extra
+
+    # -- one round --------------------------------------------------------------------------------------
+    def configure_fit(self, server_round: int, parameters: Parameters,
+                      client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
+        """The plain instructions, plus the limb code under SecAgg+; after the last round, the summary."""
+        if not self.secure:
+            return super().configure_fit(server_round, parameters, client_manager)
+        if server_round <= 0:
+            instructions = self._configure_discovery(server_round)
+        elif server_round > self.num_rounds:
+            instructions = self.configure_summary()
+            self._pending = {"start": time.perf_counter()}
+        else:
+            instructions = super().configure_fit(server_round, parameters, client_manager)
+        for _, ins in instructions[:1]:  # one FitIns object is shared by every client
+            ins.config.update(self._secure_config())
+        return instructions
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
+        """``Z_new = orth(sum_i s_i Y_i / sum_i s_i)`` from the SecAgg+ sum (module docstring)."""
+        if not self.secure:
+            return super().aggregate_fit(server_round, results, failures)
+        if server_round <= 0:
+            self._aggregate_discovery(server_round, results, failures)
+            return None, {}
+        if server_round > self.num_rounds:
+            self._aggregate_summary(server_round, results, failures)
+            return None, {}
+        objective = self.tracks_objective
+        values = self._decoded(server_round, results, failures, self._values(1 + objective), require_all=False)
+        if values is None:
+            return None, {}
+        self.round_sum = values
+        pend = self._pending
+        pend.update(bytes_up=uploaded_bytes(results), rejected=0, failures=len(failures),
+                    participants=len(results), distinct=len(results), misalignment=0.0)
+        product, rows = values[: self.d * self.r].reshape(self.d, self.r), values[self.d * self.r]
+        if objective and len(results) == self.m and self.check_stop(server_round, float(values[-1])):
+            return None, {}
+        with np.errstate(all="ignore"):
+            mean = product / rows
+        return self.advance(server_round, mean)
+
+    def _decoded(self, server_round: int, results, failures, size: int, require_all: bool) -> np.ndarray | None:
+        """The decoded sum of ``size`` values from SecAgg+'s aggregate, or ``None`` after :meth:`abort_round`."""
+        L = self.code.limbs
+        total = secure_sum(self, server_round, results, failures, (L * size,), require_all=require_all)
+        if total is None:
+            return None
+        try:
+            values = self.code.decode(total.reshape(L, size))
+        except ValueError as ex:
+            self.abort_round(server_round, f"the SecAgg+ sum is not a sum of limbs: {ex}")
+            return None
+        self.aggregated.add(server_round)
+        return values
+
+    def _aggregate_summary(self, server_round: int, results, failures) -> None:
+        """The PCA model from ``[sum_i s_i A_i Z, n, sum_i s_i tr(A_i)]`` (every client must be in the sum)."""
+        values = self._decoded(server_round, results, failures, self._values(2), require_all=True)
+        if values is None:
+            return
+        Z = self._summary_Z
+        n = float(values[self.d * self.r])
+        CZ = values[: self.d * self.r].reshape(self.d, self.r) / n
+        self.summary_model(Z, CZ, float(values[-1]) / n, int(round(n)),
+                           uploaded_bytes(results) + len(results) * Z.nbytes)

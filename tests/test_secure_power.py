@@ -1,0 +1,263 @@
+"""``power`` and ``ssi`` with ``secure-aggregation = true``: the server learns only SecAgg+ sums, and they are exact
+(fl_strategies.protocol.strategies.secure_power, fl_strategies.privacy.fixed_point)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import run_app
+from flwr.app import Context, RecordDict
+from flwr.common import bytes_to_ndarray
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
+from scipy.stats import chi2, kstest
+
+from fl_strategies.kernels.linalg import subspace_distance
+from fl_strategies.protocol.base import RunFailed
+from fl_strategies.settings.config import ConfigError, validate_run_config
+from simulations.engines import fused_run_config
+
+BASE = dict(strategy="power", num_samples=4000, dimension=60, rank=3, iteration_rank=5, num_server_rounds=12,
+            num_clients=4, row_normalize=True)
+
+
+def explained(strategy) -> np.ndarray:
+    return np.asarray(strategy.model["explained_variance"])
+
+
+def assert_same_model(secure, plain, tol=1e-9):
+    assert secure.secure and not plain.secure
+    assert subspace_distance(secure.model["components"].T, plain.model["components"].T) <= tol
+    np.testing.assert_allclose(explained(secure), explained(plain), rtol=tol, atol=0)
+    np.testing.assert_allclose(secure.model["explained_variance_ratio"], plain.model["explained_variance_ratio"],
+                               rtol=tol, atol=0)
+
+
+@pytest.mark.parametrize("strategy", ["power", "ssi"])
+def test_the_secure_run_gives_the_plain_runs_model(strategy):
+    plain = run_app(**dict(BASE, strategy=strategy))
+    secure = run_app(**dict(BASE, strategy=strategy, secure_aggregation="true"))
+    assert_same_model(secure, plain)
+    for a, b in zip(secure.records, plain.records):  # every round's estimate, not only the last
+        assert abs(a["subspace_distance"] - b["subspace_distance"]) <= 1e-9
+    assert len(secure.records) == len(plain.records) == BASE["num_server_rounds"] + 1
+    assert plain.records[-1]["subspace_distance"] < 1e-4  # near convergence: the comparison is of a meaningful model
+
+
+def secure_recorded(**overrides):
+    from client_app.app import app as client_app
+    from server_app.app import run_server
+    from test_dp_power import RecordingGrid
+
+    cfg = fused_run_config({k.replace("_", "-"): v for k, v in overrides.items()})
+    grid = RecordingGrid(client_app, cfg["num-clients"], cfg)
+    strategy = run_server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=cfg))
+    return strategy, grid
+
+
+def chi_square_uniform(values: np.ndarray, modulus: int, bins: int = 16) -> float:
+    """Pearson's statistic of ``values`` against the uniform law on ``[0, modulus)`` in ``bins`` equal bins."""
+    counts = np.bincount((values.astype(np.float64) * bins / modulus).astype(int), minlength=bins)
+    expected = values.size / bins
+    return float(np.sum((counts - expected) ** 2 / expected))
+
+
+def test_one_round_the_server_sees_uniform_masked_uploads_and_the_exact_sum():
+    cfg = dict(BASE, num_server_rounds=1)
+    products = {}
+
+    def observe(server_round, pid, broadcast, arrays):
+        products[server_round, pid] = arrays[0]
+
+    plain = run_app(observer=observe, **cfg)
+    secure, grid = secure_recorded(**cfg, secure_aggregation="true")
+    code = secure.code
+    # the round's sum: sum_i s_i A_i Z_0 and the rows, against the exactly rounded sum of the plain products
+    sizes = plain.sizes
+    exact = np.array([math.fsum(col) for col in zip(*(sizes[p] * products[1, p].ravel() for p in range(4)))])
+    got = secure.round_sum[: exact.size]
+    assert np.all(np.abs(got - exact) <= code.tolerance(exact) + np.spacing(np.abs(exact)) / 2)
+    assert secure.round_sum[exact.size] == sum(sizes.values())
+    # what the server received from each client in round 1: uniform modulo 2^32, unrelated to the client's limbs
+    uploads = {}
+    for pid, msg in grid.replies:
+        if msg.has_content() and RECORD_KEY_CONFIGS in msg.content.config_records:
+            record = msg.content.config_records[RECORD_KEY_CONFIGS]
+            if Key.MASKED_PARAMETERS in record and msg.metadata.group_id == "1":
+                uploads[pid] = bytes_to_ndarray(record[Key.MASKED_PARAMETERS][1]).astype(np.int64).ravel()
+    assert sorted(uploads) == [0, 1, 2, 3]
+    # 16 bins, 15 degrees of freedom: a uniform upload's statistic exceeds 56.5 with probability 1e-6
+    limit = chi2.ppf(1 - 1e-6, 15)
+    for pid, masked in uploads.items():
+        own = code.encode(np.concatenate([sizes[pid] * products[1, pid].ravel(), [sizes[pid]]])).ravel()
+        assert masked.size == own.size == code.limbs * (60 * 5 + 1)
+        assert masked.min() >= 0 and masked.max() < code.modulus
+        assert chi_square_uniform(masked, code.modulus) < limit
+        assert kstest(masked / code.modulus, "uniform").pvalue > 1e-6
+        assert abs(np.corrcoef(masked, own)[0, 1]) < 0.15  # 903 entries: |corr| of independent ones ~ 0.03
+        # unmasked, the quantised limbs sit in [0, 2^b]: far from uniform on [0, 2^32)
+        assert chi_square_uniform(own + code.clipping_range, code.modulus) > 50 * limit
+    # no array the server holds is one client's product
+    held = [v for v in vars(secure).values() if isinstance(v, np.ndarray)]
+    assert not any(v.size >= 300 and np.allclose(v.ravel()[:300], products[1, pid].ravel()[:300], rtol=1e-6)
+                   for v in held for pid in range(4))
+
+
+def _collect_stage(msg) -> bool:
+    content = msg.content
+    return (RECORD_KEY_CONFIGS in content.config_records
+            and content.config_records[RECORD_KEY_CONFIGS].get(Key.STAGE) == Stage.COLLECT_MASKED_VECTORS)
+
+
+def test_a_client_lost_after_sharing_its_keys_is_left_out_of_the_sum_as_in_the_plain_run():
+    def secure_fault(msg, pid):  # partition 2 shares its keys in round 3, then never uploads
+        return "drop" if pid == 2 and msg.metadata.group_id == "3" and _collect_stage(msg) else "ok"
+
+    def plain_fault(msg, pid):  # the plain run without partition 2's round-3 reply
+        return "drop" if pid == 2 and msg.metadata.group_id == "3" else "ok"
+
+    plain = run_app(fault_fn=plain_fault, **BASE)
+    secure = run_app(fault_fn=secure_fault, **BASE, secure_aggregation="true")
+    assert [r["participants"] for r in secure.records][1:5] == [4, 4, 3, 4]
+    assert [r["participants"] for r in plain.records][1:5] == [4, 4, 3, 4]
+    assert_same_model(secure, plain)
+
+
+def test_below_the_threshold_the_round_fails_in_one_line_and_no_model_is_written(tmp_path):
+    def fault(msg, pid):  # two of four lost after sharing their keys: the threshold is 3
+        return "drop" if pid in (1, 2) and msg.metadata.group_id == "2" and _collect_stage(msg) else "ok"
+
+    out = tmp_path / "out"
+    with pytest.raises(RunFailed, match=r"^round 2: SecAgg\+ halted before the sum was formed[^\n]*$") as info:
+        run_app(fault_fn=fault, **BASE, secure_aggregation="true", results_dir=str(out))
+    assert info.value.strategy.aggregated == {0, 1}  # the sums of squares at discovery, round 1
+    assert not (out / "pca.npz").exists()
+
+
+def test_a_value_beyond_the_public_bound_is_refused_never_clipped():
+    """secagg-clip (raised to n, for the row counts) below the summary's traces: every client refuses to upload
+    it, SecAgg+ forms no sum, no model."""
+    with pytest.raises(RunFailed, match="round 13: SecAgg\\+ halted before the summary's sum") as info:
+        run_app(**dict(BASE, row_normalize=False, secagg_clip=1e-3, secure_aggregation="true"))
+    assert info.value.strategy.model is None
+    assert info.value.strategy.upload_bound() == 4000
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(strategy="fedpower"), "refused for strategy 'fedpower': its server aligns"),
+    (dict(strategy="localpower"), "refused for strategy 'localpower': its server aligns"),
+    (dict(strategy="faps"), "refused for strategy 'faps'"),
+    (dict(clients_per_round=2), "is not honoured"),
+    (dict(dropout=0.1), "every client in every round"),
+    (dict(row_normalize=False), "secagg-clip must be set"),
+    (dict(num_clients=1), "2 <= num-clients"),
+])
+def test_secure_aggregation_is_refused_where_it_cannot_hold(overrides, message):
+    cfg = fused_run_config({k.replace("_", "-"): v for k, v in dict(BASE, secure_aggregation="true",
+                                                                     **overrides).items()})
+    with pytest.raises(ConfigError, match=message):
+        validate_run_config(cfg)
+
+
+def test_clip_norm_is_a_public_row_bound_too():
+    cfg = dict(BASE, row_normalize=False, clip_norm=0.5, center=True)
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true")
+    assert secure.upload_bound() == 4000 * (0.5 + np.linalg.norm(secure.mean)) ** 2 * 5
+    assert_same_model(secure, plain)
+
+
+def test_the_limb_code_is_public_and_fixed_by_the_bound():
+    secure = run_app(**dict(BASE, num_server_rounds=1, secure_aggregation="true"))
+    n = sum(secure.sizes.values())
+    assert secure.upload_bound() == n * 5  # n (1 + ||0||)^2 r: no site's data in it
+    assert secure.code.max_value >= secure.upload_bound() > secure.code.max_value / 2
+    assert secure.code.limb_bits * secure.code.limbs == 87  # 4 clients: 29-bit limbs
+
+
+@pytest.mark.parametrize("overrides", [dict(center=True),
+                                       dict(center=True, scale=True, row_normalize=False, secagg_clip=1e6)])
+def test_the_discovery_sums_go_through_secagg_and_give_the_plain_mean_scale_and_model(overrides):
+    plain = run_app(**dict(BASE, **overrides))
+    secure = run_app(**dict(BASE, **overrides, secure_aggregation="true"))
+    assert secure.aggregated >= set(secure.discovery_rounds) and len(secure.discovery_rounds) == 2
+    np.testing.assert_allclose(secure.mean, plain.mean, rtol=1e-12, atol=1e-15)
+    assert np.any(np.abs(plain.mean) > 1e-3)  # a mean worth centring
+    if overrides.get("scale"):
+        np.testing.assert_allclose(secure.scale, plain.scale, rtol=1e-12, atol=0)
+    assert secure.total_variance == pytest.approx(plain.total_variance, rel=1e-12)
+    assert_same_model(secure, plain)
+    np.testing.assert_allclose(secure.model["mean"], plain.model["mean"], rtol=1e-12, atol=1e-15)
+    # nothing of a site's data at discovery: no row sum, no sum of squares (they travel only inside SecAgg+ sums)
+    assert secure.node_properties and all(not {"row-sum", "col-sq-sum", "sq-sum"} & set(props)
+                                          for props in secure.node_properties.values())
+    assert all("row-sum" in props for props in plain.node_properties.values())
+
+
+def test_a_client_lost_in_a_discovery_sum_stops_the_run():
+    def fault(msg, pid):  # partition 1 shares its keys for the row sums, then never uploads them
+        return "drop" if pid == 1 and msg.metadata.group_id == "-1" and _collect_stage(msg) else "ok"
+
+    with pytest.raises(RunFailed, match=r"^round -1: SecAgg\+ summed 3 of s = 4 products"):
+        run_app(fault_fn=fault, **dict(BASE, center=True, secure_aggregation="true"))
+
+
+def test_the_stopping_rule_reads_the_secure_sum_of_the_objectives():
+    """With stop-tol the clients add f_i to the sum: the secure run stops after the plain run's rounds."""
+    cfg = dict(BASE, num_server_rounds=30, stop_tol=1e-3)
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true")
+    assert plain.stopped and secure.stopped and len(secure.records) == len(plain.records) < 30
+    for a, b in zip(secure.records, plain.records):
+        assert a["objective"] == pytest.approx(b["objective"], rel=1e-12)
+    assert_same_model(secure, plain)
+
+
+def test_a_client_lost_after_uploading_is_unmasked_from_the_shares_and_its_product_stays_in_the_sum():
+    def fault(msg, pid):  # partition 3 uploads its masked product in round 2, then never answers the unmask stage
+        content = msg.content
+        unmask = (RECORD_KEY_CONFIGS in content.config_records
+                  and content.config_records[RECORD_KEY_CONFIGS].get(Key.STAGE) == Stage.UNMASK)
+        return "drop" if pid == 3 and msg.metadata.group_id == "2" and unmask else "ok"
+
+    plain = run_app(**BASE)
+    secure = run_app(fault_fn=fault, **BASE, secure_aggregation="true")
+    assert [r["participants"] for r in secure.records][1:4] == [4, 4, 4]
+    assert_same_model(secure, plain)
+
+
+def test_four_genotype_sites_centred_and_scaled_give_the_plain_runs_pcs(tmp_path):
+    from simulations.data.genotypes import write_genotype_sites
+
+    write_genotype_sites(tmp_path / "sites", (300, 250, 350, 300), 200, populations=3, seed=1)
+    cfg = dict(strategy="power", dataset=str(tmp_path / "sites"), num_clients=4, rank=2, iteration_rank=4,
+               num_server_rounds=15, center=True, scale=True, row_normalize=False)
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true", secagg_clip=1e12)  # |x| <= 2 / min scale: a loose bound
+    assert_same_model(secure, plain)
+    np.testing.assert_allclose(secure.scale, plain.scale, rtol=1e-12, atol=0)
+
+
+def test_without_a_reference_the_explained_variance_columns_come_from_the_secure_sums():
+    cfg = dict(BASE, center=True, evaluation="none")
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true")
+    assert secure.reference is None and secure.tracks_objective
+    for key in ("iterated_explained_variance", "iterated_explained_variance_ratio", "estimate_change"):
+        got = [r[key] for r in secure.records[1:]]
+        want = [r[key] for r in plain.records[1:]]
+        assert None not in got and got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert_same_model(secure, plain)
+
+
+@pytest.mark.parametrize("overrides", [dict(center=True, discovery="engine"),
+                                       dict(num_clients=12, num_samples=6000, num_server_rounds=6)])
+def test_engine_discovery_and_secagg_neighbourhoods_of_more_than_7_clients(overrides):
+    """discovery = "engine" sends no properties (the sums still go through SecAgg+); 12 clients share their keys
+    with neighbourhoods of 7 (the limbs are 27 bits wide)."""
+    cfg = dict(BASE, **overrides)
+    plain = run_app(**{k: v for k, v in cfg.items() if k != "discovery"})
+    secure = run_app(**cfg, secure_aggregation="true")
+    assert secure.code.limb_bits == (29 if cfg["num_clients"] == 4 else 27)
+    assert_same_model(secure, plain)
