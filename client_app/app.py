@@ -20,7 +20,7 @@ from .secure_rounding import rounding_entropy, secaggplus_seeded
 def numpy_client(context: Context):
     """The NumPyClient of the configured strategy (its spec's ``client``) on this node's data."""
     cfg = _validated(context.run_config)
-    return load_class(spec(cfg["strategy"]).client)(NodeData(cfg, context.node_config), cfg, context)
+    return load_class(spec(cfg["strategy"]).client)(NodeData(cfg, context.node_config, context.state), cfg, context)
 
 
 def client_fn(context: Context):

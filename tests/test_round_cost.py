@@ -212,3 +212,66 @@ def test_a_clientapp_process_answers_without_the_heavy_packages(tmp_path, strate
     assert {"client_app", "fl_strategies", "numpy"} <= imported
     assert not imported & {"scipy", "sklearn", "pandas", "matplotlib", "dp_accounting", "ray", "simulations",
                            "threadpoolctl", "bed_reader"}
+
+
+def test_the_deployment_benchmark_splits_a_round_from_the_supernodes_lines():
+    from simulations.benchmarks.bench_deploy_round import node_events, round_parts
+
+    def node(offset):
+        lines = []
+        for r in (1, 2):
+            base = 10.0 * r + offset
+            lines += [(base, f"INFO :      [RUN 7, ROUND {r}]"), (base, "INFO :      Receiving: train message (ID: a)"),
+                      (base + 0.1, "INFO :      Received successfully"),
+                      (base + 1.0, "INFO :      Start `flwr-clientapp` process"),
+                      (base + 1.5, f"INFO :      [RUN 7, ROUND {r}]"),
+                      (base + 1.5, "INFO :      Sending: train message (ID: b)"),
+                      (base + 1.6, "INFO :      Sent successfully")]
+        return node_events(lines)
+
+    (row,) = round_parts([node(0.0), node(2.0)])  # the second node answers 2 s later in both rounds
+    assert row["round"] == 2 and row["round_s"] == pytest.approx(10.0)
+    assert row["critical_pickup"] == pytest.approx(22.0 - 13.6) and row["pickup"] == pytest.approx(21.0 - 13.6)
+    assert (row["start"], row["app"]) == (pytest.approx(1.0), pytest.approx(0.5))
+
+
+def test_a_node_files_statistics_are_read_once_for_all_its_clientapp_processes(tmp_path, monkeypatch):
+    """A SuperNode starts a new ClientApp process per message; the row sum and column sums of squares of its file
+    (a whole read on the rows path) come from the node state after the first, until the file changes."""
+    import os
+
+    import numpy as np
+    from flwr.common import RecordDict
+
+    from client_app import data as node_data
+    from fl_strategies.kernels.rows import RowBlocks
+    from fl_strategies.settings.config import validate_run_config
+    from simulations.engines import fused_run_config
+
+    rows = np.random.default_rng(3).standard_normal((300, 7))
+    path = tmp_path / "rows.npy"
+    np.save(path, rows)
+    cfg = validate_run_config(fused_run_config({"dataset": "nodes", "num-clients": 2, "dimension": 0,
+                                                "row-normalize": False}))
+    state, reads = RecordDict(), []
+
+    def new_process():
+        node_data._OPERATORS.clear()
+        node_data._read_cached.cache_clear()
+        return node_data.NodeData(cfg, {"partition-id": 0, "data-path": str(path)}, state).operator(1, 2)
+
+    first = new_process()
+    assert first.path == "rows" and node_data.STATS_KEY in state
+    blocks = RowBlocks.blocks
+    monkeypatch.setattr(RowBlocks, "blocks", lambda self: reads.append(1) or blocks(self))
+    second = new_process()
+    np.testing.assert_allclose(second.row_sum, rows.sum(axis=0))
+    np.testing.assert_allclose(second.column_squares(), (rows * rows).sum(axis=0))
+    assert reads == []
+    np.save(path, 2.0 * rows)  # another file version: read again, the state replaced
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    third = new_process()
+    assert reads
+    np.testing.assert_allclose(third.row_sum, 2.0 * rows.sum(axis=0))
+    np.testing.assert_allclose(np.frombuffer(state[node_data.STATS_KEY]["sum"], "<f8"), 2.0 * rows.sum(axis=0))

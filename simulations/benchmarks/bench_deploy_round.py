@@ -21,9 +21,9 @@ timestamped here:
   the reply handed to the SuperNode (which looks for it every 0.5 s);
 
 each the mean over the rounds after the first and the nodes, and ``critical``, the same three parts of the node
-whose reply came last in each round. The load average is recorded before and after each run. Everything goes to
-a new folder (``--out``, default a new temporary folder); the deployments' own files stay in a temporary folder
-that is removed at the end. Usage::
+whose reply came last in each round. The load average is recorded before and after each run. The table goes to
+``--out`` (default: a new folder, :func:`simulations.benchmarks.out_folder`); the deployments' own files stay in
+a temporary folder that is removed at the end (``--keep`` keeps it). Usage::
 
     python -m simulations.benchmarks.bench_deploy_round [--before REV] [--nodes 4] [--rounds 6] [--repeats 2]
                                                         [--run-config TEXT] [--out DIR]
@@ -45,6 +45,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from simulations.benchmarks import out_folder
 
 __all__ = ["main", "node_events", "round_parts"]
 
@@ -177,14 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--run-config", default="", help="more run-config overrides for both variants")
-    parser.add_argument("--out", default="", help="folder for the table (default: a new temporary folder)")
+    parser.add_argument("--out", default=None, help="folder for the table (default: a new folder under bench-runs/)")
     parser.add_argument("--keep", action="store_true", help="keep the deployments' folders (logs, timestamped "
                         "SuperNode lines in node-lines.txt) and say where")
     parser.add_argument("--only", choices=("before", "after"), help="run one variant only (no comparison)")
     args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench_deploy_round-"))
+    out = out_folder("bench_deploy_round", args.out)
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="bench_deploy_round-runs-"))
+    revision = subprocess.run(["git", "-C", str(APP_DIR), "rev-parse", "--short", args.before], capture_output=True,
+                              text=True).stdout.strip()
     try:
         sources = {"before": extract(args.before, scratch / "before-src"), "after": APP_DIR}
         runs: dict[str, list[dict]] = {"before": [], "after": []}
@@ -218,8 +222,6 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows(rows)
     loads = [row["load_before"] for row in rows] + [row["load_after"] for row in rows]
     ratio = table[-1]["s_per_round_median"] / table[0]["s_per_round_median"]
-    revision = subprocess.run(["git", "-C", str(APP_DIR), "rev-parse", "--short", args.before], capture_output=True,
-                              text=True).stdout.strip()
     lines = [f"`before`: {args.before} ({revision}); `after`: this checkout. "
              f"Produced by `python -m simulations.benchmarks.bench_deploy_round --before {args.before} --nodes "
              f"{args.nodes} --rounds {args.rounds} --repeats {args.repeats}"
