@@ -166,6 +166,45 @@ def set_round_timeout(strategy, config: ServerConfig, real_nodes: bool) -> None:
                     "starts stops the run here")
 
 
+class LastWord(logging.Filter):
+    """A filter of Flower's logger that keeps ``line`` the last line of the ServerApp's log.
+
+    Flower logs a ServerApp's exception after the app returned (``ServerApp raised an exception`` with its
+    traceback, then ``Exit Code: ...`` and a help text): this filter appends ``line`` to that exit message, and,
+    when ``explained`` (a failure of ours whose line says everything: :class:`RunFailed`, :class:`ConfigError`),
+    drops the traceback. It removes itself after the exit message.
+
+    Parameters
+    ----------
+    line : str
+        The run's status line.
+    explained : bool
+        Whether to drop the traceback of the exception's record.
+    """
+
+    def __init__(self, line: str, explained: bool) -> None:
+        super().__init__()
+        self.line, self.explained = line, explained
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if self.explained and record.exc_info and message.endswith("raised an exception"):
+            record.exc_info, record.exc_text = None, None
+        elif message.startswith("Exit Code:"):
+            record.msg, record.args = f"{record.getMessage()}\n{self.line}", ()
+            logging.getLogger("flwr").removeFilter(self)
+        return True
+
+
+def _failed(line: str, explained: bool) -> None:
+    """Log the run's status ``line`` now, and again as the last line after Flower's report of the exception."""
+    log.error(line)
+    flower = logging.getLogger("flwr")
+    for old in [f for f in flower.filters if isinstance(f, LastWord)]:
+        flower.removeFilter(old)
+    flower.addFilter(LastWord(line, explained))
+
+
 app = ServerApp()
 
 
@@ -174,10 +213,10 @@ def main(grid: Grid, context: Context) -> None:
     """Flower's entry point; its last log line says whether the run completed (``flwr run`` exits 0 either way)."""
     try:
         run_server(grid, context)
-    except RunFailed as ex:
-        log.error("fedspectral: run FAILED: %s", ex)
+    except (RunFailed, ConfigError) as ex:
+        _failed(f"fedspectral: run FAILED: {ex}", explained=True)
         raise
     except Exception as ex:
-        log.error("fedspectral: run FAILED: %s: %s", type(ex).__name__, ex)
+        _failed(f"fedspectral: run FAILED: {type(ex).__name__}: {ex}", explained=False)
         raise
     log.info("fedspectral: run completed")

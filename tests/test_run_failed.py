@@ -136,6 +136,47 @@ noise-std = 1e308
     assert estimates and all(name.startswith("good") for name in estimates)  # no result of the failed run
 
 
+@pytest.mark.parametrize("error, explained", [(RuntimeError("disk on fire"), False), ("run-failed", True)])
+def test_the_run_status_is_the_last_line_of_the_server_log(monkeypatch, error, explained):
+    """After ``main`` raised, Flower's ``flwr-serverapp`` logs the exception (with its traceback) and its exit
+    message (``flwr/superlink/runtime/run_serverapp.py``, ``flwr/supercore/exit/exit.py``); the status line still
+    ends the log, and a failure of ours (``RunFailed``) shows no traceback."""
+    import io
+
+    from flwr.common.logger import log as flower_log
+    from flwr.supercore.exit.exit_code import EXIT_CODE_HELP, ExitCode
+
+    import server_app.app as server_app
+    from fl_strategies.protocol.base import RunFailed
+
+    error = RunFailed("no client reply was accepted in any of its 4 round(s)") if error == "run-failed" else error
+
+    def failing(grid, context):
+        raise error
+
+    monkeypatch.setattr(server_app, "run_server", failing)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    flower = logging.getLogger("flwr")
+    flower.addHandler(handler)
+    monkeypatch.setattr(flower, "level", logging.INFO)
+    try:
+        with pytest.raises(type(error)) as info:
+            server_app.main(None, None)
+        flower_log(logging.ERROR, "%s raised an exception", "ServerApp", exc_info=info.value)  # as Flower does
+        code = ExitCode.SERVERAPP_EXCEPTION
+        flower_log(logging.ERROR, f"Exit Code: {code}\n{EXIT_CODE_HELP[code]}\n\nFor more information, visit: <x>")
+        flower_log(logging.ERROR, "Exit Code: 1\nanother process, later")  # the filter is gone after one message
+    finally:
+        flower.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    status = f"fedspectral: run FAILED: {'' if explained else 'RuntimeError: '}{error}"
+    assert lines[0] == status and lines[-3] == status, lines
+    assert lines[-2:] == ["Exit Code: 1", "another process, later"]
+    assert ("Traceback (most recent call last):" in lines) is not explained
+    assert not any(isinstance(f, server_app.LastWord) for f in flower.filters)
+
+
 def test_compare_marks_a_faps_run_on_all_zero_data_failed(tmp_path, capsys):
     """The rule reaches the comparison: FAILED in its summary, a non-zero exit."""
     config = tmp_path / "c.toml"

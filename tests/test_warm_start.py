@@ -169,3 +169,16 @@ def test_a_scaled_model_without_its_run_config_is_known_scaled_by_its_scale(tmp_
     assert np.all(model["scale"] == 2.0)
     with pytest.raises(ConfigError, match=r"was fitted with scale = true, but this run has scale = false"):
         load_start({"init-from": str(tmp_path / "bare.npz"), "center": True, "scale": False})
+
+
+def test_a_model_without_its_run_config_scaled_as_plink2_is_known_hwe_by_its_mean_and_scale(tmp_path):
+    path = fake_model(tmp_path / "m.npz", center=True, scale=True)
+    with np.load(path) as f:
+        kept = {key: f[key] for key in f.files if key != "run_config"}
+    p = np.linspace(0.05, 0.5, D)
+    kept["mean"], kept["scale"] = 2 * p, np.sqrt(2 * p * (1 - p))
+    np.savez(tmp_path / "bare.npz", **kept)
+    assert load_start({"init-from": str(tmp_path / "bare.npz"), "center": True, "scale": "hwe"}) is not None
+    for other in ("true", "false"):
+        with pytest.raises(ConfigError, match=rf"was fitted with scale = hwe, but this run has scale = {other}"):
+            load_start({"init-from": str(tmp_path / "bare.npz"), "center": True, "scale": other})

@@ -29,12 +29,10 @@ import numpy as np
 
 from ..settings.config import ConfigError, column_scaling
 from ..kernels.linalg import orth
+from ..kernels.standardize import hwe_scale
 from .pca import load_model
 
 __all__ = ["load_start", "check_width", "initial_basis"]
-
-SCALED = "true or hwe"
-"""What a model without its run config but with scaled columns was fitted with, as far as its fields tell."""
 
 
 def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -60,8 +58,6 @@ def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     for key in ("center", "scale"):
         then, why = _fitted_with(model, key)
         now = column_scaling(cfg.get(key, False)) if key == "scale" else str(bool(cfg.get(key, False))).lower()
-        if then == SCALED and now != "false":  # scaled, but whether as this run scales cannot be told
-            then = None
         if then is None and now != "false":
             raise ConfigError(f"init-from {path!r} {why}, so whether it was fitted with {key} = {now} cannot be "
                               f"told; fit it again (its pca.npz records the run config) or start from a random "
@@ -80,20 +76,22 @@ def _fitted_with(model: Mapping[str, Any], key: str) -> tuple[str | None, str | 
     The model's own fields tell where they can: ``centered`` (:func:`fl_strategies.files.pca.load_model` fills it
     from the mean for a file without it), and ``run_config``'s ``scale`` (``"false"``, ``"true"`` or ``"hwe"``).
     Without a readable ``run_config``, a ``scale`` other than 1 in some column still tells that the columns were
-    scaled (:data:`SCALED`: not whether by their standard deviations or by ``hwe``), and a scale of 1 in every column
-    tells nothing, which matters only to a run with a ``scale``.
+    scaled, and how: ``hwe`` when every scale is ``sqrt(2 p (1 - p))`` of the model's own mean (``p = mean / 2``,
+    :func:`fl_strategies.kernels.standardize.hwe_scale`), else ``true``; a scale of 1 in every column tells
+    nothing, which matters only to a run with a ``scale``.
 
     Returns
     -------
     setting : str or None
-        ``"true"`` / ``"false"`` for ``center``; ``"false"``, ``"true"``, ``"hwe"``, :data:`SCALED` or ``None`` for
+        ``"true"`` / ``"false"`` for ``center``; ``"false"``, ``"true"``, ``"hwe"`` or ``None`` for
         ``scale``.
     why : str or None
         What is missing, when the setting cannot be told in full (``None`` when it can).
     """
     if key == "center":
         return ("true" if bool(model["centered"]) else "false"), None
-    scaled = bool(np.any(np.asarray(model["scale"]) != 1.0))
+    scale = np.asarray(model["scale"], dtype=np.float64)
+    scaled = bool(np.any(scale != 1.0))
     if "run_config" not in model:
         why = "lacks its run_config (the settings it was fitted with)"
     else:
@@ -105,7 +103,10 @@ def _fitted_with(model: Mapping[str, Any], key: str) -> tuple[str | None, str | 
             setting = column_scaling(fitted.get("scale", False))
             return ("true" if scaled and setting == "false" else setting), None
         why = "holds a run_config that is not a JSON table"
-    return (SCALED if scaled else None), why
+    if not scaled:
+        return None, why
+    hwe = np.allclose(scale, hwe_scale(model["mean"]), rtol=1e-12, atol=0.0)
+    return ("hwe" if hwe else "true"), None
 
 
 def check_width(model: Mapping[str, Any], d: int) -> None:

@@ -16,6 +16,10 @@ Everything is generated with the ``cryptography`` package (a dependency of
 Flower); nothing is downloaded. The keys are for testing and for small
 deployments: keep the CA key (``ca.key``) private, or delete it.
 
+Keys never go into a repository: a ``DIR`` inside a git working copy that git does not ignore is refused
+(:func:`committable_in`); Flower's app bundle (``flwr run .``) only takes ``.py``, ``.toml``, ``.md``, ``.yaml``,
+``.json`` and ``LICENSE`` files, so it never ships a key or a certificate either.
+
 It never replaces what is there: a ``DIR`` that already holds any of these files (a CA, a server key, a node
 key of the requested range) is refused, naming them, and nothing is written; ``--rotate`` replaces them on
 purpose (every SuperNode then needs its new key and the new ``ca.crt``).
@@ -32,6 +36,7 @@ import datetime
 import ipaddress
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,7 +47,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-__all__ = ["write_tls_files", "write_node_keys", "written_names"]
+__all__ = ["write_tls_files", "write_node_keys", "written_names", "committable_in"]
 
 
 def _name(common_name: str) -> x509.Name:
@@ -118,6 +123,24 @@ def written_names(nodes: int, prefix: str = "node") -> list[str]:
         f"{prefix}_{i}{suffix}" for i in range(nodes) for suffix in ("", ".pub")]
 
 
+def committable_in(directory: Path) -> Path | None:
+    """The git working copy in which a key written to ``directory`` could be committed, or ``None``.
+
+    ``None`` when ``directory`` is in no working copy, when git ignores its files (``git check-ignore``), or
+    when git cannot be run (nothing can then be committed from this machine).
+    """
+    directory = Path(directory).expanduser().resolve()
+    top = next((parent for parent in (directory, *directory.parents) if (parent / ".git").exists()), None)
+    if top is None:
+        return None
+    try:
+        done = subprocess.run(["git", "-C", str(top), "check-ignore", "-q", "--no-index", str(directory / "ca.key")],
+                              capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return top if done.returncode == 1 else None
+
+
 MAX_NODES = 10_000
 """Most SuperNode key pairs written in one call."""
 
@@ -150,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
             if not re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9*]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                                 r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*", host):
                 return refuse(f"--host {host!r}: not an IP address or a DNS name (letters, digits, '-' and '.')")
+    repository = committable_in(out)
+    if repository is not None:
+        return refuse(f"directory {args.directory}: is in the git working copy {repository}, which does not "
+                      "ignore it: the keys could be committed; choose a directory outside it (the README's "
+                      "$FEDSPECTRAL_HOME/creds) or add it to .gitignore")
     try:
         for name in written_names(args.nodes):
             check_destination(out / name)
