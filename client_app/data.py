@@ -50,6 +50,7 @@ every strategy's node, and the simulation harness's plug-in API takes the mappin
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import OrderedDict
 from functools import lru_cache
@@ -61,6 +62,7 @@ from flwr.common import ConfigRecord
 
 from fl_strategies.files.data_files import file_fingerprint, is_data_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
+from fl_strategies.files.variants import decode_variants, read_bim, site_alignment
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import MISSING_CODE, BedVariants, RowBlocks
@@ -101,19 +103,20 @@ class NodeData:
     state : flwr.common.RecordDict, optional
         The node's Flower state (``context.state``): a node file's row sums and column sums of squares are kept
         there (:func:`stats_from_state`), so that the ClientApp process of a later message, which opens the file
-        anew, does not read all of it again for them.
+        anew, does not read all of it again for them; and the run's variant list, once the server sent one.
     """
 
     def __init__(self, cfg: Mapping[str, Any], node_config: Mapping[str, Any], state=None) -> None:
-        self.cfg, self.node_config, self.state = cfg, node_config, state
+        self.cfg, self.node_config = cfg, node_config
         self.partition_id = partition_id(cfg, node_config)
+        self.state = state  # the node's context.state: the variant list of the run, once the server sent one
         self._rows = self._operator = None
 
     @classmethod
     def of(cls, partition_id: int, *, rows=None, covariance: tuple[np.ndarray, int] | None = None) -> "NodeData":
         """Data given directly (tests, notebooks): ``rows`` (s_i, d) and/or ``covariance`` ``(A_i, s_i)``."""
         data = cls.__new__(cls)
-        data.cfg, data.node_config, data.partition_id = {}, {}, int(partition_id)
+        data.cfg, data.node_config, data.partition_id, data.state = {}, {}, int(partition_id), None
         data._rows, data._operator = rows, None
         if covariance is not None:
             A, s = covariance
@@ -142,10 +145,11 @@ class NodeData:
         return None
 
     def _stored(self) -> RowBlocks:
-        """The node's rows as stored (a file's, read once per process and file version)."""
+        """The node's rows as stored (a file's, read once per process and file version; a ``.bed`` as the columns of
+        the run's variant list when the server sent one)."""
         file = self._file()
         if file is not None:
-            return _file_rows(self.cfg, self.partition_id, *file)
+            return _file_rows(self.cfg, self.partition_id, *file, variants=self.run_variants)
         rows = _harness(self.cfg, self.partition_id).client_rows(self.cfg, self.partition_id)
         if rows.shape[0] < 1:
             raise ValueError(f"partition {self.partition_id}: the partition has no rows")
@@ -259,11 +263,41 @@ class NodeData:
             self._operator = op
         return self._operator
 
+    @property
+    def bim(self) -> list[tuple[str, str, str, str, str]] | None:
+        """The variants of the node's ``.bed`` file (:func:`~fl_strategies.files.variants.read_bim`), ``None`` for
+        other data."""
+        file = self._file()
+        if file is None or not file[0].lower().endswith(".bed"):
+            return None
+        return _bim_cached(file[0], _version(file[0]))
+
+    @property
+    def run_variants(self) -> bytes | None:
+        """The run's variant list as the server sent it (:func:`~fl_strategies.files.variants.encode_variants`),
+        kept in the node's state; ``None`` when the sites' lists agreed (or the data are no ``.bed``)."""
+        if self.state is None or VARIANTS_STATE not in self.state:
+            return None
+        return self.state[VARIANTS_STATE]["list"]
+
+    def align(self, variants: bytes) -> None:
+        """Use the run's variant list from now on: kept in the node's state, the ``.bed`` read as its columns."""
+        if self.bim is None:
+            raise ValueError(f"{self.source}: the server sent a variant list, but the node's data are no .bed file")
+        if self.state is None:
+            raise ValueError(f"{self.source}: the node has no state to keep the run's variant list in")
+        from flwr.app import ConfigRecord
+
+        self.state[VARIANTS_STATE] = ConfigRecord({"list": bytes(variants)})
+        self._operator = self._rows = None
+
     def _source_key(self) -> tuple:
         file = self._file()
         if file is not None:
+            variants = self.run_variants
             return ("file", file[0], _version(file[0]), bool(self.cfg["row-normalize"]),
-                    float(self.cfg.get("clip-norm", 0.0)), column_scaling(self.cfg.get("scale", False)))
+                    float(self.cfg.get("clip-norm", 0.0)), column_scaling(self.cfg.get("scale", False)),
+                    None if variants is None else hashlib.sha256(variants).hexdigest())
         return ("harness", tuple(sorted(self.cfg.items())), self.partition_id)
 
     def _build_operator(self, products: int, rank: int) -> LocalOperator:
@@ -327,6 +361,9 @@ class NodeData:
 
 log = logging.getLogger("flwr.fedspectral")
 
+VARIANTS_STATE = "fedspectral-variants"
+"""Key of the run's variant list in a node's ``context.state`` (sent once, at discovery)."""
+
 _OPERATORS: "OrderedDict[tuple, LocalOperator]" = OrderedDict()
 """Local operators built in this process, per data source (a client is rebuilt at every message; its data never).
 
@@ -379,9 +416,14 @@ def _harness(cfg: Mapping[str, Any], pid: int):
     return harness
 
 
-def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node config data-path") -> RowBlocks:
-    """The rows of a ``data-path`` file as stored, checked; with ``row-normalize`` normalised block by block."""
+def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node config data-path",
+               variants: bytes | None = None) -> RowBlocks:
+    """The rows of a ``data-path`` file as stored, checked; with ``row-normalize`` normalised block by block; a
+    ``.bed`` as the columns of the run's ``variants`` when given
+    (:meth:`~fl_strategies.kernels.rows.BedVariants.aligned`)."""
     X = _read_cached(path, _version(path), f"partition {pid}: {what}")
+    if variants is not None:
+        X = _aligned_cached(path, _version(path), variants, f"partition {pid}: {what} {path!r}")
     if not on_nodes(cfg) and cfg["dimension"] > 0 and X.shape[1] != cfg["dimension"]:
         raise ValueError(f"partition {pid}: {what} {path!r}: has {X.shape[1]} columns, but the "
                          f"run's data have dimension d = {cfg['dimension']}")
@@ -399,6 +441,28 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
             return X
         X = next(X.blocks())  # rows scaled one by one: the decoded counts in memory
     return RowBlocks(X, normalize=bool(cfg["row-normalize"]), clip=cfg.get("clip-norm", 0.0))
+
+
+@lru_cache(maxsize=64)
+def _bim_cached(path: str, version) -> list[tuple[str, str, str, str, str]]:
+    return read_bim(path)
+
+
+@lru_cache(maxsize=16)
+def _aligned_cached(path: str, version, variants: bytes, label: str) -> BedVariants:
+    """The ``.bed`` at ``path`` as the columns of ``variants`` (the run's list), its swapped alleles flipped."""
+    X = _read_cached(path, version, label)
+    if not isinstance(X, BedVariants):
+        raise ValueError(f"{label}: the server sent a variant list, but the file is no .bed")
+    try:
+        own = [(vid, a1, a2) for _, vid, _, a1, a2 in _bim_cached(path, version)]
+        listed = decode_variants(variants)
+        columns, flip = site_alignment(own, listed)
+    except ValueError as ex:
+        raise ValueError(f"{label}: {ex}") from None
+    log.info("%s: %d of its %d variants in the run's list, %d with A1 and A2 exchanged (flipped when decoded)",
+             label, int(np.sum(columns >= 0)), len(own), int(np.sum(flip & (columns >= 0))))
+    return X.aligned(columns, flip, len(listed))
 
 
 @lru_cache(maxsize=64)  # a client is rebuilt at every message; a changed file (mtime, size) is read again

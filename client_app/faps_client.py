@@ -57,7 +57,7 @@ class FapsClient(NumPyClient):
 
     def get_properties(self, config):
         """Report what the server needs to plan the run: no data (:func:`discovery_properties`; FAPS adds no noise)."""
-        return discovery_properties(self.data, self.cfg, self.d, noisy=False)
+        return discovery_properties(self.data, self.cfg, self.d, noisy=False, config=config)
 
     def _load(self) -> FapsState | None:
         state = self.context.state  # not .array_records / .config_records: views of every record at every message

@@ -62,7 +62,8 @@ class FedPowerClient(NumPyClient):
     def get_properties(self, config):
         """Report what the server needs to plan the run: no data (:func:`discovery_properties`, the noise's); in
         a centred private run the row sum with its noise (:meth:`noisy_row_sum`)."""
-        props = {**discovery_properties(self.data, self.cfg, self.d, self.noise_std > 0), **self.noise.properties(),
+        props = {**discovery_properties(self.data, self.cfg, self.d, self.noise_std > 0, config),
+                 **self.noise.properties(),
                  **fingerprint_property(self.data, self.cfg, self.noise)}
         if "row-sum" in props and self.mean_noise_std > 0:
             props["row-sum"] = self.noisy_row_sum()

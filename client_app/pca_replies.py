@@ -15,14 +15,21 @@ import numpy as np
 
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_covariance, secure_power
 from fl_strategies.files.data_files import FINGERPRINT
+from fl_strategies.files.variants import encode_variants, variant_digest
 
 __all__ = ["discovery_properties", "fingerprint_property", "summary_reply"]
 
 
-def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool) -> dict[str, Any]:
+def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool,
+                         config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The node's answer to discovery: partition id, row count and ``d``; with ``center`` its row sum; with
     ``scale`` its per-column sums of squares about its own mean (:mod:`fl_strategies.kernels.standardize`); without
-    noise its sum of squares ``sq-sum`` (the total variance of reference-free progress).
+    noise its sum of squares ``sq-sum`` (the total variance of reference-free progress); for a ``.bed`` the digest
+    of its variant list (:mod:`fl_strategies.files.variants`).
+
+    The server's ``config`` may ask, where the sites' variant lists differ, for the node's variants
+    (``variant-list``: its IDs and alleles only, nothing else), or send the run's list (``variant-align``), which
+    the node keeps in its state and answers in its columns.
 
     Parameters
     ----------
@@ -34,14 +41,28 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
         ``d``, the width of the node's rows.
     noisy : bool
         Whether the client adds privacy noise: then no ``sq-sum`` is sent (it would be released without noise).
+    config : dict, optional
+        The server's request (above); empty for the first discovery request.
 
     Returns
     -------
     dict
         Flower properties (scalars and bytes): ``partition-id``, ``num-examples``, ``dimension``, and
         ``row-sum`` / ``col-sq-sum`` (``d`` float64 as bytes each) / ``sq-sum`` (float) as above; ``call-count``
-        (``d`` float64) beside ``row-sum`` when the node's genotypes have missing calls.
+        (``d`` float64) beside ``row-sum`` when the node's genotypes have missing calls; ``variant-digest`` (str)
+        for a ``.bed``, or ``variant-list`` (bytes) alone when asked for it.
     """
+    config = config or {}
+    bim = getattr(data, "bim", None)
+    if config.get("variant-list"):
+        if bim is None:
+            raise ValueError(f"partition {data.partition_id}: the server asks for a variant list, but the node's "
+                             "data are no .bed file")
+        return {"partition-id": data.partition_id,
+                "variant-list": encode_variants([(vid, a1, a2) for _, vid, _, a1, a2 in bim])}
+    if isinstance(config.get("variant-align"), bytes):
+        data.align(config["variant-align"])
+        dimension = data.operator().shape[0]
     s = data.num_rows
     props: dict[str, Any] = {"partition-id": data.partition_id, "num-examples": s, "dimension": dimension}
     if row_sums_at_discovery(cfg):
@@ -53,6 +74,8 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool)
         props["col-sq-sum"] = data.column_sq_sums().astype("<f8").tobytes()
     if not noisy and not secure_covariance(cfg) and not secure_power(cfg):
         props["sq-sum"] = data.sum_of_squares(cfg["center"])
+    if bim is not None:
+        props["variant-digest"] = variant_digest(bim)
     return props
 
 

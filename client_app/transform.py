@@ -4,6 +4,10 @@
 The rows never leave the node; the scores are ``((X - mean) / scale) @ components.T`` (shape ``(m, k)``), as
 scikit-learn's ``PCA.transform`` (after ``StandardScaler.transform`` when the run had ``scale = true``; ``scale`` is
 all ones otherwise), after the same row normalisation as the run (:func:`fl_strategies.files.pca.transform`).
+A ``.bed`` is read as the model's variants (by ID, A1/A2 exchanged flipped, when its ``.bim`` lists them
+otherwise); with ``--out site.eigenvec`` its people's scores are written on plink2's eigenvector scale (over the
+model's singular values) in plink2's layout with the ``.fam``'s FID and IID
+(:mod:`fl_strategies.files.plink_outputs`), and ``site.eigenvec.png`` draws PC1 against PC2 and PC3.
 
 Nothing the user owns is written over: ``--out`` may never be the ``--data`` or ``--model`` file, an existing
 ``--out`` is refused unless ``--force``, a link at ``--out`` is refused even with ``--force``, and the scores are
@@ -23,6 +27,8 @@ from fl_strategies.files.data_files import open_samples
 from fl_strategies.kernels.rows import BedVariants
 from fl_strategies.files.pca import load_model, transform
 from fl_strategies.files.plain_files import refuse_overwrite, write_file
+from fl_strategies.files.plink_outputs import draw_ancestry, eigenvec_text, plink2_eigenvectors
+from fl_strategies.files.variants import as_variants, read_fam
 
 __all__ = ["main", "transform"]
 
@@ -32,24 +38,38 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m client_app.transform", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the run's pca.npz")
     parser.add_argument("--data", required=True, help="a .npy/.csv/.npz/.bed file of rows (samples) on this node")
-    parser.add_argument("--out", required=True, help="where to write the scores (.npy; a new file, mode 600)")
+    parser.add_argument("--out", required=True, help="where to write the scores (.npy; a new file, mode 600), or "
+                        "for a .bed the samples' plink2 eigenvectors (.eigenvec, with a picture beside it)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out (never --data or --model)")
     args = parser.parse_args(argv)
     try:
-        if not args.out.lower().endswith(".npy"):
-            raise ValueError(f"--out {args.out!r}: must name a .npy file")
+        eigenvec = args.out.lower().endswith(".eigenvec")
+        if not (args.out.lower().endswith(".npy") or eigenvec and args.data.lower().endswith(".bed")):
+            raise ValueError(f"--out {args.out!r}: must name a .npy file (or a .eigenvec file for a .bed --data)")
+        picture = f"{args.out}.png"
         refuse_overwrite(args.out, "--out", {"--data": args.data, "--model": args.model}, args.force)
+        if eigenvec:
+            refuse_overwrite(picture, "--out's picture", {"--data": args.data, "--model": args.model}, args.force)
         if not Path(args.out).resolve().parent.is_dir():
             raise ValueError(f"--out {args.out!r}: its folder does not exist")
         model = load_model(args.model)
         X = open_samples(args.data, "--data")  # a .bed file stays on disk, read in its variant order
+        if isinstance(X, BedVariants) and model.get("variants") is not None:
+            X = as_variants(X, args.data, model["variants"], "--data")
         if not isinstance(X, BedVariants):
             X = X.toarray() if hasattr(X, "toarray") else np.asarray(X, dtype=np.float64)
         try:
             scores = transform(model, X)
         except ValueError as ex:
             raise ValueError(f"--data {args.data!r}: {ex}") from None
-        out = write_file(args.out, lambda handle: np.save(handle, scores, allow_pickle=False), private=True)
+        if eigenvec:
+            vectors = plink2_eigenvectors(scores, model)
+            out = write_file(args.out, eigenvec_text(read_fam(args.data), vectors), private=True)
+            if vectors.shape[1] >= 2:
+                write_file(picture, lambda handle: draw_ancestry(handle, vectors, title=Path(args.data).name),
+                           private=True)
+        else:
+            out = write_file(args.out, lambda handle: np.save(handle, scores, allow_pickle=False), private=True)
     except (ValueError, OSError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 2

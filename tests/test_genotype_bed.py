@@ -155,6 +155,7 @@ def test_missing_calls_are_mean_imputed_inside_the_products(tmp_path):
     G = np.vstack(sites)
     model = run_sites(tmp_path, sites)
     np.testing.assert_allclose(model["mean"], np.nanmean(G, axis=0), rtol=0, atol=1e-12)
+    assert not list((tmp_path / "out" / "estimates").glob("*.eigenval"))  # not plink2's model without scale = hwe
     X = imputed_reference(G)
     values, vectors = np.linalg.eigh(X.T @ X / len(X))
     assert subspace_distance(model["components"].T, vectors[:, ::-1][:, :2]) < 1e-8
@@ -292,3 +293,62 @@ def test_scale_takes_hwe_beside_true_and_false_and_an_older_boolean_resumes():
     with pytest.raises(ConfigError, match=r"scale"):
         validate_run_config(fused_run_config({"scale": "std", "center": True}))
     assert _comparable({"scale": False}) == _comparable({"scale": "false"})  # a checkpoint written before "hwe"
+
+
+def test_a_run_over_bed_files_writes_plink2s_eigenval_and_transform_its_eigenvec(tmp_path):
+    from client_app.transform import main
+
+    sites = simulated_sites((60, 50, 70), 600, missing=0.0, seed=12, populations=4)
+    G = np.vstack(sites)
+    run_sites(tmp_path, sites, scale='"hwe"', rank=3, rounds=60)
+    (eigenval,) = (tmp_path / "out" / "estimates").glob("*.eigenval")
+    reference_values, vectors = np.linalg.eigh(plink2_grm(G))
+    values = np.array([float(line) for line in eigenval.read_text().splitlines()])
+    np.testing.assert_allclose(values, reference_values[::-1][:3], rtol=1e-5)  # 6 significant digits, as plink2
+    written = []
+    for i in range(3):
+        bed = tmp_path / "data" / f"partition_{i}.bed"
+        out = tmp_path / f"site{i}.eigenvec"
+        assert main(["--model", str(next((tmp_path / "out" / "estimates").glob("*.pca.npz"))), "--data", str(bed),
+                     "--out", str(out)]) == 0
+        lines = out.read_text().splitlines()
+        assert lines[0] == "#FID\tIID\tPC1\tPC2\tPC3"
+        fam = [line.split()[:2] for line in (tmp_path / "data" / f"partition_{i}.fam").read_text().splitlines()]
+        assert [line.split("\t")[:2] for line in lines[1:]] == fam
+        written.append(np.array([[float(v) for v in line.split("\t")[2:]] for line in lines[1:]]))
+        assert (tmp_path / f"site{i}.eigenvec.png").read_bytes()[:4] == b"\x89PNG"
+    pooled, reference = np.vstack(written), vectors[:, ::-1][:, :3]
+    np.testing.assert_allclose(np.abs(pooled.T @ reference), np.eye(3), atol=1e-5)  # plink2's unit-norm vectors
+    np.testing.assert_allclose(pooled * np.sign(pooled.T @ reference).diagonal(), reference, rtol=0, atol=1e-5)
+
+
+@pytest.mark.plink2
+@pytest.mark.skipif(shutil.which("plink2") is None, reason="plink2 is not installed")
+def test_eigenval_and_the_sites_eigenvec_are_plink2_pcas_files(tmp_path):
+    """The run's ``.eigenval`` and the sites' ``.eigenvec`` (pooled) against ``plink2 --pca`` on the pooled file."""
+    from client_app.transform import main
+
+    sites = simulated_sites((60, 50, 70, 40), 1500, missing=0.0, seed=14, populations=4)
+    run_sites(tmp_path, sites, scale='"hwe"', rank=3, rounds=60)
+    estimates = tmp_path / "out" / "estimates"
+    (model,) = estimates.glob("*.pca.npz")
+    written = []
+    for i in range(4):
+        out = tmp_path / f"site{i}.eigenvec"
+        assert main(["--model", str(model), "--data", str(tmp_path / "data" / f"partition_{i}.bed"),
+                     "--out", str(out)]) == 0
+        written.append(out.read_text().splitlines())
+    write_bed(tmp_path / "pooled.bed", np.vstack(sites))
+    subprocess.run(["plink2", "--bfile", str(tmp_path / "pooled"), "--pca", "3", "--threads", "1",
+                    "--out", str(tmp_path / "plink2")], check=True, capture_output=True)
+    reference = (tmp_path / "plink2.eigenvec").read_text().splitlines()
+    assert written[0][0] == reference[0]  # the header, byte for byte
+    ours = np.array([[float(v) for v in line.split("\t")[2:]] for lines in written for line in lines[1:]])
+    theirs = np.loadtxt(tmp_path / "plink2.eigenvec", skiprows=1, usecols=(2, 3, 4))
+    signs = np.sign(np.sum(ours * theirs, axis=0))
+    difference = np.abs(ours * signs - theirs).max()
+    values = np.loadtxt(next(estimates.glob("*.eigenval")))
+    ratio = values / np.loadtxt(tmp_path / "plink2.eigenval")
+    print(f"eigenvec max abs difference {difference:.2g}; eigenval ratios {ratio}")
+    assert difference <= 2e-6  # both printed to 6 significant digits
+    np.testing.assert_allclose(ratio, 1.0, rtol=1e-5)

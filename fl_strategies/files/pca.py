@@ -45,6 +45,7 @@ from ..kernels.rows import BedVariants
 from ..settings.config import column_scaling
 from .data_files import clip_rows, normalize_rows
 from .plain_files import write_file
+from .variants import decode_variants, encode_variants
 
 __all__ = ["MODEL_KEYS", "pca_model", "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
 
@@ -130,7 +131,8 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
 
     The run config travels as JSON (``run_config``), with the privacy spent (``privacy``), ``centered`` (whether
     ``mean`` is the rows' mean or zero: the uncentred model), ``row_normalize`` and ``clip_norm``, which
-    :func:`transform` applies to new rows as the run did.
+    :func:`transform` applies to new rows as the run did; a run over ``.bed`` files adds ``variants``, one
+    ``ID\tA1\tA2`` line per column (A1 the allele counted).
     """
     fields = dict(**{key: np.asarray(model[key]) for key in MODEL_KEYS},
              centered=np.asarray(bool(run_config.get("center", False))),
@@ -138,6 +140,8 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
              clip_norm=np.asarray(float(run_config.get("clip-norm", 0.0))),
              run_config=np.asarray(json.dumps(dict(run_config), sort_keys=True, default=str)),
              privacy=np.asarray(json.dumps(dict(privacy or {}), sort_keys=True, default=str)))
+    if model.get("variants") is not None:  # the .bed variants of the columns: ID, A1 (counted), A2 per line
+        fields["variants"] = np.asarray(encode_variants(model["variants"]).decode("utf-8"))
     return write_file(path, lambda handle: np.savez(handle, **fields))
 
 
@@ -177,6 +181,13 @@ def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
     if k < 1 or model["n_samples"] < 1 or model["n_samples"] != int(model["n_samples"]):
         raise ValueError(f"{what} {str(path)!r}: {k} components and n_samples {model['n_samples']}: not a model")
     model["n_samples"] = int(model["n_samples"])
+    if "variants" in model:
+        try:
+            model["variants"] = decode_variants(str(model["variants"]).encode("utf-8"))
+        except ValueError as ex:
+            raise ValueError(f"{what} {str(path)!r}: its variants: {ex}") from None
+        if len(model["variants"]) != mean.shape[0]:
+            raise ValueError(f"{what} {str(path)!r}: {len(model['variants'])} variants for {mean.shape[0]} columns")
     if "centered" not in model:  # a file written before the field: the run config says
         config = json.loads(str(model["run_config"])) if "run_config" in model else {}
         model["centered"] = bool(config.get("center", bool(np.any(mean))))

@@ -239,6 +239,10 @@ _BYTE_COUNTS = np.ascontiguousarray(np.nan_to_num(BED_COUNTS, nan=0.0).astype(np
 MISSING_CODE = 1
 """The 2-bit code of a missing call."""
 
+_FLIPPED_BYTES = np.ascontiguousarray(np.where((_CODES == 0) | (_CODES == 3), 3 - _CODES, _CODES)
+                                      @ (1 << (2 * np.arange(4)))).astype(np.uint8)
+"""Each byte with its homozygous codes exchanged (``00`` and ``11``): the calls of the other allele, (256,)."""
+
 _HAS_MISSING = (_CODES == MISSING_CODE).any(axis=1)
 """Whether a byte holds a missing call's code: (256,) bool."""
 
@@ -302,15 +306,42 @@ class BedVariants:
         self.num_rows, self.dimension = int(num_rows), int(raw.shape[0])
         self.shape = (self.num_rows, self.dimension)
         self.block = max(1, int(block_bytes) // (8 * max(self.num_rows, 1)))
-        counts = np.zeros((self.dimension, 4), dtype=np.int64)
-        missing = np.zeros(self.num_rows, dtype=np.int64)
-        for start, codes in self._codes():
-            for code in range(4):
-                counts[start:start + len(codes), code] = np.count_nonzero(codes == code, axis=1)
-            missing += np.count_nonzero(codes == MISSING_CODE, axis=0)
-        self.code_counts, self.person_calls = counts, self.dimension - missing
+        self.columns: np.ndarray | None = None
+        self.flip: np.ndarray | None = None
         self.row_weights: np.ndarray | None = None
         self._weighted_counts: np.ndarray | None = None
+        self._count_codes()
+
+    def _count_codes(self) -> None:
+        """:attr:`code_counts` and :attr:`person_calls`, in one read of the file."""
+        counts = np.zeros((self.dimension, 4), dtype=np.int64)
+        missing = np.zeros(self.num_rows, dtype=np.int64)
+        for columns, codes in self._codes():
+            for code in range(4):
+                counts[columns, code] = np.count_nonzero(codes == code, axis=1)
+            missing += np.count_nonzero(codes == MISSING_CODE, axis=0)
+        self.code_counts, self.person_calls = counts, self.dimension - missing
+
+    def aligned(self, columns: np.ndarray, flip: np.ndarray, dimension: int) -> "BedVariants":
+        """The same file as the columns of another variant list (a shallow copy; one read to count its codes).
+
+        Parameters
+        ----------
+        columns : ndarray of shape (d_file,), int
+            Each of the file's variants' column in the list, -1 for a variant the list leaves out.
+        flip : ndarray of shape (d_file,), bool
+            The variants whose alleles the list names the other way round (A1 and A2 exchanged): their calls are
+            counted as ``2 - g`` when decoded (a missing call stays missing).
+        dimension : int
+            ``d``, the list's length; every column in ``0 .. d - 1`` is one variant of the file.
+        """
+        other = object.__new__(BedVariants)
+        other.__dict__.update(self.__dict__)
+        other.columns, other.flip = np.asarray(columns, dtype=np.int64), np.asarray(flip, dtype=bool)
+        other.dimension, other.shape = int(dimension), (self.num_rows, int(dimension))
+        other.row_weights, other._weighted_counts = None, None
+        other._count_codes()
+        return other
 
     def weighted(self, row_weights: np.ndarray) -> "BedVariants":
         """The same file with every person's row weighted by ``omega`` (s,) in the Gram matrix: ``X^T diag(omega)
@@ -338,39 +369,54 @@ class BedVariants:
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         """The allele counts as an (s, d) float64 array, NaN for a missing call (the whole file in memory)."""
         X = np.empty(self.shape)
-        for start, codes in self._codes():
-            X[:, start:start + codes.shape[0]] = BED_COUNTS[codes].T
+        for columns, codes in self._codes():
+            X[:, columns] = BED_COUNTS[codes].T
         return X if dtype is None else X.astype(dtype)
 
-    def _codes(self) -> Iterator[tuple[int, np.ndarray]]:
-        """``(first variant, codes)`` of consecutive variant blocks in file order; ``codes`` (b, s) uint8 in 0..3."""
-        for start in range(0, self.dimension, self.block):
+    def _raw_blocks(self) -> Iterator[tuple[slice | np.ndarray, np.ndarray]]:
+        """``(columns, raw)`` of consecutive variant blocks in file order: ``raw`` (b, ceil(s / 4)) the bytes of the
+        block's variants that :attr:`columns` keeps, a flipped variant's codes exchanged (``00`` and ``11``: ``g``
+        becomes ``2 - g``, a missing call stays missing), and ``columns`` their columns (a slice without a list)."""
+        file_variants = self.rows.shape[0]
+        for start in range(0, file_variants, self.block):
             raw = np.asarray(self.rows[start:start + self.block])
-            yield start, np.take(_BYTE_CODES, raw).view(np.uint8).reshape(raw.shape[0], -1)[:, :self.num_rows]
+            stop = start + raw.shape[0]
+            if self.columns is None:
+                yield slice(start, stop), raw
+                continue
+            keep = self.columns[start:stop] >= 0
+            raw, flip = raw[keep], self.flip[start:stop][keep]
+            if flip.any():
+                raw[flip] = _FLIPPED_BYTES[raw[flip]]
+            yield self.columns[start:stop][keep], raw
 
-    def _counts_blocks(self) -> Iterator[tuple[int, np.ndarray, tuple[np.ndarray, np.ndarray] | None]]:
-        """``(first variant, G_J, missing)`` of consecutive variant blocks in file order: ``G_J`` (b, s) float64 the
+    def _codes(self) -> Iterator[tuple[slice | np.ndarray, np.ndarray]]:
+        """``(columns, codes)`` of consecutive variant blocks in file order; ``codes`` (b, s) uint8 in 0..3."""
+        for columns, raw in self._raw_blocks():
+            yield columns, np.take(_BYTE_CODES, raw).view(np.uint8).reshape(raw.shape[0], -1)[:, :self.num_rows]
+
+    def _counts_blocks(self) -> Iterator[tuple[slice | np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]]:
+        """``(columns, G_J, missing)`` of consecutive variant blocks in file order: ``G_J`` (b, s) float64 the
         allele counts with a missing call 0 (a buffer the next block overwrites), ``missing`` the (variant in
         block, person) indices of the missing calls, or ``None`` when the block has none."""
         buffer = None
-        for start in range(0, self.dimension, self.block):
-            raw = np.asarray(self.rows[start:start + self.block])
+        for columns, raw in self._raw_blocks():
             b = raw.shape[0]
             if buffer is None:
-                buffer = _scratch((b, self.num_rows))
+                buffer = _scratch((min(self.block, self.rows.shape[0]), self.num_rows))
             out = buffer[:b]
             np.copyto(out, np.take(_BYTE_COUNTS, raw).view(np.int8).reshape(b, -1)[:, :self.num_rows],
                       casting="unsafe")
             missing = None
-            if self.code_counts[start:start + b, MISSING_CODE].any():
+            if self.code_counts[columns, MISSING_CODE].any():
                 missing = _missing_calls(raw, self.num_rows)
-            yield start, out, missing
+            yield columns, out, missing
 
     @staticmethod
-    def _shifts(start: int, stop: int, mean, scale) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """``(1 / scale, mean / scale)`` at variants ``start:stop`` (``None`` for what is not given)."""
-        inverse = None if scale is None else 1.0 / np.asarray(scale[start:stop])
-        shift = None if mean is None else np.asarray(mean[start:stop]) * (1.0 if inverse is None else inverse)
+    def _shifts(columns, mean, scale) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``(1 / scale, mean / scale)`` at ``columns`` (``None`` for what is not given)."""
+        inverse = None if scale is None else 1.0 / np.asarray(scale[columns])
+        shift = None if mean is None else np.asarray(mean[columns]) * (1.0 if inverse is None else inverse)
         return inverse, shift
 
     def left(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
@@ -382,10 +428,9 @@ class BedVariants:
         Z = np.asarray(Z, dtype=np.float64)
         Z2 = Z.reshape(Z.shape[0], -1)
         out, offset = np.zeros((self.num_rows, Z2.shape[1])), np.zeros(Z2.shape[1])
-        for start, block, missing in self._counts_blocks():
-            stop = start + block.shape[0]
-            inverse, shift = self._shifts(start, stop, mean, scale)
-            ZJ = Z2[start:stop]
+        for columns, block, missing in self._counts_blocks():
+            inverse, shift = self._shifts(columns, mean, scale)
+            ZJ = Z2[columns]
             out += block.T @ (ZJ if inverse is None else ZJ * inverse[:, None])
             if shift is not None:
                 offset += shift @ ZJ
@@ -400,18 +445,17 @@ class BedVariants:
         Y = np.asarray(Y, dtype=np.float64)
         Y2 = Y.reshape(Y.shape[0], -1)
         total = Y2.sum(axis=0)
-        out = np.empty((self.dimension, Y2.shape[1]))
-        for start, block, missing in self._counts_blocks():
-            stop = start + block.shape[0]
-            inverse, shift = self._shifts(start, stop, mean, scale)
+        out = np.zeros((self.dimension, Y2.shape[1]))
+        for columns, block, missing in self._counts_blocks():
+            inverse, shift = self._shifts(columns, mean, scale)
             part = block @ Y2
             if inverse is not None:
                 part *= inverse[:, None]
             if shift is not None:
                 part -= np.multiply.outer(shift, total)
                 if missing is not None:
-                    part += shift[:, None] * _scatter(missing[0], Y2[missing[1]], stop - start)
-            out[start:stop] = part
+                    part += shift[:, None] * _scatter(missing[0], Y2[missing[1]], block.shape[0])
+            out[columns] = part
         return out.reshape((self.dimension,) + Y.shape[1:])
 
     def product(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
@@ -437,9 +481,9 @@ class BedVariants:
             return self.code_counts.astype(np.float64)
         if self._weighted_counts is None:
             counts = np.zeros((self.dimension, 4))
-            for start, codes in self._codes():
+            for columns, codes in self._codes():
                 for code in range(4):
-                    counts[start:start + len(codes), code] = (codes == code) @ self.row_weights
+                    counts[columns, code] = (codes == code) @ self.row_weights
             self._weighted_counts = counts
         return self._weighted_counts
 
@@ -470,6 +514,6 @@ class BedVariants:
             raise ValueError("the genotypes have missing calls, which only the eigenspace strategies' products "
                              "impute; this strategy reads the rows themselves")
         X = np.empty(self.shape)
-        for start, block, _ in self._counts_blocks():
-            X[:, start:start + block.shape[0]] = block.T
+        for columns, block, _ in self._counts_blocks():
+            X[:, columns] = block.T
         yield X

@@ -46,6 +46,7 @@ from .iterates import Iterates
 from ..settings.config import ConfigError, check_against_data, column_scaling, round_timeout, row_sums_at_discovery
 from ..files.data_files import FINGERPRINT
 from ..files.harness import on_nodes, widths_listed
+from ..files.variants import align_variants, decode_variants, encode_variants
 from ..settings.participation import Participation
 from ..settings.registry import settings_for, spec
 from ..settings.strategies import PcaSettings
@@ -180,6 +181,7 @@ class FederatedStrategy(Strategy):
         self._row_sums: dict[str, np.ndarray] = {}
         self._col_sq_sums: dict[str, np.ndarray] = {}
         self._call_counts: dict[str, np.ndarray] = {}  # non-missing calls per variant, from nodes with missing calls
+        self.variants: list[tuple[str, str, str]] | None = None  # (ID, A1, A2) of a run over .bed files, by discovery
         self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
         self.scale: np.ndarray | None = None  # the columns' pooled standard deviations (scale = true), at discovery
         self.total_variance: float | None = None  # tr(C) from the nodes' sq-sum (noise-free), set at discovery
@@ -341,15 +343,17 @@ class FederatedStrategy(Strategy):
         Without a dimension from the harness (``dataset = "nodes"``) the nodes' data fix ``d``: they must agree.
         """
 
-        def ask(proxy: ClientProxy):  # a node that fails (e.g. bad data) is left out, never crashes the server
+        def ask(proxy: ClientProxy, config: dict | None = None):  # a node that fails is left out, never crashes
             try:
-                res = proxy.get_properties(GetPropertiesIns(config={}), timeout=self.timeout, group_id=0)
+                res = proxy.get_properties(GetPropertiesIns(config=config or {}), timeout=self.timeout, group_id=0)
             except Exception as ex:  # noqa: BLE001
                 return proxy, f"it failed to start: {failure_reason(ex)}"
             return proxy, getattr(res, "properties", None)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             answers = list(pool.map(ask, proxies))
+            answers = self._agree_on_variants(answers, lambda config, some: list(pool.map(
+                lambda proxy: ask(proxy, config), some)))
         self.node_properties = {proxy.cid: dict(props) for proxy, props in answers if hasattr(props, "keys")}
         if self.d is None:
             self.d = self._agreed_dimension(answers)
@@ -359,6 +363,54 @@ class FederatedStrategy(Strategy):
             checked = [(proxy, self._column_sums(proxy, props, info)) for (proxy, info), (_, props)
                        in zip(checked, answers)]
         return checked
+
+    def _agree_on_variants(self, answers: list[tuple[ClientProxy, Any]],
+                           ask: Callable[[dict, list[ClientProxy]], list[tuple[ClientProxy, Any]]]) \
+            -> list[tuple[ClientProxy, Any]]:
+        """Check the nodes' ``.bed`` variant lists against each other (:mod:`fl_strategies.files.variants`).
+
+        Every node of a run over ``.bed`` files reports ``variant-digest``. Where all agree the lowest partition's
+        IDs and alleles are asked for (the model records them) and ``answers`` stand. Otherwise every node sends
+        its IDs and alleles, the server aligns them (:func:`~fl_strategies.files.variants.align_variants`: the
+        variants every site holds, in the lowest partition's order), logs what it dropped and flipped, sends the
+        list to every node and returns their answers in its columns; a ``ConfigError`` in one line when too few
+        variants are shared or a node does not answer.
+        """
+        digests = {proxy.cid: props.get("variant-digest") for proxy, props in answers if hasattr(props, "keys")}
+        if not any(isinstance(v, str) for v in digests.values()):
+            return answers
+        if not all(isinstance(v, str) for v in digests.values()):
+            raise ConfigError("some nodes hold a PLINK .bed file and others other data: "
+                              + ", ".join(f"node {cid}: {'.bed' if v else 'no .bed'}" for cid, v in digests.items()))
+        usable = sorted((proxy for proxy, props in answers if hasattr(props, "keys")),
+                        key=lambda proxy: dict(answers)[proxy].get("partition-id", 0))
+        agree = len(set(digests.values())) == 1
+        lists = {}
+        for proxy, props in ask({"variant-list": True}, usable[:1] if agree else usable):
+            if not hasattr(props, "keys") or not isinstance(props.get("variant-list"), bytes):
+                raise ConfigError(f"node {proxy.cid} sent no variant list ({props if isinstance(props, str) else ''})")
+            try:
+                lists[int(props.get("partition-id", -1))] = decode_variants(props["variant-list"])
+            except (ValueError, UnicodeDecodeError) as ex:
+                raise ConfigError(f"node {proxy.cid}: its variant list is unreadable: {ex}") from None
+        if agree:
+            self.variants = next(iter(lists.values()))
+            log.info("the %d nodes' variant lists agree (their digests): %d variants", len(usable), len(self.variants))
+            return answers
+        try:
+            self.variants, report = align_variants(lists)
+        except ValueError as ex:
+            raise ConfigError(str(ex)) from None
+        log.info("the nodes' variant lists differ: %d variants shared by every node (in partition %d's order); dropped "
+                 "%d not at every node, %d with other alleles, %d listed twice at a node; A1/A2 exchanged (flipped) "
+                 "at %s; %d strand-ambiguous (A/T, C/G) kept as their alleles read", len(self.variants), min(lists),
+                 report["missing"], report["mismatched"], report["duplicated"],
+                 ", ".join(f"partition {pid}: {k}" for pid, k in sorted(report["flipped"].items())),
+                 report["ambiguous"])
+        aligned = dict(ask({"variant-align": encode_variants(self.variants)}, usable))
+        if self.d is not None and self.d != len(self.variants):
+            raise ConfigError(f"the run's dimension d = {self.d} is not the {len(self.variants)} variants shared")
+        return [(proxy, aligned.get(proxy, props)) for proxy, props in answers]
 
     def _column_sums(self, proxy: ClientProxy, props: Any, info: Any) -> Any:
         """Keep a node's ``row-sum`` (``center = true``) and ``col-sq-sum`` (``scale = true``), d float64 as bytes

@@ -114,6 +114,9 @@ KEYS: dict[str, Key] = {
              "an integer >= 1"),
         _key("schedule", str, "fixed: p every round; decayed: p, p-1, ..., 1, 1, ...; halving: p, p//2, ..., 1, 1, ...",
              choices=SCHEDULES),
+        _key("krylov-blocks", int, "krylov: blocks (d x r each) the server's Krylov basis holds before a thick "
+             "restart from its Ritz vectors (0 = num-server-rounds: no restart); server memory 2 d r q floats",
+             lambda v: v == 0 or v >= 2, "0 or an integer >= 2", absent_means=0),
         _key("alignment", str, "opt: Orthogonal Procrustes alignment before averaging; none: plain average",
              choices=("opt", "none")),
         _key("epsilon", float, "privacy target epsilon; 0 = no noise", lambda v: v >= 0 and math.isfinite(v),
@@ -918,7 +921,7 @@ def writable_directory(directory: str | Path, key: str) -> Path:
     return path
 
 
-RESULT_FILES = ("rounds.csv", "estimate.npy", "pca.npz")
+RESULT_FILES = ("rounds.csv", "estimate.npy", "pca.npz", "pca.eigenval", "pca.score", "pca.afreq")
 """What a run writes to its ``results-dir``."""
 
 

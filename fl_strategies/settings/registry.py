@@ -129,6 +129,10 @@ STRATEGIES: dict[str, StrategySpec] = {s.name: s for s in [
     StrategySpec("localpower", _POWER, _POWER_CLIENT, st.PowerSettings, pca=True, stragglers="partial",
                  sampling="with-replacement", partial_ok=True, checkpoints=True,
                  fixed=_power_baseline(**{"schedule": "halving", "alignment": "opt", "iteration-rank": "rank"})),
+    # krylov: every client in every round (a block from a subset's products is a product with another operator)
+    StrategySpec("krylov", "fl_strategies.protocol.strategies.krylov:KrylovStrategy", _POWER_CLIENT,
+                 st.KrylovSettings, pca=True, stragglers="all", checkpoints=True,
+                 fixed=_power_baseline(**{"local-steps": 1, "schedule": "fixed", "alignment": "none"})),
     StrategySpec("faps", "fl_strategies.protocol.strategies.faps:FapsStrategy", "client_app.faps_client:FapsClient",
                  st.FapsSettings, stragglers="all", pca=True,
                  fixed=lambda c: {**_no_noise_all_clients(c), "iteration-rank": c["rank"]}),

@@ -29,7 +29,7 @@ from ..privacy.fedpower_dp import client_noise_stds
 from .errors import ConfigError
 
 __all__ = ["Settings", "PcaSettings", "NoiseSettings", "StragglerSettings", "CheckpointSettings", "SecAggSettings", "SecurePowerSettings",
-           "ErmSettings", "PowerSettings", "FedPowerSettings", "FapsSettings", "CovarianceSettings",
+           "ErmSettings", "PowerSettings", "FedPowerSettings", "KrylovSettings", "FapsSettings", "CovarianceSettings",
            "DPPowerSettings", "FedLrgdSettings", "FedAveSettings", "MFSettings", "FedMFSettings",
            "MFAltGDSettings", "MFSimGDSettings", "key_of", "declared_keys", "fedpower_noise_stds"]
 
@@ -179,6 +179,13 @@ class SecurePowerSettings(PowerSettings, SecAggSettings):
 @dataclass(frozen=True, kw_only=True)
 class FedPowerSettings(PowerSettings, NoiseSettings):
     """``fedpower``: the power baselines' keys and its privacy noise."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KrylovSettings(PowerSettings):
+    """``krylov``: the power baseline's keys (its clients are the power clients) and the Krylov basis's size."""
+
+    krylov_blocks: int
 
 
 @dataclass(frozen=True, kw_only=True)

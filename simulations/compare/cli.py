@@ -453,6 +453,36 @@ def _check_checkpoint_dirs(jobs: list[Job], config: str | Path = "") -> None:
             raise ComparisonError(f"{where}run {job.run!r}: {ex}") from None
 
 
+def ancestry_picture(job: Job, model_path: Path) -> bytes | None:
+    """A PNG of every site's people in the run's ancestry space (PC1 against PC2 and PC3, plink2's eigenvector
+    scale, one colour a partition) when the run's data set is a folder of ``.bed`` files; ``None`` otherwise."""
+    import io
+
+    from fl_strategies.files.data_files import open_samples
+    from fl_strategies.files.harness import partition_file
+    from fl_strategies.files.pca import load_model, transform
+    from fl_strategies.files.plink_outputs import draw_ancestry, plink2_eigenvectors
+    from fl_strategies.files.variants import as_variants
+
+    cfg = job.run_config
+    files = [partition_file(cfg["dataset"], i) for i in range(cfg["num-clients"])]
+    if any(file is None or not str(file).lower().endswith(".bed") for file in files):
+        return None
+    model = load_model(model_path)
+    if model["components"].shape[0] < 2:
+        return None
+    vectors, groups = [], []
+    for i, file in enumerate(files):
+        X = open_samples(file, "dataset folder file")
+        if model.get("variants") is not None:
+            X = as_variants(X, file, model["variants"], "dataset folder file")
+        vectors.append(plink2_eigenvectors(transform(model, X), model))
+        groups += [f"partition {i}"] * len(vectors[-1])
+    buffer = io.BytesIO()
+    draw_ancestry(buffer, np.vstack(vectors), groups, title=job.run)
+    return buffer.getvalue()
+
+
 def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:
     """Run one job; its rows, with :data:`FAILURE_COLUMN` set when the run failed after writing rows."""
     out = workdir / job.stem
@@ -641,6 +671,14 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
             write_file(stage / "estimates" / f"{job.stem}.npy", (workdir / job.stem / "estimate.npy").read_bytes())
             if (workdir / job.stem / "pca.npz").exists():  # the PCA model of a noise-free eigenspace run
                 write_file(stage / "estimates" / f"{job.stem}.pca.npz", (workdir / job.stem / "pca.npz").read_bytes())
+            for suffix in ("eigenval", "score", "afreq"):  # a run over .bed files: what plink2 reads
+                if (workdir / job.stem / f"pca.{suffix}").exists():
+                    write_file(stage / "estimates" / f"{job.stem}.{suffix}",
+                               (workdir / job.stem / f"pca.{suffix}").read_bytes())
+            if (workdir / job.stem / "pca.eigenval").exists():
+                picture = ancestry_picture(job, workdir / job.stem / "pca.npz")
+                if picture is not None:
+                    write_file(stage / "estimates" / f"{job.stem}.ancestry.png", picture)
         shutil.rmtree(workdir, ignore_errors=True)
         results = pd.concat(frames, ignore_index=True)
         if FAILURE_COLUMN in results:

@@ -269,6 +269,8 @@ class EigenspaceStrategy(FederatedStrategy):
         self.model = {key: (value[:k] if isinstance(value, np.ndarray) and key not in ("mean", "scale") else value)
                       for key, value in model.items()}
         self.model["summary_bytes"] = summary_bytes
+        if self.variants is not None:  # a run over .bed files: the variants of the components' columns
+            self.model["variants"] = self.variants
         if privacy is not None:
             self.model["privacy"] = privacy
         ratio = float(self.model["explained_variance_ratio"].sum())

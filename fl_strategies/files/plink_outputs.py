@@ -1,0 +1,124 @@
+"""What a PCA of PLINK genotypes writes for a genomics pipeline: plink2's ``.eigenvec`` / ``.eigenval`` layouts, a
+variant-weights file for ``plink2 --score`` with the model's allele frequencies as an ``.afreq``, and a picture of
+the ancestry space.
+
+Scales. plink2's ``--pca`` eigenvectors are those of its relationship matrix ``K = X X^T / d`` (``X`` (n, d) the
+variance-standardised genotypes of all samples): unit norm over the pooled samples, and its eigenvalues
+``sigma_k^2 / d`` with ``sigma_k`` the singular values of ``X``. The model's ``singular_values`` are the
+``sigma_k`` and ``explained_variance = sigma_k^2 / (n - 1)``, so one site reproduces plink2's scale from the model
+alone: eigenvector ``u_k = X v_k / sigma_k`` (:func:`plink2_eigenvectors`), eigenvalue
+``explained_variance (n - 1) / d`` (:func:`plink2_eigenvalues`).
+
+``plink2 --score`` with the weights of :func:`score_text`, the frequencies of :func:`afreq_text` and
+``variance-standardize no-mean-imputation cols=+scoresums`` sums ``w_jk (g_ij - 2 p_j) / sqrt(2 p_j (1 - p_j))``
+over person ``i``'s non-missing calls: with ``w_k = v_k / sigma_k`` that is ``u_ik`` before the correction for
+missingness (``d / c_i``, ``c_i`` the person's calls: ``ALLELE_CT / 2`` of the same output), which a
+``.eigenvec`` written by ``transform`` includes. (plink2 2.00a3.5 with mean imputation scores a missing call as
+``+2 p / sqrt(2 p (1 - p))`` rather than 0; ``no-mean-imputation`` gives the documented mean imputation's sum.)
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["plink2_eigenvalues", "plink2_eigenvectors", "eigenval_text", "eigenvec_text", "score_text", "afreq_text",
+           "score_command", "draw_ancestry"]
+
+
+def plink2_eigenvalues(model: Mapping[str, Any]) -> np.ndarray:
+    """The eigenvalues of plink2's relationship matrix, ``explained_variance (n - 1) / d``, shape (k,)."""
+    n, d = int(model["n_samples"]), model["components"].shape[1]
+    return np.asarray(model["explained_variance"], dtype=np.float64) * (n - 1) / d
+
+
+def plink2_eigenvectors(scores: np.ndarray, model: Mapping[str, Any]) -> np.ndarray:
+    """Projection scores (m, k) on plink2's eigenvector scale (unit norm over the pooled samples): over
+    ``singular_values``, shape (m, k)."""
+    sv = np.asarray(model["singular_values"], dtype=np.float64)
+    return np.divide(scores, sv, out=np.zeros_like(scores), where=sv > 0)
+
+
+def eigenval_text(model: Mapping[str, Any]) -> str:
+    """plink2's ``.eigenval``: one eigenvalue a line (:func:`plink2_eigenvalues`), 6 significant digits."""
+    return "".join(f"{value:.6g}\n" for value in plink2_eigenvalues(model))
+
+
+def eigenvec_text(samples: Sequence[tuple[str, str]], vectors: np.ndarray) -> str:
+    """plink2's ``.eigenvec``: ``#FID IID PC1 .. PCk``, tab-separated, 6 significant digits.
+
+    Parameters
+    ----------
+    samples : sequence of (FID, IID), length m
+        The people, from the ``.fam``.
+    vectors : ndarray of shape (m, k)
+    """
+    k = vectors.shape[1]
+    lines = ["\t".join(["#FID", "IID"] + [f"PC{j + 1}" for j in range(k)])]
+    lines += ["\t".join([fid, iid] + [f"{value:.6g}" for value in row]) for (fid, iid), row in zip(samples, vectors)]
+    return "\n".join(lines) + "\n"
+
+
+def score_text(model: Mapping[str, Any]) -> str:
+    """Weights for ``plink2 --score``: ``ID A1 PC1 .. PCk`` with the columns ``components / singular_values``
+    (module docstring), every number exact (``repr``)."""
+    weights = plink2_eigenvectors(np.asarray(model["components"]).T, model)
+    k = weights.shape[1]
+    lines = ["\t".join(["ID", "A1"] + [f"PC{j + 1}" for j in range(k)])]
+    lines += ["\t".join([vid, a1] + [repr(float(w)) for w in row]) for (vid, a1, _), row
+              in zip(model["variants"], weights)]
+    return "\n".join(lines) + "\n"
+
+
+def afreq_text(model: Mapping[str, Any]) -> str:
+    """The model's allele frequencies as plink2's ``.afreq`` (``#ID REF ALT ALT_FREQS``): A1 (the allele counted)
+    as ALT, its frequency ``mean / 2``."""
+    lines = ["#ID\tREF\tALT\tALT_FREQS"]
+    lines += [f"{vid}\t{a2}\t{a1}\t{float(m) / 2!r}" for (vid, a1, a2), m in zip(model["variants"], model["mean"])]
+    return "\n".join(lines) + "\n"
+
+
+def score_command(bfile: str, prefix: str, k: int, out: str) -> list[str]:
+    """The ``plink2`` command that applies ``<prefix>.score`` with ``<prefix>.afreq`` to ``<bfile>.bed``, writing
+    ``<out>.sscore`` with columns ``PC1_SUM .. PCk_SUM``."""
+    return ["plink2", "--bfile", bfile, "--read-freq", f"{prefix}.afreq", "--score", f"{prefix}.score", "1", "2",
+            "header-read", "variance-standardize", "no-mean-imputation", "cols=+scoresums", "--score-col-nums",
+            f"3-{k + 2}", "--out", out]
+
+
+def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] | None = None,
+                  title: str = "") -> None:
+    """A PNG of PC1 against PC2 and PC1 against PC3 (as many panels as the components allow), one colour a group.
+
+    Parameters
+    ----------
+    handle : binary file
+        Where the PNG goes.
+    vectors : ndarray of shape (m, k)
+        The samples' coordinates, ``k >= 2``.
+    groups : sequence of str, length m, optional
+        A label per sample (its site); one colour, with a legend, each.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairs = [(0, j) for j in (1, 2) if j < vectors.shape[1]]
+    figure, axes = plt.subplots(1, len(pairs), figsize=(5.5 * len(pairs), 5), squeeze=False)
+    labels = np.asarray(groups if groups is not None else [""] * len(vectors))
+    for axis, (a, b) in zip(axes[0], pairs):
+        for label in dict.fromkeys(labels):
+            chosen = labels == label
+            axis.scatter(vectors[chosen, a], vectors[chosen, b], s=8, alpha=0.7, label=label or None)
+        axis.locator_params(nbins=5)
+        axis.set_xlabel(f"PC{a + 1}")
+        axis.set_ylabel(f"PC{b + 1}")
+        if groups is not None:
+            axis.legend(fontsize=8, markerscale=2)
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(handle, format="png", dpi=100)
+    plt.close(figure)

@@ -1,0 +1,175 @@
+"""The variants of a PLINK ``.bed`` file (its ``.bim``), and how sites whose lists differ are aligned.
+
+Before round 1 every site holding a ``.bed`` sends a digest of its variant list (:func:`variant_digest`: SHA-256
+of each variant's chromosome, ID, position and alleles A1 / A2, in file order). Where all digests agree the sites
+hold the same variants in the same order and nothing else is exchanged but one site's IDs and alleles, which the
+model records. Where they differ every site sends its IDs and alleles (:func:`encode_variants`; never the
+chromosome, position or any genotype) and the server computes the list all sites use (:func:`align_variants`):
+
+* the order is the lowest partition's; another site's variants are found by ID;
+* a variant is kept when every site lists its ID exactly once with the same two alleles; a site that names them
+  the other way round (A1 and A2 exchanged) counts ``2 - g`` for it when its calls are decoded
+  (:meth:`~fl_strategies.kernels.rows.BedVariants.aligned`), a missing call staying missing;
+* every other variant (missing at some site, listed twice at a site, alleles that differ otherwise) is dropped
+  at every site and counted;
+* strand-ambiguous variants (alleles A/T or C/G) are kept and aligned by their allele labels like any other: the
+  sites must report alleles on the same strand (the same reference build); no strand flip is attempted, so a
+  site whose A/G variant reads T/C elsewhere loses that variant as a mismatch;
+* the run is refused when the variants kept are fewer than :data:`MIN_SHARED` of some site's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["MIN_SHARED", "read_bim", "read_fam", "variant_digest", "encode_variants", "decode_variants",
+           "align_variants", "site_alignment", "as_variants", "AMBIGUOUS"]
+
+MIN_SHARED = 0.5
+"""The smallest share of a site's variants that every site must hold for a run over aligned variant lists."""
+
+AMBIGUOUS = ({"A", "T"}, {"C", "G"})
+"""The allele pairs whose strand the alleles alone do not tell."""
+
+
+def read_bim(bed_path: str | Path) -> list[tuple[str, str, str, str, str]]:
+    """The ``.bim`` beside a ``.bed``: ``(chromosome, ID, position, A1, A2)`` per variant, in file order."""
+    rows = []
+    with open(Path(bed_path).with_suffix(".bim"), encoding="utf-8") as handle:
+        for line in handle:
+            fields = line.split()
+            if fields:
+                if len(fields) != 6:
+                    raise ValueError(f"{Path(bed_path).with_suffix('.bim')}: line {len(rows) + 1} has "
+                                     f"{len(fields)} fields, not 6")
+                rows.append((fields[0], fields[1], fields[3], fields[4], fields[5]))
+    return rows
+
+
+def read_fam(bed_path: str | Path) -> list[tuple[str, str]]:
+    """The ``.fam`` beside a ``.bed``: ``(FID, IID)`` per person, in file order."""
+    with open(Path(bed_path).with_suffix(".fam"), encoding="utf-8") as handle:
+        return [tuple(line.split()[:2]) for line in handle if line.strip()]
+
+
+def variant_digest(bim: list[tuple[str, str, str, str, str]]) -> str:
+    """SHA-256 (hex) of a variant list: every variant's chromosome, ID, position, A1 and A2, in order."""
+    digest = hashlib.sha256()
+    for row in bim:
+        digest.update(("\t".join(row) + "\n").encode("utf-8"))
+    return digest.hexdigest()
+
+
+def encode_variants(variants: list[tuple[str, str, str]]) -> bytes:
+    """``(ID, A1, A2)`` per variant as bytes, one ``ID\\tA1\\tA2`` line each (what a site reveals)."""
+    return "".join(f"{vid}\t{a1}\t{a2}\n" for vid, a1, a2 in variants).encode("utf-8")
+
+
+def decode_variants(data: bytes) -> list[tuple[str, str, str]]:
+    """The inverse of :func:`encode_variants`; a ``ValueError`` for a line that is not three fields."""
+    out = []
+    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        fields = line.split("\t")
+        if len(fields) != 3:
+            raise ValueError(f"variant line {number} is not ID, A1 and A2")
+        out.append(tuple(fields))
+    return out
+
+
+def align_variants(lists: dict[int, list[tuple[str, str, str]]]) -> tuple[list[tuple[str, str, str]], dict]:
+    """The variant list every site uses (module docstring), and what was dropped or flipped.
+
+    Parameters
+    ----------
+    lists : dict of int to list of (ID, A1, A2)
+        Each site's variants by partition id, in its file order.
+
+    Returns
+    -------
+    variants : list of (ID, A1, A2)
+        The variants kept, in the lowest partition's order, with its alleles.
+    report : dict
+        ``missing`` (IDs not at every site), ``duplicated``, ``mismatched`` (other alleles), ``ambiguous`` (kept
+        strand-ambiguous variants), ``flipped`` (partition id to the variants it counts the other way round).
+
+    Raises
+    ------
+    ValueError
+        One line when fewer than :data:`MIN_SHARED` of some site's variants are kept.
+    """
+    per_site = [Counter(vid for vid, _, _ in variants) for variants in lists.values()]
+    duplicated = {vid for found in per_site for vid, times in found.items() if times > 1}
+    missing = {vid for vid in set().union(*per_site) - duplicated if any(vid not in found for found in per_site)}
+    alleles = [{vid: (a1, a2) for vid, a1, a2 in variants} for variants in lists.values()]
+    report = {"missing": len(missing), "duplicated": len(duplicated), "mismatched": 0, "ambiguous": 0,
+              "flipped": {pid: 0 for pid in lists}}
+    kept = []
+    for vid, a1, a2 in lists[min(lists)]:
+        if vid in duplicated or vid in missing:
+            continue
+        if a1 == a2 or any(set(found[vid]) != {a1, a2} for found in alleles):
+            report["mismatched"] += 1
+            continue
+        for pid, found in zip(lists, alleles):
+            report["flipped"][pid] += found[vid] != (a1, a2)
+        report["ambiguous"] += {a1.upper(), a2.upper()} in AMBIGUOUS
+        kept.append((vid, a1, a2))
+    if len(kept) < MIN_SHARED * max(len(variants) for variants in lists.values()):
+        sizes = ", ".join(f"partition {pid}: {len(variants)}" for pid, variants in sorted(lists.items()))
+        raise ValueError(f"the sites share {len(kept)} variants (same ID and alleles), fewer than {MIN_SHARED:g} of "
+                         f"a site's ({sizes}; {report['missing']} not at every site, {report['mismatched']} with "
+                         f"other alleles, {report['duplicated']} listed twice at a site): refusing to run on so few")
+    return kept, report
+
+
+def site_alignment(own: list[tuple[str, str, str]], variants: list[tuple[str, str, str]]) \
+        -> tuple[np.ndarray, np.ndarray]:
+    """Where a site's variants go in the list every site uses.
+
+    Parameters
+    ----------
+    own : list of (ID, A1, A2), length d_file
+        The site's variants in file order.
+    variants : list of (ID, A1, A2), length d
+        The list (:func:`align_variants`).
+
+    Returns
+    -------
+    columns : ndarray of shape (d_file,), int64
+        Each file variant's column in the list, -1 where the list leaves it out.
+    flip : ndarray of shape (d_file,), bool
+        The file variants whose A1 is the list's A2.
+
+    Raises
+    ------
+    ValueError
+        When a variant of the list is not in the file with the same two alleles.
+    """
+    where = {vid: (column, a1, a2) for column, (vid, a1, a2) in enumerate(variants)}
+    columns, flip = np.full(len(own), -1, dtype=np.int64), np.zeros(len(own), dtype=bool)
+    for index, (vid, a1, a2) in enumerate(own):
+        found = where.get(vid)
+        if found is not None and {a1, a2} == {found[1], found[2]}:
+            columns[index], flip[index] = found[0], a1 != found[1]
+    if np.unique(columns[columns >= 0]).size != len(variants):
+        raise ValueError(f"the file holds {np.unique(columns[columns >= 0]).size} of the run's {len(variants)} "
+                         "variants (same ID and alleles)")
+    return columns, flip
+
+
+def as_variants(X, path: str | Path, variants: list[tuple[str, str, str]], label: str = "file"):
+    """A ``.bed`` (:class:`~fl_strategies.kernels.rows.BedVariants`) as the columns of ``variants`` (a model's: found
+    by ID, A1/A2 exchanged flipped when decoded), unless its ``.bim`` lists exactly those; ``label`` names ``path``
+    in a refusal."""
+    own = [(vid, a1, a2) for _, vid, _, a1, a2 in read_bim(path)]
+    if own == list(variants):
+        return X
+    try:
+        columns, flip = site_alignment(own, variants)
+    except ValueError as ex:
+        raise ValueError(f"{label} {str(path)!r}: {ex}") from None
+    return X.aligned(columns, flip, len(variants))

@@ -1,0 +1,81 @@
+"""Randomised block Krylov iteration with Rayleigh-Ritz (Musco and Musco 2015), at the server.
+
+The server holds an orthonormal basis ``Q = [Q_0, ..., Q_{j-1}]`` of the block Krylov space
+``span{Z_0, C Z_0, ..., C^{j-1} Z_0}`` together with ``C Q`` (each block's product is what the clients
+returned for it), so the Rayleigh-Ritz projection ``Q^T C Q`` costs no exchange. The next block is the
+newest product ``C Q_{j-1}`` orthonormalised against the whole basis (block Lanczos with full
+reorthogonalisation: two passes of block Gram-Schmidt, since plain powers lose the directions of small gaps
+to round-off).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .linalg import orth
+
+__all__ = ["next_block", "rayleigh_ritz"]
+
+#: a column whose residual after reorthogonalisation is below this fraction of the product's norm carries no
+#: new direction (the Krylov space is exhausted along it) and is replaced by a random one
+DEFLATION_TOL = 1e-10
+
+
+def next_block(Q: np.ndarray, W: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The next Krylov block: ``W`` orthonormalised against ``span(Q)``.
+
+    Parameters
+    ----------
+    Q : ndarray of shape (d, j r)
+        Orthonormal basis so far (``j`` blocks).
+    W : ndarray of shape (d, r)
+        ``C Q_{j-1}``, the product of the newest block.
+    rng : numpy.random.Generator
+        Source of the random directions that replace deflated columns.
+
+    Returns
+    -------
+    ndarray of shape (d, r)
+        Orthonormal, orthogonal to ``Q`` to round-off; requires ``(j + 1) r <= d``.
+    """
+    scale = max(float(np.linalg.norm(W)), np.finfo(float).tiny)
+    R = W
+    for _ in range(2):  # twice is enough (Kahan, Parlett)
+        R = R - Q @ (Q.T @ R)
+    norms = np.linalg.norm(R, axis=0)
+    deflated = norms <= DEFLATION_TOL * scale
+    if np.any(deflated):  # no new direction along these columns: continue with random ones
+        R = R.copy()
+        R[:, deflated] = rng.standard_normal((R.shape[0], int(deflated.sum())))
+    B = orth(R)
+    for _ in range(2):  # QR of a nearly dependent block, and the random columns, need another pass
+        B = orth(B - Q @ (Q.T @ B))
+    return B
+
+
+def rayleigh_ritz(Q: np.ndarray, CQ: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The top ``r`` Ritz pairs of ``C`` on ``span(Q)``.
+
+    Parameters
+    ----------
+    Q : ndarray of shape (d, m)
+        Orthonormal basis, ``m >= r``.
+    CQ : ndarray of shape (d, m)
+        ``C Q``.
+    r : int
+        Number of Ritz pairs.
+
+    Returns
+    -------
+    values : ndarray of shape (r,)
+        Ritz values (eigenvalues of ``Q^T C Q``), descending.
+    Z : ndarray of shape (d, r)
+        Ritz vectors ``Q V``, orthonormal.
+    CZ : ndarray of shape (d, r)
+        ``C Z = CQ V``, without another product.
+    """
+    H = Q.T @ CQ
+    H = (H + H.T) / 2.0
+    values, V = np.linalg.eigh(H)
+    V = V[:, ::-1][:, :r]
+    return values[::-1][:r], Q @ V, CQ @ V

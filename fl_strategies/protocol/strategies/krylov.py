@@ -1,0 +1,205 @@
+"""Randomised block Krylov iteration (Musco and Musco 2015) with Rayleigh-Ritz, as a federated strategy.
+
+The clients compute what they compute for ``power``: the sum over sites of ``A_i Q`` for a broadcast
+``Q`` (``d x r``), one product per round (the power client, unchanged). The server keeps the Krylov basis
+``Q = [Q_0, Q_1, ..., Q_{j-1}]`` (``Q_0 = Z_0``; each block orthonormal to the previous ones,
+:func:`fl_strategies.kernels.krylov.next_block`) and ``C Q``, the products the clients returned for its
+blocks, with ``C = sum_i (s_i / n) A_i`` as for ``power``. Round ``j``:
+
+1. broadcast ``Q_{j-1}``; every client returns ``A_i Q_{j-1}``; the server sums them into ``C Q_{j-1}``;
+2. the estimate of the round is the top ``r = iteration-rank`` Ritz vectors of ``C`` on ``span(Q)``
+   (:func:`fl_strategies.kernels.krylov.rayleigh_ritz`): ``Q^T C Q`` comes from the kept products, so the
+   Rayleigh-Ritz step costs no exchange, and every row of the results is a Ritz estimate;
+3. the next block is ``C Q_{j-1}`` orthonormalised against ``Q``.
+
+After ``j`` rounds the estimate is the Rayleigh-Ritz approximation on the block Krylov space of degree ``j - 1``,
+which needs ``O(log d / sqrt(gap))`` rounds against the power method's ``O(log d / gap)``.
+
+Memory and ``q``. The server holds ``Q`` and ``C Q``: ``2 d r q`` floats for ``q`` blocks. The basis grows by
+one block per round up to ``q = krylov-blocks`` blocks (0: ``num-server-rounds``, i.e. no restart), and to one
+block fewer than ``d`` columns. When it is full the iteration restarts from its leading ``r * floor(q / 2)`` Ritz
+vectors (a thick restart: their products ``C Z = C Q V`` are known, so the restart costs no round); the next
+block is computed from the whole basis before the restart, so the kept vectors, their products and the next
+block continue the same Krylov relation.
+
+What it tolerates. A block built from the products of a subset of the clients is a product with another
+operator, and the Krylov relation ``C Q`` of the kept blocks would no longer hold: every client must answer
+every round (no sampling, no drop-outs, no round closed early, no partition missing at discovery; refused
+before round 1). A round in
+which a client fails or its reply is rejected is repeated: its block is broadcast again and the estimate kept.
+The stopping rule (``stop-tol``) needs no client report: ``F = n * (sum of the Ritz values)`` is
+``tr(Z^T M^T M Z)`` of the round's estimate, and the run stops, keeping that estimate, once
+``|F_k - F_{k-1}| <= stop-tol * F_k``. No privacy noise (the Krylov relation needs exact products).
+Checkpoints hold the basis, its products and the next block (:meth:`KrylovStrategy.state_dict`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+
+from ...kernels.krylov import next_block, rayleigh_ritz
+from ..base import log, uploaded_bytes
+from .fedpower import FedPowerStrategy
+
+__all__ = ["KrylovStrategy", "STREAM_KRYLOV"]
+
+#: the random stream (of the run seed) that replaces deflated directions of the Krylov basis
+STREAM_KRYLOV = 3
+
+
+class KrylovStrategy(FedPowerStrategy):
+    """Server of ``krylov``: block Krylov basis, Rayleigh-Ritz estimate each round (module docstring).
+
+    Parameters are those of :class:`~fl_strategies.protocol.strategies.fedpower.FedPowerStrategy`.
+
+    Attributes
+    ----------
+    Q : ndarray of shape (d, j r)
+        The Krylov basis whose products are known.
+    CQ : ndarray of shape (d, j r)
+        ``C Q``.
+    block : ndarray of shape (d, r)
+        The block broadcast next.
+    max_blocks : int
+        ``q``: blocks kept before a thick restart.
+    restarts : int
+    """
+
+    REPORTS_OBJECTIVE = False
+
+    def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
+        super().__init__(cfg, dimension, reference, wait_timeout)
+        q = self.settings.krylov_blocks
+        self.max_blocks = q if q > 0 else self.num_rounds
+        self.Q: np.ndarray | None = None
+        self.CQ: np.ndarray | None = None
+        self.block: np.ndarray | None = None
+        self.restarts = 0
+        self.products = 0
+        self.ritz_values: np.ndarray | None = None
+        self._objective: float | None = None
+
+    def __repr__(self) -> str:
+        return (f"KrylovStrategy({self.d_repr}, k={self.k}, r={self.r}, m={self.m}, q={self.max_blocks}, "
+                f"rounds={self.num_rounds})")
+
+    @property
+    def tracks_objective(self) -> bool:
+        """Never asked of the clients: the Ritz values give ``F`` of the estimate (module docstring)."""
+        return False
+
+    @property
+    def holds_rows(self) -> bool:
+        """Rows are written at once: the objective of a round's estimate is known in that round."""
+        return False
+
+    def capacity(self) -> int:
+        """Blocks the basis may hold: ``q``, and one block fewer than ``d`` columns (room for the next block)."""
+        return max(1, min(self.max_blocks, self.d // self.r - 1))
+
+    def kept_at_restart(self) -> int:
+        """Ritz vectors a restart keeps: half the basis's blocks (at least one), ``r`` columns each."""
+        return self.r * max(1, self.capacity() // 2)
+
+    # -- one round ----------------------------------------------------------------------------------
+    def configure_fit(self, server_round: int, parameters: Parameters,
+                      client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
+        """Send the next Krylov block to every client (the first round: ``Z_0``)."""
+        if self.block is None:
+            self.block = parameters_to_ndarrays(parameters)[0]
+        config: dict[str, Scalar] = {**self.center_config(), "local-steps": 1, "round": server_round,
+                                     "iteration-offset": server_round - 1}
+        targets = sorted(self.proxies)
+        plan = self.participation.plan(server_round, targets)  # every client is kept: the round's virtual time
+        self._pending = {"start": time.perf_counter(), "steps": 1, "Z": self.block, "round_time": plan.round_time,
+                         "bytes_down": len(targets) * self.block.nbytes, "asked": set(targets),
+                         "multiplicity": {pid: 1 for pid in targets}}
+        ins = FitIns(ndarrays_to_parameters([self.block]), config)
+        return [(self.proxies[pid], ins) for pid in targets]
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
+        """Sum the products into ``C Q_{j-1}``, extend the basis, Rayleigh-Ritz; repeat the block if one is
+        missing."""
+        pend = self._pending
+        valid, rejected = self.intake(server_round, results, pend["asked"], 1, pend["Z"])
+        pend.update(bytes_up=uploaded_bytes(results), rejected=rejected, failures=len(failures),
+                    participants=len(valid), distinct=len(valid), misalignment=0.0)
+        current = self.iterates[-1]
+        if len(valid) < len(self.proxies):
+            log.warning("round %d: %d of %d clients answered (%d rejected, %d failed); a Krylov block needs every "
+                        "product, so the block is asked again and the estimate kept", server_round, len(valid),
+                        len(self.proxies), rejected, len(failures))
+            self.iterates.append(current)
+            return ndarrays_to_parameters([current]), {}
+        n = sum(self.sizes[pid] for pid in valid)
+        W = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
+        if not np.all(np.isfinite(W)):
+            self.abort(f"round {server_round}: the sum of the products overflows float64")
+            return None, {}
+        self.products += 1
+        Q, CQ = pend["Z"], W
+        if self.Q is not None:
+            Q, CQ = np.hstack([self.Q, Q]), np.hstack([self.CQ, CQ])
+        rng = np.random.default_rng([self.settings.seed, STREAM_KRYLOV, server_round])
+        full = Q.shape[1] // self.r >= self.capacity()
+        # the next block from the whole basis, before a restart discards part of it (when there is room)
+        block = next_block(Q, W, rng) if Q.shape[1] + self.r <= self.d else None
+        values, Z, CZ = rayleigh_ritz(Q, CQ, self.kept_at_restart() if full else self.r)
+        if full:  # thick restart from the leading Ritz vectors, whose products C Z are known: no extra round
+            Q, CQ = Z, CZ
+            self.restarts += 1
+            log.info("round %d: Krylov basis full (%d blocks); restart %d from %d Ritz vectors", server_round,
+                     self.capacity(), self.restarts, Z.shape[1])
+        self.block = block if block is not None else next_block(Q, W, rng)
+        self.Q, self.CQ = Q, CQ
+        self.ritz_values, Z = values[: self.r], Z[:, : self.r]
+        self._check_stop(n)
+        self.iterates.append(Z)
+        return ndarrays_to_parameters([Z]), {}
+
+    def _check_stop(self, n: int) -> None:
+        """Rule (27) on ``F = n * sum(Ritz values)``, the objective of the round's estimate."""
+        objective = float(n * np.sum(self.ritz_values))
+        previous, self._objective = self._objective, objective
+        statistic = None if previous is None else abs(objective - previous) / max(abs(objective), 1e-300)
+        self._pending.update(objective=objective, stop_statistic=statistic)
+        if self.stop_tol > 0 and statistic is not None and statistic <= self.stop_tol:
+            self.stopped = True
+            log.info("stopping rule (27): |F_k - F_k-1| / F_k = %.2e <= %.1e", statistic, self.stop_tol)
+
+    def round_columns(self, server_round: int) -> dict[str, Any]:
+        """Products so far (``local_iterations``), restarts, and, with ``stop-tol``, the objective."""
+        pend = self._pending if server_round else {}
+        return {"local_iterations": self.products if server_round else 0, "misalignment": 0.0,
+                "krylov_restarts": self.restarts if server_round else 0,
+                **({"objective": pend.get("objective"), "stop_statistic": pend.get("stop_statistic")}
+                   if self.stop_tol > 0 else {})}
+
+    def _emit(self, row: dict, Z: np.ndarray) -> None:
+        """The row with its own objective (``evaluate`` blanks it for the held rows of other strategies)."""
+        if self.stop_tol > 0 and row.get("round"):
+            row.update(objective=self._pending.get("objective"), stop_statistic=self._pending.get("stop_statistic"))
+        super()._emit(row, Z)
+
+    # -- checkpoints (fl_strategies.protocol.checkpoint) -------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The base state and the Krylov state: ``Q``, ``C Q``, the next block, the counters, the last ``F``."""
+        return {**super().state_dict(), "krylov": {
+            "Q": self.Q, "CQ": self.CQ, "block": self.block, "restarts": self.restarts, "products": self.products,
+            "objective": self._objective}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        super().load_state_dict(state)
+        saved = state["krylov"]
+        self.Q, self.CQ, self.block = (None if saved[key] is None else np.asarray(saved[key], dtype=np.float64)
+                                       for key in ("Q", "CQ", "block"))
+        self.restarts, self.products = int(saved["restarts"]), int(saved["products"])
+        self._objective = saved["objective"]

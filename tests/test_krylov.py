@@ -1,0 +1,150 @@
+"""The block Krylov strategy end to end on the in-process engine, against scipy ``eigh`` and against ``power``."""
+
+import numpy as np
+import pytest
+
+from conftest import distances, run_app
+from fl_strategies.kernels.krylov import next_block, rayleigh_ritz
+from fl_strategies.kernels.linalg import gaussian_basis, orth, subspace_distance
+from fl_strategies.protocol.strategies.eigenspace import STREAM_INIT
+from fl_strategies.settings.config import ConfigError
+from simulations.data.federated_data import federated_dataset
+from simulations.engines import fused_run_config
+
+MODEL1 = dict(num_clients=10, num_samples=5000, dimension=60, rank=4, iteration_rank=5, row_normalize=True)
+# geometric spectrum lambda_{i+1} / lambda_i = 1 / 1.02^2: small gaps, where the power method is slow
+SMALL_GAP = dict(dataset="faps-geometric", row_normalize=False, dimension=200, num_samples=4000, xi=1.02,
+                 partitioner="linear", num_clients=4, rank=5, iteration_rank=5)
+
+
+def rounds_to(strategy, threshold: float) -> int | None:
+    """The first round whose distance is at most ``threshold``, or ``None``."""
+    hits = np.nonzero(distances(strategy) <= threshold)[0]
+    return int(hits[0]) if len(hits) else None
+
+
+def pooled(over):
+    """The pooled ``(1/n) M^T M`` of a run config's data and the run's ``Z_0``."""
+    cfg = fused_run_config({k.replace("_", "-"): v for k, v in over.items()})
+    X = federated_dataset(cfg)[0].X
+    Z0 = gaussian_basis(X.shape[1], cfg["iteration-rank"], np.random.default_rng([cfg["seed"], STREAM_INIT]))
+    return X.T @ X / X.shape[0], Z0
+
+
+def test_final_estimate_and_explained_variances_are_eighs():
+    s = run_app(**MODEL1, strategy="krylov", num_server_rounds=12)
+    assert distances(s)[-1] <= 1e-8
+    n = sum(s.sizes.values())  # explained variances use the n - 1 denominator, as scikit-learn's
+    np.testing.assert_allclose(s.model["explained_variance"] * (n - 1) / n, s.reference.values[: s.k], rtol=1e-9)
+    assert subspace_distance(s.model["components"].T, s.reference.vectors[:, : s.k]) <= 1e-8
+
+
+@pytest.mark.usefixtures("every_iterate")
+def test_each_round_is_rayleigh_ritz_on_the_krylov_space():
+    """Round j's estimate: the top-r Ritz vectors of C on span{Z_0, C Z_0, ..., C^{j-1} Z_0}, computed here."""
+    over = dict(MODEL1, strategy="krylov", num_server_rounds=4)
+    s = run_app(**over)
+    C, Z0 = pooled(over)
+    for j in range(1, 5):
+        blocks = [Z0]
+        for _ in range(j - 1):
+            blocks.append(C @ blocks[-1])
+        Q = orth(np.hstack(blocks))
+        _, Z, _ = rayleigh_ritz(Q, C @ Q, s.r)
+        assert subspace_distance(s.iterates[j], Z) <= 1e-7
+
+
+def test_next_block_is_orthogonal_and_replaces_exhausted_directions():
+    rng = np.random.default_rng(0)
+    Q = orth(rng.standard_normal((30, 6)))
+    W = np.hstack([Q[:, :2] @ rng.standard_normal((2, 2)), rng.standard_normal((30, 1))])  # 2 columns in span(Q)
+    B = next_block(Q, W, rng)
+    np.testing.assert_allclose(B.T @ B, np.eye(3), atol=1e-12)
+    assert np.abs(Q.T @ B).max() <= 1e-12
+    new = W[:, 2:] - Q @ (Q.T @ W[:, 2:])
+    assert subspace_distance(B, new / np.linalg.norm(new)) <= 1e-8  # the one new direction is kept
+
+
+def test_fewer_than_a_third_of_powers_rounds_on_a_small_gap():
+    krylov = run_app(**SMALL_GAP, strategy="krylov", num_server_rounds=40)
+    power = run_app(**SMALL_GAP, strategy="power", num_server_rounds=500)
+    k, p = rounds_to(krylov, 1e-6), rounds_to(power, 1e-6)
+    assert k is not None and p is not None
+    assert 3 * k <= p, (k, p)
+    assert distances(krylov)[-1] <= 1e-8
+
+
+def test_restarts_keep_the_memory_bound_and_converge():
+    s = run_app(**SMALL_GAP, strategy="krylov", num_server_rounds=60, krylov_blocks=4)
+    assert s.Q.shape[1] <= 4 * s.r
+    assert s.restarts >= 10
+    assert distances(s)[-1] <= 1e-8
+    assert [r["krylov_restarts"] for r in s.records][-1] == s.restarts
+
+
+def test_a_missing_reply_repeats_the_block():
+    seen = {"n": 0}
+
+    def drop_partition_1_once(msg, pid):
+        if msg.metadata.message_type == "train" and pid == 1:
+            seen["n"] += 1
+            return "error" if seen["n"] == 3 else "ok"
+        return "ok"
+
+    clean = run_app(**MODEL1, strategy="krylov", num_server_rounds=8)
+    faulty = run_app(fault_fn=drop_partition_1_once, **MODEL1, strategy="krylov", num_server_rounds=9)
+    assert [r["failures"] for r in faulty.records[1:]] == [0, 0, 1] + [0] * 6
+    np.testing.assert_array_equal(faulty.records[3]["subspace_distance"], faulty.records[2]["subspace_distance"])
+    # the round without the product is a pause: the later rounds are the clean run's, one round late
+    np.testing.assert_allclose(distances(faulty)[4:], distances(clean)[3:], rtol=1e-6, atol=1e-14)
+
+
+@pytest.mark.parametrize("override, key", [
+    (dict(clients_per_round=3), "clients-per-round"),
+    (dict(dropout=0.1), "dropout"),
+    (dict(round_policy="first-k", first_k=5), "round-policy"),
+    (dict(epsilon=1.0), "epsilon"),
+    (dict(krylov_blocks=1), "krylov-blocks"),
+])
+def test_unsupported_settings_are_refused_in_one_line(override, key):
+    with pytest.raises(ConfigError) as info:
+        run_app(**MODEL1, strategy="krylov", num_server_rounds=3, **override)
+    message = str(info.value)
+    assert key in message and "\n" not in message
+
+
+def test_kill_and_resume_gives_the_uninterrupted_run(tmp_path, monkeypatch):
+    """The checkpoint holds the basis, its products and the next block: a resumed run is the same run."""
+    import pandas as pd
+
+    from test_resume import Killed, kill_server
+
+    over = dict(MODEL1, num_clients=3, strategy="krylov", num_server_rounds=8, krylov_blocks=4, stop_tol=1e-15)
+    whole = run_app(results_dir=str(tmp_path / "whole"), **over)
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        kill_server(patch, 5, False)  # after restarts (q = 4): the basis in the checkpoint is a restarted one
+        with pytest.raises(Killed):
+            run_app(results_dir=str(out), checkpoint_dir=str(out), **over)
+    resumed = run_app(results_dir=str(out), checkpoint_dir=str(out), resume=True, **over)
+    assert whole.restarts >= 2 and resumed.restarts == whole.restarts
+    np.testing.assert_array_equal(resumed.estimate, whole.estimate)
+    table = [pd.read_csv(d / "rounds.csv").drop(columns="wall_time") for d in (out, tmp_path / "whole")]
+    pd.testing.assert_frame_equal(*table)
+    assert table[0]["objective"].notna().sum() == 8 and table[0]["stop_statistic"].notna().sum() == 7
+
+
+def test_the_stopping_rule_uses_the_ritz_values():
+    s = run_app(**MODEL1, strategy="krylov", num_server_rounds=40, stop_tol=1e-12)
+    assert s.stopped and 5 < len(s.records) < 30
+    assert distances(s)[-1] <= 1e-6
+    last = s.records[-1]
+    n = sum(s.sizes.values())
+    assert last["objective"] == pytest.approx(n * s.reference.values.sum(), rel=1e-9)
+
+
+def test_the_latency_model_gives_round_times_and_changes_nothing_else():
+    timed = run_app(**MODEL1, strategy="krylov", num_server_rounds=5, latency_model="shifted-exp")
+    plain = run_app(**MODEL1, strategy="krylov", num_server_rounds=5)
+    assert all(r["round_time"] > 1.0 for r in timed.records[1:])  # latency-shift 1 per work unit, plus the tail
+    np.testing.assert_array_equal(distances(timed), distances(plain))
