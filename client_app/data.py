@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
+from flwr.common import ConfigRecord
 
 from fl_strategies.files.data_files import file_fingerprint, is_data_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
@@ -66,7 +67,8 @@ from fl_strategies.settings.config import column_scaling, row_sums_at_discovery,
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import MISSING_CODE, BedVariants, RowBlocks
 
-__all__ = ["NodeData", "partition_id", "check_local_matrix", "check_local_operator"]
+__all__ = ["NodeData", "partition_id", "check_local_matrix", "check_local_operator", "stats_from_state",
+           "stats_to_state"]
 
 
 def partition_id(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> int:
@@ -98,6 +100,10 @@ class NodeData:
         Effective run config.
     node_config : mapping
         The node's config (``partition-id``, optionally ``data-path``).
+    state : flwr.common.RecordDict, optional
+        The node's Flower state (``context.state``): a node file's row sums and column sums of squares are kept
+        there (:func:`stats_from_state`), so that the ClientApp process of a later message, which opens the file
+        anew, does not read all of it again for them; and the run's variant list, once the server sent one.
     """
 
     def __init__(self, cfg: Mapping[str, Any], node_config: Mapping[str, Any], state=None) -> None:
@@ -306,7 +312,12 @@ class NodeData:
             op = LocalOperator.from_gram(A, s_h, rows=stored)
         else:
             op = LocalOperator.from_rows(stored, use_gram=use_gram)
+        file_rows = self._file() is not None and type(stored) is RowBlocks
+        if file_rows:
+            stats_from_state(self.state, self._source_key(), stored)
         check_local_operator(op, self.cfg, self.source)
+        if file_rows:
+            stats_to_state(self.state, self._source_key(), stored)
         log.info("%s: s = %d rows, d = %d, about %d products of %d columns: %s path (%s)", self.source, s, d,
                  products, rank, op.path, "M^T M / s formed once" if op.path == "gram"
                  else "M^T (M Z) from row blocks, no d x d matrix")
@@ -360,6 +371,32 @@ A simulated partition's operator is keyed by the whole run config and holds a co
 only the current run's are kept: a sweep of many runs in one process (``compare``) would otherwise keep every
 run's rows (the harness's own caches keep the data set and each ``A_i`` across runs)."""
 _MAX_OPERATORS = 16384
+
+
+STATS_KEY = "row-stats"
+"""The node-state key of a node file's row statistics (a ``ConfigRecord``)."""
+
+
+def stats_from_state(state, source: tuple, rows: RowBlocks) -> bool:
+    """Give ``rows`` the row sum and column sums of squares kept in the node ``state`` for ``source`` (the file,
+    its modification time and size, and the run's row scaling: :meth:`NodeData._source_key`); whether it had them.
+    """
+    if state is None or STATS_KEY not in state or rows._stats is not None:
+        return False
+    record, d = state[STATS_KEY], rows.dimension
+    if record.get("source") != repr(source) or len(record.get("sum", b"")) != 8 * d:
+        return False
+    rows._stats = tuple(np.frombuffer(record[name], dtype="<f8").astype(np.float64) for name in ("sum", "squares"))
+    return True
+
+
+def stats_to_state(state, source: tuple, rows: RowBlocks) -> None:
+    """Keep the statistics ``rows`` computed (if any) in the node ``state`` for ``source``, replacing others."""
+    if state is None or rows._stats is None:
+        return
+    total, squares = rows._stats
+    state[STATS_KEY] = ConfigRecord({"source": repr(source), "sum": np.asarray(total, "<f8").tobytes(),
+                                     "squares": np.asarray(squares, "<f8").tobytes()})
 
 
 def _version(path: str):

@@ -35,15 +35,19 @@ from flwr.common import Code, FitIns, FitRes
 from flwr.server.client_proxy import ClientProxy
 
 from .fit_records import fitins_content, fitres_from_content
-from .flower_compat import GridClientProxy, InMemoryGrid, fit_clients
+from .flower_compat import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients
 
-__all__ = ["fit_in_one_batch", "send_and_receive", "simulated_grid", "MissingReply"]
+__all__ = ["fit_in_one_batch", "send_and_receive", "simulated_grid", "MissingReply", "SUPERLINK_PULL_INTERVAL"]
 
 log = logging.getLogger("flwr.fedspectral")
 
 
 class MissingReply(ValueError):
     """A node sent no reply before the round's timeout (recorded as a failure, like Flower's proxies do)."""
+
+
+SUPERLINK_PULL_INTERVAL = 0.2
+"""Seconds between the server's pulls for replies from a SuperLink (Flower's ``HttpGrid`` pauses 3 s)."""
 
 
 def simulated_grid(grid) -> bool:
@@ -53,7 +57,7 @@ def simulated_grid(grid) -> bool:
 
 
 def send_and_receive(grid, messages: list[Message], timeout: float | None) -> list[Message]:
-    """``grid.send_and_receive(messages, timeout=timeout)``, polling at most a tenth of the time in simulation.
+    """``grid.send_and_receive(messages, timeout=timeout)``, with the server's own pauses between pulls.
 
     Flower's ``InMemoryGrid`` (the simulation's) pulls every ``pull_interval``
     (0.1 s), and each pull checks every message still awaited under the link
@@ -61,22 +65,28 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
     interval and slowed the engine thread that delivers the messages (a Ray
     round of 10,000 clients took 41 s instead of 29 s). For that grid the pause
     after a pull is ``pull_interval`` or ten times what the pull took,
-    whichever is longer. Any other grid uses its own ``send_and_receive``: the
-    in-process engine's answers as it is pushed, and a SuperLink's polls every
-    3 s (polling it every 0.5 s instead made no round of a 3-SuperNode
-    deployment faster, and some slower: the SuperNodes' own 3 s polling
-    decides).
+    whichever is longer. A SuperLink's grid (``HttpGrid``, a deployment) pauses
+    3 s after every pull that leaves a reply missing: a round whose last reply
+    arrived just after a pull waited up to 3 s more, during which the SuperNodes
+    that had replied first slept through another of their own 3 s polls. It is
+    pulled every :data:`SUPERLINK_PULL_INTERVAL` instead (a pull that took long
+    on a loaded machine is no reason to wait longer: the replies are in the
+    SuperLink's store, not in this process). Any other grid uses its own ``send_and_receive`` (the in-process
+    engine's answers as it is pushed).
 
     Returns
     -------
     list of Message
         The replies that arrived before ``timeout`` (all of them with ``None``).
     """
-    if not isinstance(grid, InMemoryGrid):
+    if isinstance(grid, InMemoryGrid):
+        interval, backoff = float(grid.pull_interval), 10.0
+    elif isinstance(grid, HttpGrid):  # a pull is an HTTP request to the SuperLink: not slower when pulled often
+        interval, backoff = SUPERLINK_PULL_INTERVAL, 0.0
+    else:
         return list(grid.send_and_receive(messages, timeout=timeout))
     waiting = set(grid.push_messages(messages))
     end = None if timeout is None else time.monotonic() + timeout
-    interval = float(grid.pull_interval)
     replies: list[Message] = []
     while waiting:
         started = time.monotonic()
@@ -87,13 +97,13 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
         left = None if end is None else end - time.monotonic()
         if not waiting or (left is not None and left <= 0):
             break
-        pause = max(interval, 10.0 * spent)
+        pause = max(interval, backoff * spent)
         time.sleep(pause if left is None else min(pause, left))
     return replies
 
 
 def fit_in_one_batch(client_instructions: list[tuple[ClientProxy, FitIns]], max_workers: int | None,
-                     timeout: float | None, group_id: int) -> tuple[list, list]:
+                     timeout: float | None, group_id: int, timing: dict | None = None) -> tuple[list, list]:
     """Send one round's fit instructions and collect the replies, as ``flwr.server.server.fit_clients`` does.
 
     Parameters
@@ -106,6 +116,9 @@ def fit_in_one_batch(client_instructions: list[tuple[ClientProxy, FitIns]], max_
         Seconds to wait for the replies (``None``: until every node replied).
     group_id : int
         The server round (the messages' group id).
+    timing : dict, optional
+        Receives ``"waited"``: the seconds spent waiting for the replies (the grid's exchange, or Flower's
+        ``fit_clients``), the rest of the call being the server's own work.
 
     Returns
     -------
@@ -119,13 +132,21 @@ def fit_in_one_batch(client_instructions: list[tuple[ClientProxy, FitIns]], max_
     nodes = [getattr(proxy, "node_id", None) for proxy in proxies]
     if (not all(isinstance(proxy, GridClientProxy) for proxy in proxies) or len(grids) != 1
             or len(set(nodes)) != len(nodes)):
-        return fit_clients(client_instructions, max_workers=max_workers, timeout=timeout, group_id=group_id)
+        started = time.perf_counter()
+        outcome = fit_clients(client_instructions, max_workers=max_workers, timeout=timeout, group_id=group_id)
+        if timing is not None:
+            timing["waited"] = time.perf_counter() - started
+        return outcome
     grid = proxies[0].grid
     messages = [Message(content=fitins_content(ins), message_type=MessageType.TRAIN,
                         dst_node_id=proxy.node_id, group_id=str(group_id) if group_id else "", ttl=timeout)
                 for proxy, ins in client_instructions]
     replies: dict[int, Message] = {}
-    for reply in send_and_receive(grid, messages, timeout):
+    started = time.perf_counter()
+    received = send_and_receive(grid, messages, timeout)
+    if timing is not None:
+        timing["waited"] = time.perf_counter() - started
+    for reply in received:
         replies.setdefault(reply.metadata.src_node_id, reply)  # one message per node was sent
     results: list[tuple[ClientProxy, FitRes]] = []
     failures: list = []

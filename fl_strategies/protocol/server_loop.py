@@ -14,6 +14,9 @@ Each round's instructions go out in one batch through the Grid
 (:func:`fl_strategies.protocol.round_exchange.fit_in_one_batch`) rather than one
 thread per client as in Flower's ``Server.fit_round``; the strategy sees the
 same ``results`` and ``failures``.
+
+After every round it logs where the round's seconds went, in one INFO line (:func:`log_round_cost`): the wait for
+the nodes' replies and the server's own time (building the instructions, aggregating, recording the round).
 """
 
 from __future__ import annotations
@@ -24,9 +27,20 @@ from logging import INFO
 from flwr.common import log, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server import History, Server
 
-from .round_exchange import fit_in_one_batch
+from .round_exchange import MissingReply, fit_in_one_batch
 
-__all__ = ["StoppingServer"]
+__all__ = ["StoppingServer", "log_round_cost"]
+
+
+def log_round_cost(server_round: int, seconds: float, timing: dict) -> None:
+    """Log where a round's ``seconds`` went: the wait for the nodes' replies and the server's own time (the rest).
+
+    One INFO line, e.g. ``round 3: waited 2.91 s for 4 replies, server 0.02 s``; a round that sent nothing
+    waited 0 s for 0 replies.
+    """
+    waited = min(max(float(timing.get("waited", 0.0)), 0.0), seconds)
+    log(INFO, "round %s: waited %.2f s for %d replies, server %.2f s", server_round, waited,
+        int(timing.get("replies", 0)), max(seconds - waited, 0.0))
 
 
 class StoppingServer(Server):
@@ -64,10 +78,12 @@ class StoppingServer(Server):
             self._save(0)
         start = timeit.default_timer()
         for current_round in range(first, num_rounds + 1):
+            began, timing = timeit.default_timer(), {}
             # only the aggregate is kept: the round's replies (their serialised arrays, d x r each) are freed now,
             # not held through the next round
-            aggregated = (self.fit_round(server_round=current_round, timeout=timeout) or (None,))[0]
+            aggregated = (self.fit_round(server_round=current_round, timeout=timeout, timing=timing) or (None,))[0]
             if getattr(self.strategy, "stopped", False):
+                log_round_cost(current_round, timeit.default_timer() - began, timing)
                 log(INFO, "run stopped in round %s: %s", current_round,
                     getattr(self.strategy, "failure", None) or "stopping rule met")
                 break
@@ -75,6 +91,7 @@ class StoppingServer(Server):
                 self.parameters = aggregated
             self.strategy.evaluate(current_round, parameters=self.parameters)
             self._save(current_round)
+            log_round_cost(current_round, timeit.default_timer() - began, timing)
         check = getattr(self.strategy, "check_progress", None)
         if check is not None:  # a run without a result is a failure, and writes no model
             check()
@@ -84,8 +101,12 @@ class StoppingServer(Server):
             finish()
         return history, timeit.default_timer() - start
 
-    def fit_round(self, server_round: int, timeout: float | None):
-        """One round of ``configure_fit``, the exchange and ``aggregate_fit`` (as Flower's, batched)."""
+    def fit_round(self, server_round: int, timeout: float | None, timing: dict | None = None):
+        """One round of ``configure_fit``, the exchange and ``aggregate_fit`` (as Flower's, batched).
+
+        ``timing``, if given, receives ``"waited"`` (seconds spent waiting for the replies) and ``"replies"``
+        (how many arrived: results and failures that are replies, not missing ones).
+        """
         client_instructions = self.strategy.configure_fit(server_round=server_round, parameters=self.parameters,
                                                           client_manager=self._client_manager)
         if not client_instructions:
@@ -93,7 +114,10 @@ class StoppingServer(Server):
             return None
         log(INFO, "configure_fit: strategy sampled %s clients (out of %s)", len(client_instructions),
             self._client_manager.num_available())
-        results, failures = fit_in_one_batch(client_instructions, self.max_workers, timeout, server_round)
+        results, failures = fit_in_one_batch(client_instructions, self.max_workers, timeout, server_round,
+                                             timing=timing)
+        if timing is not None:
+            timing["replies"] = len(results) + sum(not isinstance(f, MissingReply) for f in failures)
         log(INFO, "aggregate_fit: received %s results and %s failures", len(results), len(failures))
         parameters_aggregated, metrics_aggregated = self.strategy.aggregate_fit(server_round, results, failures)
         return parameters_aggregated, metrics_aggregated, (results, failures)

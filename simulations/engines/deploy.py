@@ -74,6 +74,10 @@ MANIFEST = ".deploy-outputs.json"
 """The file in ``--out`` listing every path a deployment wrote there (relative to ``--out``)."""
 MAX_NODES = 200
 """Most SuperNodes (one process each) a deployment on one machine starts."""
+SUPEREXEC_POLL_VARIABLE, SUPEREXEC_POLL_SECONDS = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1"
+"""Flower's SuperExec reads its task polling interval (default 1 s) from this variable."""
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""Threads of the linear algebra libraries per process: the cores divided among the SuperNodes."""
 
 
 def write_node_files(cfg: dict, directory: Path) -> list[Path]:
@@ -307,6 +311,14 @@ class LocalDeployment:
         self.processes: list[subprocess.Popen] = []
         self.env = flower_env()
         self.env["FLWR_HOME"] = str(workdir / "flwr-home")
+        # each SuperExec (the SuperLink's, every SuperNode's) looks for a new task every second by default; a
+        # message waited up to that long before its ClientApp process started (a user's setting is kept)
+        self.env.setdefault(SUPEREXEC_POLL_VARIABLE, SUPEREXEC_POLL_SECONDS)
+        # the ClientApps of all nodes share this machine's cores: OpenBLAS's own threads, one per core in every
+        # ClientApp process, made a message's small products up to 20 times slower under load
+        threads = str(max(1, (os.cpu_count() or 1) // max(len(files), 1)))
+        for name in BLAS_THREAD_VARIABLES:
+            self.env.setdefault(name, threads)
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
         with open_file(self.workdir / "logs" / f"{name}.log", truncate=True) as log:  # the process keeps its copy

@@ -28,6 +28,8 @@ name (area module)                                 Flower 1.41 path      used by
 ``fit_clients`` (legacy_server)                    flwr.server.server    round_exchange (unchanged fallback)         none (``Server.fit_round`` as a whole)
 ``InMemoryGrid`` (legacy_server)                   flwr.superlink.grid   round_exchange.send_and_receive (slower     ``flwr.serverapp.Grid`` (no tuning)
                                                    .inmemory_grid        polling in simulation)
+``HttpGrid`` (legacy_server)                       flwr.superlink.grid   round_exchange.send_and_receive (pulls a    ``flwr.serverapp.Grid`` (3 s pauses)
+                                                   .http_grid            SuperLink every 0.2 s, not 3 s)
 ``start_grid`` (legacy_server)                     flwr.server.compat    server_app.app (own ``@app.main`` runs the  ``ServerApp(server_fn=...)``
                                                    .app                  legacy Server)
 ``RECORD_KEY_CONFIGS`` (secagg)                    flwr.common.secure_   client_app.app (tell SecAgg+ stages from    none
@@ -93,6 +95,7 @@ _AREA = {
     "GridClientProxy": "legacy_server",
     "fit_clients": "legacy_server",
     "InMemoryGrid": "legacy_server",
+    "HttpGrid": "legacy_server",
     "start_grid": "legacy_server",
     # SecAgg+ rounds
     "RECORD_KEY_CONFIGS": "secagg",
@@ -150,7 +153,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names are resol
         Run,
         TaskIdentity,
     )
-    from .legacy_server import GridClientProxy, InMemoryGrid, fit_clients, start_grid
+    from .legacy_server import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, start_grid
     from .ray_engine import private_run_simulation, vce_api
     from .records import (
         EXCEPTION_MESSAGE_WRONG_RETURN_TYPE_FIT,

@@ -10,9 +10,10 @@ from __future__ import annotations
 from flwr.server.compat.app import start_grid
 from flwr.server.compat.grid_client_proxy import GridClientProxy
 from flwr.server.server import fit_clients
+from flwr.superlink.grid.http_grid import HttpGrid
 from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
-__all__ = ["GridClientProxy", "InMemoryGrid", "fit_clients", "start_grid"]
+__all__ = ["GridClientProxy", "HttpGrid", "InMemoryGrid", "fit_clients", "start_grid"]
 
 # GridClientProxy : class, from ``flwr.server.compat.grid_client_proxy``
 #   What: the ``ClientProxy`` the legacy loop gets for each node of a ``Grid`` (has ``.grid``, ``.node_id``).
@@ -31,6 +32,12 @@ __all__ = ["GridClientProxy", "InMemoryGrid", "fit_clients", "start_grid"]
 #   Why: round_exchange.send_and_receive polls it less often (its ``pull_interval`` polling slowed the
 #   engine at 10,000 messages); other grids keep their own ``send_and_receive``.
 #   Public alternative: ``flwr.serverapp.Grid`` (the ABC; ``send_and_receive`` without the tuning).
+
+# HttpGrid : class, from ``flwr.superlink.grid.http_grid``
+#   What: the ``Grid`` a ServerApp started by a SuperLink gets (a deployment).
+#   Why: round_exchange.send_and_receive pulls it every 0.2 s; its own ``send_and_receive`` pauses 3 s
+#   after every pull that leaves a reply missing.
+#   Public alternative: ``flwr.serverapp.Grid`` (the ABC; ``send_and_receive`` with Flower's 3 s pause).
 
 # start_grid : function, from ``flwr.server.compat.app``
 #   What: runs a legacy ``Server`` (strategy + ``ServerConfig``) over a ``Grid``; what

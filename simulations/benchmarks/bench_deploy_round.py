@@ -1,0 +1,248 @@
+"""Seconds per round of the scripted deployment (SuperLink + SuperNodes on loopback), two versions of the code.
+
+Runs the README's deployment command, ``python -m simulations.engines.deploy --run-config 'num-clients=N
+num-server-rounds=R'``, once per repeat for each variant, interleaved (``before after``, then ``after before``,
+...), so that both see the same load on the machine:
+
+* ``before``: the code of the git revision ``--before`` (default ``main``), extracted with ``git archive``;
+* ``after``: this checkout.
+
+Each run gets a fresh output folder and is started with the same environment (no ``FLWR_SUPEREXEC_*`` setting:
+each variant's ``deploy`` decides). Per round it reports the server's ``wall_time`` (``rounds.csv``: from the
+round's instructions to its estimate), and from the SuperNodes' logs, read as they are written and
+timestamped here:
+
+* ``pickup``: from the previous round's last reply (the last SuperNode's ``Sent successfully``) to the moment
+  a SuperNode received the round's message: the server's wait for that reply and its own work, and the
+  SuperNode's 3 s poll;
+* ``start``: from ``Receiving`` to the ClientApp process's first line (``Start `flwr-clientapp` process``): the
+  SuperExec's task poll, the process start and Flower's imports;
+* ``app``: from there to the SuperNode's ``Sending``: the app installed and imported, the data opened, the work,
+  the reply handed to the SuperNode (which looks for it every 0.5 s);
+
+each the mean over the rounds after the first and the nodes, and ``critical``, the same three parts of the node
+whose reply came last in each round. The load average is recorded before and after each run. The table goes to
+``--out`` (default: a new folder, :func:`simulations.benchmarks.out_folder`); the deployments' own files stay in
+a temporary folder that is removed at the end (``--keep`` keeps it). Usage::
+
+    python -m simulations.benchmarks.bench_deploy_round [--before REV] [--nodes 4] [--rounds 6] [--repeats 2]
+                                                        [--run-config TEXT] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from simulations.benchmarks import out_folder
+
+__all__ = ["main", "node_events", "round_parts"]
+
+APP_DIR = Path(__file__).resolve().parents[2]
+EVENTS = {"receive": "Receiving: train message", "start": "Start `flwr-clientapp` process",
+          "send": "Sending: train message", "sent": "Sent successfully"}
+ROUND = re.compile(r"\[RUN \d+, ROUND (\d+)\]")
+
+
+class LogTail(threading.Thread):
+    """Reads the SuperNodes' log files as they grow and timestamps every new line (``time.monotonic``)."""
+
+    def __init__(self, files: list[Path]) -> None:
+        super().__init__(daemon=True)
+        self.files, self.lines = files, {i: [] for i in range(len(files))}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        offsets = [0] * len(self.files)
+        pending = [""] * len(self.files)
+        while not self.done.is_set():
+            now = time.monotonic()
+            for i, path in enumerate(self.files):
+                try:
+                    with open(path, "rb") as handle:
+                        handle.seek(offsets[i])
+                        chunk = handle.read()
+                except OSError:
+                    continue
+                offsets[i] += len(chunk)
+                text = pending[i] + chunk.decode("utf-8", "replace")
+                *complete, pending[i] = text.split("\n")
+                self.lines[i].extend((now, line) for line in complete)
+            time.sleep(0.02)
+
+
+def node_events(lines: list[tuple[float, str]]) -> dict[int, dict[str, float]]:
+    """``{round: {event: time}}`` of one SuperNode's train messages (events of :data:`EVENTS`)."""
+    out: dict[int, dict[str, float]] = {}
+    current = None
+    for stamp, line in lines:
+        match = ROUND.search(line)
+        if match:
+            current = int(match.group(1))
+            continue
+        for name, text in EVENTS.items():
+            if text in line and current is not None:
+                if name == "sent" and "send" not in out.get(current, {}):
+                    continue
+                out.setdefault(current, {}).setdefault(name, stamp)
+    return out
+
+
+def round_parts(nodes: list[dict[int, dict[str, float]]]) -> list[dict[str, float]]:
+    """Per round after the first: the mean ``pickup``, ``start`` and ``app`` seconds over the nodes, the same of
+    the node that replied last (``critical_*``) and ``round`` (last reply to last reply)."""
+    rounds = sorted(set.intersection(*(set(n) for n in nodes))) if nodes else []
+    complete = [r for r in rounds if all(set(EVENTS) <= set(n[r]) for n in nodes)]
+    rows = []
+    for previous, r in zip(complete, complete[1:]):
+        if r != previous + 1:
+            continue
+        last = max(n[previous]["sent"] for n in nodes)
+        parts = [{"pickup": n[r]["receive"] - last, "start": n[r]["start"] - n[r]["receive"],
+                  "app": n[r]["send"] - n[r]["start"], "sent": n[r]["sent"]} for n in nodes]
+        critical = max(parts, key=lambda p: p["sent"])
+        row = {"round": r, "round_s": critical["sent"] - last}
+        for key in ("pickup", "start", "app"):
+            row[key] = statistics.fmean(p[key] for p in parts)
+            row[f"critical_{key}"] = critical[key]
+        rows.append(row)
+    return rows
+
+
+def extract(rev: str, into: Path) -> Path:
+    """The files of git revision ``rev`` of this repository, in ``into``."""
+    archive = subprocess.run(["git", "-C", str(APP_DIR), "archive", "--format=tar", rev], check=True,
+                             capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def run_once(source: Path, work: Path, nodes: int, rounds: int, extra: str) -> dict:
+    """One deployment of the code in ``source``; its rounds, node events, log and load averages."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLWR_SUPEREXEC_")}
+    env["PYTHONPATH"] = str(source)
+    env["FLWR_HOME"] = str(work / "flwr-cli-home")
+    cmd = [sys.executable, "-m", "simulations.engines.deploy", "--run-config",
+           f"num-clients={nodes} num-server-rounds={rounds} {extra}".strip(), "--out", str(work / "out")]
+    tail = LogTail([work / "out" / "logs" / f"supernode_{i}.log" for i in range(nodes)])
+    tail.start()
+    load = os.getloadavg()[0]
+    began = time.monotonic()
+    done = subprocess.run(cmd, cwd=source, env=env, capture_output=True, text=True)
+    elapsed = time.monotonic() - began
+    time.sleep(0.1)
+    tail.done.set()
+    tail.join()
+    with open(work / "node-lines.txt", "w") as handle:  # every SuperNode line, timestamped (seconds from start)
+        for i, lines in tail.lines.items():
+            handle.writelines(f"{stamp - began:9.3f} node {i} {line}\n" for stamp, line in lines)
+    with open(work / "out" / "rounds.csv", newline="") as handle:
+        table = [row for row in csv.DictReader(handle) if int(row["round"]) > 0]
+    if done.returncode != 0 or len(table) != rounds:
+        raise RuntimeError(f"deployment in {work} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+    return {"wall": [float(row["wall_time"]) for row in table], "elapsed": elapsed,
+            "parts": round_parts([node_events(tail.lines[i]) for i in range(nodes)]),
+            "log": done.stdout, "load": (load, os.getloadavg()[0])}
+
+
+def summary(variant: str, runs: list[dict]) -> dict:
+    """One table row: medians over every round of every run of a variant."""
+    walls = [w for run in runs for w in run["wall"]]
+    parts = [p for run in runs for p in run["parts"]]
+    row = {"variant": variant, "runs": len(runs), "rounds": len(walls),
+           "s_per_round_median": statistics.median(walls), "s_per_round_mean": statistics.fmean(walls),
+           "run_s_mean": statistics.fmean(run["elapsed"] for run in runs)}
+    for key in ("pickup", "start", "app", "critical_pickup", "critical_start", "critical_app"):
+        row[key] = statistics.fmean(p[key] for p in parts) if parts else float("nan")
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(prog="python -m simulations.benchmarks.bench_deploy_round",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", default="main", help="git revision of the code to compare with (default main)")
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--run-config", default="", help="more run-config overrides for both variants")
+    parser.add_argument("--out", default=None, help="folder for the table (default: a new folder under bench-runs/)")
+    parser.add_argument("--keep", action="store_true", help="keep the deployments' folders (logs, timestamped "
+                        "SuperNode lines in node-lines.txt) and say where")
+    parser.add_argument("--only", choices=("before", "after"), help="run one variant only (no comparison)")
+    args = parser.parse_args(argv)
+    out = out_folder("bench_deploy_round", args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="bench_deploy_round-runs-"))
+    revision = subprocess.run(["git", "-C", str(APP_DIR), "rev-parse", "--short", args.before], capture_output=True,
+                              text=True).stdout.strip()
+    try:
+        sources = {"before": extract(args.before, scratch / "before-src"), "after": APP_DIR}
+        runs: dict[str, list[dict]] = {"before": [], "after": []}
+        rows = []
+        for k in range(args.repeats):
+            order = ("before", "after") if k % 2 == 0 else ("after", "before")
+            for variant in [v for v in order if args.only in (None, v)]:
+                run = run_once(sources[variant], scratch / f"{variant}-{k}", args.nodes, args.rounds,
+                               args.run_config)
+                runs[variant].append(run)
+                print(f"{variant} #{k}: " + " ".join(f"{w:.2f}" for w in run["wall"]) + f" s per round; load "
+                      f"{run['load'][0]:.2f} -> {run['load'][1]:.2f}", flush=True)
+                for r, wall in enumerate(run["wall"], start=1):
+                    part = next((p for p in run["parts"] if p["round"] == r), {})
+                    rows.append({"variant": variant, "repeat": k, "round": r, "wall_time": wall,
+                                 "load_before": run["load"][0], "load_after": run["load"][1], **part})
+                cost = [line for line in run["log"].splitlines() if re.search(r"round \d+: waited", line)]
+                if cost:
+                    print("  " + "\n  ".join(line.split(":", 1)[-1].strip() for line in cost), flush=True)
+        table = [summary(v, runs[v]) for v in ("before", "after") if runs[v]]
+    finally:
+        if args.keep:
+            print(f"deployments kept in {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    keys = sorted({key for row in rows for key in row}, key=lambda key: list(rows[0]).index(key)
+                  if key in rows[0] else 99)
+    with open(out / "bench_deploy_round.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    loads = [row["load_before"] for row in rows] + [row["load_after"] for row in rows]
+    ratio = table[-1]["s_per_round_median"] / table[0]["s_per_round_median"]
+    lines = [f"`before`: {args.before} ({revision}); `after`: this checkout. "
+             f"Produced by `python -m simulations.benchmarks.bench_deploy_round --before {args.before} --nodes "
+             f"{args.nodes} --rounds {args.rounds} --repeats {args.repeats}"
+             + (f" --run-config '{args.run_config}'" if args.run_config else "") + "`; load average (1 min) "
+             f"{min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores; seconds per round are the server's "
+             "`wall_time` (median and mean over every round of every run), the parts are means over rounds 2.. "
+             "(all nodes; `critical`: the node whose reply came last).", "",
+             "| variant | runs | rounds | s / round (median) | s / round (mean) | run (s) | pickup | start | app "
+             "| critical pickup | critical start | critical app |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in table:
+        lines.append(f"| {row['variant']} | {row['runs']} | {row['rounds']} | {row['s_per_round_median']:.2f} | "
+                     f"{row['s_per_round_mean']:.2f} | {row['run_s_mean']:.1f} | {row['pickup']:.2f} | "
+                     f"{row['start']:.2f} | {row['app']:.2f} | {row['critical_pickup']:.2f} | "
+                     f"{row['critical_start']:.2f} | {row['critical_app']:.2f} |")
+    lines += ["", f"after / before (median s per round): {ratio:.2f}"]
+    (out / "bench_deploy_round.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"written: {out / 'bench_deploy_round.csv'}, {out / 'bench_deploy_round.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
