@@ -122,16 +122,21 @@ def imputed_reference(G, scale="none"):
 
 def run_sites(tmp_path, sites, scale="false", rounds=30, rank=2):
     """``compare`` with one fedpower run over the sites as ``.bed`` files; the written model."""
-    from fl_strategies.files.pca import load_model
-    from simulations.compare import run_comparison
-
     (tmp_path / "data").mkdir()
     for i, G in enumerate(sites):
         write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    return compare_sites(tmp_path, len(sites), scale=scale, rounds=rounds, rank=rank)
+
+
+def compare_sites(tmp_path, num_clients, scale="false", rounds=30, rank=2):
+    """``compare`` with one fedpower run over the site files in ``tmp_path / "data"``; the written model."""
+    from fl_strategies.files.pca import load_model
+    from simulations.compare import run_comparison
+
     (tmp_path / "c.toml").write_text(f'''title = "genotypes"
 [defaults]
 dataset = "{tmp_path / 'data'}"
-num-clients = {len(sites)}
+num-clients = {num_clients}
 rank = {rank}
 iteration-rank = {rank + 2}
 num-server-rounds = {rounds}

@@ -12,7 +12,7 @@ from fl_strategies.files.variants import align_variants, site_alignment
 
 bed_reader = pytest.importorskip("bed_reader")
 
-from tests.test_genotype_bed import imputed_reference, simulated_sites  # noqa: E402
+from tests.test_genotype_bed import compare_sites, imputed_reference, simulated_sites  # noqa: E402
 
 ALLELES = [("A", "G"), ("C", "T"), ("A", "T"), ("G", "C"), ("T", "G")]
 
@@ -44,29 +44,9 @@ def disagreeing_sites(folder, sites, d):
 
 
 def run(tmp_path, sites, d):
-    from fl_strategies.files.pca import load_model
-    from simulations.compare import run_comparison
-
     (tmp_path / "data").mkdir()
     kept = disagreeing_sites(tmp_path / "data", sites, d)
-    (tmp_path / "c.toml").write_text(f'''title = "genotypes"
-[defaults]
-dataset = "{tmp_path / 'data'}"
-num-clients = {len(sites)}
-rank = 2
-iteration-rank = 4
-num-server-rounds = 30
-local-steps = 2
-center = true
-scale = "hwe"
-row-normalize = false
-[[runs]]
-name = "fedpower"
-strategy = "fedpower"
-''')
-    run_comparison(tmp_path / "c.toml", out=tmp_path / "out")
-    (path,) = sorted((tmp_path / "out" / "estimates").glob("*.pca.npz"))
-    return load_model(path), kept
+    return compare_sites(tmp_path, len(sites), scale='"hwe"', rounds=30, rank=2), kept
 
 
 def test_sites_in_another_order_with_swapped_alleles_and_missing_variants_are_aligned(tmp_path):
