@@ -21,7 +21,8 @@ In one run, each in its own process and one after the other:
   centred and scaled as in the run; its resident memory after opening the file (``VmRSS``) and its peak during
   the pass (``VmHWM``, reset before the pass; both count the touched pages of the memory-mapped file).
 
-Wall time is that of each process (``os.wait4``), peak memory its ``ru_maxrss``. Accuracy: per PC, ``|r|`` of the
+Wall time is that of each process, peak memory the largest ``VmHWM`` of it and its descendants (polled every
+0.1 s). Accuracy: per PC, ``|r|`` of the
 fedspectral scores (and of plink2 approx's eigenvectors) with exact plink2's eigenvectors. A PC is above the
 noise when exact plink2's eigenvalue exceeds :data:`NOISE_FACTOR` times its eigenvalue ``2 rank`` (exact plink2 is
 asked for ``2 rank`` PCs; its cost is that of the genetic relationship matrix either way): linkage within the
@@ -213,8 +214,29 @@ def simulate(folder: Path, people: int, variants: int, *, maf: float = 0.01, mis
 
 
 # -- the processes ---------------------------------------------------------------------------------------------
+def _tree_peak_mb(pid: int) -> float:
+    """The largest ``VmHWM`` (MB) among ``pid`` and its descendants now (0 for those already gone)."""
+    peak, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) / 1024)
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return peak
+
+
 def _measured(command: list[str], env: dict | None = None) -> dict:
-    """Run ``command`` as a child; its wall time (s), peak resident memory (MB) and the lines it marked."""
+    """Run ``command`` as a child; its wall time (s), peak resident memory (MB) and the lines it marked.
+
+    The peak is the largest ``VmHWM`` of the process and its descendants (``/usr/bin/plink2`` is a shell script
+    that starts the binary as its child), read every 0.1 s until it exits: ``ru_maxrss`` of a child would be at
+    least this process's resident memory when it forked.
+    """
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
@@ -228,16 +250,18 @@ def _measured(command: list[str], env: dict | None = None) -> dict:
                threading.Thread(target=drain, args=(proc.stderr, err_chunks))]
     for reader in readers:
         reader.start()
-    _, status, usage = os.wait4(proc.pid, 0)
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, _tree_peak_mb(proc.pid))
+        time.sleep(0.1)
     wall = time.perf_counter() - start
     for reader in readers:
         reader.join()
-    proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(command[:4])} ... failed (exit {proc.returncode}): "
                            f"{''.join(err_chunks)[-3000:]}")
     marked = [json.loads(line[len(MARK):]) for line in out_chunks if line.startswith(MARK)]
-    return {"wall": wall, "peak_mb": usage.ru_maxrss / 1024, "marked": marked}
+    return {"wall": wall, "peak_mb": peak, "marked": marked}
 
 
 def _config(data: Path, args) -> str:
@@ -373,7 +397,7 @@ def _bench(args, data: Path, out: Path) -> int:
     made = simulate(data, args.people, args.variants, maf=args.maf, missing=args.missing, segment=args.segment,
                     seed=args.seed)
     simulated = time.perf_counter() - start
-    work = out / "work"
+    work = data / "work"  # the runs' own outputs: temporary with the data
     work.mkdir(exist_ok=True)
     (work / "c.toml").write_text(_config(data / "sites", args))
     me = [sys.executable, "-m", "simulations.benchmarks.bench_plink2", "--worker"]
