@@ -109,7 +109,7 @@ class EigenspaceStrategy(FederatedStrategy):
                  wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
         self._ritz_basis: np.ndarray | None = None  # the previous estimate's Ritz basis (kept_progress)
-        self._ritz_of: np.ndarray | None = None  # the estimate it belongs to
+        self._ritz_round: int | None = None  # the round of the estimate it belongs to
         self.start_model = load_start(cfg)  # init-from: refused here, before any node is asked, if unusable
         if self.start_model is not None and self.d is not None:
             check_width(self.start_model, self.d)  # the width, when the harness knows d before discovery
@@ -155,6 +155,8 @@ class EigenspaceStrategy(FederatedStrategy):
             True when the rule fires (``self.stopped`` is then set).
         """
         kept = objective if gram is None else self.kept_progress(gram)
+        if self.k == self.r:  # tr(G): the same sum as the clients reported it (no round-off of an eigensolver)
+            kept = objective
         previous, self._last_objective = self._last_objective, kept
         statistic = None if previous is None else abs(kept - previous) / max(abs(kept), 1e-300)
         if self._held is not None:
@@ -186,10 +188,11 @@ class EigenspaceStrategy(FederatedStrategy):
             return float(np.sum(np.linalg.eigvalsh((gram + gram.T) / 2.0)[::-1][: self.k]))
         row, Z = self._held
         values, basis = ritz_pairs(Z, gram)
-        if self._ritz_of is Z:  # the held row's G again (the summary after a stop): its change is written
+        if "estimate_change_first_k" not in row or self._ritz_round == row["round"]:
+            # measured against a reference (no such column), or the held row's G again (the summary after a stop)
             return float(np.sum(values[: self.k]))
-        previous, self._ritz_basis, self._ritz_of = self._ritz_basis, basis, Z
-        if previous is not None and "estimate_change_first_k" in row:
+        previous, self._ritz_basis, self._ritz_round = self._ritz_basis, basis, row["round"]
+        if previous is not None:
             changes = leading_changes(basis, previous)
             row["estimate_change_first_k"] = float(changes[self.k - 1])
             converged = max((j for j in range(1, self.r + 1) if changes[j - 1] <= CONVERGED_CHANGE), default=0)
