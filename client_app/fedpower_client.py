@@ -117,6 +117,8 @@ class FedPowerClient(NumPyClient):
         Y, Z_prev = local_power_iterations(A, Z, steps, self.noise_std, rng, first=AZ)
         self.context.state["fedpower"] = ConfigRecord({"steps": done + steps})
         arrays = [Y, Z_prev] if steps > 1 else [Y]
+        if AZ is not None and steps > 1:  # G_i = s_i Z^T A_i Z at the received Z: the server's Ritz basis
+            arrays.append(self.s * (Z.T @ AZ))
         return arrays, self.s, metrics
 
 

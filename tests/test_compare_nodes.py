@@ -33,18 +33,18 @@ def _file(tmp_path, folder, top="", runs=("power", "fedpower"), extra=""):
 def test_node_data_defaults_to_the_change_of_the_estimate_and_reports_the_models_ratio(tmp_path, capsys):
     folder, X = _folder(tmp_path)
     f = _file(tmp_path, folder)
-    assert load_comparison(f)[0]["metric"] == "estimate_change"
+    assert load_comparison(f)[0]["metric"] == "estimate_change_first_k"  # the kept components'; here rank 2 of 2
     out = tmp_path / "o"
     assert main([str(f), "--out", str(out)]) == 0
     summary = (out / "summary.md").read_text()
-    assert "final estimate change" in summary and "final explained variance ratio" in summary
+    assert "final estimate change first k" in summary and "final explained variance ratio" in summary
     results = pd.read_csv(out / "results.csv")
     ratio = PCA(n_components=2).fit(X).explained_variance_ratio_.sum()
     for line in summary.splitlines()[-2:]:  # power, fedpower: a value in every cell that has one
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[4] != "—" and float(cells[-1]) == pytest.approx(ratio, abs=1e-4)
     assert results.groupby("run")["estimate_change"].last().max() < 1e-2
-    assert (out / "estimate_change.png").stat().st_size > 10_000
+    assert (out / "estimate_change_first_k.png").stat().st_size > 10_000
 
 
 @pytest.mark.parametrize("metric", ["explained_variance_ratio", "iterated_explained_variance_ratio"])

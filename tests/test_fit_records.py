@@ -163,7 +163,9 @@ def test_fedspectral_client_app_replies_as_flowers_handler(tmp_path):
         ours = app(_message(fitins_content(ins), nid), ours_grid.contexts[nid])
         flowers = flower_app(_message(compat.fitins_to_recorddict(ins, True), nid), flower_grid.contexts[nid])
         assert_same_content(ours.content, flowers.content)
-        assert len(parameters_to_ndarrays(fitres_from_content(ours.content).parameters)) == 2
+        # Y, Z_prev and, under stop-tol after several local steps, G_i = s_i Z^T A_i Z (r x r)
+        arrays = parameters_to_ndarrays(fitres_from_content(ours.content).parameters)
+        assert [a.shape for a in arrays] == [(8, 3), (8, 3), (3, 3)]
         assert dict(ours_grid.contexts[nid].state["fedpower"]) == dict(flower_grid.contexts[nid].state["fedpower"])
 
 

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,7 +154,18 @@ def test_progress_without_a_reference_and_stop_tol_on_node_data(tmp_path):
     assert s.records[-1]["estimate_change"] < 1e-4
     assert s.records[1]["estimate_change"] == pytest.approx(subspace_distance(s.iterates[1], s.iterates[0]))
     assert s.records[-1]["estimate_change_first_k"] == pytest.approx(
-        subspace_distance(s.iterates[-1][:, :2], s.iterates[-2][:, :2]))
+        _ritz_change(s.iterates[-1], s.iterates[-2], C, 2), abs=1e-12)
+
+
+def _ritz_change(Z, previous, C, k):
+    """sin theta between the first ``k`` Ritz vectors of ``C`` in ``span(Z)`` and in ``span(previous)``."""
+    from fl_strategies.kernels.linalg import subspace_distance
+
+    def ritz(B):
+        values, U = np.linalg.eigh(B.T @ C @ B)
+        return B @ U[:, ::-1][:, :k]
+
+    return subspace_distance(ritz(Z), ritz(previous))
 
 
 def _spiked_blocks(seed: int, sizes=(50, 80, 120), d: int = 7, offset: float = 0.0) -> list[np.ndarray]:
@@ -224,12 +236,48 @@ def test_the_kept_components_converge_before_the_trailing_columns(tmp_path):
     while the trailing noise columns still turn; estimate_change_first_k tells them apart."""
     from fl_strategies.kernels.linalg import subspace_distance
 
-    s = _node_run(tmp_path, _spiked_blocks(7), **{"strategy": "power", "rank": 2, "iteration-rank": 4,
-                                                  "num-server-rounds": 30, "row-normalize": False})
+    blocks = _spiked_blocks(7)
+    s = _node_run(tmp_path, blocks, **{"strategy": "power", "rank": 2, "iteration-rank": 4,
+                                       "num-server-rounds": 30, "row-normalize": False})
+    pooled = np.vstack(blocks)
     last = s.records[-1]
     assert last["estimate_change_first_k"] == pytest.approx(
-        subspace_distance(s.iterates[-1][:, :2], s.iterates[-2][:, :2]), abs=1e-15)
+        _ritz_change(s.iterates[-1], s.iterates[-2], pooled.T @ pooled / len(pooled), 2), abs=1e-13)
     assert last["estimate_change_first_k"] < 1e-12 < 1e-3 < last["estimate_change"]
+
+
+@pytest.mark.usefixtures("every_iterate")
+@pytest.mark.parametrize("strategy, steps", [("power", 1), ("fedpower", 2)])
+def test_the_stopping_rule_and_rounds_to_follow_the_kept_components(tmp_path, strategy, steps, caplog):
+    """Genotypes of three populations (two clear PCs, then a bulk of near-equal eigenvalues), rank 2 of
+    iteration-rank 4, stop-tol 1e-6: the kept components' F settles and the run stops while the trailing columns
+    still turn (the all-columns change is above 1e-2 at the end, so its rounds to 0.01 is NaN, the kept
+    components' a round number); the kept change is that of the first two Ritz vectors of the pooled covariance,
+    and the log says how many leading components have converged."""
+    import logging
+
+    from fl_strategies.kernels.metrics import pooled_covariance
+    from simulations.compare.report import rounds_to_reach
+    from simulations.data.genotypes import genotype_sites
+
+    blocks = [G.astype(float) for G in genotype_sites((60, 80, 100, 70), 400, populations=3, seed=3)]
+    with caplog.at_level(logging.INFO, logger="flwr.fedspectral"):
+        s = _node_run(tmp_path, blocks, **{"strategy": strategy, "local-steps": steps, "schedule": "fixed",
+                                           "rank": 2, "iteration-rank": 4, "center": True, "scale": "hwe",
+                                           "num-server-rounds": 60, "row-normalize": False, "stop-tol": 1e-6})
+    assert s.failure is None and s.stopped and len(s.records) < 30
+    table = pd.DataFrame(s.records)
+    assert table["estimate_change"].iloc[-1] > 1e-2
+    assert np.isnan(rounds_to_reach(table, 1e-2, "estimate_change"))
+    assert rounds_to_reach(table, 1e-2, "estimate_change_first_k") < len(s.records)
+    C = pooled_covariance(blocks, center=True, scale="hwe")
+    iterates = list(s.iterates)
+    for row, Z, previous in zip(s.records[2:], iterates[2:], iterates[1:]):
+        assert row["estimate_change_first_k"] == pytest.approx(_ritz_change(Z, previous, C, 2), rel=1e-6, abs=1e-12)
+    said = [r.getMessage() for r in caplog.records if "leading components converged" in r.getMessage()]
+    last = s.records[-1]["estimate_change_first_k"]
+    assert said[-1].startswith(f"round {len(s.records) - 1}: change of the 2 kept components (Ritz) {last:.3e}; "
+                               f"{1 if last > 1e-3 else 2} of 4 leading components converged")
 
 
 def test_no_objective_or_total_variance_leaves_a_noisy_node(tmp_path):

@@ -51,8 +51,9 @@ def test_centred_products_over_three_local_steps_with_uneven_means_match_the_den
         if len(arrays) == 1:  # the summary's A_i Z, which the model is made of
             np.testing.assert_allclose(arrays[0], A @ Z, rtol=0, atol=1e-10 * np.linalg.norm(A))
             continue
-        Y, Z_prev = arrays
+        Y, Z_prev, G = arrays  # G_i = s_i Z^T A_i Z at the broadcast Z (node data: the kept components' Ritz basis)
         np.testing.assert_allclose(Y, A @ Z_prev, rtol=0, atol=1e-10 * np.linalg.norm(A))
+        np.testing.assert_allclose(G, len(B) * Z.T @ A @ Z, rtol=0, atol=1e-10 * len(B) * np.linalg.norm(A))
         assert subspace_distance(Z_prev, A @ (A @ Z)) < 1e-8, f"partition {pid}: the second step's product"
     C = (pooled - mu).T @ (pooled - mu) / len(pooled)
     Z = strategy.iterates[-1]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["orth", "procrustes", "subspace_distance", "top_eigenvectors", "gaussian_basis", "into_unit_ball"]
+__all__ = ["orth", "procrustes", "subspace_distance", "ritz_pairs", "leading_changes", "top_eigenvectors", "gaussian_basis", "into_unit_ball"]
 
 
 def orth(Y: np.ndarray) -> np.ndarray:
@@ -84,6 +84,48 @@ def subspace_distance(Z: np.ndarray, U_k: np.ndarray) -> float:
     Q = orth(Z)
     residual = U_k - Q @ (Q.T @ U_k)
     return float(min(1.0, np.linalg.norm(residual, 2)))
+
+
+def ritz_pairs(Z: np.ndarray, gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rayleigh-Ritz on the basis ``Z``: the Ritz values and vectors of ``C`` in ``span(Z)``, in descending order.
+
+    ``gram = Z^T C Z`` (``r x r``, any positive multiple of it: the clients' summed ``s_i Z^T A_i Z``) is
+    diagonalised, ``gram = U diag(values) U^T``, and the Ritz basis is ``Z U``. Unlike the columns of a power
+    iterate, whose order is that of ``orth`` (QR), the leading ``k`` Ritz vectors are the best ``k``-dimensional
+    estimate within ``span(Z)``, so their change from round to round is the change of the kept components.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (d, r)
+        Orthonormal basis.
+    gram : ndarray of shape (r, r)
+        ``Z^T C Z`` up to a positive factor (symmetrised here).
+
+    Returns
+    -------
+    values : ndarray of shape (r,)
+        Ritz values, descending (in the units of ``gram``).
+    basis : ndarray of shape (d, r)
+        Ritz vectors ``Z U``, in the order of ``values``.
+    """
+    values, U = np.linalg.eigh((gram + gram.T) / 2.0)
+    return values[::-1], Z @ U[:, ::-1]
+
+
+def leading_changes(basis: np.ndarray, previous: np.ndarray) -> np.ndarray:
+    """``sin theta`` between the leading ``j`` columns of two ordered bases, for ``j = 1, ..., r``.
+
+    Parameters
+    ----------
+    basis, previous : ndarray of shape (d, r)
+        Orthonormal bases ordered by importance (Ritz bases, :func:`ritz_pairs`).
+
+    Returns
+    -------
+    ndarray of shape (r,)
+        Entry ``j - 1`` is :func:`subspace_distance` of the first ``j`` columns.
+    """
+    return np.array([subspace_distance(basis[:, :j], previous[:, :j]) for j in range(1, basis.shape[1] + 1)])
 
 
 def top_eigenvectors(A: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

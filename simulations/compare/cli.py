@@ -104,7 +104,7 @@ METRICS = {
 }
 """The metrics each strategy family (:attr:`fl_strategies.settings.registry.StrategySpec.family`) writes; the first is
 the default ``metric`` of a file whose runs are all of that family (eigenspace runs without an exact reference:
-``estimate_change``)."""
+``estimate_change_first_k``, the change of the kept components)."""
 COMMON_METRICS = ("bytes_up", "bytes_down", "participants", "rejected", "failures", "round_time", "wall_time")
 """Columns every strategy writes (plottable too)."""
 
@@ -385,7 +385,7 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
              "evaluation = \"none\"): they write no common accuracy column; compare them in separate files, or set "
              f"metric to one of {', '.join(COMMON_METRICS)}", None, None)
     elif kinds == ["eigenspace"] and not any(measured.values()):
-        metric = "estimate_change"
+        metric = "estimate_change_first_k"
     else:
         metric = METRICS[kinds[0]][0]
     meta = {"title": doc.get("title", path.stem), "metric": metric, "thresholds": tuple(float(t) for t in thresholds)}

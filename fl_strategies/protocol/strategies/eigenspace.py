@@ -9,7 +9,8 @@
   what the subclass adds.
 * **Progress without a reference.** With no exact reference (data on the
   nodes) every row has ``estimate_change`` (sin theta between successive
-  estimates; ``estimate_change_first_k`` for their first ``rank`` columns) and, in a noise-free run of a strategy whose clients can report
+  estimates, all ``iteration-rank`` columns) and ``estimate_change_first_k``, the change of the kept components
+  (below) and, in a noise-free run of a strategy whose clients can report
   ``f_i`` (FedPower's and FAPS's), ``iterated_explained_variance`` = ``F / n`` =
   ``tr(Z^T C Z)`` of the row's whole estimate (all ``iteration-rank`` columns)
   and ``iterated_explained_variance_ratio`` = that over ``tr(C)``
@@ -21,9 +22,22 @@
   ``variance-target``), summed; only the summary exchange gives it, so only
   the last row has it. Under noise neither ``f_i`` nor ``sq-sum`` is sent
   (they would be released without noise) and these columns are empty.
+* **The kept components** (``rank`` of ``iteration-rank``). The first ``rank`` columns of a power iterate are
+  not its best ``rank``-dimensional part (their order is that of the QR factorisation), and the trailing columns
+  converge at the slower rate ``lambda_{r+1} / lambda_r``. Where the server learns ``G = Z^T (sum_i s_i A_i) Z``
+  (``r x r``) of an estimate ``Z`` (:attr:`EigenspaceStrategy.REPORTS_GRAM`: the power methods, from the summed
+  products of a one-step round, or from each client's ``s_i Z^T A_i Z`` of a round of several local steps), it
+  rotates ``Z`` to its Ritz basis (Rayleigh-Ritz, :func:`fl_strategies.kernels.linalg.ritz_pairs`):
+  ``estimate_change_first_k`` is ``sin theta`` between the first ``rank`` Ritz vectors of consecutive estimates,
+  the stopping rule's ``F`` is the sum of the ``rank`` largest Ritz values (``tr(G)``, the clients' summed
+  ``f_i``, when ``rank = iteration-rank``), and the log says how many leading components have converged (the
+  largest ``j`` whose leading ``j``-dimensional Ritz subspace moved by at most :data:`CONVERGED_CHANGE` in the
+  round). ``G`` of an estimate is known one round later, so the column is filled in the held row (the last row
+  from the summary exchange). Without ``G`` (FAPS, whose clients report ``f_i`` only; noisy runs) the column is
+  the change of the first ``rank`` columns and ``F`` is the whole ``sum_i f_i``.
 * **Stopping rule** (FAPS paper, eq. 27). With ``stop-tol > 0`` clients also
   report ``f_i = tr(Z^T M_i Z)`` at the estimate they received; the run stops
-  once ``|F_k - F_{k-1}| <= stop-tol * F_k`` with ``F = sum_i f_i``. ``F_k``
+  once ``|F_k - F_{k-1}| <= stop-tol * F_k`` with ``F`` the kept components' (above). ``F_k``
   is known one round after ``Z_k`` was sent, so each row is written one round
   late (it then carries its own ``objective`` and ``stop_statistic``); when the
   rule fires the newest estimate is discarded and ``Z_k`` is the result, so the
@@ -42,7 +56,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from ..base import FederatedStrategy, log, uploaded_bytes
-from ...kernels.linalg import gaussian_basis, subspace_distance
+from ...kernels.linalg import gaussian_basis, leading_changes, ritz_pairs, subspace_distance
 from ...kernels.metrics import round_metrics
 from ...privacy.noise import run_noise_source
 from ...files.pca import choose_rank, pca_model, released_product_model
@@ -50,12 +64,15 @@ from ...settings.participation import STREAM_SAMPLING
 from ...settings.strategies import PcaSettings
 from ...files.warm_start import check_width, initial_basis, load_start
 
-__all__ = ["EigenspaceStrategy", "STREAM_INIT", "STREAM_SAMPLING"]
+__all__ = ["EigenspaceStrategy", "CONVERGED_CHANGE", "STREAM_INIT", "STREAM_SAMPLING"]
 
 # Tags that separate the random streams derived from one run seed.
 # the random streams of a run's seed: STREAM_INIT (0) here, STREAM_SAMPLING (1) in fl_strategies.settings.participation,
 # STREAM_NOISE (2) in fl_strategies.privacy.noise
 STREAM_INIT = 0
+
+#: A leading ``j``-dimensional Ritz subspace has converged when it moves by at most this (sin theta) in a round.
+CONVERGED_CHANGE = 1e-3
 
 
 class EigenspaceStrategy(FederatedStrategy):
@@ -64,6 +81,8 @@ class EigenspaceStrategy(FederatedStrategy):
 
     #: whether the strategy's clients can report ``f_i = tr(Z^T M_i Z)`` at the estimate they receive
     REPORTS_OBJECTIVE = False
+    #: whether the server learns ``G = Z^T (sum_i s_i A_i) Z`` of the estimate whenever the clients report ``f_i``
+    REPORTS_GRAM = False
 
     @property
     def noisy(self) -> bool:
@@ -77,6 +96,11 @@ class EigenspaceStrategy(FederatedStrategy):
         return self.stop_tol > 0 or (self.REPORTS_OBJECTIVE and self.reference is None and not self.noisy)
 
     @property
+    def ritz_progress(self) -> bool:
+        """Whether the kept components' change and ``F`` come from the Ritz bases (the server learns ``G``)."""
+        return self.REPORTS_GRAM and self.tracks_objective
+
+    @property
     def holds_rows(self) -> bool:
         """Rows wait for the next round's ``F`` whenever the clients report it (:attr:`tracks_objective`)."""
         return self.tracks_objective
@@ -84,6 +108,8 @@ class EigenspaceStrategy(FederatedStrategy):
     def __init__(self, cfg: dict[str, Any], dimension: int | None, reference: Any = None,
                  wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
+        self._ritz_basis: np.ndarray | None = None  # the previous estimate's Ritz basis (kept_progress)
+        self._ritz_round: int | None = None  # the round of the estimate it belongs to
         self.start_model = load_start(cfg)  # init-from: refused here, before any node is asked, if unusable
         if self.start_model is not None and self.d is not None:
             check_width(self.start_model, self.d)  # the width, when the harness knows d before discovery
@@ -109,7 +135,7 @@ class EigenspaceStrategy(FederatedStrategy):
         return run_noise_source(self.cfg, reported)
 
     # -- stopping rule ------------------------------------------------------------------------------
-    def check_stop(self, server_round: int, objective: float) -> bool:
+    def check_stop(self, server_round: int, objective: float, gram: np.ndarray | None = None) -> bool:
         """Record ``F`` of the estimate broadcast in ``server_round`` and apply rule (27).
 
         Parameters
@@ -118,24 +144,62 @@ class EigenspaceStrategy(FederatedStrategy):
             The round whose clients evaluated ``F`` on the broadcast estimate
             ``Z_{server_round - 1}``.
         objective : float
-            ``F = sum_i f_i``.
+            ``sum_i f_i`` (all ``iteration-rank`` columns).
+        gram : ndarray of shape (r, r), optional
+            ``G = sum_i s_i Z^T A_i Z`` at the same estimate: the rule then uses the kept components' ``F`` and
+            the held row gets their change (:meth:`kept_progress`).
 
         Returns
         -------
         bool
             True when the rule fires (``self.stopped`` is then set).
         """
-        previous, self._last_objective = self._last_objective, objective
-        statistic = None if previous is None else abs(objective - previous) / max(abs(objective), 1e-300)
+        kept = objective if gram is None else self.kept_progress(gram)
+        if self.k == self.r:  # tr(G): the same sum as the clients reported it (no round-off of an eigensolver)
+            kept = objective
+        previous, self._last_objective = self._last_objective, kept
+        statistic = None if previous is None else abs(kept - previous) / max(abs(kept), 1e-300)
         if self._held is not None:
             if self.stop_tol > 0:
-                self._held[0].update(objective=objective, stop_statistic=statistic)
+                self._held[0].update(objective=kept, stop_statistic=statistic)
             self._fill_explained_variance(self._held[0], objective / max(sum(self.sizes.values()), 1))
         if self.stop_tol > 0 and statistic is not None and statistic <= self.stop_tol:
             self.stopped = True
-            log.info("stopping rule (27): |F_k - F_k-1| / F_k = %.2e <= %.1e after %d rounds",
-                     statistic, self.stop_tol, server_round - 1)
+            log.info("stopping rule (27): |F_k - F_k-1| / F_k = %.2e <= %.1e after %d rounds%s",
+                     statistic, self.stop_tol, server_round - 1,
+                     "" if self.k == self.r or gram is None else f" (F of the {self.k} kept components)")
         return self.stopped
+
+    def kept_progress(self, gram: np.ndarray) -> float:
+        """The kept components' ``F`` from ``G = Z^T (sum_i s_i A_i) Z`` of the held row's estimate ``Z``, and
+        their change since the previous estimate in the held row (``estimate_change_first_k``).
+
+        Parameters
+        ----------
+        gram : ndarray of shape (r, r)
+            ``G`` at the held row's estimate.
+
+        Returns
+        -------
+        float
+            The sum of the ``rank`` largest Ritz values (``tr(G)`` when ``rank = iteration-rank``).
+        """
+        if self._held is None:
+            return float(np.sum(np.linalg.eigvalsh((gram + gram.T) / 2.0)[::-1][: self.k]))
+        row, Z = self._held
+        values, basis = ritz_pairs(Z, gram)
+        if "estimate_change_first_k" not in row or self._ritz_round == row["round"]:
+            # measured against a reference (no such column), or the held row's G again (the summary after a stop)
+            return float(np.sum(values[: self.k]))
+        previous, self._ritz_basis, self._ritz_round = self._ritz_basis, basis, row["round"]
+        if previous is not None:
+            changes = leading_changes(basis, previous)
+            row["estimate_change_first_k"] = float(changes[self.k - 1])
+            converged = max((j for j in range(1, self.r + 1) if changes[j - 1] <= CONVERGED_CHANGE), default=0)
+            log.info("round %d: change of the %d kept components (Ritz) %.3e; %d of %d leading components "
+                     "converged (moved <= %g)", row["round"], self.k, changes[self.k - 1], converged, self.r,
+                     CONVERGED_CHANGE)
+        return float(np.sum(values[: self.k]))
 
     def _fill_explained_variance(self, row: dict, explained: float) -> None:
         """Set a held row's ``iterated_explained_variance`` (``tr(Z^T C Z)``) and its ratio to ``total_variance``."""
@@ -161,9 +225,8 @@ class EigenspaceStrategy(FederatedStrategy):
         if self.reference is None:  # progress a user can judge without pooled data: the server's own iterates
             previous = self.iterates[-2] if server_round and len(self.iterates) >= 2 else None  # restored on resume
             row["estimate_change"] = None if previous is None else subspace_distance(Z, previous)
-            # the leading k = rank columns alone: with iteration-rank > rank the trailing columns converge at the
-            # slower rate lambda_{r+1} / lambda_r, the leading ones (nested, as orth is QR) at lambda_{k+1} / lambda_k
-            row["estimate_change_first_k"] = (None if previous is None else
+            # the kept components: from the Ritz bases once G is known (kept_progress), else the first k columns
+            row["estimate_change_first_k"] = (None if previous is None or self.ritz_progress else
                                               subspace_distance(Z[:, : self.k], previous[:, : self.k]))
             if self.tracks_objective:  # F / n, once the next round's clients report F at this Z
                 row.update(iterated_explained_variance=None, iterated_explained_variance_ratio=None,
@@ -176,7 +239,7 @@ class EigenspaceStrategy(FederatedStrategy):
             change_k = row.get("estimate_change_first_k")
             parts = ([] if dist is None else [f"subspace distance {dist:.3e}"]) + (
                 [] if change is None else [f"change of the estimate (sin theta) {change:.3e}"]) + (
-                [] if change is None or self.k == self.r else [f"of its first {self.k} columns {change_k:.3e}"])
+                [] if change_k is None or self.k == self.r else [f"of its first {self.k} columns {change_k:.3e}"])
             log.info("round %d/%d: %s%s", server_round, self.num_rounds, ", ".join(parts) or "no measure",
                      "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g}), noise "
                      f"{row.get('noise_source')}")
@@ -231,8 +294,10 @@ class EigenspaceStrategy(FederatedStrategy):
         """The PCA model of the summary exchange from ``C Z`` (d, r) and ``tr(C)`` at the final estimate ``Z``
         (d, r) over ``n`` rows; the held last row gets its explained variance from the same sums."""
         last = self._held[0] if self._held is not None and self._held[1] is Z else None
-        if last is not None:  # the last row's explained variance, from the same sums
+        if last is not None:  # the last row's explained variance and kept components' change, from the same sums
             self._fill_explained_variance(last, float(np.sum(Z * CZ)))
+            if self.ritz_progress:
+                self.kept_progress(n * (Z.T @ CZ))
         model = self.set_model(Z, CZ, total, n, summary_bytes=summary_bytes)
         if last is not None and "explained_variance_ratio" in last:  # the kept components', as in pca.npz
             last["explained_variance_ratio"] = float(model["explained_variance_ratio"].sum())

@@ -90,6 +90,7 @@ class FedPowerStrategy(EigenspaceStrategy):
     """
 
     REPORTS_OBJECTIVE = True  # the clients report f_i = tr(Z^T M_i Z) when asked
+    REPORTS_GRAM = True  # G from the summed products (one step) or the clients' s_i Z^T A_i Z (several)
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
@@ -206,14 +207,24 @@ class FedPowerStrategy(EigenspaceStrategy):
 
     def intake(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], asked, steps: int,
                Z: np.ndarray) -> tuple[dict[int, tuple[list[np.ndarray], dict[str, float]]], int]:
-        """The round's valid replies ``pid -> ([Y, Z_prev (p > 1)], {"f": ...})`` and how many were rejected.
+        """The round's valid replies ``pid -> ([Y, Z_prev (p > 1), G_i (p > 1, objective)], {"f": ...})`` and how
+        many were rejected.
 
-        :meth:`collect_replies` with FedPower's shapes (``d x r`` each), the
-        objective ``f`` under a stopping rule, and :meth:`_check_reply`.
+        :meth:`collect_replies` with FedPower's shapes (``d x r``; ``G_i = s_i Z^T A_i Z``, ``r x r``, at the
+        broadcast ``Z``), the objective ``f`` when tracked, and :meth:`_check_reply`.
         """
-        return self.collect_replies(server_round, results, asked, [(self.d, self.r)] * (2 if steps > 1 else 1),
-                                    ("f",) if self.tracks_objective else (), broadcast=Z, names=("Y", "Z_prev"),
-                                    check=self._check_reply)
+        shapes = [(self.d, self.r)] * (2 if steps > 1 else 1) + (
+            [(self.r, self.r)] if steps > 1 and self.tracks_objective else [])
+        return self.collect_replies(server_round, results, asked, shapes,
+                                    ("f",) if self.tracks_objective else (), broadcast=Z,
+                                    names=("Y", "Z_prev", "G"), check=self._check_reply)
+
+    def round_gram(self, valid: dict, steps: int, Z: np.ndarray) -> np.ndarray:
+        """``G = sum_i s_i Z^T A_i Z`` at the broadcast ``Z`` from every client's reply: ``Z^T sum_i s_i Y_i``
+        after one (noise-free) step, whose ``Y_i = A_i Z``; the clients' own ``G_i`` after several."""
+        if steps > 1:
+            return sum(arrays[2] for arrays, _ in valid.values())
+        return Z.T @ sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items())
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                       failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
@@ -228,7 +239,8 @@ class FedPowerStrategy(EigenspaceStrategy):
         pend.update(bytes_up=uploaded_bytes(results), rejected=rejected, failures=len(failures) + pend.get("unavailable", 0),
                     participants=sum(sampled.values()), distinct=len(sampled), misalignment=0.0)
         # F at the broadcast Z is known only when every partition answered once (no sampling, no multiplicity)
-        if self.tracks_objective and len(sampled) == self.m and self.check_stop(server_round, objective):
+        if self.tracks_objective and len(sampled) == self.m and self.check_stop(
+                server_round, objective, self.round_gram(valid, steps, pend["Z"])):
             return None, {}
         if not sampled:
             log.warning("round %d: no usable reply from a sampled client; Z is kept", server_round)

@@ -223,7 +223,8 @@ class SecurePowerStrategy(FedPowerStrategy):
         pend.update(bytes_up=uploaded_bytes(results), rejected=0, failures=len(failures),
                     participants=len(results), distinct=len(results), misalignment=0.0)
         product, rows = values[: self.d * self.r].reshape(self.d, self.r), values[self.d * self.r]
-        if objective and len(results) == self.m and self.check_stop(server_round, float(values[-1])):
+        if objective and len(results) == self.m and self.check_stop(server_round, float(values[-1]),
+                                                                    pend["Z"].T @ product):
             return None, {}
         with np.errstate(all="ignore"):
             mean = product / rows

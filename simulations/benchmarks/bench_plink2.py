@@ -1,0 +1,497 @@
+"""Federated ancestry PCA over four sites' PLINK ``.bed`` files against ``plink2 --pca`` on the pooled file.
+
+Genotypes are simulated with msprime under stdpopsim's ``OutOfAfrica_3G09`` demography (YRI, CEU, CHB; only the
+model's demography and mutation rate: a uniform recombination rate of 1e-8 per base, no genetic map, so nothing
+is downloaded), in independent segments of ``--segment`` bases until ``--variants`` biallelic variants of pooled
+minor allele frequency at least ``--maf`` are collected. Without stdpopsim, msprime's own three-population island
+model (sizes 10,000, migration 1e-4 per generation, the same mutation rate) stands in, and the table says so.
+Four sites hold different ancestry mixes (:data:`MIXES`); a fraction ``--missing`` of all calls is set missing at
+random; each site's people are written as ``sites/partition_<i>.bed`` (with ``.bim`` / ``.fam``; the folder
+``compare`` reads) and everyone as ``pooled.bed``, by the 2-bit encoder here, one block of variants at a time.
+
+In one run, each in its own process and one after the other:
+
+* **fedspectral**: ``simulations.compare`` over the four site files (``center = true``, ``scale = "hwe"``,
+  ``--strategy`` with ``--rank`` kept of ``--iteration-rank`` columns, at most ``--rounds`` rounds, ``stop-tol``
+  on the kept components), BLAS at 2 threads; then ``client_app``'s ``transform`` of each site's file for the
+  scores (timed apart: ``plink2 --pca`` writes its scores as part of its run);
+* ``plink2 --pca approx <rank>`` and exact ``plink2 --pca <rank>`` on the pooled file, ``--threads 2``;
+* one site's pass alone (the in-process engine runs all four sites and the server in one process): a fresh
+  process opens the largest site's ``.bed`` and computes one product ``A_i Z`` of ``iteration-rank`` columns,
+  centred and scaled as in the run; its resident memory after opening the file (``VmRSS``) and its peak during
+  the pass (``VmHWM``, reset before the pass; both count the touched pages of the memory-mapped file).
+
+Wall time is that of each process, peak memory the largest ``VmHWM`` of it and its descendants (polled every
+0.1 s). Accuracy: per PC, ``|r|`` of the
+fedspectral scores (and of plink2 approx's eigenvectors) with exact plink2's eigenvectors. A PC is above the
+noise when exact plink2's eigenvalue exceeds :data:`NOISE_FACTOR` times its eigenvalue ``2 rank`` (exact plink2 is
+asked for ``2 rank`` PCs; its cost is that of the genetic relationship matrix either way): linkage within the
+simulated segments lifts the bulk well above the Marchenko-Pastur edge of independent variants, and PCs inside
+the bulk, with gaps of a few percent, are not determined to 1e-5 by any method (plink2 approx's included).
+Usage::
+
+    python -m simulations.benchmarks.bench_plink2 [--people 20000] [--variants 100000] [--rank 4] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from simulations.benchmarks import out_folder
+
+__all__ = ["MIXES", "main", "simulate", "encode_bed"]
+
+MARK = "BENCH-PLINK2 "
+MIXES = ((0.70, 0.20, 0.10), (0.10, 0.70, 0.20), (0.10, 0.20, 0.70), (0.34, 0.33, 0.33))
+"""Share of YRI, CEU and CHB ancestry of the people at each of the four sites."""
+MAGIC = bytes([0x6C, 0x1B, 0x01])
+"""A variant-major PLINK 1 ``.bed`` header."""
+NOISE_FACTOR = 1.5
+"""A PC is above the noise when exact plink2's eigenvalue exceeds this times its eigenvalue ``2 rank``."""
+CODES = np.array([3, 2, 0, 1], dtype=np.uint8)
+"""2-bit code of an A1 count ``0, 1, 2`` and of a missing call (-1, index 3): ``11, 10, 00, 01``."""
+
+
+def encode_bed(dosage: np.ndarray) -> bytes:
+    """Variants (v, n) of A1 counts 0/1/2 (-1: missing) as ``.bed`` bytes, variant-major, padding codes 00.
+
+    Parameters
+    ----------
+    dosage : ndarray of shape (v, n), int8
+
+    Returns
+    -------
+    bytes
+        ``v * ceil(n / 4)`` bytes; person ``j`` of a variant in bits ``2 (j % 4)`` of byte ``j // 4``.
+    """
+    v, n = dosage.shape
+    codes = np.zeros((v, -(-n // 4) * 4), dtype=np.uint8)
+    codes[:, :n] = CODES[dosage.astype(np.int64) % 4]
+    codes = codes.reshape(v, -1, 4)
+    return (codes[..., 0] | codes[..., 1] << 2 | codes[..., 2] << 4 | codes[..., 3] << 6).tobytes()
+
+
+def site_counts(people: int) -> list[list[int]]:
+    """People of each population (YRI, CEU, CHB) at each of the four sites of about ``people / 4`` each."""
+    per_site = [people // 4 + (i < people % 4) for i in range(4)]
+    counts = []
+    for size, mix in zip(per_site, MIXES):
+        row = [int(round(size * share)) for share in mix[:2]]
+        counts.append(row + [size - sum(row)])
+    return counts
+
+
+def _demography():
+    """``(demography, population names, mutation rate, description)``: stdpopsim's OutOfAfrica_3G09, else an
+    msprime island model of three populations."""
+    import msprime
+
+    try:
+        import stdpopsim
+
+        model = stdpopsim.get_species("HomSap").get_demographic_model("OutOfAfrica_3G09")
+        return model.model, ["YRI", "CEU", "CHB"], model.mutation_rate, "stdpopsim HomSap OutOfAfrica_3G09"
+    except ImportError:
+        demography = msprime.Demography.island_model([10_000] * 3, migration_rate=1e-4)
+        return (demography, [p.name for p in demography.populations], 2.35e-8,
+                "msprime island model, 3 populations of 10,000, migration 1e-4")
+
+
+def simulate(folder: Path, people: int, variants: int, *, maf: float = 0.01, missing: float = 0.01,
+             segment: float = 5e6, seed: int = 0, block: int = 2048) -> dict:
+    """Write ``sites/partition_<i>.bed/.bim/.fam`` (four sites) and ``pooled.bed/.bim/.fam`` to ``folder``.
+
+    Parameters
+    ----------
+    folder : Path
+        Created if absent.
+    people : int
+        People in all (diploid), split over the sites as :func:`site_counts`.
+    variants : int
+        Variants kept (biallelic, pooled minor allele frequency at least ``maf``, before missing calls).
+    maf : float
+        Smallest pooled minor allele frequency kept.
+    missing : float
+        Fraction of all calls set missing, independently at random.
+    segment : float
+        Bases of each independent msprime segment (a chromosome of its own in the ``.bim``).
+    seed : int
+        Every draw derives from it.
+    block : int
+        Variants encoded at a time.
+
+    Returns
+    -------
+    dict
+        ``model`` (the demography), ``segments``, ``sites`` (people per site and population), ``missing`` (the
+        fraction of calls made missing).
+    """
+    import msprime
+
+    folder.mkdir(parents=True, exist_ok=True)
+    demography, names, rate, description = _demography()
+    counts = site_counts(people)
+    totals = [sum(row[p] for row in counts) for p in range(3)]
+    rng = np.random.default_rng([seed, 1])
+    (folder / "sites").mkdir(exist_ok=True)
+    sites = [f"sites/partition_{i}" for i in range(4)] + ["pooled"]
+    beds = {name: open(folder / f"{name}.bed", "wb") for name in sites}
+    bims = {name: open(folder / f"{name}.bim", "w") for name in sites}
+    for handle in beds.values():
+        handle.write(MAGIC)
+    order, fam = None, {name: [] for name in sites}
+    kept, segments, made_missing = 0, 0, 0
+    pending: list[np.ndarray] = []
+    lines: list[str] = []
+
+    def flush():
+        nonlocal made_missing
+        dosage = np.stack(pending)  # (v, n) in site order
+        holes = rng.random(dosage.shape) < missing
+        made_missing += int(holes.sum())
+        dosage[holes] = -1
+        start = 0
+        for i, row in enumerate(counts):
+            size = sum(row)
+            beds[sites[i]].write(encode_bed(dosage[:, start:start + size]))
+            start += size
+        beds["pooled"].write(encode_bed(dosage))
+        for handle in bims.values():
+            handle.writelines(lines)
+        pending.clear()
+        lines.clear()
+
+    while kept < variants:
+        ts = msprime.sim_ancestry(samples=dict(zip(names, totals)), demography=demography, sequence_length=segment,
+                                  recombination_rate=1e-8, ploidy=2, random_seed=int(rng.integers(1, 2**31)))
+        ts = msprime.sim_mutations(ts, rate=rate, model=msprime.BinaryMutationModel(),
+                                   random_seed=int(rng.integers(1, 2**31)))
+        segments += 1
+        if order is None:  # individuals in site order: each site takes its share of every population, in turn
+            nodes = np.array([ind.nodes for ind in ts.individuals()])
+            population = ts.tables.nodes.population[nodes[:, 0]]
+            pools = [list(np.flatnonzero(population == p)) for p in range(3)]
+            order = []
+            for i, row in enumerate(counts):
+                for p, c in enumerate(row):
+                    chosen, pools[p] = pools[p][:c], pools[p][c:]
+                    order += chosen
+                    fam[sites[i]] += [f"site_{i}\t{names[p]}_{j}\t0\t0\t0\t-9\n" for j in chosen]
+            fam["pooled"] = [line for i in range(4) for line in fam[sites[i]]]
+            left, right = nodes[order, 0], nodes[order, 1]
+        for variant in ts.variants(copy=False):
+            g = variant.genotypes
+            dosage = (g[left] + g[right]).astype(np.int8)
+            frequency = dosage.mean() / 2
+            if min(frequency, 1 - frequency) < maf:
+                continue
+            pending.append(dosage)
+            position = int(variant.site.position) + 1
+            lines.append(f"{segments}\tseg{segments}_{position}\t0\t{position}\tT\tC\n")
+            kept += 1
+            if len(pending) == block:
+                flush()
+            if kept == variants:
+                break
+    if pending:
+        flush()
+    for name in sites:
+        beds[name].close()
+        bims[name].close()
+        (folder / f"{name}.fam").write_text("".join(fam[name]))
+    return {"model": description, "segments": segments, "sites": counts, "missing": made_missing / (people * variants)}
+
+
+# -- the processes ---------------------------------------------------------------------------------------------
+def _tree_peak_mb(pid: int) -> float:
+    """The largest ``VmHWM`` (MB) among ``pid`` and its descendants now (0 for those already gone)."""
+    peak, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) / 1024)
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return peak
+
+
+def _measured(command: list[str], env: dict | None = None) -> dict:
+    """Run ``command`` as a child; its wall time (s), peak resident memory (MB) and the lines it marked.
+
+    The peak is the largest ``VmHWM`` of the process and its descendants (``/usr/bin/plink2`` is a shell script
+    that starts the binary as its child), read every 0.1 s until it exits: ``ru_maxrss`` of a child would be at
+    least this process's resident memory when it forked.
+    """
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    out_chunks, err_chunks = [], []
+
+    def drain(stream, chunks):
+        for line in stream:
+            chunks.append(line)
+
+    readers = [threading.Thread(target=drain, args=(proc.stdout, out_chunks)),
+               threading.Thread(target=drain, args=(proc.stderr, err_chunks))]
+    for reader in readers:
+        reader.start()
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, _tree_peak_mb(proc.pid))
+        time.sleep(0.1)
+    wall = time.perf_counter() - start
+    for reader in readers:
+        reader.join()
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(command[:4])} ... failed (exit {proc.returncode}): "
+                           f"{''.join(err_chunks)[-3000:]}")
+    marked = [json.loads(line[len(MARK):]) for line in out_chunks if line.startswith(MARK)]
+    return {"wall": wall, "peak_mb": peak, "marked": marked}
+
+
+def _config(data: Path, args) -> str:
+    return f'''title = "ancestry PCA"
+[defaults]
+dataset = "{data}"
+num-clients = 4
+rank = {args.rank}
+iteration-rank = {args.iteration_rank}
+num-server-rounds = {args.rounds}
+local-steps = {args.local_steps}
+schedule = "fixed"
+stop-tol = {args.stop_tol:g}
+center = true
+scale = "hwe"
+row-normalize = false
+[[runs]]
+name = "{args.strategy}"
+strategy = "{args.strategy}"
+'''
+
+
+def _fedspectral_worker(config: Path, out: Path) -> None:
+    """The ``compare`` run (in this process)."""
+    from simulations.compare import run_comparison
+
+    start = time.perf_counter()
+    run_comparison(config, out=out)
+    print(MARK + json.dumps({"compare": time.perf_counter() - start}), flush=True)
+
+
+def _transform_worker(model_path: Path, data: Path, out: Path) -> None:
+    """Every site's scores, ``transform`` of its ``.bed``, stacked in site order (``scores.npy``)."""
+    from fl_strategies.files.data_files import open_samples
+    from fl_strategies.files.pca import load_model, transform
+
+    model = load_model(model_path)
+    scores = [transform(model, open_samples(data / "sites" / f"partition_{i}.bed")) for i in range(4)]
+    np.save(out / "scores.npy", np.vstack(scores))
+
+
+def _site_worker(model_path: Path, bed: Path, columns: int) -> None:
+    """One site's pass alone: open its ``.bed``, one product ``A_i Z`` of ``columns`` columns, centred and scaled
+    with the model's mean and scale; peak resident memory (MB) after opening and after the pass."""
+    import resource
+
+    from fl_strategies.files.data_files import open_samples
+    from fl_strategies.files.pca import load_model
+    from fl_strategies.kernels.products import LocalOperator
+
+    model = load_model(model_path)
+    X = open_samples(bed)
+    op = LocalOperator.from_rows(X).centered(model["mean"], model["scale"])
+    Z = np.linalg.qr(np.random.default_rng(0).standard_normal((X.shape[1], columns)))[0]
+    opened = _status_mb("VmRSS")
+    try:  # the high-water mark from here on (Linux: 5 > clear_refs resets VmHWM to the current RSS)
+        Path("/proc/self/clear_refs").write_text("5")
+        reset = True
+    except OSError:
+        reset = False
+    start = time.perf_counter()
+    op @ Z
+    wall = time.perf_counter() - start
+    peak = _status_mb("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(MARK + json.dumps({"opened_mb": opened, "peak_mb": peak, "pass": wall}), flush=True)
+
+
+def _status_mb(key: str) -> float:
+    """``/proc/self/status``'s ``key`` (``VmRSS``, ``VmHWM``) in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _plink2(pooled: Path, out: Path, rank: int, approx: bool) -> dict:
+    """``plink2 --pca [approx] rank`` on the pooled file, 2 threads: wall, peak memory, eigenvectors, eigenvalues."""
+    name = "approx" if approx else "exact"
+    found = _measured(["plink2", "--bfile", str(pooled), "--pca", *(["approx"] if approx else []), str(rank),
+                       "--threads", "2", "--out", str(out / f"plink2-{name}")])
+    found["vectors"] = np.loadtxt(out / f"plink2-{name}.eigenvec", skiprows=1, usecols=range(2, 2 + rank), ndmin=2)
+    found["values"] = np.loadtxt(out / f"plink2-{name}.eigenval", ndmin=1)
+    return found
+
+
+def correlations(scores: np.ndarray, vectors: np.ndarray) -> list[float]:
+    """``|r|`` of each column of ``scores`` with the same column of ``vectors``."""
+    return [float(abs(np.corrcoef(scores[:, j], vectors[:, j])[0, 1])) for j in range(vectors.shape[1])]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--people", type=int, default=20_000, help="people in all, over four sites")
+    parser.add_argument("--variants", type=int, default=100_000)
+    parser.add_argument("--maf", type=float, default=0.01)
+    parser.add_argument("--missing", type=float, default=0.01)
+    parser.add_argument("--segment", type=float, default=5e6, help="bases of each msprime segment")
+    parser.add_argument("--rank", type=int, default=4)
+    parser.add_argument("--iteration-rank", type=int, default=8)
+    parser.add_argument("--strategy", default="power", choices=("fedpower", "power"))
+    parser.add_argument("--local-steps", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=30, help="at most; stop-tol may stop sooner")
+    parser.add_argument("--stop-tol", type=float, default=1e-9)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", type=Path, default=None,
+                        help="where the .bed files go (default: a temporary folder, removed at the end)")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--worker", nargs="+", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        kind, *rest = args.worker
+        if kind == "fedspectral":
+            _fedspectral_worker(Path(rest[0]), Path(rest[1]))
+        elif kind == "transform":
+            _transform_worker(Path(rest[0]), Path(rest[1]), Path(rest[2]))
+        else:
+            _site_worker(Path(rest[0]), Path(rest[1]), int(rest[2]))
+        return 0
+    if shutil.which("plink2") is None:
+        parser.error("plink2 is not installed")
+    out = out_folder("bench_plink2", args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = args.data or Path(tempfile.mkdtemp(prefix="bench_plink2_"))
+    try:
+        return _bench(args, data, out)
+    finally:
+        if args.data is None:
+            shutil.rmtree(data, ignore_errors=True)
+
+
+def _bench(args, data: Path, out: Path) -> int:
+    start = time.perf_counter()
+    made = simulate(data, args.people, args.variants, maf=args.maf, missing=args.missing, segment=args.segment,
+                    seed=args.seed)
+    simulated = time.perf_counter() - start
+    work = data / "work"  # the runs' own outputs: temporary with the data
+    work.mkdir(exist_ok=True)
+    (work / "c.toml").write_text(_config(data / "sites", args))
+    me = [sys.executable, "-m", "simulations.benchmarks.bench_plink2", "--worker"]
+    threads = {"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+    fed = _measured(me + ["fedspectral", str(work / "c.toml"), str(work / "compare")], threads)
+    (model_path,) = sorted((work / "compare" / "estimates").glob("*.pca.npz"))
+    rounds = _rounds(work / "compare")
+    scored = _measured(me + ["transform", str(model_path), str(data), str(work)], threads)
+    approx = _plink2(data / "pooled", work, args.rank, approx=True)
+    exact = _plink2(data / "pooled", work, 2 * args.rank, approx=False)  # the bulk's level: eigenvalue 2 rank
+    sizes = [sum(row) for row in made["sites"]]
+    largest = int(np.argmax(sizes))
+    site = _measured(me + ["site", str(model_path), str(data / "sites" / f"partition_{largest}.bed"),
+                           str(args.iteration_rank)],
+                     threads)
+    scores = np.load(work / "scores.npy")
+    n, d = args.people, args.variants
+    edge = NOISE_FACTOR * exact["values"][2 * args.rank - 1]
+    above = [bool(v > edge) for v in exact["values"][: args.rank]]
+    result = {
+        "people": n, "variants": d, "sites": made["sites"], "model": made["model"], "segments": made["segments"],
+        "missing": made["missing"], "simulation_s": simulated, "rank": args.rank,
+        "iteration_rank": args.iteration_rank, "strategy": args.strategy, "local_steps": args.local_steps,
+        "rounds": rounds, "fedspectral_s": fed["wall"], "fedspectral_peak_mb": fed["peak_mb"],
+        "transform_s": scored["wall"], "transform_peak_mb": scored["peak_mb"],
+        "plink2_approx_s": approx["wall"], "plink2_approx_peak_mb": approx["peak_mb"],
+        "plink2_exact_s": exact["wall"], "plink2_exact_peak_mb": exact["peak_mb"],
+        "bed_mb": [(data / "sites" / f"partition_{i}.bed").stat().st_size / 2**20 for i in range(4)],
+        "site_pass": {"site": largest, **site["marked"][-1], "process_peak_mb": site["peak_mb"]},
+        "exact_eigenvalues": exact["values"][: args.rank].tolist(), "noise_level": float(edge),
+        "above_noise": above,
+        "correlation_fedspectral": correlations(scores[:, : args.rank], exact["vectors"][:, : args.rank]),
+        "correlation_approx": correlations(approx["vectors"], exact["vectors"][:, : args.rank]),
+        "load": os.getloadavg(),
+    }
+    (out / "bench_plink2.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = markdown(result)
+    (out / "bench_plink2.md").write_text(table)
+    print(table)
+    return 0
+
+
+def _rounds(folder: Path) -> int:
+    """Rounds the fedspectral run made (its results' last round)."""
+    import pandas as pd
+
+    return int(pd.read_csv(folder / "results.csv")["round"].max())
+
+
+def markdown(r: dict) -> str:
+    """The benchmark's table (markdown) from its results."""
+    mb = 2**20
+    d, rank = r["variants"], r["iteration_rank"]
+    dr_mb = d * rank * 8 / mb
+    pass_ = r["site_pass"]
+    site_bed = r["bed_mb"][pass_["site"]]
+    header = (f"{r['people']:,} people x {r['variants']:,} variants (MAF >= 1 %, {100 * r['missing']:.2f} % missing "
+              f"calls), four sites of {', '.join(str(sum(s)) for s in r['sites'])} people (YRI/CEU/CHB "
+              f"{'; '.join('/'.join(map(str, s)) for s in r['sites'])}), {r['model']}, {r['segments']} segments "
+              f"of msprime; fedspectral: {r['strategy']}, scale = \"hwe\", center, rank {r['rank']} of "
+              f"iteration-rank {r['iteration_rank']}"
+              f"{', ' + str(r['local_steps']) + ' local steps' if r['strategy'] == 'fedpower' else ''}, "
+              f"{r['rounds']} rounds (stop-tol on the kept components); 2 threads each; load average "
+              f"{r['load'][0]:.1f}\n\n")
+    fed_total = r["fedspectral_s"] + r["transform_s"]
+    rows = [
+        ("fedspectral (4 sites, in-process engine)", r["fedspectral_s"], r["fedspectral_peak_mb"],
+         r["correlation_fedspectral"]),
+        ("fedspectral + transform of every site", fed_total, max(r["fedspectral_peak_mb"], r["transform_peak_mb"]),
+         r["correlation_fedspectral"]),
+        ("plink2 --pca approx (pooled)", r["plink2_approx_s"], r["plink2_approx_peak_mb"], r["correlation_approx"]),
+        ("plink2 --pca (exact, pooled)", r["plink2_exact_s"], r["plink2_exact_peak_mb"], [1.0] * r["rank"]),
+    ]
+    lines = ["| method | wall (s) | wall / plink2 approx | peak RSS of the process (MB) | "
+             + " | ".join(f"PC{j + 1} 1 - abs(r){'' if above else ' (noise)'}" for j, above in
+                          enumerate(r["above_noise"])) + " |",
+             "|---|---|---|---|" + "---|" * r["rank"]]
+    for name, wall, peak, corr in rows:
+        lines.append(f"| {name} | {wall:.1f} | {wall / r['plink2_approx_s']:.2f} | {peak:.0f} | "
+                     + " | ".join(f"{1 - c:.1e}" for c in corr) + " |")
+    fed_ok = all(1 - c <= 1e-5 for c, above in zip(r["correlation_fedspectral"], r["above_noise"]) if above)
+    footer = (f"\nOne site's pass alone (site {pass_['site']}, `.bed` {site_bed:.1f} MB; `d r` float64 = "
+              f"{dr_mb:.1f} MB): RSS {pass_['opened_mb']:.0f} MB after imports and opening the file, "
+              f"peak {pass_['peak_mb']:.0f} MB during one product `A_i Z` ({pass_['pass']:.1f} s): the pass adds "
+              f"{pass_['peak_mb'] - pass_['opened_mb']:.0f} MB (target: at most the `.bed` plus O(d r), "
+              f"{site_bed + dr_mb:.0f} MB plus the 16 MiB decoding block).\n"
+              f"Exact plink2 eigenvalues {', '.join(f'{v:.3g}' for v in r['exact_eigenvalues'])}; above the "
+              f"noise: over {NOISE_FACTOR:g} x eigenvalue {2 * r['rank']} = {r['noise_level']:.3g}. Per-PC "
+              f"|r| >= 0.99999 above the noise: "
+              f"{'yes' if fed_ok else 'no'}; wall time fedspectral / plink2 approx "
+              f"{r['fedspectral_s'] / r['plink2_approx_s']:.2f} (with transform "
+              f"{fed_total / r['plink2_approx_s']:.2f}). Simulation {r['simulation_s']:.0f} s (not timed above).\n")
+    return header + "\n".join(lines) + "\n" + footer
+
+
+if __name__ == "__main__":
+    sys.exit(main())
