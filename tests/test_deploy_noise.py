@@ -64,7 +64,7 @@ def _recording_app(folder):
     """A copy of this repository's Flower app whose ServerApp also saves what it receives (``RECORDING_SERVER``).
 
     The product is unchanged (the same ``run_server``, with the observer the in-process tests use); only the
-    copy's ``pyproject.toml`` names the recording ServerApp.
+    copy's ``pyproject.toml`` names the recording ServerApp (and ships it: ``fab-include``).
     """
     import shutil
     import subprocess
@@ -78,9 +78,10 @@ def _recording_app(folder):
             shutil.copy(APP_DIR / name, folder / name)
     (folder / "recording_server.py").write_text(RECORDING_SERVER)
     pyproject = (folder / "pyproject.toml").read_text()
-    assert 'serverapp = "server_app.app:app"' in pyproject
-    (folder / "pyproject.toml").write_text(pyproject.replace('serverapp = "server_app.app:app"',
-                                                             'serverapp = "recording_server:app"'))
+    assert 'serverapp = "server_app.app:app"' in pyproject and "fab-include = [" in pyproject
+    pyproject = pyproject.replace('serverapp = "server_app.app:app"', 'serverapp = "recording_server:app"')
+    # the app bundle holds only the files fab-include names: the recording ServerApp is one more
+    (folder / "pyproject.toml").write_text(pyproject.replace("fab-include = [", 'fab-include = ["recording_server.py", '))
     return folder
 
 
