@@ -238,10 +238,31 @@ def absolute_paths(cfg: dict) -> dict[str, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line)."""
-    parser = ArgumentParser(prog="python -m simulations.engines.flwr_run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run-config", default="", help="overrides, as for `flwr run --run-config`")
+EXAMPLES = """\
+examples:
+  {prog}
+  {prog} --run-config 'num-clients=10 num-server-rounds=5 rank=4'
+  {prog} --run-config 'dataset="mydata" num-clients=3 center=true results-dir="out"'
+  {prog} --run-config my-run.toml
+
+  (mydata holds one file per client, partition_<i>.npy or .csv; out receives rounds.csv and pca.npz)
+
+exit status: 0 the run finished, 1 it failed (Flower's final status is printed last), 2 a bad argument or
+run config (one line, before Flower starts)
+"""
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m simulations.engines.flwr_run") -> int:
+    """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line).
+
+    ``prog`` is the command's name in its usage and error lines (``fedspectral run`` from :mod:`fedspectral.cli`).
+    """
+    parser = ArgumentParser(prog=prog, description="Run the app in Flower's simulation engine (`flwr run .` offline), "
+                            "check that the run succeeded,\nand stop the local SuperLink.",
+                            epilog=EXAMPLES.format(prog=prog))
+    parser.add_argument("--run-config", default="", metavar="CONFIG",
+                        help="'key=value ...' or a TOML file: overrides of pyproject.toml's run config, as "
+                        "for `flwr run --run-config`")
     parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
     args = parser.parse_args(argv)
     try:  # the fused run config is validated (and checked against its data) before Flower starts anything
