@@ -28,14 +28,17 @@ changes made to a command, each listed with its entry as ``(documented, run)`` a
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["Block", "Entry", "ENTRIES", "documents", "bash_blocks", "small_comparison", "ROOT"]
+__all__ = ["Block", "Entry", "ENTRIES", "documents", "bash_blocks", "small_comparison", "command_path", "ROOT"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,22 @@ def _toml(meta: dict) -> str:
     for run in meta["runs"]:
         lines += ["", "[[runs]]"] + [f"{k} = {value(v)}" for k, v in run.items()]
     return "\n".join(lines) + "\n"
+
+
+def command_path(tmp_path: Path) -> str:
+    """The environment's ``bin`` for the front of ``PATH``, with a ``fedspectral`` command in ``tmp_path/shim`` before it
+    where the installed environment predates the entry point (it calls :func:`fedspectral.cli.main`, as the entry
+    point does)."""
+    bin_dir = str(Path(sys.executable).parent)
+    if shutil.which("fedspectral", path=bin_dir) is None:
+        shim = tmp_path / "shim"
+        shim.mkdir(exist_ok=True)
+        script = shim / "fedspectral"
+        script.write_text(f"#!/bin/sh\nexec '{sys.executable}' -c 'import sys; sys.argv[0] = \"fedspectral\"; "
+                          "from fedspectral.cli import main; sys.exit(main())' \"$@\"\n")
+        script.chmod(0o755)
+        bin_dir = f"{shim}{os.pathsep}{bin_dir}"
+    return bin_dir
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,9 @@ class Guide:
 
     def env(self, home: Path) -> dict[str, str]:
         env = dict(os.environ, HOME=str(home))
-        env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+        from doc_commands import command_path  # the environment's bin (and `fedspectral`); imported here: it lists this guide
+
+        env["PATH"] = command_path(self.root) + os.pathsep + env.get("PATH", "")
         return env
 
     def text(self, block: str, device: int | None = None, run_id: str = "") -> str:

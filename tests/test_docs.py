@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from doc_commands import ENTRIES, ROOT, TEST_COMMAND, bash_blocks, documents, small_comparison
+from doc_commands import ENTRIES, ROOT, TEST_COMMAND, bash_blocks, command_path, documents, small_comparison
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^ *```.*?^ *```", flags=re.M | re.S)
@@ -127,20 +127,6 @@ def test_a_broken_anchor_fails_the_site(tmp_path):
 # -- the commands, run -------------------------------------------------------------------------------------------
 
 
-def _bin_dir(tmp_path: Path) -> str:
-    """The environment's ``bin``, plus a ``fedspectral`` command where the installed environment has none yet."""
-    bin_dir = str(Path(sys.executable).parent)
-    if shutil.which("fedspectral", path=bin_dir) is None:
-        shim = tmp_path / "shim"
-        shim.mkdir()
-        script = shim / "fedspectral"
-        script.write_text(f"#!/bin/sh\nexec '{sys.executable}' -c 'import sys; sys.argv[0] = \"fedspectral\"; "
-                          "from fedspectral.cli import main; sys.exit(main())' \"$@\"\n")
-        script.chmod(0o755)
-        bin_dir = f"{shim}{os.pathsep}{bin_dir}"
-    return bin_dir
-
-
 def _script(entry, tmp_path: Path) -> str:
     text = "".join(entry.setup) + "".join(entry.blocks)
     for old, new in entry.subs:
@@ -161,7 +147,7 @@ def test_documented_commands_run(entry, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     cwd = ROOT if entry.cwd == "repo" else work
-    env = dict(os.environ, PATH=_bin_dir(tmp_path) + os.pathsep + os.environ.get("PATH", ""),
+    env = dict(os.environ, PATH=command_path(tmp_path) + os.pathsep + os.environ.get("PATH", ""),
                NO_MKDOCS_2_WARNING="1", MPLBACKEND="Agg")
     script = _script(entry, tmp_path)
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
