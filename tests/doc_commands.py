@@ -11,14 +11,15 @@ changed in a document must be changed here too, and is then run as changed. An e
 * names the test that runs them (``by``), or says why no test does (``manual``).
 
 **The substitution table.** Where a documented command is large, the test runs it smaller. These are the only
-changes made to a command, each listed with its entry as ``(documented, run)`` and each required to occur:
+changes made to a command (a ``setup`` writes input files a command reads, e.g. ``rows.npy``), each listed with its entry as ``(documented, run)`` and each required to occur:
 
 * the quick start's install (``python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/``) is left out:
   CI's ``.ci/run`` installs the environment the test runs in;
 * ``num-server-rounds=N`` becomes ``num-server-rounds=2`` (a bare ``fedspectral run`` gets
-  ``--run-config 'num-server-rounds=2'``);
+  ``--run-config 'num-server-rounds=2'``; the simulation guide's overrides get ``num-server-rounds=3``);
 * a comparison file becomes a copy cut to its first seed, at most 2 rounds (``num-server-rounds``), at most 4
-  local iterations in all (``total-iterations``) and at most 4,000 generated rows (``num-samples``), written to
+  local iterations in all (``total-iterations``), at most 4,000 generated rows (``num-samples``) and 300 generated
+  columns (``dimension``), written to
   ``$TMP`` (:func:`small_comparison`), and an ``--out`` into the repository becomes ``--out $TMP/...``;
 * the genotype benchmarks run at ``--dimension 2000 --sites 60 60 60 60``;
 * ``/tmp/fedspectral-site`` becomes ``$TMP/site``.
@@ -67,8 +68,8 @@ def bash_blocks(path: Path) -> list[Block]:
 
 
 def small_comparison(source: str | Path, folder: Path) -> Path:
-    """A copy of the comparison file ``source`` cut to its first seed, at most 2 rounds, 4 local iterations in all
-    and 4,000 generated rows, in ``folder`` (same name).
+    """A copy of the comparison file ``source`` cut to its first seed, at most 2 rounds, 4 local iterations in all,
+    4,000 generated rows and 300 generated columns, in ``folder`` (same name).
 
     Parameters
     ----------
@@ -87,7 +88,7 @@ def small_comparison(source: str | Path, folder: Path) -> Path:
 
     def cut(table: dict) -> dict:
         table = dict(table)
-        for key, most in (("num-server-rounds", 2), ("total-iterations", 4), ("num-samples", 4000)):
+        for key, most in (("num-server-rounds", 2), ("total-iterations", 4), ("num-samples", 4000), ("dimension", 300)):
             if isinstance(table.get(key), int) and table[key] > most:
                 table[key] = most
         return table
@@ -184,15 +185,18 @@ ENTRIES: tuple[Entry, ...] = (
                 ("fedspectral run\n", "fedspectral run --run-config 'num-server-rounds=2'\n"))),
     Entry("quick start: the tests", (TEST_COMMAND,), by=".ci/run (CI runs the README's test command; "
           "test_docs.py::test_ci_runs_the_readmes_test_command)"),
-    Entry("the main job (simulation guide)", ("fedspectral run\n",), marks=("ray",),
-          subs=(("fedspectral run\n", "fedspectral run --run-config 'num-server-rounds=2'\n"),)),
+    Entry("the main job (simulation guide)", ("fedspectral run\n",),
+          by="tests/test_docs.py::test_documented_commands_run[quick start: the main job] (the same command, "
+             "after the install)"),
     Entry("README: block Krylov on digits",
           ("fedspectral run --run-config 'strategy=\"krylov\" dataset=\"digits\" rank=3 iteration-rank=3 "
            "num-server-rounds=20'\n",), marks=("ray",), subs=(TWO_ROUNDS,)),
     Entry("simulation guide: overrides",
           ("fedspectral run --run-config 'local-steps=4 epsilon=10.0 row-normalize=true clients-per-round=6'\n"
            "fedspectral run --run-config 'dataset=\"digits\" partitioner=\"label\" rank=3 iteration-rank=3'\n",),
-          marks=("ray",), subs=(("'\n", " num-server-rounds=2'\n"),)),
+          # 3 rounds: with 2, the first run ends finished:failed under Ray with no ServerApp log line (in-process it
+          # completes); reported, not yet understood
+          marks=("ray",), subs=(("'\n", " num-server-rounds=3'\n"),)),
     Entry("plain flwr run", (
         "export PATH=$PWD/.venv/bin:$PATH FLWR_HOME=$PWD/.flwr \\\n"
         "       FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1\n"
@@ -211,7 +215,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("own data: files, a run, the scores",
           (MAKE_DATA, OWN_RUN, "fedspectral transform --model out/pca.npz --data mydata/partition_0.npy "
            "--out scores_0.npy\n", "fedspectral transform --model out/pca.npz --data rows.npy --out scores.npy\n"),
-          setup=("cp mydata/partition_1.npy rows.npy\n",), marks=("ray",), subs=(TWO_ROUNDS,),
+          setup=("python -c \"import numpy as np; np.save('rows.npy', np.random.default_rng(1).normal(size=(5, 13)))\"\n",),
+          marks=("ray",), subs=(TWO_ROUNDS,),
           expect=("out/pca.npz", "scores_0.npy", "scores.npy")),
     Entry("own data on SuperNodes", (OWN_DEPLOY,), setup=(MAKE_DATA,), marks=("deploy",), subs=(TWO_ROUNDS,),
           expect=("deployment/pca.npz",)),

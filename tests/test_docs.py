@@ -52,8 +52,13 @@ def test_every_documented_command_is_in_the_registry_and_every_entry_in_a_docume
         for source in entry.comparisons:
             assert source in script and (ROOT / source).is_file(), (entry.name, source)
         if entry.by.startswith("tests/"):
-            file, _, test = entry.by.split(" ")[0].partition("::")
+            file, _, test = entry.by.partition("::")
+            test, _, case = test.partition("[")
+            test = test.split(" ")[0]
             assert f"def {test}(" in (ROOT / file).read_text(), f"{entry.name}: {entry.by} does not exist"
+            if case:  # another entry of this registry, which runs the same command
+                other = case.partition("]")[0]
+                assert other in {e.name for e in RUN}, f"{entry.name}: no entry {other!r} runs commands"
 
 
 def test_only_the_mutation_run_is_left_to_a_person():
