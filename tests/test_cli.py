@@ -176,4 +176,24 @@ def test_fedspectral_run_runs_the_app_in_the_simulation_engine(bin_dir, tmp_path
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.rstrip().endswith("flwr run status: finished:completed")
     assert pd.read_csv(tmp_path / "out" / "rounds.csv")["round"].tolist() == [0, 1, 2]  # the start and 2 rounds
+    assert "Federation `@none/default` (3 simulated SuperNodes)" in done.stdout  # what Flower ran
+    assert "changed from 10 to 2" not in done.stdout and "flwr federation simulation-config" not in done.stdout
     assert not superlink_running()
+
+
+def test_the_run_log_leaves_out_flowers_warning_about_the_default_federation_size(capsys):
+    """flwr 1.42's simulation process logs "default simulated SuperNodes changed from 10 to 2" and how to resize
+    the federation on every run, also when 10 were asked for; the wrapper echoes every other line."""
+    from simulations.engines.flwr_run import stream_run
+
+    logged = ["\x1b[92mINFO \x1b[0m:      Starting Flower Simulation",
+              "\x1b[93mWARNING \x1b[0m:   Since flwr 1.32, default simulated SuperNodes changed from 10 to 2.",
+              "\x1b[92mINFO \x1b[0m:      Federation `@none/default` (10 simulated SuperNodes)",
+              "\x1b[92mINFO \x1b[0m:      To change federation size, use the following command:",
+              "\x1b[92mINFO \x1b[0m:      \tflwr federation simulation-config @none/default <superlink> --num-supernodes <N>",
+              "Successfully started run 42",
+              "a ServerApp line that mentions 2 SuperNodes"]
+    program = f"import sys; sys.stdout.write({chr(10).join(logged) + chr(10)!r})"
+    assert stream_run([sys.executable, "-c", program], dict(os.environ)) == "42"
+    echoed = capsys.readouterr().out.splitlines()
+    assert echoed == [logged[0], logged[2], logged[5], logged[6]]
