@@ -17,7 +17,6 @@ written to a temporary file of mode 600 that is renamed into place once complete
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -28,14 +27,32 @@ from fl_strategies.kernels.rows import BedVariants
 from fl_strategies.files.pca import load_model, transform
 from fl_strategies.files.plain_files import refuse_overwrite, write_file
 from fl_strategies.files.plink_outputs import draw_ancestry, eigenvec_text, plink2_eigenvectors
+from fl_strategies.settings.command_line import ArgumentParser
 from fl_strategies.files.variants import as_variants, read_fam
 
 __all__ = ["main", "transform"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: exit 0 with the scores written, 2 with one line naming the argument at fault."""
-    parser = argparse.ArgumentParser(prog="python -m client_app.transform", description=__doc__.split("\n\n")[0])
+EXAMPLES = """\
+examples:
+  {prog} --model out/pca.npz --data mydata/partition_0.npy --out scores_0.npy
+  {prog} --model out/pca.npz --data site.bed --out site.eigenvec
+
+  (scores: ((X - mean) / scale) @ components.T, as scikit-learn's PCA.transform; a .eigenvec gets plink2's
+  layout and scale, with a picture site.eigenvec.png beside it)
+
+exit status: 0 the scores are written, 2 a bad argument, model or data file (one line, nothing written)
+"""
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m client_app.transform") -> int:
+    """Command line: exit 0 with the scores written, 2 with one line naming the argument at fault.
+
+    ``prog`` is the command's name in its usage and error lines (``fedspectral transform`` from
+    :mod:`fedspectral.cli`).
+    """
+    parser = ArgumentParser(prog=prog, description="Apply a run's PCA model to rows on this node (the rows never "
+                            "leave it).", epilog=EXAMPLES.format(prog=prog))
     parser.add_argument("--model", required=True, help="the run's pca.npz")
     parser.add_argument("--data", required=True, help="a .npy/.csv/.npz/.bed file of rows (samples) on this node")
     parser.add_argument("--out", required=True, help="where to write the scores (.npy; a new file, mode 600), or "
@@ -71,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             out = write_file(args.out, lambda handle: np.save(handle, scores, allow_pickle=False), private=True)
     except (ValueError, OSError) as ex:
-        print(f"error: {ex}", file=sys.stderr)
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
     print(f"{scores.shape[0]} rows -> {scores.shape[1]} components: {out}")
     return 0

@@ -41,7 +41,7 @@ def _refused(tmp_path, capsys, text, fragment, line=None, extra=()):
     assert time.monotonic() - start < 10
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert err.startswith(f"error: {f}:" + (f"{line}:" if line else "")), err
+    assert err.startswith(f"python -m simulations.compare: error: {f}:" + (f"{line}:" if line else "")), err
     assert fragment in err, err
     assert not out.exists()
     return err
@@ -107,7 +107,7 @@ def test_out_naming_a_file_is_refused(tmp_path, capsys):
     target.write_text("keep me")
     assert main([str(f), "--out", str(target)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"error: --out {target}: is a file, not a directory"
+    assert err == f"python -m simulations.compare: error: --out {target}: is a file, not a directory"
     assert target.read_text() == "keep me"
 
 
@@ -220,7 +220,7 @@ def test_a_second_process_on_the_same_out_is_refused_at_once(tmp_path, capsys):
         assert main([str(config), "--out", str(out)]) == 2
         assert time.monotonic() - start < 10
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: --out {out} is in use by another compare process (pid {os.getpid()})")
+    assert err.startswith(f"python -m simulations.compare: error: --out {out} is in use by another compare process (pid {os.getpid()})")
     assert main([str(config), "--out", str(out)]) == 0  # released
     _complete_results(out, 3)
 

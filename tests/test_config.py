@@ -101,23 +101,23 @@ def test_the_server_logs_every_fixed_setting_at_start(caplog):
                     "'decayed'), alignment = 'none' (run config: 'opt')")
 
 
-def test_readme_documents_every_key():
-    """The README's table is `python -m fl_strategies.settings.config` with the pyproject defaults."""
-    from fl_strategies.settings.config import keys_markdown
+def test_the_run_config_reference_documents_every_key():
+    """docs/reference/run-config.md is what `python -m fl_strategies.settings.reference` generates: a key added
+    (or a default, a range, a reader changed) without regenerating the page fails here."""
+    from fl_strategies.settings.reference import PAGE, pyproject_defaults, run_config_page
 
-    defaults = tomllib.loads((APP_DIR / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    table = keys_markdown(defaults)
-    assert table in (APP_DIR / "README.md").read_text()
-    assert all(f"| `{key}` |" in table for key in KEYS)
+    page = run_config_page(pyproject_defaults())
+    assert PAGE.read_text() == page, "regenerate it: python -m fl_strategies.settings.reference --write"
+    assert all(f"| `{key}` |" in page for key in KEYS)
 
 
 def test_readme_names_every_key_that_may_change_on_resume():
-    """The checkpoint section lists, by name, exactly the keys declared ``harmless_on_resume``."""
+    """The checkpoint guide lists, by name, exactly the keys declared ``harmless_on_resume``."""
     import re
 
     from fl_strategies.settings.config import RESUME_HARMLESS
 
-    text = (APP_DIR / "README.md").read_text()
+    text = (APP_DIR / "docs" / "checkpoints-and-faults.md").read_text()
     bullet = text[text.index("* **Same run config.**"):]
     bullet = bullet[:bullet.index("may differ from the checkpointed run")]
     named = set(re.findall(r"`([a-z-]+)`", bullet)) - {"harmless_on_resume"}

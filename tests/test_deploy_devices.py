@@ -1,4 +1,4 @@
-"""The README's device guide ("On real devices, step by step"), run as typed on loopback.
+"""The device guide (docs/deployment.md, "On real devices, step by step"), run as typed on loopback.
 
 Every fenced ``bash`` block of that section is run in order, by ``bash``, with only these substitutions: the
 SuperLink's address ``superlink.example.org:9091`` and ``--port 9091`` become a free loopback port, ``--host
@@ -36,17 +36,18 @@ from fl_strategies.files.pca import load_model
 from fl_strategies.kernels.linalg import subspace_distance
 from simulations.engines import APP_DIR
 
-README = APP_DIR / "README.md"
-SECTION = "### On real devices, step by step"
+GUIDE = APP_DIR / "docs" / "deployment.md"
+SECTION = "## On real devices, step by step"
 NODES = 3
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def guide_blocks(text: str | None = None) -> list[str]:
-    """The fenced ``bash`` blocks of the README's device guide, in order, without their indentation."""
-    text = README.read_text() if text is None else text
+    """The fenced ``bash`` blocks of the device guide, in order, without their indentation."""
+    text = GUIDE.read_text() if text is None else text
     start = text.index(SECTION)
-    end = text.index("\n### ", start + len(SECTION))
+    end = text.find("\n## ", start + len(SECTION))
+    end = len(text) if end < 0 else end
     blocks = []
     for match in re.finditer(r"^( *)```bash\n(.*?)^\1```", text[start:end], flags=re.M | re.S):
         indent = len(match.group(1))
@@ -77,7 +78,9 @@ class Guide:
 
     def env(self, home: Path) -> dict[str, str]:
         env = dict(os.environ, HOME=str(home))
-        env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+        from doc_commands import command_path  # the environment's bin (and `fedspectral`); imported here: it lists this guide
+
+        env["PATH"] = command_path(self.root) + os.pathsep + env.get("PATH", "")
         return env
 
     def text(self, block: str, device: int | None = None, run_id: str = "") -> str:
@@ -156,7 +159,7 @@ class Guide:
     def freeze_idle_nodes(self) -> None:
         """SIGSTOP the SuperNodes at a moment when none is inside a reply.
 
-        A SuperNode whose run is lost while it computes a reply can hang on the next run (see the README's
+        A SuperNode whose run is lost while it computes a reply can hang on the next run (see the guide's
         table of stuck states); the fault under test is the server's crash, so it comes between two replies.
         """
         from test_deploy import _idle
@@ -211,7 +214,7 @@ def test_the_guide_has_the_commands_this_test_runs():
     blocks = guide_blocks()
     assert len(blocks) == 10, [b.splitlines()[0] for b in blocks]
     assert "FEDSPECTRAL_HOME=" in blocks[0] and "FLWR_HOME=" in blocks[0]
-    assert blocks[1].startswith("python -m simulations.engines.credentials")
+    assert blocks[1].startswith("fedspectral credentials")
     assert blocks[2].startswith("flower-superlink") and "--database" in blocks[2] and "--port 9091" in blocks[2]
     assert "[superlink.fedspectral]" in blocks[3] and "superlink.example.org:9091" in blocks[3]
     assert "flwr supernode register" in blocks[4]

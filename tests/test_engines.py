@@ -51,7 +51,7 @@ def test_ray_engine_runs_secagg_rounds_like_the_local_engine(tmp_path):
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_flwr_run_wrapper_runs_the_app_and_reports_failure(flower_processes):
-    """The README's main command: `flwr run .` offline, with the run's status as the exit code.
+    """The README's main command (`fedspectral run`): `flwr run .` offline, with the run's status as the exit code.
 
     Flower's local SuperLink listens on the free port that the ``flower_processes`` fixture (conftest) put in
     ``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``, not on 39091, so a concurrent test run elsewhere does not meet it."""
@@ -101,8 +101,8 @@ def _stop_local_superlink(flwr_home) -> None:
 @pytest.mark.ray
 @pytest.mark.timeout(400)
 def test_plain_flwr_run_in_a_fresh_copy_finishes_and_says_so(tmp_path):
-    """The README's plain `flwr run .` (no wrapper; only the offline environment variables) in a fresh copy of the
-    repository: the run finishes, its log ends with the run's status, and the server named its results path.
+    """The simulation guide's plain `flwr run .` (docs/simulation.md; no wrapper, only the offline environment
+    variables) in a fresh copy of the repository: the run finishes, its log ends with the run's status, and the server named its results path.
 
     Ports: the local SuperLink that ``flwr run`` starts takes its port from Flower's own variables
     ``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT`` (default 39091) and ``FLWR_LOCAL_CONTROL_API_PORT`` (39093; only

@@ -17,7 +17,8 @@ def _requirement_name(requirement: str) -> str:
 
 
 def test_the_flower_version_the_readme_names_is_the_installed_one():
-    text = (ROOT / "README.md").read_text()
+    """Every Flower version the README and the guides name (``Flower 1.42``, ``flwr 1.41``) is the installed one."""
+    text = "\n".join(path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
     named = set(re.findall(r"\b(?:Flower|flwr) (\d+\.\d+(?:\.\d+)?)\b", text))
     installed = version("flwr")
     assert named, "the README names no Flower version"

@@ -77,7 +77,7 @@ def test_transform_refuses_rows_of_another_width(tmp_path, capsys):
     assert main(["--model", str(tmp_path / "out" / "pca.npz"), "--data", str(tmp_path / "wide.npy"),
                  "--out", str(tmp_path / "s.npy")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: --data") and f"needs {D} columns" in err and "\n" not in err
+    assert err.startswith("python -m client_app.transform: error: --data") and f"needs {D} columns" in err and "\n" not in err
     assert main(["--model", str(tmp_path / "wide.npy"), "--data", str(tmp_path / "wide.npy"),
                  "--out", str(tmp_path / "s.npy")]) == 2
 
@@ -287,5 +287,5 @@ def test_transform_refuses_a_model_with_a_non_finite_or_misshaped_field(tmp_path
     np.save(tmp_path / "rows.npy", np.ones((3, D)))
     assert _transform(tmp_path, tmp_path / "bad.npz", tmp_path / "rows.npy", tmp_path / "s.npy") == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: --model") and key in err and "\n" not in err, err
+    assert err.startswith("python -m client_app.transform: error: --model") and key in err and "\n" not in err, err
     assert not (tmp_path / "s.npy").exists()

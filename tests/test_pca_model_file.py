@@ -253,7 +253,7 @@ def _write(tmp_path, fields: dict):
 
 
 def test_a_one_component_model_of_one_sample_loads(tmp_path):
-    """``k = 1`` and ``n_samples = 1`` make a model (README: ``n_samples`` a positive count)."""
+    """``k = 1`` and ``n_samples = 1`` make a model (docs/bad-input.md: ``n_samples`` a positive count)."""
     fields = _fields(tmp_path)
     for key in ("explained_variance", "explained_variance_ratio", "singular_values"):
         fields[key] = fields[key][:1]

@@ -167,7 +167,7 @@ def test_compare_keeps_foreign_files_and_refuses_a_name_it_would_replace(tmp_pat
 
 
 def test_every_committed_comparison_records_its_outputs():
-    """The README's reproduction commands write into committed folders: each lists what compare wrote there."""
+    """The reproduction commands (the experiments' READMEs, docs/) write into committed folders: each lists what compare wrote there."""
     from simulations.compare.cli import MANIFEST, ComparisonError, load_comparison, output_names
 
     root = Path(__file__).resolve().parents[1]

@@ -167,7 +167,7 @@ def test_compare_refuses_a_checkpoint_dir_it_cannot_create(tmp_path, capsys):
     config.write_text(f'[[runs]]\nname = "a"\nstrategy = "power"\ncheckpoint-dir = "{tmp_path / "file" / "ck"}"\n')
     assert main([str(config), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith(f"error: {config}:1: run 'a': checkpoint-dir = "), err
+    assert len(err.splitlines()) == 1 and err.startswith(f"python -m simulations.compare: error: {config}:1: run 'a': checkpoint-dir = "), err
     assert "is not a writable directory" in err
     assert not (tmp_path / "o").exists()
 

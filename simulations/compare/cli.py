@@ -743,17 +743,43 @@ def report_only(config: str | Path, out: str | Path) -> pd.DataFrame:
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
+EXAMPLES = """\
+examples:
+  {prog} simulations/experiments/fedpower/fedpower_model1.toml --out results/fedpower_model1
+  {prog} my-comparison.toml --out results/mine --engine ray
+  {prog} my-comparison.toml --out results/mine --report-only
+
+  a comparison file (TOML): [defaults] holds run-config keys, each [[runs]] a name, a strategy and overrides:
+
+    seeds = [0, 1]
+    [defaults]
+    dataset = "fedpower-model1"
+    num-clients = 10
+    [[runs]]
+    name = "fedpower"
+    strategy = "fedpower"
+
+  writes OUT/results.csv, OUT/summary.md, OUT/<metric>.png and OUT/estimates/
+
+exit status: 0 every run finished, 1 a run failed (kept in the results, marked FAILED), 2 a bad file or
+argument (one line file:line: message, nothing run), 130 interrupted (earlier results unchanged)
+"""
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m simulations.compare") -> int:
     """Command-line entry point: exit 0 on success, 2 on a bad file or argument (one line), 1 if a run failed.
 
     A run that failed (``fedspectral: run FAILED: ...``, e.g. no reply accepted in any round) is kept in the
-    results, marked FAILED in ``summary.md`` and named on stderr; the exit status is then 1.
+    results, marked FAILED in ``summary.md`` and named on stderr; the exit status is then 1. ``prog`` is the
+    command's name in its usage and error lines (``fedspectral compare`` from :mod:`fedspectral.cli`).
     """
-    parser = ArgumentParser(prog="python -m simulations.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("config", help="comparison file (TOML)")
+    parser = ArgumentParser(prog=prog, description="Run the runs of a comparison file (strategies, settings, "
+                            "seeds) and write a results table,\na summary and plots.",
+                            epilog=EXAMPLES.format(prog=prog))
+    parser.add_argument("config", metavar="CONFIG.toml", help="comparison file (TOML)")
     parser.add_argument("--engine", choices=("local", "ray"), default="local",
                         help="local: in-process (default); ray: Flower's Ray simulation engine")
-    parser.add_argument("--out", default="results", help="output directory (default: results)")
+    parser.add_argument("--out", default="results", metavar="DIR", help="output directory (default: results)")
     parser.add_argument("--verbose", action="store_true", help="show Flower's per-round log")
     parser.add_argument("--report-only", action="store_true",
                         help="do not run anything: rewrite summary.md and the plot from OUT/results.csv")
@@ -768,13 +794,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             results = run_comparison(args.config, engine=args.engine, out=args.out)
     except (ComparisonError, ConfigError) as ex:
-        print(f"error: {ex}", file=sys.stderr)
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"interrupted: the earlier results in {args.out} are unchanged", file=sys.stderr)
+        print(f"{prog}: interrupted: the earlier results in {args.out} are unchanged", file=sys.stderr)
         return 130
     except (RuntimeError, OSError) as ex:
-        print(f"error: {ex}; the earlier results in {args.out} are unchanged", file=sys.stderr)
+        print(f"{prog}: error: {ex}; the earlier results in {args.out} are unchanged", file=sys.stderr)
         return 1
     print((Path(args.out) / "summary.md").read_text())
     print(f"{len(results)} rows written to {Path(args.out) / 'results.csv'}")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+
+from fl_strategies.settings.command_line import ArgumentParser  # noqa: F401  (one line per bad argument)
 
 APP_DIR = Path(__file__).resolve().parents[2]
 """The project directory (holds ``pyproject.toml`` with the default run config)."""
@@ -49,13 +50,6 @@ def engine_directory(run_config: dict, partition_of: dict[int, int]):
 def listed(names: list[str], most: int = 6) -> str:
     """``names`` for a one-line message: the first ``most`` of them, then how many more."""
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose refusal of a bad argument is one line (``prog: error: argument ...``)."""
-
-    def error(self, message: str):  # noqa: D102
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 class ArgumentError(ValueError):

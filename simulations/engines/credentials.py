@@ -145,12 +145,30 @@ MAX_NODES = 10_000
 """Most SuperNode key pairs written in one call."""
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point (2: a bad argument, one line)."""
+EXAMPLES = """\
+examples:
+  {prog} "$FEDSPECTRAL_HOME/creds" --nodes 3 --host superlink.example.org
+  {prog} "$FEDSPECTRAL_HOME/creds" --nodes 3 --rotate
+
+  (writes ca.crt, ca.key, server.pem, server.key and node_<i> / node_<i>.pub; a DIR inside a git working
+  copy that does not ignore it is refused, and so is one that already holds them, unless --rotate)
+
+exit status: 0 written, 2 a bad argument or directory (one line, nothing written)
+"""
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m simulations.engines.credentials") -> int:
+    """Command-line entry point (2: a bad argument, one line).
+
+    ``prog`` is the command's name in its usage and error lines (``fedspectral credentials`` from
+    :mod:`fedspectral.cli`).
+    """
     from simulations.engines import ArgumentParser, listed
 
-    parser = ArgumentParser(prog="python -m simulations.engines.credentials", description=__doc__.split("\n\n")[0])
-    parser.add_argument("directory")
+    parser = ArgumentParser(prog=prog, description="Write the certificates of a TLS deployment (a CA, the "
+                            "SuperLink's certificate)\nand SuperNode authentication keys.",
+                            epilog=EXAMPLES.format(prog=prog))
+    parser.add_argument("directory", metavar="DIR", help="where the files go (created mode 700)")
     parser.add_argument("--nodes", type=int, default=0, help="number of SuperNode key pairs to write")
     parser.add_argument("--host", action="append", default=[], help="extra name or IP of the SuperLink")
     parser.add_argument("--rotate", action="store_true",

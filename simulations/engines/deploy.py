@@ -500,19 +500,40 @@ class LocalDeployment:
         self.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line)."""
-    parser = ArgumentParser(prog="python -m simulations.engines.deploy", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run-config", default="", help="overrides, as for `flwr run --run-config`")
+EXAMPLES = """\
+examples:
+  {prog} --run-config 'num-clients=3 num-server-rounds=5' --out results/deployment
+  {prog} --data-dir mydata --out deployment \\
+      --run-config 'dataset="nodes" num-clients=3 center=true rank=3 iteration-rank=4'
+  {prog} --secure --run-config 'num-clients=3' --out results/secure
+
+  (mydata holds one file per SuperNode, partition_<i>.npy or .csv; it never leaves its SuperNode)
+
+exit status: 0 the run finished, 1 it failed (its status and where the results went are printed last), 2 a
+bad argument, node file or run config (one line, before any process starts)
+"""
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m simulations.engines.deploy") -> int:
+    """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line).
+
+    ``prog`` is the command's name in its usage and error lines (``fedspectral deploy`` from
+    :mod:`fedspectral.cli`).
+    """
+    parser = ArgumentParser(prog=prog, description="Run the app on one SuperLink and one SuperNode per client, "
+                            "separate processes on this machine,\neach SuperNode reading its own data file.",
+                            epilog=EXAMPLES.format(prog=prog))
+    parser.add_argument("--run-config", default="", metavar="CONFIG", help="'key=value ...' or a TOML file: "
+                        "overrides of pyproject.toml's run config, as for `flwr run --run-config`")
     parser.add_argument("--out", default="results/deployment", help="results, logs, node files and credentials; "
                         "one that holds an earlier deployment's files is refused unless --force, one that holds "
                         "files no deployment wrote there is refused")
     parser.add_argument("--force", action="store_true", help="replace what an earlier deployment wrote in --out "
                         "(recorded in OUT/.deploy-outputs.json; the run config's overwrite = true)")
-    parser.add_argument("--data-dir", default="", help="existing node files partition_<i>.npy or "
+    parser.add_argument("--data-dir", default="", metavar="DIR", help="existing node files partition_<i>.npy or "
                         "partition_<i>.csv (default: write the partitions of the configured data set to "
                         "OUT/node-data)")
-    parser.add_argument("--noise-secret-dir", default="", help="keep node i's noise secret in "
+    parser.add_argument("--noise-secret-dir", default="", metavar="DIR", help="keep node i's noise secret in "
                         "DIR/partition_<i>.secret (node config noise-secret; created mode 600 at the first noisy "
                         "release, reused by later runs: a private run can then be resumed)")
     parser.add_argument("--port", type=int, default=0, help="the SuperLink's port (default: a free one); the "

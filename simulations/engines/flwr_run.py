@@ -10,7 +10,8 @@ wrong on a machine without internet; this wrapper does them:
 * it validates the run config (and checks it against its data) before
   Flower starts, so a bad value is one line, not a failed run;
 * it asks for as many simulated SuperNodes as the run config has clients
-  (Flower's default is 2);
+  (Flower's default is 2), and leaves out Flower's warning that the default changed from 10 to 2, which
+  flwr 1.42 prints whatever was asked (:data:`MISLEADING_LINES`);
 * it makes relative paths (``results-dir``, ``checkpoint-dir``, a ``dataset``
   or ``server-data`` file, an ``init-from`` model) absolute against the directory it is run from
   (Flower's processes would resolve them against the SuperLink's);
@@ -191,8 +192,21 @@ def run_status(run_id: str, env: dict[str, str], wait: float = 30.0, connection:
     return status
 
 
+MISLEADING_LINES = re.compile(r"Since flwr 1\.32, default simulated SuperNodes changed from 10 to 2\."
+                              r"|To change federation size, use the following command:"
+                              r"|\sflwr federation simulation-config \S+ <superlink> --num-supernodes <N>")
+"""Lines of Flower's simulation process (``flwr/simulation/app.py`` of flwr 1.42) that :func:`stream_run` drops.
+
+Flower logs them at the start of every simulation whatever its size, also when ``--federation-config
+num-supernodes=N`` asked for ``N``: the warning reads as if 2 SuperNodes ran, and the hint names a command this
+wrapper makes unnecessary (it asks for ``num-clients`` SuperNodes). The line that follows them in the log,
+``Federation `...` (N simulated SuperNodes)``, is kept: it states how many ran."""
+
+
 def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
     """Run a ``flwr run ... --stream`` command, echo its output, and return the run id it started.
+
+    Flower's misleading lines about the federation's size (:data:`MISLEADING_LINES`) are not echoed.
 
     Interrupted (Ctrl-C, a test's timeout, any exception), the ``flwr run`` process is ended before the
     exception goes on: a run that hangs (e.g. a crashed Ray worker in the simulation) never blocks its caller,
@@ -202,7 +216,8 @@ def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
     proc = subprocess.Popen(cmd, env=env, cwd=APP_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in proc.stdout:
-            sys.stdout.write(line)
+            if not MISLEADING_LINES.search(line):
+                sys.stdout.write(line)
             match = re.search(r"Successfully started run (\d+)", line)
             run_id = match.group(1) if match else run_id
         proc.wait()
@@ -238,10 +253,31 @@ def absolute_paths(cfg: dict) -> dict[str, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line)."""
-    parser = ArgumentParser(prog="python -m simulations.engines.flwr_run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run-config", default="", help="overrides, as for `flwr run --run-config`")
+EXAMPLES = """\
+examples:
+  {prog}
+  {prog} --run-config 'num-clients=10 num-server-rounds=5 rank=4'
+  {prog} --run-config 'dataset="mydata" num-clients=3 center=true results-dir="out"'
+  {prog} --run-config my-run.toml
+
+  (mydata holds one file per client, partition_<i>.npy or .csv; out receives rounds.csv and pca.npz)
+
+exit status: 0 the run finished, 1 it failed (Flower's final status is printed last), 2 a bad argument or
+run config (one line, before Flower starts)
+"""
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m simulations.engines.flwr_run") -> int:
+    """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line).
+
+    ``prog`` is the command's name in its usage and error lines (``fedspectral run`` from :mod:`fedspectral.cli`).
+    """
+    parser = ArgumentParser(prog=prog, description="Run the app in Flower's simulation engine (`flwr run .` offline), "
+                            "check that the run succeeded,\nand stop the local SuperLink.",
+                            epilog=EXAMPLES.format(prog=prog))
+    parser.add_argument("--run-config", default="", metavar="CONFIG",
+                        help="'key=value ...' or a TOML file: overrides of pyproject.toml's run config, as "
+                        "for `flwr run --run-config`")
     parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
     args = parser.parse_args(argv)
     try:  # the fused run config is validated (and checked against its data) before Flower starts anything
