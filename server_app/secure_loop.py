@@ -1,5 +1,5 @@
 """The rounds of a strategy whose fit rounds run Flower's SecAgg+ protocol (``dp-power`` with ``dp-channel = secagg``,
-``covariance``, ``power`` and ``ssi`` with ``secure-aggregation``).
+``covariance``, ``power``, ``ssi``, ``fedpower``, ``localpower`` and ``krylov`` with ``secure-aggregation``).
 
 Flower's ``SecAggPlusWorkflow`` works only inside its legacy ``DefaultWorkflow`` stack (a ``LegacyContext``).
 ``DefaultWorkflow`` always runs every round; this loop is the same sequence (initial parameters and evaluation,

@@ -29,7 +29,9 @@ before round 1). A round in
 which a client fails or its reply is rejected is repeated: its block is broadcast again and the estimate kept.
 The stopping rule (``stop-tol``) needs no client report: ``F = n * (sum of the Ritz values)`` is
 ``tr(Z^T M^T M Z)`` of the round's estimate, and the run stops, keeping that estimate, once
-``|F_k - F_{k-1}| <= stop-tol * F_k``. No privacy noise (the Krylov relation needs exact products).
+``|F_k - F_{k-1}| <= stop-tol * F_k``. No privacy noise (the Krylov relation needs exact products); with
+``secure-aggregation = true`` the sums go through SecAgg+ as exact limbs
+(:mod:`fl_strategies.protocol.strategies.secure_krylov`: :meth:`KrylovStrategy.extend` from each round's sum).
 Checkpoints hold the basis, its products and the next block (:meth:`KrylovStrategy.state_dict`).
 """
 

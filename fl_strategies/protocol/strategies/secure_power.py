@@ -73,7 +73,8 @@ SECAGG_CLIENTS = "secagg-clients"
 class SecurePowerStrategy(FedPowerStrategy):
     """:class:`FedPowerStrategy` for ``power``, ``ssi``, ``fedpower`` and ``localpower``; with
     ``secure-aggregation = true`` every sum goes through SecAgg+ as exact fixed-point limbs (module docstring).
-    Without it, the plain strategy unchanged."""
+    Without it, the plain strategy unchanged. ``krylov`` is this machinery with the Krylov step from each round's sum
+    (:class:`~fl_strategies.protocol.strategies.secure_krylov.SecureKrylovStrategy`, :meth:`advance_from_sum`)."""
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
