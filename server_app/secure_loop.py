@@ -23,7 +23,6 @@ import logging
 import timeit
 
 from flwr.common import ConfigRecord, Context
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key as SecAggKey, Stage
 from flwr.server import Grid, LegacyContext, ServerConfig
 from flwr.server.workflow import SecAggPlusWorkflow
 
@@ -31,6 +30,9 @@ from fl_strategies.protocol.server_loop import log_round_cost
 from fl_strategies.protocol.strategies.dp_power import QUANTIZATION_RANGE, num_shares
 from fl_strategies.protocol.flower_compat import (
     MAIN_CONFIGS_RECORD,
+    RECORD_KEY_CONFIGS,
+    SecAggKey,
+    SecAggStage,
     WorkflowKey as Key,
     default_centralized_evaluation_workflow,
     default_init_params_workflow,
@@ -74,7 +76,7 @@ class StageTimer:
         """The timing of :func:`~fl_strategies.protocol.server_loop.log_round_cost` for the stages since the last
         call: ``stages`` and, as ``replies``, the replies that carried the masked uploads; then starts afresh."""
         stages, self.stages = self.stages, []
-        uploads = sum(replies for name, _, replies in stages if name == Stage.COLLECT_MASKED_VECTORS)
+        uploads = sum(replies for name, _, replies in stages if name == SecAggStage.COLLECT_MASKED_VECTORS)
         return {"stages": stages, "replies": uploads}
 
 
