@@ -14,10 +14,7 @@ After every round 1, 2, ... it logs where the round's seconds went, as the plain
 round's SecAgg+ stages (:class:`StageTimer`), the replies of the stage that collects the masked uploads, the
 server's own time (the rest: SecAgg+'s unmasking, the aggregation, the evaluation), and each stage's wait and
 replies, e.g. ``round 3: waited 0.41 s for 4 replies, server 0.02 s (stages: setup 0.10 s for 4, share_keys
-0.12 s for 4, collect_masked_vectors 0.15 s for 4, unmask 0.04 s for 4)``. Every stage's exchange pulls the
-replies as a plain round's does (:func:`fl_strategies.protocol.round_exchange.send_and_receive`): a SuperLink every
-0.2 s rather than after Flower's 3 s pauses, which a SecAgg+ exchange of four stages would otherwise pay up to four
-times.
+0.12 s for 4, collect_masked_vectors 0.15 s for 4, unmask 0.04 s for 4)``.
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ from flwr.common import ConfigRecord, Context
 from flwr.server import Grid, LegacyContext, ServerConfig
 from flwr.server.workflow import SecAggPlusWorkflow
 
-from fl_strategies.protocol.round_exchange import send_and_receive
 from fl_strategies.protocol.server_loop import log_round_cost
 from fl_strategies.protocol.strategies.dp_power import QUANTIZATION_RANGE, num_shares
 from fl_strategies.protocol.flower_compat import (
@@ -49,10 +45,9 @@ __all__ = ["run_secure_aggregation", "secagg_ranges", "StageTimer"]
 
 
 class StageTimer:
-    """A grid that times its exchanges: ``send_and_receive`` as the plain rounds' (
-    :func:`fl_strategies.protocol.round_exchange.send_and_receive`: a SuperLink is pulled every 0.2 s, not after
-    Flower's 3 s pauses), plus, per call (one SecAgg+ stage), the stage's name, the seconds it waited and its
-    replies (messages without an error) in ``stages``. Everything else is the wrapped grid's.
+    """A grid that times its exchanges: ``send_and_receive`` as the wrapped grid's, plus, per call (one SecAgg+
+    stage), the stage's name, the seconds it waited and its replies (messages without an error) in ``stages``.
+    Everything else is the wrapped grid's.
 
     Parameters
     ----------
@@ -67,12 +62,12 @@ class StageTimer:
         return getattr(self.grid, name)
 
     def send_and_receive(self, messages, *, timeout: float | None = None) -> list:
-        """The replies to ``messages`` that arrived before ``timeout`` (all with ``None``), timed."""
+        """The wrapped grid's ``send_and_receive``, timed; the replies as a list."""
         messages = list(messages)
         stage, began = _stage_of(messages), timeit.default_timer()  # before sending: a grid may consume them
         replies: list = []
         try:
-            replies = send_and_receive(self.grid, messages, timeout)
+            replies = list(self.grid.send_and_receive(messages, timeout=timeout))
         finally:
             self.stages.append((stage, timeit.default_timer() - began, sum(not reply.has_error() for reply in replies)))
         return replies
@@ -134,18 +129,18 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
         cfg = ConfigRecord()
         legacy.state.config_records[MAIN_CONFIGS_RECORD] = cfg
         cfg[Key.START_TIME] = timeit.default_timer()
-        timer = StageTimer(grid)  # every SecAgg+ exchange pulls as the plain rounds do; the rounds' are logged
         for current_round in getattr(strategy, "discovery_rounds", ()):  # discovery sums, before round 1
             cfg[Key.CURRENT_ROUND] = current_round
-            workflow(timer, legacy)
+            workflow(grid, legacy)
             if current_round not in strategy.aggregated and strategy.failure is None:
                 strategy.abort_round(current_round, "SecAgg+ halted before the discovery sum was formed: too few "
                                                     "clients answered one of its stages")
             if strategy.stopped:
                 break
+        timer = StageTimer(grid)
         for current_round in range(1, num_rounds + 1) if not strategy.stopped else ():
             cfg[Key.CURRENT_ROUND] = current_round
-            began, _ = timeit.default_timer(), timer.round_timing()  # the round's stages only
+            began = timeit.default_timer()
             workflow(timer, legacy)
             if current_round not in strategy.aggregated and not strategy.stopped:
                 strategy.abort_round(current_round, "SecAgg+ halted before the sum was formed: too few clients answered "
@@ -158,7 +153,7 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
             log_round_cost(current_round, timeit.default_timer() - began, timer.round_timing())
         if getattr(strategy, "secure_summary", False) and strategy.failure is None:
             cfg[Key.CURRENT_ROUND] = num_rounds + 1  # the summary exchange, summed by SecAgg+ too
-            workflow(timer, legacy)
+            workflow(grid, legacy)
             if num_rounds + 1 not in strategy.aggregated and strategy.failure is None:
                 strategy.abort_round(num_rounds + 1, "SecAgg+ halted before the summary's sum was formed: too few "
                                                      "clients answered one of its stages")
