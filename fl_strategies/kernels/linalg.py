@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["orth", "procrustes", "subspace_distance", "ritz_rotation", "ritz_pairs", "leading_changes", "top_eigenvectors", "gaussian_basis", "into_unit_ball"]
+__all__ = ["orth", "procrustes", "subspace_distance", "ritz_rotation", "ritz_pairs", "leading_changes",
+           "top_eigenvectors", "gaussian_basis", "into_unit_ball"]
 
 
 def orth(Y: np.ndarray) -> np.ndarray:

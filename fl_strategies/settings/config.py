@@ -225,7 +225,8 @@ KEYS: dict[str, Key] = {
         _key("secure-aggregation", str, "covariance: send each client's Gram matrix (and row sum, with center) "
              "through Flower's SecAgg+, so that the server learns only the sums: auto (= true whenever epsilon is "
              "set and there are >= 2 clients), true or false (dp-power: see dp-channel); power, ssi, fedpower, "
-             "localpower, krylov: true sends every round's products, the discovery sums and the summary through SecAgg+ as "
+             "localpower, krylov: true sends every round's products, the discovery sums and the summary through "
+             "SecAgg+ as "
              "exact fixed-point limbs, fedpower and localpower with each client aligning its reply to the broadcast "
              "basis (auto = false; no noise; refused for faps)",
              choices=("auto", "true", "false")),
@@ -235,7 +236,8 @@ KEYS: dict[str, Key] = {
              "on each uploaded value that fixes the exact fixed-point scale (0 = n (c + ||mean||)^2 r for rows of norm <= "
              "c: row-normalize or clip-norm)",
              lambda v: v >= 0, "a finite number >= 0"),
-        _key("secagg-num-shares", int, "dp-power, covariance, power, ssi, fedpower, localpower, krylov with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
+        _key("secagg-num-shares", int, "dp-power, covariance, power, ssi, fedpower, localpower, krylov with SecAgg+: "
+             "shares of each client's keys (0 = all clients up to 7, "
              "else the odd number near 2 log2(s) + 1); the reconstruction threshold is half of them, plus one",
              lambda v: v == 0 or v >= 3, "0 or an integer >= 3"),
         # participation and stragglers (fl_strategies.settings.participation)
@@ -283,7 +285,8 @@ KEYS: dict[str, Key] = {
         _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
-             "and counts before round 1; covariance, power, ssi, fedpower, localpower and krylov with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
+             "and counts before round 1; covariance, power, ssi, fedpower, localpower and krylov with "
+             "secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
              "its dp-channel), with noise under epsilon; fedpower with epsilon: each client's row sum with its own noise), "
              "as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X", absent_means=False),
         _key("scale", str, "PCA: true = also divide every column by its pooled standard deviation (population, "
