@@ -105,7 +105,9 @@ class FedPowerClient(NumPyClient):
             raise RuntimeError(f"privacy budget exhausted: {done} + {steps} local steps exceed T = {self.budget}")
         metrics = {"partition-id": self.partition_id}
         AZ = None
-        if self.settings.stop_tol > 0 or config.get("objective"):  # f_i = tr(Z^T M_i Z) at the received Z
+        # f_i = tr(Z^T M_i Z) at the received Z, when the server asks for it (its stopping rule or explained
+        # variance; krylov's server reads F from its Ritz values and never asks)
+        if config.get("objective"):
             if self.noise_std > 0:
                 raise RuntimeError("the server asks for the objective tr(Z^T M_i Z) in a noisy run: it would be "
                                    "released without noise, so this client does not answer")

@@ -1,5 +1,5 @@
-"""The ``power``, ``ssi``, ``fedpower`` and ``localpower`` client under ``secure-aggregation = true``: its replies
-as exact fixed-point limbs.
+"""The ``power``, ``ssi``, ``fedpower``, ``localpower`` and ``krylov`` client under ``secure-aggregation = true``:
+its replies as exact fixed-point limbs (``krylov``'s clients are ``power``'s).
 
 A fit instruction that carries the limb code (``secagg-exponent``, ``secagg-clients``; set by
 :class:`fl_strategies.protocol.strategies.secure_power.SecurePowerStrategy`) is answered with one vector, the limbs

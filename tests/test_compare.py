@@ -113,7 +113,7 @@ def test_shipped_configs_are_valid():
 
     sweeps = {"fedlrgd_crossover.toml"}  # the crossover script's own sweep file, not a comparison
     files = [f for f in sorted((APP_DIR / "simulations" / "experiments").glob("*/*.toml")) if f.name not in sweeps]
-    assert len(files) == 13
+    assert len(files) == 15
     for f in files:
         meta, jobs = load_comparison(f)
         assert jobs and meta["title"]

@@ -158,7 +158,8 @@ def test_fedspectral_client_app_replies_as_flowers_handler(tmp_path):
     flower_app = ClientApp(client_fn=client_fn)
     ours_grid, flower_grid = LocalGrid(app, 3, cfg), LocalGrid(flower_app, 3, cfg)
     Z = np.linalg.qr(RNG.standard_normal((8, 3)))[0]
-    ins = FitIns(ndarrays_to_parameters([Z]), {"round": 1, "local-steps": 2, "iteration-offset": 0})
+    # the server asks for f_i (stop-tol: its stopping rule)
+    ins = FitIns(ndarrays_to_parameters([Z]), {"round": 1, "local-steps": 2, "iteration-offset": 0, "objective": True})
     for nid in ours_grid.node_ids:
         ours = app(_message(fitins_content(ins), nid), ours_grid.contexts[nid])
         flowers = flower_app(_message(compat.fitins_to_recorddict(ins, True), nid), flower_grid.contexts[nid])

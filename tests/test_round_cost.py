@@ -36,6 +36,53 @@ def test_every_round_logs_its_wait_and_server_time(caplog, strategy):
     assert sum(w + s for _, w, _, s in lines) <= elapsed + 0.01 * rounds
 
 
+STAGES = re.compile(r"round (\d+): waited \S+ s for \d+ replies, server \S+ s \(stages: ([^)]*)\)")
+SECAGG_STAGES = ["setup", "share_keys", "collect_masked_vectors", "unmask"]
+
+
+def stage_lines(text: str) -> dict[int, list[tuple[str, float, int]]]:
+    """Per round, its stages' ``(name, waited, replies)``."""
+    out = {}
+    for server_round, stages in STAGES.findall(text):
+        parts = [part.rsplit(" ", 4) for part in stages.split(", ")]  # "<name> <wait> s for <replies>"
+        out[int(server_round)] = [(name, float(wait), int(replies)) for name, wait, _, _, replies in parts]
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["power", "krylov"])
+def test_every_secagg_round_logs_its_wait_across_the_stages_and_server_time(caplog, strategy):
+    rounds = 4
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        began = time.perf_counter()
+        result = run_app(strategy=strategy, num_server_rounds=rounds, secure_aggregation="true", **SMALL)
+        elapsed = time.perf_counter() - began
+    assert result.secure
+    lines, stages = cost_lines(caplog.text), stage_lines(caplog.text)
+    assert [line[0] for line in lines] == list(stages) == list(range(1, rounds + 1))  # not discovery, summary
+    for server_round, waited, replies, server in lines:
+        assert [name for name, _, _ in stages[server_round]] == SECAGG_STAGES
+        assert all(count == SMALL["num_clients"] for _, _, count in stages[server_round])
+        assert replies == result.records[server_round]["participants"] == SMALL["num_clients"]
+        # the wait is the stages' (each printed to 0.01 s)
+        assert abs(waited - sum(wait for _, wait, _ in stages[server_round])) <= 0.005 * 5
+        assert waited >= 0 and server >= 0
+    assert sum(w + s for _, w, _, s in lines) <= elapsed + 0.01 * rounds
+
+
+def test_a_secagg_round_counts_the_uploads_that_reached_the_sum(caplog):
+    """Partition 2 shares its keys in round 2, then never uploads: 5 of 6 masked uploads, and the unmask stage
+    asks only the 5."""
+    from test_secure_power import _collect_stage
+
+    def fault(msg, pid):
+        return "drop" if pid == 2 and msg.metadata.group_id == "2" and _collect_stage(msg) else "ok"
+
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        run_app(fault_fn=fault, strategy="power", num_server_rounds=3, secure_aggregation="true", **SMALL)
+    assert {line[0]: line[2] for line in cost_lines(caplog.text)} == {1: 6, 2: 5, 3: 6}
+    assert [count for _, _, count in stage_lines(caplog.text)[2]] == [6, 6, 5, 5]
+
+
 def test_a_silent_node_is_not_counted_as_a_reply(caplog):
     def drop_two_in_round_2(msg, pid):
         return "drop" if pid in (1, 4) and msg.metadata.group_id == "2" else "ok"
@@ -50,7 +97,9 @@ def test_the_wait_never_exceeds_the_round(caplog):
     with caplog.at_level(logging.INFO, logger="flwr"):
         log_round_cost(7, 1.5, {"waited": 2.0, "replies": 3})
         log_round_cost(8, 0.25, {})
-    assert cost_lines(caplog.text) == [(7, 1.5, 3, 0.0), (8, 0.0, 0, 0.25)]
+        log_round_cost(9, 1.0, {"stages": [("setup", 0.5, 2), ("unmask", 0.75, 2)], "replies": 2})
+    assert cost_lines(caplog.text) == [(7, 1.5, 3, 0.0), (8, 0.0, 0, 0.25), (9, 1.0, 2, 0.0)]
+    assert stage_lines(caplog.text) == {9: [("setup", 0.5, 2), ("unmask", 0.75, 2)]}
 
 
 class _Clock:

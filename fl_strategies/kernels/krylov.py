@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .linalg import orth
+from .linalg import orth, ritz_rotation
 
 __all__ = ["next_block", "rayleigh_ritz"]
 
@@ -74,8 +74,6 @@ def rayleigh_ritz(Q: np.ndarray, CQ: np.ndarray, r: int) -> tuple[np.ndarray, np
     CZ : ndarray of shape (d, r)
         ``C Z = CQ V``, without another product.
     """
-    H = Q.T @ CQ
-    H = (H + H.T) / 2.0
-    values, V = np.linalg.eigh(H)
-    V = V[:, ::-1][:, :r]
-    return values[::-1][:r], Q @ V, CQ @ V
+    values, V = ritz_rotation(Q.T @ CQ)
+    V = V[:, :r]
+    return values[:r], Q @ V, CQ @ V

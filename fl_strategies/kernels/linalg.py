@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["orth", "procrustes", "subspace_distance", "ritz_pairs", "leading_changes", "top_eigenvectors", "gaussian_basis", "into_unit_ball"]
+__all__ = ["orth", "procrustes", "subspace_distance", "ritz_rotation", "ritz_pairs", "leading_changes",
+           "top_eigenvectors", "gaussian_basis", "into_unit_ball"]
 
 
 def orth(Y: np.ndarray) -> np.ndarray:
@@ -86,6 +87,26 @@ def subspace_distance(Z: np.ndarray, U_k: np.ndarray) -> float:
     return float(min(1.0, np.linalg.norm(residual, 2)))
 
 
+def ritz_rotation(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The eigenpairs of a projected matrix ``gram = Z^T C Z``, in descending order: the one Rayleigh-Ritz step
+    of the project (:func:`ritz_pairs`, :func:`fl_strategies.kernels.krylov.rayleigh_ritz`).
+
+    Parameters
+    ----------
+    gram : ndarray of shape (m, m)
+        ``Z^T C Z`` for an orthonormal ``Z`` (up to a positive factor; symmetrised here).
+
+    Returns
+    -------
+    values : ndarray of shape (m,)
+        Ritz values, descending (in the units of ``gram``).
+    U : ndarray of shape (m, m)
+        Orthogonal; column ``j`` belongs to ``values[j]``, so the Ritz vectors are ``Z U``.
+    """
+    values, U = np.linalg.eigh((gram + gram.T) / 2.0)
+    return values[::-1], U[:, ::-1]
+
+
 def ritz_pairs(Z: np.ndarray, gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rayleigh-Ritz on the basis ``Z``: the Ritz values and vectors of ``C`` in ``span(Z)``, in descending order.
 
@@ -108,8 +129,8 @@ def ritz_pairs(Z: np.ndarray, gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     basis : ndarray of shape (d, r)
         Ritz vectors ``Z U``, in the order of ``values``.
     """
-    values, U = np.linalg.eigh((gram + gram.T) / 2.0)
-    return values[::-1], Z @ U[:, ::-1]
+    values, U = ritz_rotation(gram)
+    return values, Z @ U
 
 
 def leading_changes(basis: np.ndarray, previous: np.ndarray) -> np.ndarray:

@@ -225,17 +225,19 @@ KEYS: dict[str, Key] = {
         _key("secure-aggregation", str, "covariance: send each client's Gram matrix (and row sum, with center) "
              "through Flower's SecAgg+, so that the server learns only the sums: auto (= true whenever epsilon is "
              "set and there are >= 2 clients), true or false (dp-power: see dp-channel); power, ssi, fedpower, "
-             "localpower: true sends every round's products, the discovery sums and the summary through SecAgg+ as "
+             "localpower, krylov: true sends every round's products, the discovery sums and the summary through "
+             "SecAgg+ as "
              "exact fixed-point limbs, fedpower and localpower with each client aligning its reply to the broadcast "
              "basis (auto = false; no noise; refused for faps)",
              choices=("auto", "true", "false")),
         _key("secagg-clip", float, "dp-power, covariance with SecAgg+: clipping range C of each uploaded entry (quantisation step "
              "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data; power, ssi, fedpower, "
-             "localpower: the public bound "
+             "localpower, krylov: the public bound "
              "on each uploaded value that fixes the exact fixed-point scale (0 = n (c + ||mean||)^2 r for rows of norm <= "
              "c: row-normalize or clip-norm)",
              lambda v: v >= 0, "a finite number >= 0"),
-        _key("secagg-num-shares", int, "dp-power, covariance, power, ssi, fedpower, localpower with SecAgg+: shares of each client's keys (0 = all clients up to 7, "
+        _key("secagg-num-shares", int, "dp-power, covariance, power, ssi, fedpower, localpower, krylov with SecAgg+: "
+             "shares of each client's keys (0 = all clients up to 7, "
              "else the odd number near 2 log2(s) + 1); the reconstruction threshold is half of them, plus one",
              lambda v: v == 0 or v >= 3, "0 or an integer >= 3"),
         # participation and stragglers (fl_strategies.settings.participation)
@@ -283,7 +285,8 @@ KEYS: dict[str, Key] = {
         _key("mf-sigma-r", float, "mf-simgd: sigma_r of the pooled matrix, for Ye & Du's step size (0 = from the "
              "simulation harness's data set)", lambda v: v >= 0, "a finite number >= 0"),
         _key("center", bool, "PCA: centre every client's rows with the global mean (exchanged as per-client sums "
-             "and counts before round 1; covariance, power and ssi with secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
+             "and counts before round 1; covariance, power, ssi, fedpower, localpower and krylov with "
+             "secure-aggregation and dp-power: the sums go through SecAgg+ (dp-power: "
              "its dp-channel), with noise under epsilon; fedpower with epsilon: each client's row sum with its own noise), "
              "as scikit-learn's PCA; false = the papers' uncentred (1/n) X^T X", absent_means=False),
         _key("scale", str, "PCA: true = also divide every column by its pooled standard deviation (population, "
@@ -797,9 +800,10 @@ def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
             and cfg.get("strategy") != "dp-power")
 
 
-SECURE_SUM_STRATEGIES = ("power", "ssi", "fedpower", "localpower")
+SECURE_SUM_STRATEGIES = ("power", "ssi", "fedpower", "localpower", "krylov")
 """The exact strategies whose server needs only sums: ``secure-aggregation = true`` sends them through SecAgg+
-(``fedpower`` and ``localpower`` with each client aligning its own reply to the broadcast basis)."""
+(``fedpower`` and ``localpower`` with each client aligning its own reply to the broadcast basis; ``krylov``'s
+server needs the same sums as ``power``)."""
 
 _NO_SECURE_SUM = {
     "faps": "each site's reply scales with its own penalty beta_i, which has no public bound to fix a "
@@ -808,7 +812,7 @@ _NO_SECURE_SUM = {
 
 
 def secure_power(cfg: Mapping[str, Any]) -> bool:
-    """Whether a ``power``, ``ssi``, ``fedpower`` or ``localpower`` run sends its sums through SecAgg+
+    """Whether a ``power``, ``ssi``, ``fedpower``, ``localpower`` or ``krylov`` run sends its sums through SecAgg+
     (``secure-aggregation = true``)."""
     return cfg["strategy"] in SECURE_SUM_STRATEGIES and cfg.get("secure-aggregation") == "true"
 

@@ -111,7 +111,6 @@ def _mf_fixed(c: dict) -> dict:
 
 _SECURE_POWER = "fl_strategies.protocol.strategies.secure_power:SecurePowerStrategy"
 _SECURE_POWER_CLIENT = "client_app.secure_power_client:SecurePowerClient"
-_POWER_CLIENT = "client_app.fedpower_client:FedPowerClient"
 _MF_CLIENT = "client_app.fedmf_client:FedMFClient"
 _MF_BASELINE = "fl_strategies.protocol.strategies.fedmf:MFBaselineStrategy"
 
@@ -129,7 +128,7 @@ STRATEGIES: dict[str, StrategySpec] = {s.name: s for s in [
                  stragglers="partial", sampling="with-replacement", partial_ok=True, checkpoints=True,
                  fixed=_power_baseline(**{"schedule": "halving", "alignment": "opt", "iteration-rank": "rank"})),
     # krylov: every client in every round (a block from a subset's products is a product with another operator)
-    StrategySpec("krylov", "fl_strategies.protocol.strategies.krylov:KrylovStrategy", _POWER_CLIENT,
+    StrategySpec("krylov", "fl_strategies.protocol.strategies.secure_krylov:SecureKrylovStrategy", _SECURE_POWER_CLIENT,
                  st.KrylovSettings, pca=True, stragglers="all", checkpoints=True,
                  fixed=_power_baseline(**{"local-steps": 1, "schedule": "fixed", "alignment": "none"})),
     StrategySpec("faps", "fl_strategies.protocol.strategies.faps:FapsStrategy", "client_app.faps_client:FapsClient",

@@ -182,8 +182,9 @@ class FedPowerSettings(SecurePowerSettings, NoiseSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class KrylovSettings(PowerSettings):
-    """``krylov``: the power baseline's keys (its clients are the power clients) and the Krylov basis's size."""
+class KrylovSettings(SecurePowerSettings):
+    """``krylov``: the power baseline's keys (its clients are the power clients), SecAgg+ and the Krylov basis's
+    size."""
 
     krylov_blocks: int
 

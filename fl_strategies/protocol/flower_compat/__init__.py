@@ -33,10 +33,11 @@ name (area module)                                 Flower 1.41 path      used by
 ``start_grid`` (legacy_server)                     flwr.server.compat    server_app.app (own ``@app.main`` runs the  ``ServerApp(server_fn=...)``
                                                    .app                  legacy Server)
 ``RECORD_KEY_CONFIGS`` (secagg)                    flwr.common.secure_   client_app.app (tell SecAgg+ stages from    none
-                                                   aggregation.secagg…   fit messages)
+                                                   aggregation.secagg…   fit messages), server_app.secure_loop
+                                                                         (name the stages in a round's cost line)
 ``SecAggKey``, ``SecAggStage`` (secagg)            flwr.common.secure_   client_app.secure_rounding (a simulated     none
-                                                   aggregation.secagg…   node's rounding seeded per stage)
-                                                   (``Key``, ``Stage``)
+                                                   aggregation.secagg…   node's rounding seeded per stage),
+                                                   (``Key``, ``Stage``)  server_app.secure_loop (as above)
 ``start_update_client_manager_thread`` (secagg)    flwr.server.compat    server_app.secure_loop (SecAgg+ loop that   ``DefaultWorkflow`` (cannot stop
                                                    .app_utils            can stop between rounds)                    between rounds)
 ``MAIN_CONFIGS_RECORD``, ``WorkflowKey`` (secagg)  flwr.server.workflow  server_app.secure_loop (round number for    none

@@ -29,7 +29,9 @@ before round 1). A round in
 which a client fails or its reply is rejected is repeated: its block is broadcast again and the estimate kept.
 The stopping rule (``stop-tol``) needs no client report: ``F = n * (sum of the Ritz values)`` is
 ``tr(Z^T M^T M Z)`` of the round's estimate, and the run stops, keeping that estimate, once
-``|F_k - F_{k-1}| <= stop-tol * F_k``. No privacy noise (the Krylov relation needs exact products).
+``|F_k - F_{k-1}| <= stop-tol * F_k``. No privacy noise (the Krylov relation needs exact products); with
+``secure-aggregation = true`` the sums go through SecAgg+ as exact limbs
+(:mod:`fl_strategies.protocol.strategies.secure_krylov`: :meth:`KrylovStrategy.extend` from each round's sum).
 Checkpoints hold the basis, its products and the next block (:meth:`KrylovStrategy.state_dict`).
 """
 
@@ -131,15 +133,39 @@ class KrylovStrategy(FedPowerStrategy):
         valid, rejected = self.intake(server_round, results, pend["asked"], 1, pend["Z"])
         pend.update(bytes_up=uploaded_bytes(results), rejected=rejected, failures=len(failures),
                     participants=len(valid), distinct=len(valid), misalignment=0.0)
-        current = self.iterates[-1]
         if len(valid) < len(self.proxies):
-            log.warning("round %d: %d of %d clients answered (%d rejected, %d failed); a Krylov block needs every "
-                        "product, so the block is asked again and the estimate kept", server_round, len(valid),
-                        len(self.proxies), rejected, len(failures))
-            self.iterates.append(current)
-            return ndarrays_to_parameters([current]), {}
+            return self.repeat_block(server_round, f"{len(valid)} of {len(self.proxies)} clients answered "
+                                                   f"({rejected} rejected, {len(failures)} failed)")
         n = sum(self.sizes[pid] for pid in valid)
         W = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
+        return self.extend(server_round, W, n)
+
+    def repeat_block(self, server_round: int, why: str) -> tuple[Parameters, dict[str, Scalar]]:
+        """A round whose sum lacks a client: its block is asked again next round and the estimate kept."""
+        log.warning("round %d: %s; a Krylov block needs every product, so the block is asked again and the "
+                    "estimate kept", server_round, why)
+        current = self.iterates[-1]
+        self.iterates.append(current)
+        return ndarrays_to_parameters([current]), {}
+
+    def extend(self, server_round: int, W: np.ndarray, n: int) -> tuple[Parameters | None, dict[str, Scalar]]:
+        """One Krylov step from ``W = C Q_{j-1}`` (every client's product, ``n`` rows): extend the basis,
+        Rayleigh-Ritz, the next block (module docstring).
+
+        Parameters
+        ----------
+        server_round : int
+        W : ndarray of shape (d, r)
+            ``sum_i s_i A_i Q_{j-1} / n`` over every client.
+        n : int
+            The rows of all clients.
+
+        Returns
+        -------
+        tuple
+            The round's estimate (``d x r``) as parameters, and no metrics; ``None`` after an abort.
+        """
+        pend = self._pending
         if not np.all(np.isfinite(W)):
             self.abort(f"round {server_round}: the sum of the products overflows float64")
             return None, {}

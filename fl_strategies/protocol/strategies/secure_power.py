@@ -73,7 +73,8 @@ SECAGG_CLIENTS = "secagg-clients"
 class SecurePowerStrategy(FedPowerStrategy):
     """:class:`FedPowerStrategy` for ``power``, ``ssi``, ``fedpower`` and ``localpower``; with
     ``secure-aggregation = true`` every sum goes through SecAgg+ as exact fixed-point limbs (module docstring).
-    Without it, the plain strategy unchanged."""
+    Without it, the plain strategy unchanged. ``krylov`` is this machinery with the Krylov step from each round's sum
+    (:class:`~fl_strategies.protocol.strategies.secure_krylov.SecureKrylovStrategy`, :meth:`advance_from_sum`)."""
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
@@ -214,17 +215,31 @@ class SecurePowerStrategy(FedPowerStrategy):
         if server_round > self.num_rounds:
             self._aggregate_summary(server_round, results, failures)
             return None, {}
-        objective = self.tracks_objective
-        values = self._decoded(server_round, results, failures, self._values(1 + objective), require_all=False)
+        values = self._decoded(server_round, results, failures, self._values(1 + self.tracks_objective),
+                               require_all=False)
         if values is None:
             return None, {}
         self.round_sum = values
-        pend = self._pending
-        pend.update(bytes_up=uploaded_bytes(results), rejected=0, failures=len(failures),
-                    participants=len(results), distinct=len(results), misalignment=0.0)
+        self._pending.update(bytes_up=uploaded_bytes(results), rejected=0, failures=len(failures),
+                             participants=len(results), distinct=len(results), misalignment=0.0)
+        return self.advance_from_sum(server_round, values, len(results))
+
+    def advance_from_sum(self, server_round: int, values: np.ndarray,
+                         summed: int) -> tuple[Parameters | None, dict[str, Scalar]]:
+        """The round's step from its decoded SecAgg+ sum: the stopping rule, then
+        ``Z_new = orth(sum_i s_i Y_i / sum_i s_i)`` (module docstring).
+
+        Parameters
+        ----------
+        server_round : int
+        values : ndarray of shape (d r + 1,) or (d r + 2,)
+            ``[vec(sum_i s_i Y_i), sum_i s_i(, F)]``.
+        summed : int
+            The clients whose uploads are in the sum.
+        """
         product, rows = values[: self.d * self.r].reshape(self.d, self.r), values[self.d * self.r]
-        if objective and len(results) == self.m and self.check_stop(server_round, float(values[-1]),
-                                                                    pend["Z"].T @ product):
+        if self.tracks_objective and summed == self.m and self.check_stop(server_round, float(values[-1]),
+                                                                          self._pending["Z"].T @ product):
             return None, {}
         with np.errstate(all="ignore"):
             mean = product / rows
