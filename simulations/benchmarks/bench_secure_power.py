@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                                         _ray(over) if engine == "ray" else _deploy(over))
                     (plain, P), (secure, S) = runs[False], runs[True]
                     sin, rel = compare(P, S)
-                    exchanges = args.rounds + 3  # discovery: the sums and the squares; the summary
+                    exchanges = args.rounds + 4  # discovery: the row counts, the sums, the squares; the summary
                     row = [engine, setup, over["strategy"], m, dim, args.rounds, exchanges, f"{plain:.2f}",
                            f"{secure:.2f}", f"{secure / plain:.2f}", f"{sin:.1e}", f"{rel:.1e}"]
                     rows.append(row)
