@@ -50,9 +50,10 @@ class SecurePowerClient(FedPowerClient):
             values = self.fit_values(parameters, config)
         try:
             limbs = code.encode(np.concatenate(values))
-        except ValueError as ex:
-            raise ValueError(f"partition {self.partition_id}: {ex} (the server's public bound is too small; set "
-                             "secagg-clip larger)") from None
+        except ValueError:  # the reason goes to the server: it names the public range, never the site's value
+            raise ValueError(f"partition {self.partition_id}: a value to upload is not finite or exceeds the "
+                             f"fixed-point range {code.max_value:.6g} of the server's public bound; nothing is "
+                             "uploaded (set secagg-clip larger)") from None
         return [limbs.ravel()], 1, {"partition-id": self.partition_id}
 
     def discovery_values(self, phase: str, config) -> list:
