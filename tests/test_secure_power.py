@@ -447,3 +447,21 @@ def test_a_node_that_sends_its_row_count_in_a_secure_run_is_left_out_with_the_re
     assert check_properties(props, 4, 6, rows=False) == (1, None)
     assert "num-examples" in check_properties(dict(props, **{"num-examples": 5}), 4, 6, rows=False)
     assert check_properties(dict(props, **{"num-examples": 5}), 4, 6) == (1, 5)
+
+
+def test_the_profile_splits_a_secure_run_between_the_project_and_flowers_secagg(tmp_path):
+    from simulations.benchmarks.profile_secure_exchange import main
+
+    assert main(["--clients", "4", "--dim", "20", "--rounds", "2", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "profile.md").read_text()
+    assert text.startswith("python -m simulations.benchmarks.profile_secure_exchange --clients 4")
+    rows = {line.split(" | ")[0].strip("| ").strip(): line.split(" | ") for line in text.splitlines()
+            if line.startswith("| ") and "%" in line}
+    seconds = {label: float(cells[1]) for label, cells in rows.items()}
+    total = seconds["secure run, profiled"]
+    flower = seconds["Flower SecAgg+ client stages (without the computation)"] + seconds[
+        "Flower SecAgg+ server workflow (without the clients)"]
+    project = seconds["project: client computation (product, limbs)"] + seconds[
+        "project: seeded rounding around the SecAgg+ client"]
+    assert 0 < project and 0 < flower and project + flower <= total * 1.001
+    assert "(6 SecAgg+ exchanges)" in text  # the row counts, the row sums, the squares, 2 rounds, the summary
