@@ -24,8 +24,9 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool,
                          config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The node's answer to discovery: partition id, row count (not under SecAgg+) and ``d``; with ``center`` its
     row sum; with ``scale`` its per-column sums of squares about its own mean
-    (:mod:`fl_strategies.kernels.standardize`); without noise its sum of squares ``sq-sum`` (the total variance of reference-free progress); for a ``.bed`` the digest
-    of its variant list (:mod:`fl_strategies.files.variants`).
+    (:mod:`fl_strategies.kernels.standardize`); without noise its sum of squares ``sq-sum`` (the total variance
+    of reference-free progress); for a ``.bed`` the digest of its variant list
+    (:mod:`fl_strategies.files.variants`).
 
     The server's ``config`` may ask, where the sites' variant lists differ, for the node's variants
     (``variant-list``: its IDs and alleles only, nothing else), or send the run's list (``variant-align``), which

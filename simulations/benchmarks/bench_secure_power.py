@@ -6,10 +6,12 @@ Set-ups (``--setups``):
   (``--dim``), rank 3, ``r = 5``, ``center``, row-normalised;
 * ``fedpower``: the same with ``fedpower`` (4 local steps, decayed; the secure form aligns on the clients);
 * ``genotypes``: ``power`` over four ``.bed`` sites (``--geno-sites`` people, by default 300, 250, 350, 300;
-  ``--geno-dim`` variants, 3 populations) with 1 % missing calls and ``scale = "hwe"``, rank 2, ``r = 2``, ``secagg-clip`` 1e12;
+  ``--geno-dim`` variants, 3 populations) with 1 % missing calls and ``scale = "hwe"``, rank 2, ``r = 2``,
+  ``secagg-clip`` 1e12;
 
 each for ``--rounds`` rounds (the secure run also makes its discovery sums, the row counts, the row sums and the
-sums of squares, and the summary as SecAgg+ exchanges, in the ``SecAgg+ exchanges`` column), on each engine (``--engines``):
+sums of squares, and the summary as SecAgg+ exchanges, in the ``SecAgg+ exchanges`` column), on each engine
+(``--engines``):
 
 * ``local``: the in-process engine (:func:`simulations.engines.local.run_local`), the best of ``--repeat`` runs;
 * ``ray``: Flower's Ray simulation engine (:func:`simulations.engines.ray.run_ray`), one run in a fresh process

@@ -38,13 +38,17 @@ __all__ = ["main", "split"]
 PARTS = [  # (label, how to read it off the profile: a function's cumulative time, or a difference)
     ("secure run, profiled", "total"),
     ("project: client computation (product, limbs)", "client_app/app.py:numpy_fit_mod"),
-    ("project: seeded rounding around the SecAgg+ client", "secure_rounding.py:secaggplus_seeded - secaggplus_mod"),
-    ("Flower SecAgg+ client stages (without the computation)", "secaggplus_mod - client_app/app.py:numpy_fit_mod"),
+    ("project: seeded rounding around the SecAgg+ client",
+     "secure_rounding.py:secaggplus_seeded - secaggplus_mod.py:secaggplus_mod"),
+    ("Flower SecAgg+ client stages (without the computation)",
+     "secaggplus_mod.py:secaggplus_mod - client_app/app.py:numpy_fit_mod"),
     ("  of which Shamir share creation", "shamir.py:create_shares"),
     ("  of which ECDH key agreements", "symmetric_encryption.py:generate_shared_key"),
-    ("  of which PEM loads of the stage's keys", "asymmetric.py:bytes_to_private_key + asymmetric.py:bytes_to_public_key"),
+    ("  of which PEM loads of the stage's keys",
+     "asymmetric.py:bytes_to_private_key + asymmetric.py:bytes_to_public_key"),
     ("  of which masks", "secaggplus_utils.py:pseudo_rand_gen"),
-    ("Flower SecAgg+ server workflow (without the clients)", "secaggplus_workflow.py:__call__ - local.py:push_messages"),
+    ("Flower SecAgg+ server workflow (without the clients)",
+     "secaggplus_workflow.py:__call__ - local.py:push_messages"),
     ("  of which Shamir reconstruction", "shamir.py:combine_shares"),
 ]
 
@@ -71,8 +75,7 @@ def split(stats: pstats.Stats) -> list[tuple[str, float]]:
             if token in "+-":
                 sign = 1.0 if token == "+" else -1.0
             else:
-                value += sign * _cumulative(stats, token if ":" in token else "secaggplus_mod.py:" + token
-                                            if token == "secaggplus_mod" else token)
+                value += sign * _cumulative(stats, token)
         out.append((label, value))
     return out
 

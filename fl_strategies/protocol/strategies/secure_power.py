@@ -16,8 +16,8 @@ Every exchange in which a plain run gets each site's own reply goes through Flow
 * **discovery** (SecAgg+ exchanges before round 1, numbered up to 0; the plain discovery then carries only the
   partition id and ``d``, and for ``.bed`` sites the variant list's digest, no row count): first ``[s_i]``, whose
   sum is ``n`` (``discovery-rows``, exact integers under the public bound :data:`ROWS_BOUND`: every later bound
-  depends on ``n`` only, never on a site's ``s_i``); with ``center`` ``[t_i, c_i, s_i]`` (row sum, non-missing calls per column:
-  ``s_i`` in every column unless a ``.bed`` site has missing calls), whose sum gives the mean
+  depends on ``n`` only, never on a site's ``s_i``); with ``center`` ``[t_i, c_i, s_i]`` (row sum, non-missing
+  calls per column: ``s_i`` in every column unless a ``.bed`` site has missing calls), whose sum gives the mean
   ``mu = sum_i t_i / sum_i c_i``; then ``q_i = sum_calls (x - mu)^2`` per column (the client's own sums of squares
   about its own mean plus ``c_i (t_i / c_i - mu)^2``, as Chan et al.'s pairwise update), whose sum over
   ``sum_i c_i`` is the variance that gives ``scale`` and ``tr(C)`` as the plain discovery's
