@@ -67,14 +67,21 @@ def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message
     return call_next(msg, context)
 
 
+SECAGG_RECORD = frozenset({RECORD_KEY_CONFIGS})
+"""The record a SecAgg+ stage adds to the fit instruction it passes on to the client."""
+
+
 def numpy_fit_mod(msg: Message, context: Context, call_next) -> Message:
     """Answer a plain fit instruction with :func:`fl_strategies.protocol.fit_records.fit_reply_content`.
 
     The same reply Flower's legacy handler builds (same NumPyClient, same layout), without its per-access record
     views and ``np.load`` header parsing: most of a message's cost in the in-process engine. Every other message
-    (discovery, SecAgg+ stages, anything unexpected) goes to Flower's handler.
+    (discovery, SecAgg+ stages, anything unexpected) goes to Flower's handler. The fit instruction that
+    ``secaggplus_mod`` passes on in its stage that collects the masked vectors (the instruction and the stage's
+    configs record, which the reply does not read) takes the same path: Flower's handler cost a secure run's client
+    about as much again as its computation.
     """
-    if msg.metadata.message_type == MessageType.TRAIN and is_fitins_content(msg.content):
+    if msg.metadata.message_type == MessageType.TRAIN and is_fitins_content(msg.content, SECAGG_RECORD):
         return Message(fit_reply_content(numpy_client(context), msg.content), reply_to=msg)
     return call_next(msg, context)
 

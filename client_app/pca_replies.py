@@ -22,10 +22,11 @@ __all__ = ["discovery_properties", "fingerprint_property", "summary_reply"]
 
 def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool,
                          config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The node's answer to discovery: partition id, row count and ``d``; with ``center`` its row sum; with
-    ``scale`` its per-column sums of squares about its own mean (:mod:`fl_strategies.kernels.standardize`); without
-    noise its sum of squares ``sq-sum`` (the total variance of reference-free progress); for a ``.bed`` the digest
-    of its variant list (:mod:`fl_strategies.files.variants`).
+    """The node's answer to discovery: partition id, row count (not under SecAgg+) and ``d``; with ``center`` its
+    row sum; with ``scale`` its per-column sums of squares about its own mean
+    (:mod:`fl_strategies.kernels.standardize`); without noise its sum of squares ``sq-sum`` (the total variance
+    of reference-free progress); for a ``.bed`` the digest of its variant list
+    (:mod:`fl_strategies.files.variants`).
 
     The server's ``config`` may ask, where the sites' variant lists differ, for the node's variants
     (``variant-list``: its IDs and alleles only, nothing else), or send the run's list (``variant-align``), which
@@ -47,7 +48,9 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool,
     Returns
     -------
     dict
-        Flower properties (scalars and bytes): ``partition-id``, ``num-examples``, ``dimension``, and
+        Flower properties (scalars and bytes): ``partition-id``, ``dimension``, ``num-examples`` (not with
+        ``secure-aggregation = true`` for power, ssi, fedpower, localpower: there the row count is summed by
+        SecAgg+), and
         ``row-sum`` / ``col-sq-sum`` (``d`` float64 as bytes each) / ``sq-sum`` (float) as above; ``call-count``
         (``d`` float64) beside ``row-sum`` when the node's genotypes have missing calls; ``variant-digest`` (str)
         for a ``.bed``, or ``variant-list`` (bytes) alone when asked for it.
@@ -64,7 +67,9 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool,
         data.align(config["variant-align"])
         dimension = data.operator().shape[0]
     s = data.num_rows
-    props: dict[str, Any] = {"partition-id": data.partition_id, "num-examples": s, "dimension": dimension}
+    props: dict[str, Any] = {"partition-id": data.partition_id, "dimension": dimension}
+    if not secure_power(cfg):  # under SecAgg+ the row count goes only through the secure sum of the counts
+        props["num-examples"] = s
     if row_sums_at_discovery(cfg):
         props["row-sum"] = data.row_sum.astype("<f8").tobytes()
         counts = getattr(data, "call_counts", None)

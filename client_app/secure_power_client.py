@@ -5,7 +5,8 @@ A fit instruction that carries the limb code (``secagg-exponent``, ``secagg-clie
 :class:`fl_strategies.protocol.strategies.secure_power.SecurePowerStrategy`) is answered with one vector, the limbs
 (:class:`fl_strategies.privacy.fixed_point.LimbCode`) of
 
-* discovery: ``[t_i, c_i, s_i]`` (``discovery-sums``: its row sum, its non-missing calls per column, ``s_i`` in
+* discovery: ``[s_i]``, its row count (``discovery-rows``; it never reports one in the clear), then
+  ``[t_i, c_i, s_i]`` (``discovery-sums``: its row sum, its non-missing calls per column, ``s_i`` in
   every column unless its genotypes have missing calls, and its rows), or ``q_i``, the per-column sums of squares
   about the broadcast mean over the calls (``discovery-squares``: about its own mean, plus
   ``c_i (t_i / c_i - mu)^2``);
@@ -43,20 +44,25 @@ class SecurePowerClient(FedPowerClient):
             return super().fit(parameters, config)
         code = LimbCode(int(config["secagg-clients"]), int(config["secagg-exponent"]))
         phase = config.get("phase")
-        if phase in ("discovery-sums", "discovery-squares"):
+        if phase in ("discovery-rows", "discovery-sums", "discovery-squares"):
             values = self.discovery_values(phase, config)
         else:
             values = self.fit_values(parameters, config)
         try:
             limbs = code.encode(np.concatenate(values))
-        except ValueError as ex:
-            raise ValueError(f"partition {self.partition_id}: {ex} (the server's public bound is too small; set "
-                             "secagg-clip larger)") from None
+        except ValueError:  # the reason goes to the server: it names the public range, never the site's value
+            raise ValueError(f"partition {self.partition_id}: a value to upload is not finite or exceeds the "
+                             f"fixed-point range {code.max_value:.6g} of the server's public bound; nothing is "
+                             "uploaded (set secagg-clip larger)") from None
         return [limbs.ravel()], 1, {"partition-id": self.partition_id}
 
     def discovery_values(self, phase: str, config) -> list:
-        """``[t_i, c_i, [s_i]]`` or ``[q_i]`` (module docstring), shapes (d,), (d,), (1,) and (d,)."""
-        s, t = self.s, self.data.row_sum
+        """``[[s_i]]``, ``[t_i, c_i, [s_i]]`` or ``[q_i]`` (module docstring), shapes (1,), (d,), (d,), (1,) and
+        (d,)."""
+        s = self.s
+        if phase == "discovery-rows":
+            return [[float(s)]]
+        t = self.data.row_sum
         counts = self.data.call_counts
         calls = np.full(self.d, float(s)) if counts is None else counts
         if phase == "discovery-sums":

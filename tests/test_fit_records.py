@@ -93,6 +93,9 @@ def test_is_fitins_content_only_for_plain_instructions():
     assert is_fitins_content(ins)
     ins["secaggplus"] = ConfigRecord({"stage": "setup"})  # a SecAgg+ stage holds more records
     assert not is_fitins_content(ins)
+    assert is_fitins_content(ins, frozenset({"secaggplus"}))  # the instruction SecAgg+'s collect stage passes on
+    del ins["fitins.config"]
+    assert not is_fitins_content(ins, frozenset({"secaggplus"}))
     assert not is_fitins_content(RecordDict({"fitins.parameters": ConfigRecord(), "fitins.config": ConfigRecord()}))
 
 

@@ -131,7 +131,7 @@ def test_below_the_threshold_the_round_fails_in_one_line_and_no_model_is_written
     out = tmp_path / "out"
     with pytest.raises(RunFailed, match=r"^round 2: SecAgg\+ halted before the sum was formed[^\n]*$") as info:
         run_app(fault_fn=fault, **BASE, secure_aggregation="true", results_dir=str(out))
-    assert info.value.strategy.aggregated == {0, 1}  # the sums of squares at discovery, round 1
+    assert info.value.strategy.aggregated == {-1, 0, 1}  # discovery: the row counts and the squares; round 1
     assert not (out / "pca.npz").exists()
 
 
@@ -169,8 +169,8 @@ def test_clip_norm_is_a_public_row_bound_too():
 
 def test_the_limb_code_is_public_and_fixed_by_the_bound():
     secure = run_app(**dict(BASE, num_server_rounds=1, secure_aggregation="true"))
-    n = sum(secure.sizes.values())
-    assert secure.upload_bound() == n * 5  # n (1 + ||0||)^2 r: no site's data in it
+    assert secure.sizes == {} and secure.num_rows == BASE["num_samples"]  # n from the SecAgg+ sum of the counts
+    assert secure.upload_bound() == secure.num_rows * 5  # n (1 + ||0||)^2 r: no site's data in it
     assert secure.code.max_value >= secure.upload_bound() > secure.code.max_value / 2
     assert secure.code.limb_bits * secure.code.limbs == 87  # 4 clients: 29-bit limbs
 
@@ -180,7 +180,7 @@ def test_the_limb_code_is_public_and_fixed_by_the_bound():
 def test_the_discovery_sums_go_through_secagg_and_give_the_plain_mean_scale_and_model(overrides):
     plain = run_app(**dict(BASE, **overrides))
     secure = run_app(**dict(BASE, **overrides, secure_aggregation="true"))
-    assert secure.aggregated >= set(secure.discovery_rounds) and len(secure.discovery_rounds) == 2
+    assert secure.aggregated >= set(secure.discovery_rounds) and len(secure.discovery_rounds) == 3
     np.testing.assert_allclose(secure.mean, plain.mean, rtol=1e-12, atol=1e-15)
     assert np.any(np.abs(plain.mean) > 1e-3)  # a mean worth centring
     if overrides.get("scale"):
@@ -259,6 +259,7 @@ def test_engine_discovery_and_secagg_neighbourhoods_of_more_than_7_clients(overr
     plain = run_app(**{k: v for k, v in cfg.items() if k != "discovery"})
     secure = run_app(**cfg, secure_aggregation="true")
     assert secure.code.limb_bits == (29 if cfg["num_clients"] == 4 else 27)
+    assert secure.sizes == {} and secure.num_rows == cfg["num_samples"]  # the engine's counts are not kept either
     assert_same_model(secure, plain)
 
 
@@ -275,7 +276,7 @@ def test_four_bed_sites_with_missing_calls_and_hwe_give_the_plain_runs_pcs_throu
                num_server_rounds=20, center=True, scale="hwe", row_normalize=False)
     plain = run_app(**cfg)
     secure = run_app(**cfg, secure_aggregation="true", secagg_clip=1e12)
-    assert secure.aggregated >= set(secure.discovery_rounds) and len(secure.discovery_rounds) == 2
+    assert secure.aggregated >= set(secure.discovery_rounds) and len(secure.discovery_rounds) == 3
     assert plain.records[-1]["estimate_change"] < 1e-6  # a converged model: the comparison is meaningful
     G = np.vstack(sites)
     np.testing.assert_allclose(plain.mean, np.nan_to_num(np.nanmean(G, axis=0)), rtol=1e-12, atol=1e-15)
@@ -333,7 +334,134 @@ def test_the_benchmark_writes_rounds_wall_times_and_agreement_with_its_command(t
 
     rows = list(csv.DictReader(open(tmp_path / "secure_power.csv")))
     assert [(r["set-up"], r["d"], r["rounds"], r["SecAgg+ exchanges"]) for r in rows] == [
-        ("model1", "20", "3", "6"), ("genotypes", "60", "3", "6")]
+        ("model1", "20", "3", "7"), ("genotypes", "60", "3", "7")]
     for row in rows:
         assert float(row["sin theta"]) <= 1e-9 and float(row["explained variance, max rel. diff."]) <= 1e-9
         assert float(row["plain (s)"]) > 0 and float(row["secure (s)"]) > 0
+
+
+def _received(grid) -> list[tuple[int, str, str, object]]:
+    """Everything the server received from the nodes: ``(partition, message type, key, value)`` for every scalar,
+    string and bytes value (list items one by one) of every record of every reply."""
+    out = []
+    for pid, msg in grid.replies:
+        content, kind = msg.content, msg.metadata.message_type
+        for records in (content.config_records, content.metric_records):
+            for name, record in records.items():
+                for key, value in record.items():
+                    for item in value if isinstance(value, list) else [value]:
+                        out.append((pid, kind, f"{name}/{key}", item))
+        for name, record in content.array_records.items():
+            for key, array in record.items():
+                out.append((pid, kind, f"{name}/{key}", array.numpy().tobytes()))
+    return out
+
+
+def _site_secrets(sites) -> list[tuple[str, object]]:
+    """Per-site counts and sums a server must not see: ``(what, value)``; a number as itself, a vector as the
+    float64 bytes of its first two entries."""
+    secrets = []
+    for i, G in enumerate(sites):
+        calls = np.sum(~np.isnan(G), axis=0).astype(np.float64)
+        row_sum = np.nansum(G, axis=0)
+        mean = np.divide(row_sum, calls, out=np.zeros_like(row_sum), where=calls > 0)
+        squares = np.nansum((G - mean) ** 2, axis=0)
+        secrets += [(f"site {i} rows", G.shape[0]), (f"site {i} rows", float(G.shape[0])),
+                    (f"site {i} sum of squares", float(np.sum(squares)))]
+        secrets += [(f"site {i} {what}", v[1:3].astype("<f8").tobytes())
+                     for what, v in (("call counts", calls), ("row sum", row_sum), ("column squares", squares))]
+    return secrets
+
+
+def _leaks(received, secrets) -> list[str]:
+    found = []
+    for pid, kind, key, value in received:
+        for what, secret in secrets:
+            if isinstance(secret, bytes) and isinstance(value, bytes) and secret in value:
+                found.append(f"{what} in partition {pid}'s {kind} {key}")
+            elif not isinstance(secret, bytes) and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and value == secret:
+                found.append(f"{what} = {value!r} as partition {pid}'s {kind} {key}")
+    return found
+
+
+def test_in_a_secure_run_no_message_from_a_node_holds_its_row_count_or_a_sum_of_its_own(tmp_path):
+    """Every value of every message the server receives in a secure run over four .bed sites (missing calls,
+    center, hwe): no site's row count, call counts, row sum or sums of squares, in the clear or as float64 bytes;
+    the discovery properties hold only the partition id, d and public metadata; every masked upload is uniform
+    modulo 2^32 and none is the site's own quantised limbs. The same scan finds them in the plain run's messages."""
+    pytest.importorskip("bed_reader")
+    from test_genotype_bed import simulated_sites, write_bed
+
+    from fl_strategies.privacy.fixed_point import limb_code
+    from fl_strategies.protocol.strategies.secure_power import ROWS_BOUND
+
+    sizes = (301, 257, 349, 293)
+    sites = simulated_sites(sizes, 120, missing=0.01, seed=11, populations=3)
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(sites):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    cfg = dict(strategy="power", dataset=str(tmp_path / "data"), num_clients=4, rank=2, iteration_rank=2,
+               num_server_rounds=2, center=True, scale="hwe", row_normalize=False, secagg_clip=1e12)
+    secrets = _site_secrets(sites)
+    plain, plain_grid = secure_recorded(**cfg)
+    found = _leaks(_received(plain_grid), secrets)
+    assert {f.split(" in ")[0].split(" = ")[0] for f in found} >= {f"site {i} {what}" for i in range(4) for what in
+                                                                  ("rows", "call counts", "row sum")}
+    secure, grid = secure_recorded(**cfg, secure_aggregation="true")
+    received = _received(grid)
+    assert _leaks(received, secrets) == []
+    assert secure.sizes == {} and secure.num_rows == sum(sizes)  # n only as the SecAgg+ sum
+    properties = {key.split("/")[1] for _, kind, key, _ in received
+                  if kind == "get_properties" and key.startswith("getpropertiesres.properties/")}
+    assert properties == {"partition-id", "dimension", "variant-digest", "variant-list", "noise-source",
+                          "noise-persistent"}
+    fit_values = {(key, value) for _, kind, key, value in received if key.startswith("fitres.")}
+    assert fit_values <= {("fitres.num_examples/num_examples", 1), ("fitres.status/code", 0),
+                          ("fitres.status/message", "Success")} | {("fitres.metrics/partition-id", p) for p in range(4)}
+    # the masked uploads, per site over all SecAgg+ exchanges: uniform modulo 2^32
+    masked: dict[int, list[np.ndarray]] = {pid: [] for pid in range(4)}
+    rows_code = limb_code(ROWS_BOUND, 4)
+    for pid, msg in grid.replies:
+        record = msg.content.config_records.get(RECORD_KEY_CONFIGS)
+        if record is not None and Key.MASKED_PARAMETERS in record:
+            upload = bytes_to_ndarray(record[Key.MASKED_PARAMETERS][1]).astype(np.int64).ravel()
+            masked[pid].append(upload)
+            if msg.metadata.group_id == str(secure.discovery_rounds[0]):  # the row counts' exchange
+                own = rows_code.encode([sizes[pid]]).ravel() + rows_code.clipping_range
+                assert upload.size == own.size == 3 and not np.array_equal(upload, own)
+    rounds = len(secure.discovery_rounds) + cfg["num_server_rounds"] + 1
+    limit = chi2.ppf(1 - 1e-6, 15)
+    for pid, uploads in masked.items():
+        assert len(uploads) == rounds
+        values = np.concatenate(uploads)
+        assert values.min() >= 0 and values.max() < 2 ** 32
+        assert chi_square_uniform(values, 2 ** 32) < limit
+        assert kstest(values / 2 ** 32, "uniform").pvalue > 1e-6
+
+
+def test_a_node_that_sends_its_row_count_in_a_secure_run_is_left_out_with_the_reason():
+    from fl_strategies.protocol.replies import check_properties
+
+    props = {"partition-id": 1, "dimension": 6}
+    assert check_properties(props, 4, 6, rows=False) == (1, None)
+    assert "num-examples" in check_properties(dict(props, **{"num-examples": 5}), 4, 6, rows=False)
+    assert check_properties(dict(props, **{"num-examples": 5}), 4, 6) == (1, 5)
+
+
+def test_the_profile_splits_a_secure_run_between_the_project_and_flowers_secagg(tmp_path):
+    from simulations.benchmarks.profile_secure_exchange import main
+
+    assert main(["--clients", "4", "--dim", "20", "--rounds", "2", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "profile.md").read_text()
+    assert text.startswith("python -m simulations.benchmarks.profile_secure_exchange --clients 4")
+    rows = {line.split(" | ")[0].strip("| ").strip(): line.split(" | ") for line in text.splitlines()
+            if line.startswith("| ") and "%" in line}
+    seconds = {label: float(cells[1]) for label, cells in rows.items()}
+    total = seconds["secure run, profiled"]
+    flower = seconds["Flower SecAgg+ client stages (without the computation)"] + seconds[
+        "Flower SecAgg+ server workflow (without the clients)"]
+    project = seconds["project: client computation (product, limbs)"] + seconds[
+        "project: seeded rounding around the SecAgg+ client"]
+    assert 0 < project and 0 < flower and project + flower <= total * 1.001
+    assert "(6 SecAgg+ exchanges)" in text  # the row counts, the row sums, the squares, 2 rounds, the summary

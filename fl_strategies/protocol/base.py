@@ -231,6 +231,18 @@ class FederatedStrategy(Strategy):
         return row_sums_at_discovery(self.cfg)
 
     @property
+    def rows_public(self) -> bool:
+        """Whether each node reports its row count at discovery (``num-examples``, kept in ``sizes``). Not where
+        the row counts go through SecAgg+ (:class:`~.strategies.secure_power.SecurePowerStrategy`): there
+        ``sizes`` stays empty and :attr:`num_rows` comes from the secure sum."""
+        return True
+
+    @property
+    def num_rows(self) -> int:
+        """``n``, the rows of all registered nodes."""
+        return sum(self.sizes.values())
+
+    @property
     def scales_columns(self) -> bool:
         """Whether the columns are scaled by their pooled standard deviations (``scale``, a PCA model's setting;
         the others never scale)."""
@@ -267,7 +279,7 @@ class FederatedStrategy(Strategy):
         if self.center_at_discovery:  # the global mean from the registered nodes' row sums and counts
             sizes, row_sums = self._sizes_and_sums(self._row_sums)
             self.mean = pooled_mean(sizes, row_sums)
-            n = sum(self.sizes.values())
+            n = self.num_rows
             log.info("center = true: the mean of %d rows, from the clients' row sums", n)
             if self._call_counts:
                 calls = sum(sizes)
@@ -295,7 +307,7 @@ class FederatedStrategy(Strategy):
         source : str
             Where the sums came from, for the log.
         """
-        n = sum(self.sizes.values())
+        n = self.num_rows
         self.scale = scales(self.settings.scale, variance, self.mean, calls)
         if column_scaling(self.settings.scale) == "hwe":
             log.info("scale = hwe: every variant over sqrt(2 p (1 - p)), p from %s (%d monomorphic variant(s) keep "
@@ -325,7 +337,7 @@ class FederatedStrategy(Strategy):
         sums = [self.node_properties.get(proxy.cid, {}).get("sq-sum") for proxy in self.proxies.values()]
         if not sums or not all(isinstance(v, (int, float)) and np.isfinite(v) and v >= 0 for v in sums):
             return None
-        n = sum(self.sizes.values())
+        n = self.num_rows
         total = float(sum(sums))
         if self.center_at_discovery:
             total += float(np.sum(between_sum_of_squares(*self._sizes_and_sums(self._row_sums), self.mean)))
@@ -373,8 +385,8 @@ class FederatedStrategy(Strategy):
         self.node_properties = {proxy.cid: dict(props) for proxy, props in answers if hasattr(props, "keys")}
         if self.d is None:
             self.d = self._agreed_dimension(answers)
-        checked = [(proxy, props if isinstance(props, str) else check_properties(props, self.m, self.d))
-                   for proxy, props in answers]
+        checked = [(proxy, props if isinstance(props, str)
+                    else check_properties(props, self.m, self.d, self.rows_public)) for proxy, props in answers]
         if self.center_at_discovery:
             checked = [(proxy, self._column_sums(proxy, props, info)) for (proxy, info), (_, props)
                        in zip(checked, answers)]
@@ -461,7 +473,7 @@ class FederatedStrategy(Strategy):
         """``d`` as every node that reported one reports it; a ``ConfigError`` naming the nodes otherwise."""
         by_d: dict[int, list[str]] = {}
         for proxy, props in answers:
-            info = None if isinstance(props, str) else check_properties(props, self.m, None)
+            info = None if isinstance(props, str) else check_properties(props, self.m, None, self.rows_public)
             if isinstance(info, tuple):
                 by_d.setdefault(int(props["dimension"]), []).append(f"node {proxy.cid} (partition {info[0]})")
         if len(by_d) > 1:
@@ -484,7 +496,9 @@ class FederatedStrategy(Strategy):
                 log.warning("node %s is left out of the run: %s", proxy.cid, info)
                 continue
             pid, size = info
-            self.proxies[pid], self.sizes[pid] = proxy, size
+            self.proxies[pid] = proxy
+            if self.rows_public:  # else the engine's (discovery = "engine") count is not kept either
+                self.sizes[pid] = size
             fingerprint = self.node_properties.get(proxy.cid, {}).get(FINGERPRINT, self._engine_fingerprints.get(pid))
             if isinstance(fingerprint, str) and 0 < len(fingerprint) <= 128:
                 self.fingerprints[pid] = fingerprint
@@ -496,8 +510,9 @@ class FederatedStrategy(Strategy):
             if not self.proxies or not self.spec.partial_ok or on_nodes(self.cfg):  # node data: all or none
                 raise ConfigError(problem)
             log.warning("%s; the run goes on without them (counted in 'failures' when sampled)", problem)
-        log.info("%r: %d clients, %d rows in all", self, self.m, sum(self.sizes.values()))
-        check_against_data(self.cfg, self.d, sum(self.sizes.values()))
+        if self.rows_public:  # else after the secure sum of the row counts
+            log.info("%r: %d clients, %d rows in all", self, self.m, self.num_rows)
+            check_against_data(self.cfg, self.d, self.num_rows)
 
     def partition_of(self, proxy: ClientProxy) -> int | None:
         """Partition id of a node, or ``None`` for a node the server does not know."""
@@ -585,7 +600,7 @@ class FederatedStrategy(Strategy):
         run (:attr:`total_variance` = 0); a private run releases no such sum, so its data are never judged here.
         """
         if self.total_variance == 0.0:
-            return (f"the data of its {len(self.sizes)} node(s) are degenerate (sum of squares 0 at every node, "
+            return (f"the data of its {len(self.proxies)} node(s) are degenerate (sum of squares 0 at every node, "
                     "e.g. all-zero rows): there is nothing to estimate")
         return None
 

@@ -101,9 +101,12 @@ def fitres_from_content(content: RecordDict) -> FitRes:
                   metrics=check_mapping_from_recordscalartype_to_scalar(metrics))
 
 
-def is_fitins_content(content: RecordDict) -> bool:
-    """Whether a content is exactly a plain fit instruction (a SecAgg+ stage, for one, holds more records)."""
-    return (set(content.keys()) == FITINS_KEYS and isinstance(content["fitins.parameters"], ArrayRecord)
+def is_fitins_content(content: RecordDict, extra: frozenset[str] = frozenset()) -> bool:
+    """Whether a content is exactly a plain fit instruction (a SecAgg+ stage, for one, holds more records), or
+    one with the records named in ``extra`` besides (which :func:`fit_reply_content` does not read: e.g. the
+    SecAgg+ configs record of the stage that collects the masked vectors)."""
+    return (FITINS_KEYS <= set(content.keys()) <= FITINS_KEYS | extra
+            and isinstance(content["fitins.parameters"], ArrayRecord)
             and isinstance(content["fitins.config"], ConfigRecord))
 
 

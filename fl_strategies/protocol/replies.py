@@ -199,7 +199,8 @@ def scalar_metric(res: Any, key: str) -> float | str:
     return value
 
 
-def check_properties(props: Any, num_partitions: int, dimension: int | None) -> tuple[int, int] | str:
+def check_properties(props: Any, num_partitions: int, dimension: int | None,
+                     rows: bool = True) -> tuple[int, int | None] | str:
     """Check a node's answer to the discovery request.
 
     Parameters
@@ -211,17 +212,24 @@ def check_properties(props: Any, num_partitions: int, dimension: int | None) -> 
         ``num-clients``: partition ids are ``0 .. num_partitions - 1``.
     dimension : int or None
         ``d`` of the run's data (``None``: not checked).
+    rows : bool
+        Whether the node reports its row count (``num-examples``). ``False`` in a run whose row counts go only
+        through SecAgg+ (``secure-aggregation = true`` for power, ssi, fedpower, localpower): a node that sends
+        one there is left out (it would reveal its size to the server).
 
     Returns
     -------
     (partition_id, num_examples) or str
-        The reason when a property is missing, not an integer, a partition id
-        out of range, a different dimension or fewer than one row.
+        ``num_examples`` is ``None`` without ``rows``. The reason when a property is missing, not an integer,
+        a partition id out of range, a different dimension or fewer than one row, or a row count sent where
+        none may be.
     """
     if not isinstance(props, Mapping):
         return "no properties"
     values = {}
-    for key in ("partition-id", "dimension", "num-examples"):
+    if not rows and "num-examples" in props:
+        return "it sends its row count (num-examples) in the clear, but this run sums the row counts through SecAgg+"
+    for key in ("partition-id", "dimension", "num-examples")[: 3 if rows else 2]:
         if key not in props:
             return f"no {key!r} in its properties"
         values[key] = _int_value(props[key])
@@ -232,6 +240,8 @@ def check_properties(props: Any, num_partitions: int, dimension: int | None) -> 
         return f"partition-id {pid} is outside 0..{num_partitions - 1} (num-clients = {num_partitions})"
     if dimension is not None and values["dimension"] != dimension:
         return f"partition {pid} has data of dimension {values['dimension']}, the run's data have d = {dimension}"
+    if not rows:
+        return pid, None
     if values["num-examples"] < 1:
         return f"partition {pid} reports {values['num-examples']} rows; at least 1 is needed"
     return pid, values["num-examples"]

@@ -5,11 +5,13 @@ Set-ups (``--setups``):
 * ``model1``: ``power`` over the Model I data, ``m`` clients (``--clients``) of 1,000 rows, ``d`` columns
   (``--dim``), rank 3, ``r = 5``, ``center``, row-normalised;
 * ``fedpower``: the same with ``fedpower`` (4 local steps, decayed; the secure form aligns on the clients);
-* ``genotypes``: ``power`` over four ``.bed`` sites (300, 250, 350, 300 people, ``--geno-dim`` variants, 3
-  populations) with 1 % missing calls and ``scale = "hwe"``, rank 2, ``r = 2``, ``secagg-clip`` 1e12;
+* ``genotypes``: ``power`` over four ``.bed`` sites (``--geno-sites`` people, by default 300, 250, 350, 300;
+  ``--geno-dim`` variants, 3 populations) with 1 % missing calls and ``scale = "hwe"``, rank 2, ``r = 2``,
+  ``secagg-clip`` 1e12;
 
-each for ``--rounds`` rounds (the secure run also makes its discovery sums and the summary SecAgg+ exchanges, in
-the ``SecAgg+ exchanges`` column), on each engine (``--engines``):
+each for ``--rounds`` rounds (the secure run also makes its discovery sums, the row counts, the row sums and the
+sums of squares, and the summary as SecAgg+ exchanges, in the ``SecAgg+ exchanges`` column), on each engine
+(``--engines``):
 
 * ``local``: the in-process engine (:func:`simulations.engines.local.run_local`), the best of ``--repeat`` runs;
 * ``ray``: Flower's Ray simulation engine (:func:`simulations.engines.ray.run_ray`), one run in a fresh process
@@ -22,13 +24,15 @@ It prints and writes (``secure_power.md`` and ``.csv`` in ``--out``, by default 
 the two runs' components and the largest relative difference of their explained variances. Usage::
 
     python -m simulations.benchmarks.bench_secure_power [--engines local ray deploy] [--setups model1 genotypes]
-        [--clients 4 8] [--dim 60 200] [--geno-dim 400] [--rounds 20] [--repeat 2] [--out FOLDER]
+        [--clients 4 8] [--dim 60 200] [--geno-dim 400] [--geno-sites 300 250 350 300] [--rounds 20] [--repeat 2]
+        [--out FOLDER]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import shlex
 import subprocess
@@ -38,6 +42,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from fl_strategies.files.plain_files import write_file
 
 from . import out_folder
 
@@ -52,7 +58,7 @@ GENOTYPE_SITES = (300, 250, 350, 300)
 
 def _overrides(setup: str, m: int, dim: int, rounds: int, secure: bool, data: Path | None) -> dict:
     if setup == "genotypes":
-        over = {"strategy": "power", "dataset": str(data), "num-clients": len(GENOTYPE_SITES), "rank": 2,
+        over = {"strategy": "power", "dataset": str(data), "num-clients": m, "rank": 2,
                 "iteration-rank": 2, "center": True, "scale": "hwe", "row-normalize": False}
         if secure:
             over["secagg-clip"] = 1e12
@@ -64,16 +70,17 @@ def _overrides(setup: str, m: int, dim: int, rounds: int, secure: bool, data: Pa
     return dict(over, **{"num-server-rounds": rounds, "secure-aggregation": "true" if secure else "false"})
 
 
-def write_genotype_sites(folder: Path, dim: int, missing: float = 0.01, seed: int = 11) -> Path:
-    """Four ``.bed`` sites of :data:`GENOTYPE_SITES` people and ``dim`` variants with ``missing`` of the calls
-    missing, as ``folder/partition_<i>.bed``; returns ``folder``."""
+def write_genotype_sites(folder: Path, dim: int, missing: float = 0.01, seed: int = 11,
+                         sites: tuple[int, ...] = GENOTYPE_SITES) -> Path:
+    """``.bed`` sites of ``sites`` people and ``dim`` variants with ``missing`` of the calls missing, as
+    ``folder/partition_<i>.bed``; returns ``folder``."""
     import bed_reader
 
     from simulations.data.genotypes import genotype_sites
 
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    for i, G in enumerate(genotype_sites(GENOTYPE_SITES, dim, populations=3, seed=seed)):
+    for i, G in enumerate(genotype_sites(sites, dim, populations=3, seed=seed)):
         G = G.astype(np.float32)
         G[rng.random(G.shape) < missing] = np.nan
         bed_reader.to_bed(folder / f"partition_{i}.bed", G)
@@ -140,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", nargs="+", type=int, default=[4, 8])
     parser.add_argument("--dim", nargs="+", type=int, default=[60, 200])
     parser.add_argument("--geno-dim", type=int, default=400)
+    parser.add_argument("--geno-sites", nargs="+", type=int, default=list(GENOTYPE_SITES),
+                        help="people per .bed site of the genotypes set-up")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--out", default=None, help="folder of the tables (default: a new one, bench-runs/...)")
@@ -152,12 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        data = write_genotype_sites(Path(tmp) / "bed", args.geno_dim) if "genotypes" in args.setups else None
+        data = write_genotype_sites(Path(tmp) / "bed", args.geno_dim,
+                                    sites=tuple(args.geno_sites)) if "genotypes" in args.setups else None
         for engine in args.engines:
             for setup in args.setups:
                 if engine == "deploy" and setup == "genotypes":
                     continue
-                shapes = ([(len(GENOTYPE_SITES), args.geno_dim)] if setup == "genotypes"
+                shapes = ([(len(args.geno_sites), args.geno_dim)] if setup == "genotypes"
                           else [(m, dim) for m in args.clients for dim in args.dim])
                 for m, dim in shapes:
                     runs = {}
@@ -167,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                                         _ray(over) if engine == "ray" else _deploy(over))
                     (plain, P), (secure, S) = runs[False], runs[True]
                     sin, rel = compare(P, S)
-                    exchanges = args.rounds + 3  # discovery: the sums and the squares; the summary
+                    exchanges = args.rounds + 4  # discovery: the row counts, the sums, the squares; the summary
                     row = [engine, setup, over["strategy"], m, dim, args.rounds, exchanges, f"{plain:.2f}",
                            f"{secure:.2f}", f"{secure / plain:.2f}", f"{sin:.1e}", f"{rel:.1e}"]
                     rows.append(row)
@@ -175,11 +185,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(lines[-1], flush=True)
     command = "python -m simulations.benchmarks.bench_secure_power " + shlex.join(
         argv if argv is not None else sys.argv[1:])
-    (folder / "secure_power.md").write_text(command + "\n\n" + "\n".join(lines) + "\n")
-    with open(folder / "secure_power.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        writer.writerows(rows)
+    write_file(folder / "secure_power.md", command + "\n\n" + "\n".join(lines) + "\n")
+    table = io.StringIO()
+    writer = csv.writer(table, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    write_file(folder / "secure_power.csv", table.getvalue())
     return 0
 
 

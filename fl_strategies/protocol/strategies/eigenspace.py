@@ -162,7 +162,7 @@ class EigenspaceStrategy(FederatedStrategy):
         if self._held is not None:
             if self.stop_tol > 0:
                 self._held[0].update(objective=kept, stop_statistic=statistic)
-            self._fill_explained_variance(self._held[0], objective / max(sum(self.sizes.values()), 1))
+            self._fill_explained_variance(self._held[0], objective / max(self.num_rows, 1))
         if self.stop_tol > 0 and statistic is not None and statistic <= self.stop_tol:
             self.stopped = True
             log.info("stopping rule (27): |F_k - F_k-1| / F_k = %.2e <= %.1e after %d rounds%s",

@@ -14,8 +14,10 @@ Every exchange in which a plain run gets each site's own reply goes through Flow
   only when the server tracks the objective), so the server gets ``sum_i s_i A_i Z``, the rows behind it and ``F``,
   never one site's product; ``Z_new = orth(sum_i s_i Y_i / sum_i s_i)`` as in the plain run;
 * **discovery** (SecAgg+ exchanges before round 1, numbered up to 0; the plain discovery then carries only the
-  partition id, row count and ``d``): with ``center`` ``[t_i, c_i, s_i]`` (row sum, non-missing calls per column:
-  ``s_i`` in every column unless a ``.bed`` site has missing calls), whose sum gives the mean
+  partition id and ``d``, and for ``.bed`` sites the variant list's digest, no row count): first ``[s_i]``, whose
+  sum is ``n`` (``discovery-rows``, exact integers under the public bound :data:`ROWS_BOUND`: every later bound
+  depends on ``n`` only, never on a site's ``s_i``); with ``center`` ``[t_i, c_i, s_i]`` (row sum, non-missing
+  calls per column: ``s_i`` in every column unless a ``.bed`` site has missing calls), whose sum gives the mean
   ``mu = sum_i t_i / sum_i c_i``; then ``q_i = sum_calls (x - mu)^2`` per column (the client's own sums of squares
   about its own mean plus ``c_i (t_i / c_i - mu)^2``, as Chan et al.'s pairwise update), whose sum over
   ``sum_i c_i`` is the variance that gives ``scale`` and ``tr(C)`` as the plain discovery's
@@ -56,12 +58,16 @@ from flwr.server.client_proxy import ClientProxy
 from ...kernels.standardize import pooled_mean
 from ...privacy.analyze_gauss import row_bound
 from ...privacy.fixed_point import LimbCode, limb_code
-from ...settings.config import secure_power
+from ...settings.config import ConfigError, check_against_data, secure_power
 from ..base import log, uploaded_bytes
 from ..secure_sum import secure_sum
 from .fedpower import FedPowerStrategy
 
-__all__ = ["SecurePowerStrategy", "SECAGG_EXPONENT", "SECAGG_CLIENTS"]
+__all__ = ["SecurePowerStrategy", "SECAGG_EXPONENT", "SECAGG_CLIENTS", "ROWS_BOUND"]
+
+ROWS_BOUND = 2.0 ** 52
+"""The public bound on one site's row count in the ``discovery-rows`` sum (an integer below it is exact in
+float64 and in every limb code of up to :data:`~fl_strategies.settings.config.MAX_SECAGG_CLIENTS` clients)."""
 
 SECAGG_EXPONENT = "secagg-exponent"
 """Fit-config key of the fixed-point exponent ``f`` (:class:`fl_strategies.privacy.fixed_point.LimbCode`)."""
@@ -83,6 +89,7 @@ class SecurePowerStrategy(FedPowerStrategy):
         self.code: LimbCode | None = None
         self.round_sum: np.ndarray | None = None  # the last round's decoded sum: [sum_i s_i Y_i, sum_i s_i(, F)]
         self.calls: np.ndarray | None = None  # non-missing calls per column over all sites (d,): n without missing
+        self.rows_total: int | None = None  # n, from the SecAgg+ sum of the row counts (sizes stays empty)
 
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + (", secagg)" if self.secure else ")")
@@ -92,21 +99,31 @@ class SecurePowerStrategy(FedPowerStrategy):
         """Discovery and ``Z_0``; under SecAgg+ the limb code from the public bound (module docstring)."""
         parameters = super().initialize_parameters(client_manager)
         if self.secure:
-            self.code = limb_code(self.discovery_bound(), self.m)
-            log.info("%s: SecAgg+ with %d limbs of %d bits per value, fixed-point step 2^%d (bound %.6g at "
-                     "discovery): sums exact to %.3g", self.settings.strategy, self.code.limbs, self.code.limb_bits,
-                     -self.code.exponent, self.discovery_bound(), self.code.tolerance())
+            self.code = limb_code(ROWS_BOUND, self.m)  # the row counts first: integers, exact
+            log.info("%s: SecAgg+ with %d limbs of %d bits per value; the row counts first (each below 2^52), then "
+                     "a fixed-point step from public bounds that depend only on n", self.settings.strategy,
+                     self.code.limbs, self.code.limb_bits)
         return parameters
+
+    @property
+    def rows_public(self) -> bool:
+        """No row count in the clear under SecAgg+: ``n`` comes from the ``discovery-rows`` sum."""
+        return not self.secure
+
+    @property
+    def num_rows(self) -> int:
+        """``n``: the nodes' row counts, or under SecAgg+ their secure sum (0 before it is formed)."""
+        return super().num_rows if not self.secure else (self.rows_total or 0)
 
     def discovery_bound(self) -> float:
         """The public bound of the discovery sums: ``max(B, 4 n)``. ``B`` bounds them for rows of norm at most
         ``c``; ``4 n`` bounds genotypes' (allele counts in ``[0, 2]``): a call count ``c_i <= s_i <= n``, an
         allele sum ``t_i <= 2 c_i`` and a sum of squares about a mean in ``[0, 2]`` ``q_i <= 4 c_i``."""
-        return max(self.upload_bound(), 4.0 * sum(self.sizes.values()))
+        return max(self.upload_bound(), 4.0 * self.num_rows)
 
     def upload_bound(self) -> float:
         """``B``, the public bound on every value a client uploads (module docstring)."""
-        n = float(sum(self.sizes.values()))
+        n = float(self.num_rows)
         if self.settings.secagg_clip > 0:
             return max(self.settings.secagg_clip, n)
         radius = row_bound(self.settings.clip_norm) + (float(np.linalg.norm(self.mean)) if self.mean is not None
@@ -118,8 +135,9 @@ class SecurePowerStrategy(FedPowerStrategy):
     # -- discovery sums ----------------------------------------------------------------------------------
     @property
     def discovery_phases(self) -> list[str]:
-        """The SecAgg+ discovery exchanges: the row sums (with ``center``), then the sums of squares."""
-        return (["discovery-sums"] if self.settings.center else []) + ["discovery-squares"]
+        """The SecAgg+ discovery exchanges: the row counts, the row sums (with ``center``), then the sums of
+        squares."""
+        return ["discovery-rows"] + (["discovery-sums"] if self.settings.center else []) + ["discovery-squares"]
 
     @property
     def discovery_rounds(self) -> list[int]:
@@ -134,20 +152,38 @@ class SecurePowerStrategy(FedPowerStrategy):
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
 
     def _aggregate_discovery(self, server_round: int, results, failures) -> None:
-        """The mean and the call counts (``discovery-sums``), or ``scale`` and ``tr(C)`` (``discovery-squares``),
-        from the sums."""
+        """``n`` (``discovery-rows``), the mean and the call counts (``discovery-sums``), or ``scale`` and
+        ``tr(C)`` (``discovery-squares``), from the sums."""
         phase = self._pending["phase"]
-        d, n = self.d, sum(self.sizes.values())
-        values = self._decoded(server_round, results, failures, 2 * d + 1 if phase == "discovery-sums" else d,
-                               require_all=True)
+        d, n = self.d, self.num_rows
+        size = {"discovery-rows": 1, "discovery-sums": 2 * d + 1}.get(phase, d)
+        values = self._decoded(server_round, results, failures, size, require_all=True)
         if values is None:
+            return
+        if phase == "discovery-rows":
+            total = float(values[0])
+            if total != round(total) or total < 1:
+                self.abort_round(server_round, f"the SecAgg+ sum of the row counts is {total!r}, not a whole number "
+                                               ">= 1")
+                return
+            self.rows_total = int(total)
+            log.info("%r: %d clients, %d rows in all (the SecAgg+ sum of their row counts)", self, self.m,
+                     self.rows_total)
+            try:
+                check_against_data(self.cfg, self.d, self.rows_total)
+            except ConfigError as ex:
+                self.abort_round(server_round, str(ex))
+                return
+            self.code = limb_code(self.discovery_bound(), self.m)
+            log.info("SecAgg+ discovery sums: fixed-point step 2^%d (public bound %.6g): exact to %.3g",
+                     -self.code.exponent, self.discovery_bound(), self.code.tolerance())
             return
         if phase == "discovery-sums":
             calls = values[d: 2 * d]
             if values[-1] != n or np.any((calls < 0) | (calls > n)) or np.any(calls != np.round(calls)):
                 self.abort_round(server_round, f"the clients' rows sum to {values[-1]:.0f} and their calls to "
                                                f"{calls.min():.0f}..{calls.max():.0f} per column, not the n = {n} "
-                                               "they reported")
+                                               "of their row counts' sum")
                 return
             self.calls = calls
             self.mean = pooled_mean([calls], [values[:d]])
