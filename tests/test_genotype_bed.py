@@ -120,16 +120,17 @@ def imputed_reference(G, scale="none"):
     return X
 
 
-def run_sites(tmp_path, sites, scale="false", rounds=30, rank=2):
+def run_sites(tmp_path, sites, scale="false", rounds=30, rank=2, extra=""):
     """``compare`` with one fedpower run over the sites as ``.bed`` files; the written model."""
     (tmp_path / "data").mkdir()
     for i, G in enumerate(sites):
         write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
-    return compare_sites(tmp_path, len(sites), scale=scale, rounds=rounds, rank=rank)
+    return compare_sites(tmp_path, len(sites), scale=scale, rounds=rounds, rank=rank, extra=extra)
 
 
-def compare_sites(tmp_path, num_clients, scale="false", rounds=30, rank=2):
-    """``compare`` with one fedpower run over the site files in ``tmp_path / "data"``; the written model."""
+def compare_sites(tmp_path, num_clients, scale="false", rounds=30, rank=2, extra=""):
+    """``compare`` with one fedpower run over the site files in ``tmp_path / "data"`` (``extra``: more lines of its
+    defaults); the written model."""
     from fl_strategies.files.pca import load_model
     from simulations.compare import run_comparison
 
@@ -144,6 +145,7 @@ local-steps = 2
 center = true
 scale = {scale}
 row-normalize = false
+{extra}
 [[runs]]
 name = "fedpower"
 strategy = "fedpower"
