@@ -69,7 +69,8 @@ class SecurePowerClient(FedPowerClient):
         step with ``alignment = "opt"`` the round's ``Y_i`` aligned to the broadcast ``Z``."""
         arrays, s, metrics = super().fit(parameters, config)
         if config.get("phase") == "summary":
-            return [s * arrays[0].ravel(), [s, s * metrics["trace"]]]
+            diagonal = [arrays[1].ravel(), [metrics["diagonal"]]] if len(arrays) > 1 else []
+            return [s * arrays[0].ravel(), [s, s * metrics["trace"]]] + diagonal
         Y = arrays[0]
         if len(arrays) > 1 and self.settings.alignment == "opt":  # arrays = [Y_i, Z_prev_i]
             Y = Y @ procrustes(arrays[1], parameters[0])

@@ -246,11 +246,16 @@ class SecurePowerStrategy(FedPowerStrategy):
 
     def _aggregate_summary(self, server_round: int, results, failures) -> None:
         """The PCA model from ``[sum_i s_i A_i Z, n, sum_i s_i tr(A_i)]`` (every client must be in the sum)."""
-        values = self._decoded(server_round, results, failures, self._values(2), require_all=True)
+        diagonal = self.plink2_diagonal  # then [vec(S_i), sum delta] too
+        extra = self.r * self.r + 1 if diagonal else 0
+        values = self._decoded(server_round, results, failures, self._values(2) + extra, require_all=True)
         if values is None:
             return
         Z = self._summary_Z
-        n = float(values[self.d * self.r])
-        CZ = values[: self.d * self.r].reshape(self.d, self.r) / n
-        self.summary_model(Z, CZ, float(values[-1]) / n, int(round(n)),
-                           uploaded_bytes(results) + len(results) * Z.nbytes)
+        dr = self.d * self.r
+        n = float(values[dr])
+        CZ = values[:dr].reshape(self.d, self.r) / n
+        plink2 = (values[dr + 2: dr + 2 + self.r * self.r].reshape(self.r, self.r), float(values[-1])) \
+            if diagonal else None
+        self.summary_model(Z, CZ, float(values[dr + 1]) / n, int(round(n)),
+                           uploaded_bytes(results) + len(results) * Z.nbytes, plink2)
