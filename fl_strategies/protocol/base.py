@@ -298,7 +298,7 @@ class FederatedStrategy(Strategy):
             Where the sums came from, for the log.
         """
         n = sum(self.sizes.values())
-        self.scale = scales(self.settings.scale, variance, self.mean, calls)
+        self.scale = scales(column_scaling(self.settings.scale), variance, self.mean, calls)
         if column_scaling(self.settings.scale) == "hwe":
             log.info("scale = hwe: every variant over sqrt(2 p (1 - p)), p from %s (%d monomorphic variant(s) keep "
                      "scale 1)", source, int(np.sum(variance == 0)))
