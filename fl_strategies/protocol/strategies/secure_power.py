@@ -21,7 +21,10 @@ Every exchange in which a plain run gets each site's own reply goes through Flow
   ``sum_i c_i`` is the variance that gives ``scale`` and ``tr(C)`` as the plain discovery's
   :func:`~fl_strategies.kernels.standardize.pooled_variance` does (:meth:`~..base.FederatedStrategy.standardize`);
 * **the summary** (one more SecAgg+ exchange after the last round, no row of its own): ``[vec(s_i A_i Z),
-  s_i, s_i tr(A_i)]`` at the final ``Z``, from which the PCA model is built as in the plain run.
+  s_i, s_i tr(A_i)]`` at the final ``Z`` (and, over ``.bed`` files with missing calls and ``scale = "hwe"``,
+  ``[vec(S_i), sum delta]``, the site's part of plink2's diagonal:
+  :meth:`~fl_strategies.kernels.rows.BedVariants.missingness_diagonal`), from which the PCA model is built as in
+  the plain run.
 
 Exactness. Each upload travels as fixed-point limbs that Flower's quantiser passes unchanged
 (:mod:`fl_strategies.privacy.fixed_point`): the server's sum is the exact sum of the clients' fixed-point values,
