@@ -43,8 +43,7 @@ from flwr.server.strategy import Strategy
 
 from . import node_directory
 from .iterates import Iterates
-from ..settings.config import (ConfigError, check_against_data, column_scaling, round_timeout, row_sums_at_discovery,
-                               variant_qc)
+from ..settings.config import ConfigError, check_against_data, column_scaling, round_timeout, row_sums_at_discovery
 from ..files.data_files import FINGERPRINT
 from ..files.harness import on_nodes, widths_listed
 from ..files.variants import align_variants, decode_variants, encode_variants
@@ -402,9 +401,11 @@ class FederatedStrategy(Strategy):
         from the usable nodes' call counts and allele sums at discovery; ``None`` when they keep every variant
         (or are not set). A ``ConfigError`` in one line where the data are no ``.bed`` files or the filters keep
         fewer variants than ``iteration-rank``."""
-        if not variant_qc(self.cfg):
+        if not isinstance(self.settings, PcaSettings):
             return None
-        maf_min, geno_max = float(self.cfg["maf-min"]), float(self.cfg["geno-max"])
+        maf_min, geno_max = float(self.settings.maf_min), float(self.settings.geno_max)
+        if maf_min <= 0 and geno_max >= 1:
+            return None
         keys = ", ".join(f"{key} = {value:g}" for key, value, active in (
             ("maf-min", maf_min, maf_min > 0), ("geno-max", geno_max, geno_max < 1)) if active)
         if self.variants is None:
