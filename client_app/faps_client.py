@@ -79,7 +79,7 @@ class FapsClient(NumPyClient):
             raise ValueError(f"broadcast Z has shape {Z.shape} or non-finite values; expected ({self.d}, {p})")
         A = self.data.operator_for(config, self.products, p)
         if config.get("phase") == "summary":
-            return summary_reply(A, Z, self.s, 0.0, self.partition_id)
+            return summary_reply(A, Z, self.s, 0.0, self.partition_id, config)
         # s_i A_i, the paper's unnormalised Gram, with the same mean and column scales as A_i
         M = self.data.operator().centered(A.mean, A.scale, weight=float(self.s))
         Y, f, state, steps = faps_client_round(M, Z.astype(np.float64), self._load(), faps_options(self.settings))

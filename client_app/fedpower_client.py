@@ -96,7 +96,7 @@ class FedPowerClient(NumPyClient):
                                  "in the unit ball, so this client does not answer")
         A = self.data.operator_for(config, self.products, r)
         if config.get("phase") == "summary":
-            return summary_reply(A, Z, self.s, self.noise_std, self.partition_id)
+            return summary_reply(A, Z, self.s, self.noise_std, self.partition_id, config)
         steps = int(config["local-steps"])
         # steps this node counted, or (in a run resumed from a checkpoint, whose node state starts empty) the steps
         # the run had done before this round, whichever is larger

@@ -15,6 +15,7 @@ import numpy as np
 
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_covariance, secure_power
 from fl_strategies.files.data_files import FINGERPRINT
+from fl_strategies.files.pca import MISSINGNESS_DIAGONAL
 from fl_strategies.files.variants import encode_variants, variant_digest
 
 __all__ = ["discovery_properties", "fingerprint_property", "summary_reply"]
@@ -98,14 +99,24 @@ def fingerprint_property(data, cfg: dict[str, Any], noise) -> dict[str, str]:
     return {} if digest is None else {FINGERPRINT: noise.fingerprint(digest)}
 
 
-def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int):
+def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int, config=None):
     """The summary exchange's reply (:mod:`fl_strategies.files.pca`): ``[A_i Z]``, ``s_i`` and ``tr(A_i)``.
 
-    ``A`` is the client's (centred) local operator (:class:`fl_strategies.kernels.products.LocalOperator`).
+    ``A`` is the client's (centred) local operator (:class:`fl_strategies.kernels.products.LocalOperator`). Where
+    the server's ``config`` asks for it (:data:`MISSINGNESS_DIAGONAL`), also this site's part of plink2's diagonal
+    (:meth:`~fl_strategies.kernels.rows.BedVariants.missingness_diagonal`): ``S_i`` (r, r) as a second array and
+    ``sum delta`` as the metric ``diagonal``.
 
     Refused when the client adds privacy noise: the summary is exact, its release would not be covered.
     """
     if noise_std > 0:
         raise RuntimeError("a noisy client sends no summary: its exact A_i Z would not be covered by the privacy "
                            "guarantee")
-    return [A @ Z], s, {"partition-id": partition_id, "trace": A.trace()}
+    metrics = {"partition-id": partition_id, "trace": A.trace()}
+    if not (config or {}).get(MISSINGNESS_DIAGONAL):
+        return [A @ Z], s, metrics
+    if not hasattr(A.rows, "missingness_diagonal") or A.mean is None:
+        raise ValueError(f"partition {partition_id}: the server asks for plink2's diagonal, but the node's data are "
+                         "no centred .bed file")
+    S, delta = A.rows.missingness_diagonal(Z, A.mean, A.scale)
+    return [A @ Z, S], s, {**metrics, "diagonal": delta}

@@ -15,7 +15,8 @@ A fit instruction that carries the limb code (``secagg-exponent``, ``secagg-clie
   own Procrustes rotation ``procrustes(Z_prev_i, Z)`` of the basis it multiplied last onto the broadcast ``Z``:
   the alignment the plain server makes against the reference client's ``Z_prev``, made here against a basis
   every client holds, so that the server needs only the sum;
-* the summary: ``[vec(s_i A_i Z), s_i, s_i tr(A_i)]``;
+* the summary: ``[vec(s_i A_i Z), s_i, s_i tr(A_i)]``, then ``[vec(S_i), sum delta]`` where the server asks for
+  plink2's diagonal (:func:`client_app.pca_replies.summary_reply`);
 
 with weight 1 (SecAgg+'s weights are then exactly 1) and metrics holding only the partition id (metrics travel in
 plaintext). A value beyond the code's range is refused, never clipped: the client raises and uploads nothing.
@@ -75,7 +76,8 @@ class SecurePowerClient(FedPowerClient):
         step with ``alignment = "opt"`` the round's ``Y_i`` aligned to the broadcast ``Z``."""
         arrays, s, metrics = super().fit(parameters, config)
         if config.get("phase") == "summary":
-            return [s * arrays[0].ravel(), [s, s * metrics["trace"]]]
+            diagonal = [arrays[1].ravel(), [metrics["diagonal"]]] if len(arrays) > 1 else []
+            return [s * arrays[0].ravel(), [s, s * metrics["trace"]]] + diagonal
         Y = arrays[0]
         if len(arrays) > 1 and self.settings.alignment == "opt":  # arrays = [Y_i, Z_prev_i]
             Y = Y @ procrustes(arrays[1], parameters[0])

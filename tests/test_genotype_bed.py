@@ -120,16 +120,17 @@ def imputed_reference(G, scale="none"):
     return X
 
 
-def run_sites(tmp_path, sites, scale="false", rounds=30, rank=2):
+def run_sites(tmp_path, sites, scale="false", rounds=30, rank=2, extra=""):
     """``compare`` with one fedpower run over the sites as ``.bed`` files; the written model."""
     (tmp_path / "data").mkdir()
     for i, G in enumerate(sites):
         write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
-    return compare_sites(tmp_path, len(sites), scale=scale, rounds=rounds, rank=rank)
+    return compare_sites(tmp_path, len(sites), scale=scale, rounds=rounds, rank=rank, extra=extra)
 
 
-def compare_sites(tmp_path, num_clients, scale="false", rounds=30, rank=2):
-    """``compare`` with one fedpower run over the site files in ``tmp_path / "data"``; the written model."""
+def compare_sites(tmp_path, num_clients, scale="false", rounds=30, rank=2, extra=""):
+    """``compare`` with one fedpower run over the site files in ``tmp_path / "data"`` (``extra``: more lines of its
+    defaults); the written model."""
     from fl_strategies.files.pca import load_model
     from simulations.compare import run_comparison
 
@@ -144,6 +145,7 @@ local-steps = 2
 center = true
 scale = {scale}
 row-normalize = false
+{extra}
 [[runs]]
 name = "fedpower"
 strategy = "fedpower"
@@ -231,18 +233,34 @@ def test_scale_hwe_is_plink2s_pca_without_missing_calls(tmp_path):
     np.testing.assert_allclose(ratio, 1.0, rtol=1e-8)
 
 
-def test_scale_hwe_with_missing_calls_follows_plink2s_correction_for_missingness(tmp_path):
+def weighted_grm_and_diagonal(G):
+    """What the federated run stands for on genotypes ``G`` (n, d) with missing calls: ``K_fed = X X^T d / (c_i
+    c_j)`` (the rows weighted by ``d / c_i``) and plink2's diagonal ``delta_i = ||x_i||^2 (1 / c_i - d / c_i^2)``
+    (``N_ii = c_i``); ((n, n), (n,))."""
+    X, calls = imputed_reference(G, "hwe"), (~np.isnan(G)).sum(axis=1).astype(float)
+    d = G.shape[1]
+    return X @ X.T * d / np.outer(calls, calls), (X * X).sum(axis=1) * (1 / calls - d / calls ** 2)
+
+
+def test_scale_hwe_with_missing_calls_has_plink2s_diagonal_in_its_eigenvalues(tmp_path):
+    """The eigenvalues are those of ``K_fed + diag(delta)`` (plink2's diagonal, the sites' parts summed at the
+    summary) to first order, and nearer plink2's matrix than ``K_fed``'s by far; the scores are ``K_fed``'s
+    eigenvectors."""
     sites = simulated_sites((60, 50, 70, 40), 1500, missing=0.01, seed=8, populations=4)
     G = np.vstack(sites)
     model = run_sites(tmp_path, sites, scale='"hwe"', rank=3, rounds=60)
     scores, values = scores_and_eigenvalues(tmp_path, model, sites)
-    X, calls = imputed_reference(G, "hwe"), (~np.isnan(G)).sum(axis=1)
-    d = G.shape[1]
-    diagonal = (X * X).sum(axis=1) * (1 / calls - d / calls ** 2)  # plink2's diagonal divides by N_ii = c_i
-    shift = (diagonal @ scores ** 2) / np.sum(scores ** 2, axis=0)  # its first-order shift of each eigenvalue
-    correlation, ratio = per_pc_agreement(scores, values + shift, plink2_grm(G), 3)
-    assert np.all(correlation >= 0.99999)
-    np.testing.assert_allclose(ratio, 1.0, rtol=1e-4)
+    K_fed, delta = weighted_grm_and_diagonal(G)
+    exact = np.linalg.eigvalsh(K_fed + np.diag(delta))[::-1][:3]
+    np.testing.assert_allclose(values, exact, rtol=1e-6)  # first order in delta: within 1e-6 of the exact shift
+    correlation, _ = per_pc_agreement(scores, values, K_fed, 3)
+    assert np.all(correlation >= 1 - 1e-8)
+    plink2 = np.linalg.eigvalsh(plink2_grm(G))[::-1][:3]
+    before = np.linalg.eigvalsh(K_fed)[::-1][:3]  # without the diagonal, as before
+    assert np.all(np.abs(values / plink2 - 1) < np.abs(before / plink2 - 1) / 10)
+    np.testing.assert_allclose(values / plink2, 1.0, rtol=1e-4)  # the rest: N_ij != c_i c_j / d off the diagonal
+    explained = np.linalg.eigvalsh(K_fed + np.diag(delta))
+    np.testing.assert_allclose(model["explained_variance_ratio"], exact / explained.sum(), rtol=1e-6)
 
 
 @pytest.mark.plink2
@@ -258,12 +276,15 @@ def test_scale_hwe_reproduces_plink2_pca_on_the_pooled_file(tmp_path):
                     "--out", str(tmp_path / "plink2")], check=True, capture_output=True)
     vectors = np.loadtxt(tmp_path / "plink2.eigenvec", skiprows=1, usecols=(2, 3, 4))
     reference = np.loadtxt(tmp_path / "plink2.eigenval")
-    X, calls = imputed_reference(G, "hwe"), (~np.isnan(G)).sum(axis=1)
-    diagonal = (X * X).sum(axis=1) * (1 / calls - G.shape[1] / calls ** 2)
-    shift = (diagonal @ scores ** 2) / np.sum(scores ** 2, axis=0)
+    written = np.loadtxt(next((tmp_path / "out" / "estimates").glob("*.eigenval")))
     correlation = np.array([abs(np.corrcoef(scores[:, j], vectors[:, j])[0, 1]) for j in range(3)])
+    before = np.linalg.eigvalsh(weighted_grm_and_diagonal(G)[0])[::-1][:3]
+    print("1 - |r|", 1 - correlation, "eigenvalues / plink2's - 1", values / reference - 1, "without the diagonal",
+          before / reference - 1)
     assert np.all(correlation >= 0.99999)
-    np.testing.assert_allclose((values + shift) / reference, 1.0, rtol=1e-4)
+    np.testing.assert_allclose(written, values, rtol=1e-5)  # .eigenval: 6 significant digits
+    np.testing.assert_allclose(values / reference, 1.0, rtol=1e-4)
+    assert np.all(np.abs(values / reference - 1) < np.abs(before / reference - 1) / 10)
 
 
 @pytest.mark.parametrize("people", [29, 30, 31, 32])

@@ -283,6 +283,9 @@ def test_four_bed_sites_with_missing_calls_and_hwe_give_the_plain_runs_pcs_throu
     np.testing.assert_allclose(secure.mean, plain.mean, rtol=1e-12, atol=1e-15)  # over each variant's calls
     np.testing.assert_allclose(secure.scale, plain.scale, rtol=1e-12, atol=0)
     assert secure.total_variance == pytest.approx(plain.total_variance, rel=1e-12)
+    assert plain.plink2_diagonal and secure.plink2_diagonal  # plink2's diagonal summed through SecAgg+ as well
+    assert not np.allclose(plain.model["explained_variance"], plain.model["singular_values"] ** 2 / (1200 - 1),
+                           rtol=1e-6, atol=0)
     assert_same_model(secure, plain)
     assert all(not {"row-sum", "call-count", "col-sq-sum", "sq-sum"} & set(props)
                for props in secure.node_properties.values())

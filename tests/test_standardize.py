@@ -128,9 +128,9 @@ def test_the_reference_standardises_blocks_far_from_zero():
     X[:, 4] = 7.0
     Y = StandardScaler().fit_transform(X)
     blocks = [X[:40], X[40:200], X[200:]]
-    np.testing.assert_allclose(pooled_covariance(blocks, center=True, scale=True), Y.T @ Y / len(X), atol=1e-8)
+    np.testing.assert_allclose(pooled_covariance(blocks, center=True, scale="true"), Y.T @ Y / len(X), atol=1e-8)
     with pytest.raises(ValueError, match="scale needs center"):
-        pooled_covariance(blocks, center=False, scale=True)
+        pooled_covariance(blocks, center=False, scale="true")
 
 
 def test_the_wide_reference_standardises_like_the_dense_one():
@@ -140,8 +140,8 @@ def test_the_wide_reference_standardises_like_the_dense_one():
     rng = np.random.default_rng(5)
     X = 3.0 + rng.standard_normal((40, 60)) @ np.diag(10.0 ** rng.uniform(-2, 2, 60))
     X[:, 7] = -1.0
-    dense = Reference.from_rows([X[:15], X[15:]], 3, 4, center=True, scale=True)
-    wide = Reference.from_thin_svd(X, 3, 4, center=True, scale=True)
+    dense = Reference.from_rows([X[:15], X[15:]], 3, 4, center=True, scale="true")
+    wide = Reference.from_thin_svd(X, 3, 4, center=True, scale="true")
     np.testing.assert_allclose(wide.values, dense.values, rtol=1e-10)
     assert subspace_distance(wide.vectors, dense.vectors) < 1e-8
     Q = np.linalg.qr(rng.standard_normal((60, 4)))[0]

@@ -12,7 +12,8 @@ from fl_strategies.files.variants import align_variants, site_alignment
 
 bed_reader = pytest.importorskip("bed_reader")
 
-from tests.test_genotype_bed import compare_sites, imputed_reference, simulated_sites  # noqa: E402
+from tests.test_genotype_bed import (compare_sites, imputed_reference, simulated_sites,  # noqa: E402
+                                    weighted_grm_and_diagonal)
 
 ALLELES = [("A", "G"), ("C", "T"), ("A", "T"), ("G", "C"), ("T", "G")]
 
@@ -61,7 +62,10 @@ def test_sites_in_another_order_with_swapped_alleles_and_missing_variants_are_al
     weights = (G.shape[1] / (~np.isnan(G)).sum(axis=1)) ** 2  # plink2's correction for missingness, d / c_i
     values, vectors = np.linalg.eigh(X.T @ (weights[:, None] * X) / len(X))
     assert subspace_distance(model["components"].T, vectors[:, ::-1][:, :2]) < 1e-8
-    np.testing.assert_allclose(model["explained_variance"], values[::-1][:2] * len(X) / (len(X) - 1), rtol=1e-8)
+    np.testing.assert_allclose(model["singular_values"] ** 2, values[::-1][:2] * len(X), rtol=1e-8)
+    K_fed, delta = weighted_grm_and_diagonal(G)  # the explained variance has plink2's diagonal
+    np.testing.assert_allclose(model["explained_variance"] * (len(X) - 1) / G.shape[1],
+                               np.linalg.eigvalsh(K_fed + np.diag(delta))[::-1][:2], rtol=1e-6)
 
 
 def test_too_few_shared_variants_refuse_the_run_in_one_line():

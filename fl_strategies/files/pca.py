@@ -49,12 +49,17 @@ from .variants import decode_variants, encode_variants
 
 __all__ = ["MODEL_KEYS", "pca_model", "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
 
+MISSINGNESS_DIAGONAL = "missingness-diagonal"
+"""Summary-config key: the server asks every site for its part of plink2's diagonal (a run over ``.bed`` files with
+missing calls and ``scale = "hwe"``; :func:`pca_model`'s ``diagonal``)."""
+
 MODEL_KEYS = ("components", "mean", "scale", "explained_variance", "explained_variance_ratio", "singular_values",
               "n_samples")
 
 
 def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: int, mean: np.ndarray,
-              k: int, scale: np.ndarray | None = None) -> dict[str, Any]:
+              k: int, scale: np.ndarray | None = None,
+              diagonal: tuple[np.ndarray, float] | None = None) -> dict[str, Any]:
     """The first ``k`` principal components from a basis and the pooled products of the summary exchange.
 
     Parameters
@@ -73,6 +78,14 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
         Components kept, ``1 <= k <= r``.
     scale : ndarray of shape (d,), optional
         The columns' scales the clients divided by (``scale = true``); ``None``: ones.
+    diagonal : (ndarray of shape (r, r), float), optional
+        plink2's diagonal for genotypes with missing calls, summed over the sites
+        (:meth:`~fl_strategies.kernels.rows.BedVariants.missingness_diagonal`: ``S`` and ``sum_i delta_i``). The
+        components stay the eigenvectors of ``C``; ``explained_variance`` and the ratio become those of plink2's
+        matrix ``K`` (``X X^T / N``), to first order in its diagonal ``delta``: with ``C v = lam v``, ``v = Z g``,
+        ``K``'s eigenvalue is ``n lam / d + g^T S g / (n lam)``, so ``lam`` gains ``d g^T S g / (n^2 lam)`` and
+        ``tr(C)`` gains ``d sum_i delta_i / n``. ``singular_values`` stay ``sqrt(n lam)`` of ``C``: the norm that
+        makes a site's scores plink2's unit-norm eigenvectors (:func:`~fl_strategies.files.plink_outputs`).
 
     Returns
     -------
@@ -85,10 +98,18 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
     order = np.argsort(values)[::-1][:k]
     lam = np.clip(values[order], 0.0, None)
     n = int(n_samples)
+    explained = lam
+    if diagonal is not None:  # plink2's eigenvalues (diagonal N_ii = c_i), to first order
+        S, delta = diagonal
+        d, G = Z.shape[0], W[:, order]
+        gain = d * np.einsum("aj,ab,bj->j", G, np.asarray(S, dtype=np.float64), G) / (n * n)
+        explained = lam + np.divide(gain, lam, out=np.zeros_like(lam), where=lam > 0)
+        total_variance = total_variance + d * float(delta) / n
     return {"components": np.ascontiguousarray((Z @ W[:, order]).T), "mean": np.asarray(mean, dtype=np.float64),
             "scale": np.ones(Z.shape[0]) if scale is None else np.asarray(scale, dtype=np.float64),
-            "explained_variance": lam * n / max(n - 1, 1),
-            "explained_variance_ratio": (lam / total_variance if total_variance > 0 else np.zeros_like(lam))
+            "explained_variance": explained * n / max(n - 1, 1),
+            "explained_variance_ratio": (explained / total_variance if total_variance > 0
+                                         else np.zeros_like(lam))
             if np.isfinite(total_variance) else np.full_like(lam, np.nan),
             "singular_values": np.sqrt(lam * n), "n_samples": n}
 

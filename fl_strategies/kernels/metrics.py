@@ -30,7 +30,7 @@ class PooledRows:
     ``center`` and its columns standardised with ``scale`` (:func:`fl_strategies.kernels.standardize.column_scale`):
     ``C @ Q`` and :meth:`trace`, the two things the metrics need, without a ``d x d`` array."""
 
-    def __init__(self, X: np.ndarray, center: bool, scale: bool | str = False) -> None:
+    def __init__(self, X: np.ndarray, center: bool, scale: str = "false") -> None:
         X = np.asarray(X, dtype=np.float64)
         mean = X.mean(axis=0)
         self.X = X - mean if center else X
@@ -80,12 +80,12 @@ class Reference:
         return cls(C, values, vectors, k)
 
     @classmethod
-    def from_rows(cls, blocks: Iterable, k: int, r: int, *, center: bool, scale: bool | str = False) -> "Reference":
+    def from_rows(cls, blocks: Iterable, k: int, r: int, *, center: bool, scale: str = "false") -> "Reference":
         """Build the reference from the run's preprocessed rows (see :func:`pooled_covariance`)."""
         return cls.from_covariance(pooled_covariance(blocks, center=center, scale=scale), k, r)
 
     @classmethod
-    def from_thin_svd(cls, X: np.ndarray, k: int, r: int, *, center: bool, scale: bool | str = False) -> "Reference":
+    def from_thin_svd(cls, X: np.ndarray, k: int, r: int, *, center: bool, scale: str = "false") -> "Reference":
         """The same reference from the pooled rows ``X`` (n, d) by a thin SVD (scipy), without a ``d x d`` array.
 
         ``X_c = U S V^T`` gives the eigenpairs ``(S^2 / n, V)`` of ``C = X_c^T X_c / n``; O(n^2 d) time, O(n d)
@@ -105,7 +105,7 @@ class Reference:
         return cls(C, values, vectors, k)
 
 
-def pooled_covariance(blocks: Iterable, *, center: bool, scale: bool | str = False) -> np.ndarray:
+def pooled_covariance(blocks: Iterable, *, center: bool, scale: str = "false") -> np.ndarray:
     """The second-moment matrix an eigenspace run estimates, from its preprocessed rows.
 
     The one definition every exact reference uses, so that an accuracy figure

@@ -466,6 +466,50 @@ class BedVariants:
             Y *= self.row_weights.reshape((-1,) + (1,) * (Y.ndim - 1))
         return self.right(Y, mean, scale)
 
+    def row_squares(self, mean: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+        """``||x_i||^2`` of every person's row of ``X`` (class docstring: ``(g - mean) / scale``, a missing call 0),
+        unweighted, shape (s,): one read of the file, a (variant, code) table per block."""
+        out = np.zeros(self.num_rows)
+        for columns, codes in self._codes():
+            table = BED_COUNTS[None, :] - np.asarray(mean[columns])[:, None]
+            if scale is not None:
+                table = table / np.asarray(scale[columns])[:, None]
+            table = np.nan_to_num(table * table, nan=0.0)  # the missing code's column is NaN: 0
+            out += np.take_along_axis(table, codes.astype(np.intp), axis=1).sum(axis=0)
+        return out
+
+    def missingness_diagonal(self, Z: np.ndarray, mean: np.ndarray, scale: np.ndarray | None = None
+                             ) -> tuple[np.ndarray, float]:
+        """What ``plink2 --pca``'s diagonal adds to the matrix the weighted products stand for, at a basis ``Z``.
+
+        plink2 divides ``x_i . x_j`` by ``N_ij``, the variants both people called; the weights of
+        :meth:`missingness_weights` divide by ``c_i c_j / d``, which is ``N_ij`` to first order off the diagonal
+        but not on it (``N_ii = c_i``). The difference is the diagonal ``delta_i = ||x_i||^2 (1 / c_i - d / c_i^2)``
+        (:meth:`row_squares`). Its first-order effect on an eigenvalue of component ``v = Z g`` is
+        ``g^T S g`` over the squared norm of the weighted scores, with this site's part of
+
+        ``S = sum_i delta_i omega_i (x_i Z)^T (x_i Z)``,  ``omega_i = (d / c_i)^2``,
+
+        and on the trace ``sum_i delta_i`` (:func:`fl_strategies.files.pca.pca_model`).
+
+        Parameters
+        ----------
+        Z : ndarray of shape (d, r)
+        mean, scale : ndarray of shape (d,)
+            The broadcast mean and scale (``scale`` ``None``: ones).
+
+        Returns
+        -------
+        S : ndarray of shape (r, r)
+        delta : float
+            ``sum_i delta_i`` over this site's people (0 for a person without a call, and without missing calls).
+        """
+        calls, d = self.person_calls.astype(np.float64), float(self.dimension)
+        inverse = np.divide(1.0, calls, out=np.zeros(self.num_rows), where=calls > 0)
+        delta = self.row_squares(mean, scale) * (inverse - d * inverse * inverse)
+        Y = self.left(Z, mean, scale)
+        return (Y * (delta * self.missingness_weights())[:, None]).T @ Y, float(delta.sum())
+
     def call_counts(self) -> np.ndarray:
         """Non-missing calls per variant, shape (d,) float64."""
         return (self.num_rows - self.code_counts[:, MISSING_CODE]).astype(np.float64)

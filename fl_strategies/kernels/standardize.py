@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["pooled_mean", "between_sum_of_squares", "pooled_variance", "constant_columns", "column_scale",
-           "hwe_scale", "scales"]
+           "hwe_scale", "scales", "SCALINGS"]
 
 
 def _ratio(top, bottom) -> np.ndarray:
@@ -114,13 +114,20 @@ def hwe_scale(mean: np.ndarray) -> np.ndarray:
     return np.where(variance > 0, np.sqrt(np.clip(variance, 0.0, None)), 1.0)
 
 
-def scales(kind, variance: np.ndarray, mean: np.ndarray, n_samples) -> np.ndarray | None:
+SCALINGS = ("false", "true", "hwe")
+"""The ``scale`` setting's choices, as :func:`fl_strategies.settings.config.column_scaling` gives them."""
+
+
+def scales(kind: str, variance: np.ndarray, mean: np.ndarray, n_samples) -> np.ndarray | None:
     """The columns' scales of the run's ``scale`` setting ``kind``, shape (d,), or ``None`` (no scaling).
 
-    ``kind`` is ``"false"`` / ``False`` (``None``), ``"true"`` / ``True`` (:func:`column_scale` of ``variance``) or
-    ``"hwe"`` (:func:`hwe_scale` of ``mean``).
+    ``kind`` is ``"false"`` (``None``), ``"true"`` (:func:`column_scale` of ``variance``) or ``"hwe"``
+    (:func:`hwe_scale` of ``mean``): the setting as the caller normalised it
+    (:func:`fl_strategies.settings.config.column_scaling`, which also reads an older boolean).
     """
-    kind = {True: "true", False: "false"}.get(kind, kind) if isinstance(kind, (bool, np.bool_)) else str(kind)
+    if not isinstance(kind, str) or kind not in SCALINGS:
+        raise ValueError(f"scale must be one of {', '.join(SCALINGS)} (a setting normalised by column_scaling), "
+                         f"got {kind!r}")
     if kind == "false":
         return None
     if kind == "hwe":

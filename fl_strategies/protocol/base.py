@@ -52,6 +52,7 @@ from ..settings.registry import settings_for, spec
 from ..settings.strategies import PcaSettings
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
 from ..kernels.standardize import between_sum_of_squares, constant_columns, pooled_mean, pooled_variance, scales
+from ..kernels.variant_qc import variant_filter
 
 __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 
@@ -308,7 +309,7 @@ class FederatedStrategy(Strategy):
             Where the sums came from, for the log.
         """
         n = self.num_rows
-        self.scale = scales(self.settings.scale, variance, self.mean, calls)
+        self.scale = scales(column_scaling(self.settings.scale), variance, self.mean, calls)
         if column_scaling(self.settings.scale) == "hwe":
             log.info("scale = hwe: every variant over sqrt(2 p (1 - p)), p from %s (%d monomorphic variant(s) keep "
                      "scale 1)", source, int(np.sum(variance == 0)))
@@ -379,9 +380,24 @@ class FederatedStrategy(Strategy):
             return proxy, getattr(res, "properties", None)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
+            def ask_some(config, some):
+                return list(pool.map(lambda proxy: ask(proxy, config), some))
+
             answers = list(pool.map(ask, proxies))
-            answers = self._agree_on_variants(answers, lambda config, some: list(pool.map(
-                lambda proxy: ask(proxy, config), some)))
+            answers = self._agree_on_variants(answers, ask_some)
+            checked = self._checked(answers)
+            kept = self._variant_filter(checked)
+            if kept is not None:  # the variants the filters keep: every node answers again in their columns
+                self.variants, self.d = kept, len(kept)
+                self._row_sums, self._col_sq_sums, self._call_counts = {}, {}, {}
+                usable = [proxy for proxy, info in checked if isinstance(info, tuple)]
+                again = dict(ask_some({"variant-align": encode_variants(kept)}, usable))
+                checked = self._checked([(proxy, again.get(proxy, props)) for proxy, props in answers])
+        return checked
+
+    def _checked(self, answers: list[tuple[ClientProxy, Any]]) -> list[tuple[ClientProxy, Any]]:
+        """``(proxy, (partition id, rows) or reason)`` of the nodes' discovery answers; keeps their properties, ``d``
+        (when the nodes fix it) and, with ``center``, their column sums."""
         self.node_properties = {proxy.cid: dict(props) for proxy, props in answers if hasattr(props, "keys")}
         if self.d is None:
             self.d = self._agreed_dimension(answers)
@@ -391,6 +407,38 @@ class FederatedStrategy(Strategy):
             checked = [(proxy, self._column_sums(proxy, props, info)) for (proxy, info), (_, props)
                        in zip(checked, answers)]
         return checked
+
+    def _variant_filter(self, checked: list[tuple[ClientProxy, Any]]) -> list[tuple[str, str, str]] | None:
+        """The ``.bed`` variants that ``maf-min`` and ``geno-max`` keep (:mod:`fl_strategies.kernels.variant_qc`),
+        from the usable nodes' call counts and allele sums at discovery; ``None`` when they keep every variant
+        (or are not set). A ``ConfigError`` in one line where the data are no ``.bed`` files or the filters keep
+        fewer variants than ``iteration-rank``."""
+        if not isinstance(self.settings, PcaSettings):
+            return None
+        maf_min, geno_max = float(self.settings.maf_min), float(self.settings.geno_max)
+        if maf_min <= 0 and geno_max >= 1:
+            return None
+        keys = ", ".join(f"{key} = {value:g}" for key, value, active in (
+            ("maf-min", maf_min, maf_min > 0), ("geno-max", geno_max, geno_max < 1)) if active)
+        if self.variants is None:
+            raise ConfigError(f"{keys}: the variant filters apply to PLINK .bed data (variants with allele counts "
+                              "and missing calls), and the nodes' data are no .bed files; set maf-min = 0 and "
+                              "geno-max = 1")
+        usable = [(proxy, info) for proxy, info in checked if isinstance(info, tuple)]
+        n = sum(int(size) for _, (_, size) in usable)
+        calls = sum(self._call_counts.get(proxy.cid, np.full(self.d, float(size))) for proxy, (_, size) in usable)
+        keep, by_geno, by_maf = variant_filter(calls, sum(self._row_sums[proxy.cid] for proxy, _ in usable), n,
+                                               maf_min, geno_max)
+        kept = int(np.sum(keep))
+        log.info("variant filters (%s) over the %d people of %d node(s), from their call counts and allele sums: %d "
+                 "of %d variants kept; geno-max dropped %d (missing-call rate above %g), maf-min %d more (minor "
+                 "allele frequency below %g)", keys, n, len(usable), kept, self.d, by_geno, geno_max, by_maf, maf_min)
+        if kept < self.r:
+            raise ConfigError(f"{keys} keep {kept} of the {self.d} variants ({by_geno} dropped by geno-max, {by_maf} "
+                              f"by maf-min), fewer than iteration-rank = {self.r}: loosen the filters")
+        if kept == self.d:
+            return None
+        return [variant for variant, kept_it in zip(self.variants, keep) if kept_it]
 
     def _agree_on_variants(self, answers: list[tuple[ClientProxy, Any]],
                            ask: Callable[[dict, list[ClientProxy]], list[tuple[ClientProxy, Any]]]) \

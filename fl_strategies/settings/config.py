@@ -294,6 +294,14 @@ KEYS: dict[str, Key] = {
              "scikit-learn's StandardScaler then PCA; hwe = divide every variant of 0/1/2 allele counts by "
              "sqrt(2 p (1 - p)) with the federation's allele frequency p (monomorphic variants keep scale 1), as "
              "plink2 --pca; needs center = true", choices=("false", "true", "hwe"), absent_means="false"),
+        _key("maf-min", float, "PLINK .bed data: drop the variants whose minor allele frequency (over the non-missing "
+             "calls) is below this, as plink2 --maf, from the federation's allele counts at discovery; 0 = no filter; "
+             "needs center = true in a noise-free run without secure-aggregation",
+             lambda v: 0 <= v <= 0.5, "a number in [0, 0.5]", absent_means=0.0),
+        _key("geno-max", float, "PLINK .bed data: drop the variants whose missing-call rate is above this, as plink2 "
+             "--geno, from the federation's call counts at discovery; 1 = no filter; needs center = true in a "
+             "noise-free run without secure-aggregation",
+             lambda v: 0 <= v <= 1, "a number in [0, 1]", absent_means=1.0),
         _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
              "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
              "width and center / scale settings must be the run's; '' = a random start",
@@ -621,6 +629,24 @@ def _apply_fixed(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     return overridden
 
 
+def variant_qc(cfg: Mapping[str, Any]) -> bool:
+    """Whether the run filters its PLINK ``.bed`` variants at discovery (``maf-min > 0`` or ``geno-max < 1``)."""
+    return cfg.get("maf-min", 0.0) > 0 or cfg.get("geno-max", 1.0) < 1
+
+
+def _check_variant_qc(cfg: dict[str, Any], noisy: bool) -> None:
+    """``maf-min`` / ``geno-max``: the filter comes from the allele sums and call counts the nodes send at
+    discovery in the clear (:func:`row_sums_at_discovery`), so it needs them; the data's kind is checked there."""
+    keys = " and ".join(f"{key} = {cfg[key]:g}" for key, active in (("maf-min", cfg["maf-min"] > 0),
+                                                                    ("geno-max", cfg["geno-max"] < 1)) if active)
+    if not spec(cfg["strategy"]).pca:
+        raise ConfigError(f"{keys}: the variant filters apply to the strategies that write a PCA model of PLINK .bed "
+                          f"data (fedpower, power, ssi, localpower, faps, covariance), not {cfg['strategy']!r}")
+    if noisy or not row_sums_at_discovery(cfg):
+        raise ConfigError(f"{keys} needs center = true in a noise-free run without secure-aggregation: the filter "
+                          "comes from the allele sums and call counts the nodes send at discovery")
+
+
 def column_scaling(value: Any) -> str:
     """The ``scale`` setting as one of its choices, ``"false"``, ``"true"`` or ``"hwe"`` (a boolean as true/false)."""
     if isinstance(value, bool) or type(value).__name__ == "bool_":
@@ -674,6 +700,8 @@ def _check_pca(cfg: dict[str, Any]) -> None:
     if cfg["init-from"] and not cfg["init-from"].lower().endswith(".npz"):
         raise ConfigError(f"init-from must be '' or a pca.npz file written by an earlier run, got "
                           f"{cfg['init-from']!r}")
+    if variant_qc(cfg):
+        _check_variant_qc(cfg, noisy)
     if row_sums_at_discovery(cfg) and cfg["discovery"] == "engine":
         raise ConfigError('center = true needs discovery = "ask": the clients send their row sums at discovery')
 

@@ -89,6 +89,8 @@ class PcaSettings:
     center: bool
     scale: str | bool  # "false", "true" or "hwe" (settings.config.column_scaling)
     variance_target: float
+    maf_min: float
+    geno_max: float
 
 
 @dataclass(frozen=True, kw_only=True)

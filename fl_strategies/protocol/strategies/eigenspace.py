@@ -59,8 +59,9 @@ from ..base import FederatedStrategy, log, uploaded_bytes
 from ...kernels.linalg import gaussian_basis, leading_changes, ritz_pairs, subspace_distance
 from ...kernels.metrics import round_metrics
 from ...privacy.noise import run_noise_source
-from ...files.pca import choose_rank, pca_model, released_product_model
+from ...files.pca import MISSINGNESS_DIAGONAL, choose_rank, pca_model, released_product_model
 from ...settings.participation import STREAM_SAMPLING
+from ...settings.config import column_scaling
 from ...settings.strategies import PcaSettings
 from ...files.warm_start import check_width, initial_basis, load_start
 
@@ -271,15 +272,30 @@ class EigenspaceStrategy(FederatedStrategy):
             return []
         # the result: the held last row's estimate (the summary runs before finish() writes it), else the last row's
         self._summary_Z = self._held[1] if self._held is not None else self.estimate
-        ins = FitIns(ndarrays_to_parameters([self._summary_Z]), {"phase": "summary", **self.center_config()})
+        config = {"phase": "summary", **self.center_config()}
+        if self.plink2_diagonal:
+            config[MISSINGNESS_DIAGONAL] = True
+        ins = FitIns(ndarrays_to_parameters([self._summary_Z]), config)
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
+
+    @property
+    def plink2_diagonal(self) -> bool:
+        """Whether the summary asks every site for its part of plink2's diagonal
+        (:meth:`~fl_strategies.kernels.rows.BedVariants.missingness_diagonal`): a run over ``.bed`` files with
+        missing calls, ``center`` and ``scale = "hwe"`` (plink2's PCA), whose eigenvalues are then plink2's."""
+        calls = getattr(self, "calls", None)  # the SecAgg+ sum of the call counts
+        missing = bool(self._call_counts) or (calls is not None and bool(np.any(calls < sum(self.sizes.values()))))
+        return (self.variants is not None and missing and isinstance(self.settings, PcaSettings)
+                and self.settings.center and column_scaling(self.settings.scale) == "hwe")
 
     def aggregate_summary(self, results: list[tuple[ClientProxy, FitRes]], failures: list) -> dict[str, Any] | None:
         """The PCA model from the summary replies (every registered client must answer); ``on_model`` gets it at
         the end of a run that did not fail (:meth:`finish`)."""
         Z = self._summary_Z
-        valid, rejected = self.collect_replies(len(self.records), results, set(self.proxies), [(self.d, self.r)],
-                                               ("trace",), broadcast=Z)
+        diagonal = self.plink2_diagonal
+        valid, rejected = self.collect_replies(len(self.records), results, set(self.proxies),
+                                               [(self.d, self.r)] + [(self.r, self.r)] * diagonal,
+                                               ("trace",) + ("diagonal",) * diagonal, broadcast=Z)
         if len(valid) < len(self.proxies):
             log.warning("summary: %d of %d clients answered (%d rejected, %d failed); no PCA model is written",
                         len(valid), len(self.proxies), rejected, len(failures))
@@ -287,18 +303,24 @@ class EigenspaceStrategy(FederatedStrategy):
         n = sum(self.sizes[pid] for pid in valid)
         CZ = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
         total = sum(self.sizes[pid] * values["trace"] for pid, (_, values) in valid.items()) / n
-        return self.summary_model(Z, CZ, total, n, uploaded_bytes(results) + len(valid) * Z.nbytes)
+        plink2 = None
+        if diagonal:
+            plink2 = (sum(arrays[1] for arrays, _ in valid.values()),
+                      sum(values["diagonal"] for _, values in valid.values()))
+        return self.summary_model(Z, CZ, total, n, uploaded_bytes(results) + len(valid) * Z.nbytes, plink2)
 
-    def summary_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int
-                      ) -> dict[str, Any]:
+    def summary_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int,
+                      diagonal: tuple[np.ndarray, float] | None = None) -> dict[str, Any]:
         """The PCA model of the summary exchange from ``C Z`` (d, r) and ``tr(C)`` at the final estimate ``Z``
-        (d, r) over ``n`` rows; the held last row gets its explained variance from the same sums."""
+        (d, r) over ``n`` rows, with plink2's ``diagonal`` summed over the sites where it was asked for
+        (:func:`~fl_strategies.files.pca.pca_model`); the held last row gets its explained variance from the same
+        sums."""
         last = self._held[0] if self._held is not None and self._held[1] is Z else None
         if last is not None:  # the last row's explained variance and kept components' change, from the same sums
             self._fill_explained_variance(last, float(np.sum(Z * CZ)))
             if self.ritz_progress:
                 self.kept_progress(n * (Z.T @ CZ))
-        model = self.set_model(Z, CZ, total, n, summary_bytes=summary_bytes)
+        model = self.set_model(Z, CZ, total, n, summary_bytes=summary_bytes, diagonal=diagonal)
         if last is not None and "explained_variance_ratio" in last:  # the kept components', as in pca.npz
             last["explained_variance_ratio"] = float(model["explained_variance_ratio"].sum())
         return model
@@ -314,7 +336,8 @@ class EigenspaceStrategy(FederatedStrategy):
         return self.set_model(Z, CZ, float("nan"), n, privacy=privacy)
 
     def set_model(self, Z: np.ndarray, CZ: np.ndarray, total: float, n: int, summary_bytes: int = 0,
-                  privacy: dict[str, Any] | None = None) -> dict[str, Any]:
+                  privacy: dict[str, Any] | None = None, diagonal: tuple[np.ndarray, float] | None = None
+                  ) -> dict[str, Any]:
         """The run's PCA model (``k = rank``, or chosen by ``variance-target``); ``on_model`` receives it at the end
         of a run that did not fail (:meth:`finish`).
 
@@ -322,7 +345,13 @@ class EigenspaceStrategy(FederatedStrategy):
         ``privacy`` is what a private run spent (recorded in the model), ``None`` for a noise-free one.
         """
         model = pca_model(Z, CZ, total, n, self.mean if self.mean is not None else np.zeros(self.d), self.r,
-                          scale=self.scale)
+                          scale=self.scale, diagonal=diagonal)
+        if diagonal is not None:
+            of_c = model["singular_values"] ** 2 / max(n - 1, 1)  # C's eigenvalues, as explained variance
+            log.info("plink2's diagonal for missing calls (N_ii = c_i; the sites' parts summed at the summary): the "
+                     "explained variance is plink2's, %s relative to C's", np.array2string(
+                         np.divide(model["explained_variance"], of_c, out=np.ones_like(of_c), where=of_c > 0) - 1,
+                         precision=3))
         k = self.k
         target = self.settings.variance_target if isinstance(self.settings, PcaSettings) else 0.0
         if target > 0:

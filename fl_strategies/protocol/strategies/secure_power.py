@@ -23,7 +23,10 @@ Every exchange in which a plain run gets each site's own reply goes through Flow
   ``sum_i c_i`` is the variance that gives ``scale`` and ``tr(C)`` as the plain discovery's
   :func:`~fl_strategies.kernels.standardize.pooled_variance` does (:meth:`~..base.FederatedStrategy.standardize`);
 * **the summary** (one more SecAgg+ exchange after the last round, no row of its own): ``[vec(s_i A_i Z),
-  s_i, s_i tr(A_i)]`` at the final ``Z``, from which the PCA model is built as in the plain run.
+  s_i, s_i tr(A_i)]`` at the final ``Z`` (and, over ``.bed`` files with missing calls and ``scale = "hwe"``,
+  ``[vec(S_i), sum delta]``, the site's part of plink2's diagonal:
+  :meth:`~fl_strategies.kernels.rows.BedVariants.missingness_diagonal`), from which the PCA model is built as in
+  the plain run.
 
 Exactness. Each upload travels as fixed-point limbs that Flower's quantiser passes unchanged
 (:mod:`fl_strategies.privacy.fixed_point`): the server's sum is the exact sum of the clients' fixed-point values,
@@ -297,11 +300,16 @@ class SecurePowerStrategy(FedPowerStrategy):
 
     def _aggregate_summary(self, server_round: int, results, failures) -> None:
         """The PCA model from ``[sum_i s_i A_i Z, n, sum_i s_i tr(A_i)]`` (every client must be in the sum)."""
-        values = self._decoded(server_round, results, failures, self._values(2), require_all=True)
+        diagonal = self.plink2_diagonal  # then [vec(S_i), sum delta] too
+        extra = self.r * self.r + 1 if diagonal else 0
+        values = self._decoded(server_round, results, failures, self._values(2) + extra, require_all=True)
         if values is None:
             return
         Z = self._summary_Z
-        n = float(values[self.d * self.r])
-        CZ = values[: self.d * self.r].reshape(self.d, self.r) / n
-        self.summary_model(Z, CZ, float(values[-1]) / n, int(round(n)),
-                           uploaded_bytes(results) + len(results) * Z.nbytes)
+        dr = self.d * self.r
+        n = float(values[dr])
+        CZ = values[:dr].reshape(self.d, self.r) / n
+        plink2 = (values[dr + 2: dr + 2 + self.r * self.r].reshape(self.r, self.r), float(values[-1])) \
+            if diagonal else None
+        self.summary_model(Z, CZ, float(values[dr + 1]) / n, int(round(n)),
+                           uploaded_bytes(results) + len(results) * Z.nbytes, plink2)
