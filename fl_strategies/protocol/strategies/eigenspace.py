@@ -284,7 +284,7 @@ class EigenspaceStrategy(FederatedStrategy):
         (:meth:`~fl_strategies.kernels.rows.BedVariants.missingness_diagonal`): a run over ``.bed`` files with
         missing calls, ``center`` and ``scale = "hwe"`` (plink2's PCA), whose eigenvalues are then plink2's."""
         calls = getattr(self, "calls", None)  # the SecAgg+ sum of the call counts
-        missing = bool(self._call_counts) or (calls is not None and bool(np.any(calls < sum(self.sizes.values()))))
+        missing = bool(self._call_counts) or (calls is not None and bool(np.any(calls < self.num_rows)))
         return (self.variants is not None and missing and isinstance(self.settings, PcaSettings)
                 and self.settings.center and column_scaling(self.settings.scale) == "hwe")
 

@@ -45,7 +45,7 @@ class SecureKrylovStrategy(SecurePowerStrategy, KrylovStrategy):
         summed : int
             The clients whose uploads SecAgg+ summed.
         """
-        n = sum(self.sizes.values())
+        n = self.num_rows
         rows = float(values[self.d * self.r])
         if summed < self.m or rows != n:
             return self.repeat_block(server_round, f"the SecAgg+ sum holds {summed} of {self.m} clients' products "
