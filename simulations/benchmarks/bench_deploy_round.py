@@ -26,7 +26,10 @@ whose reply came last in each round. The load average is recorded before and aft
 a temporary folder that is removed at the end (``--keep`` keeps it). Usage::
 
     python -m simulations.benchmarks.bench_deploy_round [--before REV] [--nodes 4] [--rounds 6] [--repeats 2]
-                                                        [--run-config TEXT] [--out DIR]
+                                                        [--run-config TEXT] [--after-flags TEXT] [--out DIR]
+
+``--after-flags`` gives the ``after`` variant more ``deploy`` options (e.g. ``--warm-clientapp``), which the
+``before`` code may not know.
 """
 
 from __future__ import annotations
@@ -130,13 +133,14 @@ def extract(rev: str, into: Path) -> Path:
     return into
 
 
-def run_once(source: Path, work: Path, nodes: int, rounds: int, extra: str) -> dict:
-    """One deployment of the code in ``source``; its rounds, node events, log and load averages."""
+def run_once(source: Path, work: Path, nodes: int, rounds: int, extra: str, flags: list[str] = ()) -> dict:
+    """One deployment of the code in ``source`` (``flags``: more ``deploy`` options); its rounds, node events, log
+    and load averages."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLWR_SUPEREXEC_")}
     env["PYTHONPATH"] = str(source)
     env["FLWR_HOME"] = str(work / "flwr-cli-home")
     cmd = [sys.executable, "-m", "simulations.engines.deploy", "--run-config",
-           f"num-clients={nodes} num-server-rounds={rounds} {extra}".strip(), "--out", str(work / "out")]
+           f"num-clients={nodes} num-server-rounds={rounds} {extra}".strip(), "--out", str(work / "out"), *flags]
     tail = LogTail([work / "out" / "logs" / f"supernode_{i}.log" for i in range(nodes)])
     tail.start()
     load = os.getloadavg()[0]
@@ -183,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the deployments' folders (logs, timestamped "
                         "SuperNode lines in node-lines.txt) and say where")
     parser.add_argument("--only", choices=("before", "after"), help="run one variant only (no comparison)")
+    parser.add_argument("--after-flags", default="", help="more options of the deploy command for the `after` "
+                        "variant only, e.g. '--warm-clientapp'")
     args = parser.parse_args(argv)
     out = out_folder("bench_deploy_round", args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -197,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             order = ("before", "after") if k % 2 == 0 else ("after", "before")
             for variant in [v for v in order if args.only in (None, v)]:
                 run = run_once(sources[variant], scratch / f"{variant}-{k}", args.nodes, args.rounds,
-                               args.run_config)
+                               args.run_config, args.after_flags.split() if variant == "after" else [])
                 runs[variant].append(run)
                 print(f"{variant} #{k}: " + " ".join(f"{w:.2f}" for w in run["wall"]) + f" s per round; load "
                       f"{run['load'][0]:.2f} -> {run['load'][1]:.2f}", flush=True)
@@ -225,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"`before`: {args.before} ({revision}); `after`: this checkout. "
              f"Produced by `python -m simulations.benchmarks.bench_deploy_round --before {args.before} --nodes "
              f"{args.nodes} --rounds {args.rounds} --repeats {args.repeats}"
-             + (f" --run-config '{args.run_config}'" if args.run_config else "") + "`; load average (1 min) "
+             + (f" --run-config '{args.run_config}'" if args.run_config else "")
+             + (f" --after-flags='{args.after_flags}'" if args.after_flags else "") + "`; load average (1 min) "
              f"{min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores; seconds per round are the server's "
              "`wall_time` (median and mean over every round of every run), the parts are means over rounds 2.. "
              "(all nodes; `critical`: the node whose reply came last).", "",

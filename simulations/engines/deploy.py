@@ -42,11 +42,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -78,6 +80,10 @@ SUPEREXEC_POLL_VARIABLE, SUPEREXEC_POLL_SECONDS = "FLWR_SUPEREXEC_TASK_POLL_INTE
 """Flower's SuperExec reads its task polling interval (default 1 s) from this variable."""
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """Threads of the linear algebra libraries per process: the cores divided among the SuperNodes."""
+WARM_CLIENTAPP_DIR = Path(__file__).resolve().parent / "warm_clientapp"
+"""The fork server (``forkserver.py``) and the ``flwr-clientapp`` launcher of ``--warm-clientapp``."""
+FORKSERVER_VARIABLE = "FEDSPECTRAL_CLIENTAPP_FORKSERVER"
+"""The launcher finds the fork server's socket in this variable (``forkserver.SOCKET_VARIABLE``)."""
 
 
 def write_node_files(cfg: dict, directory: Path) -> list[Path]:
@@ -99,7 +105,7 @@ def write_node_files(cfg: dict, directory: Path) -> list[Path]:
     return paths
 
 
-def deployment_outputs(count: int, secure: bool, node_data: bool, results: bool) -> list[str]:
+def deployment_outputs(count: int, secure: bool, node_data: bool, results: bool, warm: bool = False) -> list[str]:
     """The paths, relative to ``--out``, that a deployment of ``count`` SuperNodes writes there.
 
     Parameters
@@ -112,8 +118,11 @@ def deployment_outputs(count: int, secure: bool, node_data: bool, results: bool)
         The generated node files (no ``--data-dir``).
     results : bool
         The run's results (its ``results-dir`` is ``--out``).
+    warm : bool
+        ``--warm-clientapp``: the fork server's log.
     """
     names = ["flwr-home/config.toml", "logs/superlink.log", *(f"logs/supernode_{i}.log" for i in range(count))]
+    names += ["logs/clientapp_forkserver.log"] if warm else []
     names += [f"node-data/partition_{i}.npy" for i in range(count)] if node_data else []
     names += [f"credentials/{name}" for name in written_names(count)] if secure else []
     return names + (list(RESULT_FILES) if results else [])
@@ -295,13 +304,18 @@ class LocalDeployment:
         (:mod:`client_app.faults`) or ``noise-secret`` (:func:`secret_files`).
     app_dir : Path, optional
         The Flower app that ``flwr run`` ships (default: this repository).
+    warm_clientapp : bool
+        Start every ClientApp by forking it from one process that has imported Flower
+        (``warm_clientapp/forkserver.py``), instead of a new ``flwr-clientapp`` process importing it at every
+        message: the SuperNodes find the launcher ``warm_clientapp/flwr-clientapp`` first on their ``PATH``.
     """
 
     START_ATTEMPTS = 3
     """SuperLink starts on a new block of free ports (``port=0``) before giving up."""
 
     def __init__(self, files: list[Path], workdir: Path, port: int = 0, secure: bool = False,
-                 node_config: dict[int, str] | None = None, app_dir: Path | None = None) -> None:
+                 node_config: dict[int, str] | None = None, app_dir: Path | None = None,
+                 warm_clientapp: bool = False) -> None:
         self.app_dir = Path(app_dir or APP_DIR)
         self.auto_port = not port
         self.port = port or free_port_block(len(files) + 16)
@@ -309,6 +323,7 @@ class LocalDeployment:
         self.extra_node_config = dict(node_config or {})
         self.credentials = workdir / "credentials"
         self.processes: list[subprocess.Popen] = []
+        self.warm_clientapp, self.forkserver_dir = warm_clientapp, None
         self.env = flower_env()
         self.env["FLWR_HOME"] = str(workdir / "flwr-home")
         # each SuperExec (the SuperLink's, every SuperNode's) looks for a new task every second by default; a
@@ -320,10 +335,10 @@ class LocalDeployment:
         for name in BLAS_THREAD_VARIABLES:
             self.env.setdefault(name, threads)
 
-    def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
+    def _start(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         with open_file(self.workdir / "logs" / f"{name}.log", truncate=True) as log:  # the process keeps its copy
-            proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
-                                    start_new_session=True)
+            proc = subprocess.Popen(cmd, env=env or self.env, stdout=log, stderr=subprocess.STDOUT,
+                                    cwd=self.workdir, start_new_session=True)
         self.processes.append(proc)
         return proc
 
@@ -343,6 +358,8 @@ class LocalDeployment:
                 if not self.auto_port or attempt == self.START_ATTEMPTS:
                     raise RuntimeError(problem)
                 self.port = free_port_block(len(self.files) + 16)  # the block was taken meanwhile: another one
+            if self.warm_clientapp:
+                self._start_forkserver()
             for pid in range(len(self.files)):
                 if self.secure:
                     self.register(self.keys[pid].with_suffix(".pub"))
@@ -351,6 +368,27 @@ class LocalDeployment:
             self.stop()
             raise
         return self
+
+    def _start_forkserver(self) -> None:
+        """Start the ClientApp fork server and wait until it listens (it imports Flower first)."""
+        self.forkserver_dir = Path(tempfile.mkdtemp(prefix="fedspectral-forkserver-"))  # mode 700; a socket
+        socket_path = self.forkserver_dir / "clientapp.sock"  # path must stay short (108 bytes)
+        server = self._start("clientapp_forkserver",
+                             [sys.executable, str(WARM_CLIENTAPP_DIR / "forkserver.py"), str(socket_path)])
+        deadline = time.monotonic() + 120
+        while not socket_path.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the ClientApp fork server did not start; see "
+                                   f"{self.workdir / 'logs' / 'clientapp_forkserver.log'}")
+            time.sleep(0.1)
+
+    def _node_env(self) -> dict[str, str]:
+        """The SuperNodes' environment: with ``warm_clientapp``, the launcher first on ``PATH``."""
+        if not self.warm_clientapp:
+            return self.env
+        socket_path = str(self.forkserver_dir / "clientapp.sock")
+        return {**self.env, FORKSERVER_VARIABLE: socket_path,
+                "PATH": str(WARM_CLIENTAPP_DIR) + os.pathsep + self.env["PATH"]}
 
     def _start_superlink(self, ca: Path) -> str | None:
         """Start the SuperLink on ``self.port`` and wait until it answers; ``None``, or why it did not start."""
@@ -401,7 +439,7 @@ class LocalDeployment:
                     str(private_key or self.keys[pid])]
         else:
             cmd.append("--insecure")
-        return self._start(name or f"supernode_{pid}", cmd)
+        return self._start(name or f"supernode_{pid}", cmd, env=self._node_env())
 
     def _run_cmd(self, run_config: str | list[str], results_dir: Path, stream: bool) -> list[str]:
         cmd = ["flwr", "run", str(self.app_dir), CONNECTION, *(["--stream"] if stream else [])]
@@ -491,6 +529,9 @@ class LocalDeployment:
     def stop(self) -> None:
         """Terminate every process started here (their whole process groups), then kill what remains."""
         self._stop_processes()
+        if self.forkserver_dir is not None:
+            shutil.rmtree(self.forkserver_dir, ignore_errors=True)
+            self.forkserver_dir = None
         terminate([pid for pid, _ in self._helpers()])  # e.g. a ServerApp that outlived its SuperLink
         deadline = time.monotonic() + 20  # e.g. the SuperLink's SuperExec exits when it notices its parent is gone
         while not _port_free(self.port) and time.monotonic() < deadline:
@@ -522,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault", action="append", default=[], metavar="PID=KIND",
                         help="make the SuperNode of partition PID reply with garbage: KIND is nan or shape "
                         "(node-config fault, see client_app/faults.py); repeatable")
+    parser.add_argument("--warm-clientapp", action="store_true", help="start each ClientApp by forking it from "
+                        "one process that has already imported Flower (simulations/engines/warm_clientapp), not "
+                        "as a new flwr-clientapp process importing Flower at every message")
     args = parser.parse_args(argv)
 
     def refuse(message: str) -> int:
@@ -555,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and not out.is_dir():
         return refuse(f"--out {args.out}: is a file, not a directory")
     planned = deployment_outputs(m, args.secure, node_data=not args.data_dir,
-                                 results=not cfg["results-dir"] or Path(cfg["results-dir"]).resolve() == out)
+                                 results=not cfg["results-dir"] or Path(cfg["results-dir"]).resolve() == out,
+                                 warm=args.warm_clientapp)
     try:
         check_earlier_outputs(out, planned, replace=args.force or cfg["resume"] or cfg["overwrite"])
     except ValueError as ex:
@@ -599,8 +644,8 @@ def main(argv: list[str] | None = None) -> int:
     run_config = [args.run_config, " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items()
                                             if key != "results-dir") + (" overwrite=true" if args.force else "")]
     try:
-        with LocalDeployment(files, out, port=args.port, secure=args.secure,
-                             node_config=node_config) as deployment:
+        with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=node_config,
+                             warm_clientapp=args.warm_clientapp) as deployment:
             status = deployment.run(run_config, results)
     except (RuntimeError, OSError) as ex:
         print(f"{parser.prog}: error: {ex}", file=sys.stderr)
