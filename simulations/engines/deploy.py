@@ -80,8 +80,10 @@ SUPEREXEC_POLL_VARIABLE, SUPEREXEC_POLL_SECONDS = "FLWR_SUPEREXEC_TASK_POLL_INTE
 """Flower's SuperExec reads its task polling interval (default 1 s) from this variable."""
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """Threads of the linear algebra libraries per process: the cores divided among the SuperNodes."""
-WARM_CLIENTAPP_DIR = Path(__file__).resolve().parent / "warm_clientapp"
+LAUNCHERS_DIR = Path(__file__).resolve().parent / "launchers"
 """The fork server (``forkserver.py``) and the ``flwr-clientapp`` launcher of ``--warm-clientapp``."""
+MEMORY_TMP = Path("/dev/shm")
+"""A memory file system: the SuperNodes' ``TMPDIR`` (each ClientApp process unpacks the app there to check it)."""
 FORKSERVER_VARIABLE = "FEDSPECTRAL_CLIENTAPP_FORKSERVER"
 """The launcher finds the fork server's socket in this variable (``forkserver.SOCKET_VARIABLE``)."""
 
@@ -306,8 +308,12 @@ class LocalDeployment:
         The Flower app that ``flwr run`` ships (default: this repository).
     warm_clientapp : bool
         Start every ClientApp by forking it from one process that has imported Flower
-        (``warm_clientapp/forkserver.py``), instead of a new ``flwr-clientapp`` process importing it at every
-        message: the SuperNodes find the launcher ``warm_clientapp/flwr-clientapp`` first on their ``PATH``.
+        (``launchers/forkserver.py``), instead of a new ``flwr-clientapp`` process importing it at every
+        message: the SuperNodes find the launcher ``launchers/flwr-clientapp`` first on their ``PATH``.
+    supernode_poll : float, optional
+        Start the SuperNodes through ``launchers/supernode.py``: Flower's ``flower-supernode`` whose 3 s sleep
+        after an empty poll of the SuperLink (and 0.5 s looks for the ClientApp's reply) last this many
+        seconds (at most 0.5 s for the latter). ``None``: Flower's ``flower-supernode`` as it is.
     """
 
     START_ATTEMPTS = 3
@@ -315,7 +321,7 @@ class LocalDeployment:
 
     def __init__(self, files: list[Path], workdir: Path, port: int = 0, secure: bool = False,
                  node_config: dict[int, str] | None = None, app_dir: Path | None = None,
-                 warm_clientapp: bool = False) -> None:
+                 warm_clientapp: bool = False, supernode_poll: float | None = None) -> None:
         self.app_dir = Path(app_dir or APP_DIR)
         self.auto_port = not port
         self.port = port or free_port_block(len(files) + 16)
@@ -323,7 +329,8 @@ class LocalDeployment:
         self.extra_node_config = dict(node_config or {})
         self.credentials = workdir / "credentials"
         self.processes: list[subprocess.Popen] = []
-        self.warm_clientapp, self.forkserver_dir = warm_clientapp, None
+        self.warm_clientapp, self.forkserver_dir, self.node_tmp = warm_clientapp, None, None
+        self.supernode_poll = supernode_poll
         self.env = flower_env()
         self.env["FLWR_HOME"] = str(workdir / "flwr-home")
         # each SuperExec (the SuperLink's, every SuperNode's) looks for a new task every second by default; a
@@ -358,6 +365,11 @@ class LocalDeployment:
                 if not self.auto_port or attempt == self.START_ATTEMPTS:
                     raise RuntimeError(problem)
                 self.port = free_port_block(len(self.files) + 16)  # the block was taken meanwhile: another one
+            # every ClientApp process unpacks the whole app (FAB) into a temporary folder and checks its hashes
+            # before it runs (Flower's install_from_fab, even when the app is installed): 0.30 s on disk, 0.06 s
+            # in memory, at a load of 11 on 2 cores (a TMPDIR the user set is kept)
+            if "TMPDIR" not in self.env and MEMORY_TMP.is_dir() and os.access(MEMORY_TMP, os.W_OK | os.X_OK):
+                self.node_tmp = Path(tempfile.mkdtemp(prefix="fedspectral-nodes-", dir=MEMORY_TMP))
             if self.warm_clientapp:
                 self._start_forkserver()
             for pid in range(len(self.files)):
@@ -374,7 +386,8 @@ class LocalDeployment:
         self.forkserver_dir = Path(tempfile.mkdtemp(prefix="fedspectral-forkserver-"))  # mode 700; a socket
         socket_path = self.forkserver_dir / "clientapp.sock"  # path must stay short (108 bytes)
         server = self._start("clientapp_forkserver",
-                             [sys.executable, str(WARM_CLIENTAPP_DIR / "forkserver.py"), str(socket_path)])
+                             [sys.executable, str(LAUNCHERS_DIR / "forkserver.py"), str(socket_path)],
+                             env=self._node_env())
         deadline = time.monotonic() + 120
         while not socket_path.exists():
             if server.poll() is not None or time.monotonic() > deadline:
@@ -383,12 +396,15 @@ class LocalDeployment:
             time.sleep(0.1)
 
     def _node_env(self) -> dict[str, str]:
-        """The SuperNodes' environment: with ``warm_clientapp``, the launcher first on ``PATH``."""
-        if not self.warm_clientapp:
-            return self.env
-        socket_path = str(self.forkserver_dir / "clientapp.sock")
-        return {**self.env, FORKSERVER_VARIABLE: socket_path,
-                "PATH": str(WARM_CLIENTAPP_DIR) + os.pathsep + self.env["PATH"]}
+        """The SuperNodes' environment: ``TMPDIR`` in memory (when available), with ``warm_clientapp`` the
+        launcher first on ``PATH`` (the fork server gets the same, so its children have it)."""
+        env = dict(self.env)
+        if self.node_tmp is not None:
+            env["TMPDIR"] = str(self.node_tmp)
+        if self.warm_clientapp and self.forkserver_dir is not None:
+            env[FORKSERVER_VARIABLE] = str(self.forkserver_dir / "clientapp.sock")
+            env["PATH"] = str(LAUNCHERS_DIR) + os.pathsep + self.env["PATH"]
+        return env
 
     def _start_superlink(self, ca: Path) -> str | None:
         """Start the SuperLink on ``self.port`` and wait until it answers; ``None``, or why it did not start."""
@@ -432,7 +448,9 @@ class LocalDeployment:
         node_config = f'partition-id={pid} num-partitions={n} data-path="{self.files[pid].resolve()}"'
         if self.extra_node_config.get(pid):
             node_config += " " + self.extra_node_config[pid]
-        cmd = ["flower-supernode", "--superlink", f"127.0.0.1:{self.port}", "--port",
+        start = (["flower-supernode"] if self.supernode_poll is None else
+                 [sys.executable, str(LAUNCHERS_DIR / "supernode.py"), str(self.supernode_poll)])
+        cmd = [*start, "--superlink", f"127.0.0.1:{self.port}", "--port",
                str(self.port + 10 + len(self.processes)), "--node-config", node_config]
         if self.secure:
             cmd += ["--root-certificates", str(self.credentials / "ca.crt"), "--auth-supernode-private-key",
@@ -529,9 +547,10 @@ class LocalDeployment:
     def stop(self) -> None:
         """Terminate every process started here (their whole process groups), then kill what remains."""
         self._stop_processes()
-        if self.forkserver_dir is not None:
-            shutil.rmtree(self.forkserver_dir, ignore_errors=True)
-            self.forkserver_dir = None
+        for folder in (self.forkserver_dir, self.node_tmp):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        self.forkserver_dir = self.node_tmp = None
         terminate([pid for pid, _ in self._helpers()])  # e.g. a ServerApp that outlived its SuperLink
         deadline = time.monotonic() + 20  # e.g. the SuperLink's SuperExec exits when it notices its parent is gone
         while not _port_free(self.port) and time.monotonic() < deadline:
@@ -564,8 +583,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="make the SuperNode of partition PID reply with garbage: KIND is nan or shape "
                         "(node-config fault, see client_app/faults.py); repeatable")
     parser.add_argument("--warm-clientapp", action="store_true", help="start each ClientApp by forking it from "
-                        "one process that has already imported Flower (simulations/engines/warm_clientapp), not "
+                        "one process that has already imported Flower (simulations/engines/launchers), not "
                         "as a new flwr-clientapp process importing Flower at every message")
+    parser.add_argument("--supernode-poll", type=float, default=None, metavar="SECONDS", help="start the "
+                        "SuperNodes through simulations/engines/launchers/supernode.py: Flower's flower-supernode "
+                        "with its 3 s sleep after an empty poll of the SuperLink (and its 0.5 s looks for a reply) "
+                        "shortened to SECONDS, in [0.05, 3] (default: Flower's flower-supernode unchanged)")
     args = parser.parse_args(argv)
 
     def refuse(message: str) -> int:
@@ -588,6 +611,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.port and not all(_port_free(args.port + i) for i in (0, *range(10, 11 + m))):
         return refuse(f"--port {args.port}: a port in {args.port}..{top} is in use on 127.0.0.1; choose another "
                       "--port or leave it out")
+    if args.supernode_poll is not None and not 0.05 <= args.supernode_poll <= 3.0:
+        return refuse(f"--supernode-poll {args.supernode_poll}: give seconds in [0.05, 3]")
     faults = {}
     for item in args.fault:
         pid, _, kind = item.partition("=")
@@ -645,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
                                             if key != "results-dir") + (" overwrite=true" if args.force else "")]
     try:
         with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=node_config,
-                             warm_clientapp=args.warm_clientapp) as deployment:
+                             warm_clientapp=args.warm_clientapp, supernode_poll=args.supernode_poll) as deployment:
             status = deployment.run(run_config, results)
     except (RuntimeError, OSError) as ex:
         print(f"{parser.prog}: error: {ex}", file=sys.stderr)
