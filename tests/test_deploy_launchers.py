@@ -143,3 +143,27 @@ def test_a_deployment_with_both_launchers_gives_the_same_numbers_and_leaves_noth
     assert not [pid for pid in servers.split() if not any(
         folder in open(f"/proc/{pid}/cmdline").read() for folder in before if os.path.exists(f"/proc/{pid}"))]
     assert set(glob.glob("/tmp/fedspectral-forkserver-*")) | set(glob.glob("/dev/shm/fedspectral-nodes-*")) <= before
+
+
+def test_the_breakdown_splits_the_last_nodes_round_at_flowers_time_stamps():
+    from simulations.benchmarks.bench_deploy_round import PARTS, critical_breakdown, flower_stamps, server_stamps
+
+    texts = ["Receiving: train message", "Start `flwr-clientapp` process", "[flwr-clientapp] Start FAB installation.",
+             "[flwr-clientapp] Start `ClientApp` Loading.", "partition 0: node config data-path 'x'",
+             "Runtime.PushMessages", "Sending: train message", "Sent successfully"]
+
+    def node(offset):
+        lines = []
+        for r in (1, 2):
+            lines.append(f"INFO 2026-01-01 10:00:00,000:  [RUN 7, ROUND {r}]")
+            for k, text in enumerate(texts):  # stage k at 10 r + offset + k / 10 seconds
+                ms = round((10 * r + offset + k / 10) * 1000)
+                lines.append(f"INFO 2026-01-01 10:00:{ms // 1000:02d},{ms % 1000:03d}:  {text}")
+        return flower_stamps(lines)
+
+    server = server_stamps("INFO 2026-01-01 10:00:12,400:  round 1: waited 2.00 s for 2 replies, server 0.01 s")
+    (row,) = critical_breakdown([node(0.0), node(1.0)], server)  # the second node replies last
+    # previous round's last reply at 11 + 0.7 = 11.7; server line at 12.4; the last node receives at 21.0
+    assert row["round"] == 2 and row["server"] == pytest.approx(0.7) and row["poll"] == pytest.approx(8.6)
+    assert all(row[part] == pytest.approx(0.1) for part in PARTS[2:])
+    assert row["total"] == pytest.approx(21.7 - 11.7) == pytest.approx(sum(row[part] for part in PARTS))

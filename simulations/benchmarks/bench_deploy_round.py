@@ -164,11 +164,11 @@ def critical_breakdown(nodes: list[dict[int, dict[str, float]]], server: dict[in
     """Per round after the first, the :data:`PARTS` of the node whose reply came last (seconds).
 
     ``server`` maps a round to the time (seconds after midnight) of the server's line ``round r: waited``."""
-    complete = [r for r in sorted(set.intersection(*(set(n) for n in nodes))) if r in server
-                and all(len(n[r]) == len(STAGES) for n in nodes)]
+    complete = [r for r in sorted(set.intersection(*(set(n) for n in nodes)))
+                if all(len(n[r]) == len(STAGES) for n in nodes)]
     rows = []
     for previous, r in zip(complete, complete[1:]):
-        if r != previous + 1:
+        if r != previous + 1 or previous not in server:
             continue
         last = max(n[previous]["sent"] for n in nodes)
         node = max(nodes, key=lambda n: n[r]["sent"])[r]
