@@ -127,7 +127,7 @@ def test_a_deployment_with_both_launchers_gives_the_same_numbers_and_leaves_noth
     from conftest import distances, run_app
     from simulations.engines.deploy import main
 
-    before = set(glob.glob("/tmp/fedspectral-forkserver-*")) | set(glob.glob("/dev/shm/fedspectral-nodes-*"))
+    before = set(glob.glob("/tmp/fedspectral-forkserver-*"))
     over = "num-clients=3 num-samples=3000 dimension=20 num-server-rounds=3 local-steps=2"
     assert main(["--run-config", over, "--out", str(tmp_path), "--warm-clientapp", "--supernode-poll", "0.2"]) == 0
     deployed = pd.read_csv(tmp_path / "rounds.csv")
@@ -142,7 +142,7 @@ def test_a_deployment_with_both_launchers_gives_the_same_numbers_and_leaves_noth
     servers = subprocess.run(["pgrep", "-f", "fedspectral-forkserver-"], capture_output=True, text=True).stdout
     assert not [pid for pid in servers.split() if not any(
         folder in open(f"/proc/{pid}/cmdline").read() for folder in before if os.path.exists(f"/proc/{pid}"))]
-    assert set(glob.glob("/tmp/fedspectral-forkserver-*")) | set(glob.glob("/dev/shm/fedspectral-nodes-*")) <= before
+    assert set(glob.glob("/tmp/fedspectral-forkserver-*")) <= before
 
 
 def test_the_breakdown_splits_the_last_nodes_round_at_flowers_time_stamps():
@@ -167,3 +167,13 @@ def test_the_breakdown_splits_the_last_nodes_round_at_flowers_time_stamps():
     assert row["round"] == 2 and row["server"] == pytest.approx(0.7) and row["poll"] == pytest.approx(8.6)
     assert all(row[part] == pytest.approx(0.1) for part in PARTS[2:])
     assert row["total"] == pytest.approx(21.7 - 11.7) == pytest.approx(sum(row[part] for part in PARTS))
+
+
+def test_a_local_deployment_unpacks_the_app_in_memory_unless_the_user_chose_a_tmpdir(monkeypatch, tmp_path):
+    from simulations.engines.deploy import MEMORY_TMP, LocalDeployment
+
+    monkeypatch.delenv("TMPDIR", raising=False)
+    env = LocalDeployment([tmp_path / "partition_0.npy"], tmp_path).env
+    assert env.get("TMPDIR") == (str(MEMORY_TMP) if os.access(MEMORY_TMP, os.W_OK) else None)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert LocalDeployment([tmp_path / "partition_0.npy"], tmp_path).env["TMPDIR"] == str(tmp_path)

@@ -83,7 +83,7 @@ BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THR
 LAUNCHERS_DIR = Path(__file__).resolve().parent / "launchers"
 """The fork server (``forkserver.py``) and the ``flwr-clientapp`` launcher of ``--warm-clientapp``."""
 MEMORY_TMP = Path("/dev/shm")
-"""A memory file system: the SuperNodes' ``TMPDIR`` (each ClientApp process unpacks the app there to check it)."""
+"""A memory file system: the deployment's ``TMPDIR`` (each ClientApp process unpacks the app there to check it)."""
 FORKSERVER_VARIABLE = "FEDSPECTRAL_CLIENTAPP_FORKSERVER"
 """The launcher finds the fork server's socket in this variable (``forkserver.SOCKET_VARIABLE``)."""
 
@@ -329,7 +329,7 @@ class LocalDeployment:
         self.extra_node_config = dict(node_config or {})
         self.credentials = workdir / "credentials"
         self.processes: list[subprocess.Popen] = []
-        self.warm_clientapp, self.forkserver_dir, self.node_tmp = warm_clientapp, None, None
+        self.warm_clientapp, self.forkserver_dir = warm_clientapp, None
         self.supernode_poll = supernode_poll
         self.env = flower_env()
         self.env["FLWR_HOME"] = str(workdir / "flwr-home")
@@ -341,11 +341,16 @@ class LocalDeployment:
         threads = str(max(1, (os.cpu_count() or 1) // max(len(files), 1)))
         for name in BLAS_THREAD_VARIABLES:
             self.env.setdefault(name, threads)
+        # every ClientApp process (and ServerApp) unpacks the whole app (FAB) into a new private folder of TMPDIR
+        # and checks its hashes before it runs (Flower's install_from_fab, even when the app is installed): 0.30 s
+        # on disk, 0.06 s in memory, at a load of 11 on 2 cores (a TMPDIR the user set is kept)
+        if MEMORY_TMP.is_dir() and os.access(MEMORY_TMP, os.W_OK | os.X_OK):
+            self.env.setdefault("TMPDIR", str(MEMORY_TMP))
 
-    def _start(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
         with open_file(self.workdir / "logs" / f"{name}.log", truncate=True) as log:  # the process keeps its copy
-            proc = subprocess.Popen(cmd, env=env or self.env, stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=self.workdir, start_new_session=True)
+            proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
+                                    start_new_session=True)
         self.processes.append(proc)
         return proc
 
@@ -365,11 +370,6 @@ class LocalDeployment:
                 if not self.auto_port or attempt == self.START_ATTEMPTS:
                     raise RuntimeError(problem)
                 self.port = free_port_block(len(self.files) + 16)  # the block was taken meanwhile: another one
-            # every ClientApp process unpacks the whole app (FAB) into a temporary folder and checks its hashes
-            # before it runs (Flower's install_from_fab, even when the app is installed): 0.30 s on disk, 0.06 s
-            # in memory, at a load of 11 on 2 cores (a TMPDIR the user set is kept)
-            if "TMPDIR" not in self.env and MEMORY_TMP.is_dir() and os.access(MEMORY_TMP, os.W_OK | os.X_OK):
-                self.node_tmp = Path(tempfile.mkdtemp(prefix="fedspectral-nodes-", dir=MEMORY_TMP))
             if self.warm_clientapp:
                 self._start_forkserver()
             for pid in range(len(self.files)):
@@ -385,26 +385,18 @@ class LocalDeployment:
         """Start the ClientApp fork server and wait until it listens (it imports Flower first)."""
         self.forkserver_dir = Path(tempfile.mkdtemp(prefix="fedspectral-forkserver-"))  # mode 700; a socket
         socket_path = self.forkserver_dir / "clientapp.sock"  # path must stay short (108 bytes)
+        # the SuperNodes started after this find the launcher first on their PATH (only the name flwr-clientapp
+        # is there, which the SuperLink never starts), and the fork server's socket
+        self.env[FORKSERVER_VARIABLE] = str(socket_path)
+        self.env["PATH"] = str(LAUNCHERS_DIR) + os.pathsep + self.env["PATH"]
         server = self._start("clientapp_forkserver",
-                             [sys.executable, str(LAUNCHERS_DIR / "forkserver.py"), str(socket_path)],
-                             env=self._node_env())
+                             [sys.executable, str(LAUNCHERS_DIR / "forkserver.py"), str(socket_path)])
         deadline = time.monotonic() + 120
         while not socket_path.exists():
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the ClientApp fork server did not start; see "
                                    f"{self.workdir / 'logs' / 'clientapp_forkserver.log'}")
             time.sleep(0.1)
-
-    def _node_env(self) -> dict[str, str]:
-        """The SuperNodes' environment: ``TMPDIR`` in memory (when available), with ``warm_clientapp`` the
-        launcher first on ``PATH`` (the fork server gets the same, so its children have it)."""
-        env = dict(self.env)
-        if self.node_tmp is not None:
-            env["TMPDIR"] = str(self.node_tmp)
-        if self.warm_clientapp and self.forkserver_dir is not None:
-            env[FORKSERVER_VARIABLE] = str(self.forkserver_dir / "clientapp.sock")
-            env["PATH"] = str(LAUNCHERS_DIR) + os.pathsep + self.env["PATH"]
-        return env
 
     def _start_superlink(self, ca: Path) -> str | None:
         """Start the SuperLink on ``self.port`` and wait until it answers; ``None``, or why it did not start."""
@@ -457,7 +449,7 @@ class LocalDeployment:
                     str(private_key or self.keys[pid])]
         else:
             cmd.append("--insecure")
-        return self._start(name or f"supernode_{pid}", cmd, env=self._node_env())
+        return self._start(name or f"supernode_{pid}", cmd)
 
     def _run_cmd(self, run_config: str | list[str], results_dir: Path, stream: bool) -> list[str]:
         cmd = ["flwr", "run", str(self.app_dir), CONNECTION, *(["--stream"] if stream else [])]
@@ -547,10 +539,9 @@ class LocalDeployment:
     def stop(self) -> None:
         """Terminate every process started here (their whole process groups), then kill what remains."""
         self._stop_processes()
-        for folder in (self.forkserver_dir, self.node_tmp):
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
-        self.forkserver_dir = self.node_tmp = None
+        if self.forkserver_dir is not None:
+            shutil.rmtree(self.forkserver_dir, ignore_errors=True)
+            self.forkserver_dir = None
         terminate([pid for pid, _ in self._helpers()])  # e.g. a ServerApp that outlived its SuperLink
         deadline = time.monotonic() + 20  # e.g. the SuperLink's SuperExec exits when it notices its parent is gone
         while not _port_free(self.port) and time.monotonic() < deadline:
