@@ -20,6 +20,7 @@ Usage::
 
     python -m simulations.engines.deploy [--run-config 'key=value ...'] [--out OUT [--force]] [--data-dir DIR]
                                  [--secure] [--noise-secret-dir DIR] [--port PORT] [--fault PID=nan|shape ...]
+                                 [--warm-clientapp] [--supernode-poll SECONDS]
 
 ``--data-dir`` names existing node files ``partition_<i>.npy`` or ``partition_<i>.csv``; before any process
 starts, each is read and checked as its node will (format, no pickles, 2-D, finite, one width for all, fitting
@@ -32,6 +33,10 @@ any process starts, every secret already there is judged as its node will (a reg
 ``--fault`` makes one SuperNode reply with garbage (:mod:`client_app.faults`). Without ``--port`` the
 SuperLink and its SuperNodes take a block of free ports, so that several deployments can run on one
 machine at once.
+
+``--warm-clientapp`` and ``--supernode-poll`` start Flower's ClientApps and SuperNodes through the opt-in
+launchers of ``simulations/engines/launchers`` (a fork server that has imported Flower; a shorter sleep after
+an empty poll): see their modules for exactly what they change.
 
 The server regenerates the configured data set only to *measure* the estimate
 against the exact reference, as the simulation harness does.
