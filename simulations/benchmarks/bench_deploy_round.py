@@ -26,7 +26,12 @@ whose reply came last in each round. The load average is recorded before and aft
 a temporary folder that is removed at the end (``--keep`` keeps it). Usage::
 
     python -m simulations.benchmarks.bench_deploy_round [--before REV] [--nodes 4] [--rounds 6] [--repeats 2]
-                                                        [--run-config TEXT] [--out DIR]
+                                                        [--run-config TEXT] [--after-flags TEXT] [--out DIR]
+
+Each ``--after-flags TEXT`` adds a variant ``after TEXT``: this checkout with more ``deploy`` options (e.g.
+``--warm-clientapp``, which the ``before`` code may not know). ``--breakdown`` runs every process at Flower's
+DEBUG level and adds a table of where the last-replying node's round went (:data:`PARTS`), from Flower's own time
+stamps.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from pathlib import Path
 
 from simulations.benchmarks import out_folder
 
-__all__ = ["main", "node_events", "round_parts"]
+__all__ = ["main", "node_events", "round_parts", "flower_stamps", "server_stamps", "critical_breakdown"]
 
 APP_DIR = Path(__file__).resolve().parents[2]
 EVENTS = {"receive": "Receiving: train message", "start": "Start `flwr-clientapp` process",
@@ -121,6 +126,69 @@ def round_parts(nodes: list[dict[int, dict[str, float]]]) -> list[dict[str, floa
     return rows
 
 
+STAGES = (("receive", "Receiving: train message"), ("start", "Start `flwr-clientapp` process"),
+          ("fab", "[flwr-clientapp] Start FAB installation."), ("load", "[flwr-clientapp] Start `ClientApp` Loading."),
+          ("data", ": node config data-path"), ("push", "Runtime.PushMessages"),
+          ("send", "Sending: train message"), ("sent", "Sent successfully"))
+"""Events of a message in a SuperNode's log at Flower's DEBUG level (``FLWR_LOG_LEVEL=DEBUG``), in order: the
+SuperNode's pull, the ClientApp process's first line (after Flower's imports), its FAB installation, the
+app's loading, the app's first line (its data opened), its reply handed to the SuperNode, the SuperNode's
+``Sending`` (it looks for replies every 0.5 s) and ``Sent``."""
+PARTS = ("server", "poll", "process", "task_input", "fab", "app_import", "work", "reply_poll", "send")
+"""The parts of a round for the node whose reply came last: from the last reply of the previous round to the
+server's round line (its pull and work), to this node's ``Receiving`` (the SuperNode's 3 s sleep and the
+message's fetch), then between consecutive :data:`STAGES`."""
+STAMP = re.compile(r"(\d\d):(\d\d):(\d\d),(\d{3})")
+
+
+def flower_stamps(lines: list[str]) -> dict[int, dict[str, float]]:
+    """``{round: {stage: seconds after midnight}}`` from one SuperNode log's own time stamps (DEBUG level)."""
+    out: dict[int, dict[str, float]] = {}
+    current = None
+    for line in lines:
+        match = ROUND.search(line)
+        if match:
+            current = int(match.group(1))
+            continue
+        stamp = STAMP.search(line)
+        if current is None or stamp is None:
+            continue
+        h, m, sec, ms = (int(x) for x in stamp.groups())
+        for name, text in STAGES:
+            if text in line:
+                out.setdefault(current, {}).setdefault(name, h * 3600 + m * 60 + sec + ms / 1000)
+    return out
+
+
+def critical_breakdown(nodes: list[dict[int, dict[str, float]]], server: dict[int, float]) -> list[dict]:
+    """Per round after the first, the :data:`PARTS` of the node whose reply came last (seconds).
+
+    ``server`` maps a round to the time (seconds after midnight) of the server's line ``round r: waited``."""
+    complete = [r for r in sorted(set.intersection(*(set(n) for n in nodes)))
+                if all(len(n[r]) == len(STAGES) for n in nodes)]
+    rows = []
+    for previous, r in zip(complete, complete[1:]):
+        if r != previous + 1 or previous not in server:
+            continue
+        last = max(n[previous]["sent"] for n in nodes)
+        node = max(nodes, key=lambda n: n[r]["sent"])[r]
+        times = [last, server[previous], *(node[name] for name, _ in STAGES)]
+        rows.append({"round": r, **{part: b - a for part, a, b in zip(PARTS, times, times[1:])},
+                     "total": node["sent"] - last})
+    return rows
+
+
+def server_stamps(log: str) -> dict[int, float]:
+    """``{round: seconds after midnight}`` of the server's ``round r: waited`` lines (DEBUG level: time stamped)."""
+    out = {}
+    for line in log.splitlines():
+        stamp, match = STAMP.search(line), re.search(r"round (\d+): waited", line)
+        if stamp and match:
+            h, m, sec, ms = (int(x) for x in stamp.groups())
+            out[int(match.group(1))] = h * 3600 + m * 60 + sec + ms / 1000
+    return out
+
+
 def extract(rev: str, into: Path) -> Path:
     """The files of git revision ``rev`` of this repository, in ``into``."""
     archive = subprocess.run(["git", "-C", str(APP_DIR), "archive", "--format=tar", rev], check=True,
@@ -130,13 +198,17 @@ def extract(rev: str, into: Path) -> Path:
     return into
 
 
-def run_once(source: Path, work: Path, nodes: int, rounds: int, extra: str) -> dict:
-    """One deployment of the code in ``source``; its rounds, node events, log and load averages."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLWR_SUPEREXEC_")}
+def run_once(source: Path, work: Path, nodes: int, rounds: int, extra: str, flags: list[str] = (),
+             breakdown: bool = False) -> dict:
+    """One deployment of the code in ``source`` (``flags``: more ``deploy`` options); its rounds, node events, log
+    and load averages; with ``breakdown``, Flower logs at DEBUG level and the run's :func:`critical_breakdown`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLWR_SUPEREXEC_") and k != "FLWR_LOG_LEVEL"}
+    if breakdown:
+        env["FLWR_LOG_LEVEL"] = "DEBUG"
     env["PYTHONPATH"] = str(source)
     env["FLWR_HOME"] = str(work / "flwr-cli-home")
     cmd = [sys.executable, "-m", "simulations.engines.deploy", "--run-config",
-           f"num-clients={nodes} num-server-rounds={rounds} {extra}".strip(), "--out", str(work / "out")]
+           f"num-clients={nodes} num-server-rounds={rounds} {extra}".strip(), "--out", str(work / "out"), *flags]
     tail = LogTail([work / "out" / "logs" / f"supernode_{i}.log" for i in range(nodes)])
     tail.start()
     load = os.getloadavg()[0]
@@ -153,7 +225,12 @@ def run_once(source: Path, work: Path, nodes: int, rounds: int, extra: str) -> d
         table = [row for row in csv.DictReader(handle) if int(row["round"]) > 0]
     if done.returncode != 0 or len(table) != rounds:
         raise RuntimeError(f"deployment in {work} failed (exit {done.returncode}): {done.stderr[-2000:]}")
-    return {"wall": [float(row["wall_time"]) for row in table], "elapsed": elapsed,
+    critical = []
+    if breakdown:
+        logs = [(work / "out" / "logs" / f"supernode_{i}.log").read_text(errors="replace").splitlines()
+                for i in range(nodes)]
+        critical = critical_breakdown([flower_stamps(lines) for lines in logs], server_stamps(done.stdout))
+    return {"wall": [float(row["wall_time"]) for row in table], "elapsed": elapsed, "critical": critical,
             "parts": round_parts([node_events(tail.lines[i]) for i in range(nodes)]),
             "log": done.stdout, "load": (load, os.getloadavg()[0])}
 
@@ -183,6 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the deployments' folders (logs, timestamped "
                         "SuperNode lines in node-lines.txt) and say where")
     parser.add_argument("--only", choices=("before", "after"), help="run one variant only (no comparison)")
+    parser.add_argument("--breakdown", action="store_true", help="Flower's DEBUG log level in every process (its "
+                        "time-stamped lines; the logging itself costs time) and a table of the parts of a round for "
+                        "the node whose reply came last")
+    parser.add_argument("--after-flags", action="append", default=[], help="more options of the deploy command "
+                        "for this checkout, e.g. '--warm-clientapp': each given value is one more variant, "
+                        "`after FLAGS`, run in every repeat next to `before` and `after`")
     args = parser.parse_args(argv)
     out = out_folder("bench_deploy_round", args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -190,14 +273,17 @@ def main(argv: list[str] | None = None) -> int:
     revision = subprocess.run(["git", "-C", str(APP_DIR), "rev-parse", "--short", args.before], capture_output=True,
                               text=True).stdout.strip()
     try:
-        sources = {"before": extract(args.before, scratch / "before-src"), "after": APP_DIR}
-        runs: dict[str, list[dict]] = {"before": [], "after": []}
+        flags = {"before": [], "after": [], **{f"after {text}": text.split() for text in args.after_flags}}
+        sources = {v: APP_DIR for v in flags}
+        sources["before"] = extract(args.before, scratch / "before-src")
+        variants = list(flags)
+        runs: dict[str, list[dict]] = {v: [] for v in variants}
         rows = []
         for k in range(args.repeats):
-            order = ("before", "after") if k % 2 == 0 else ("after", "before")
-            for variant in [v for v in order if args.only in (None, v)]:
-                run = run_once(sources[variant], scratch / f"{variant}-{k}", args.nodes, args.rounds,
-                               args.run_config)
+            order = variants if k % 2 == 0 else variants[::-1]
+            for variant in [v for v in order if args.only in (None, v.split()[0])]:
+                run = run_once(sources[variant], scratch / f"{variants.index(variant)}-{k}", args.nodes,
+                               args.rounds, args.run_config, flags[variant], args.breakdown)
                 runs[variant].append(run)
                 print(f"{variant} #{k}: " + " ".join(f"{w:.2f}" for w in run["wall"]) + f" s per round; load "
                       f"{run['load'][0]:.2f} -> {run['load'][1]:.2f}", flush=True)
@@ -208,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                 cost = [line for line in run["log"].splitlines() if re.search(r"round \d+: waited", line)]
                 if cost:
                     print("  " + "\n  ".join(line.split(":", 1)[-1].strip() for line in cost), flush=True)
-        table = [summary(v, runs[v]) for v in ("before", "after") if runs[v]]
+        table = [summary(v, runs[v]) for v in variants if runs[v]]
     finally:
         if args.keep:
             print(f"deployments kept in {scratch}")
@@ -221,11 +307,12 @@ def main(argv: list[str] | None = None) -> int:
         writer.writeheader()
         writer.writerows(rows)
     loads = [row["load_before"] for row in rows] + [row["load_after"] for row in rows]
-    ratio = table[-1]["s_per_round_median"] / table[0]["s_per_round_median"]
     lines = [f"`before`: {args.before} ({revision}); `after`: this checkout. "
              f"Produced by `python -m simulations.benchmarks.bench_deploy_round --before {args.before} --nodes "
              f"{args.nodes} --rounds {args.rounds} --repeats {args.repeats}"
-             + (f" --run-config '{args.run_config}'" if args.run_config else "") + "`; load average (1 min) "
+             + (f" --run-config '{args.run_config}'" if args.run_config else "")
+             + "".join(f" --after-flags='{text}'" for text in args.after_flags)
+             + (" --breakdown" if args.breakdown else "") + "`; load average (1 min) "
              f"{min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores; seconds per round are the server's "
              "`wall_time` (median and mean over every round of every run), the parts are means over rounds 2.. "
              "(all nodes; `critical`: the node whose reply came last).", "",
@@ -237,7 +324,24 @@ def main(argv: list[str] | None = None) -> int:
                      f"{row['s_per_round_mean']:.2f} | {row['run_s_mean']:.1f} | {row['pickup']:.2f} | "
                      f"{row['start']:.2f} | {row['app']:.2f} | {row['critical_pickup']:.2f} | "
                      f"{row['critical_start']:.2f} | {row['critical_app']:.2f} |")
-    lines += ["", f"after / before (median s per round): {ratio:.2f}"]
+    lines += [""] + [f"{row['variant']} / {table[0]['variant']} (median s per round): "
+                     f"{row['s_per_round_median'] / table[0]['s_per_round_median']:.2f}" for row in table[1:]]
+    if args.breakdown:
+        lines += ["", "Where a round's seconds go, for the node whose reply came last (Flower's own time stamps at "
+                  "DEBUG level; mean over rounds 2.. of every run, seconds): `server`: last reply of the previous "
+                  "round to the server's round line (its 0.2 s pull, its work); `poll`: to the SuperNode's "
+                  "`Receiving` (its 3 s sleep after an empty poll); `process`: to the ClientApp process's first "
+                  "line (the SuperExec's task poll, the process start, Flower's imports); `task_input`: its task "
+                  "and message fetched; `fab`: the app (FAB) unpacked and checked; `app_import`: the app imported "
+                  "and the node's data opened; `work`: the reply computed and handed to the SuperNode; "
+                  "`reply_poll`: until the SuperNode sends it (it looks every 0.5 s); `send`: the reply sent.", "",
+                  "| variant | rounds | " + " | ".join(PARTS) + " | total |",
+                  "|---|---|" + "---|" * (len(PARTS) + 1)]
+        for variant in variants:
+            rows_ = [row for run in runs[variant] for row in run["critical"]]
+            if rows_:
+                lines.append(f"| {variant} | {len(rows_)} | " + " | ".join(
+                    f"{statistics.fmean(row[key] for row in rows_):.2f}" for key in (*PARTS, "total")) + " |")
     (out / "bench_deploy_round.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"written: {out / 'bench_deploy_round.csv'}, {out / 'bench_deploy_round.md'}")

@@ -20,6 +20,7 @@ Usage::
 
     python -m simulations.engines.deploy [--run-config 'key=value ...'] [--out OUT [--force]] [--data-dir DIR]
                                  [--secure] [--noise-secret-dir DIR] [--port PORT] [--fault PID=nan|shape ...]
+                                 [--warm-clientapp] [--supernode-poll SECONDS]
 
 ``--data-dir`` names existing node files ``partition_<i>.npy`` or ``partition_<i>.csv``; before any process
 starts, each is read and checked as its node will (format, no pickles, 2-D, finite, one width for all, fitting
@@ -33,6 +34,10 @@ any process starts, every secret already there is judged as its node will (a reg
 SuperLink and its SuperNodes take a block of free ports, so that several deployments can run on one
 machine at once.
 
+``--warm-clientapp`` and ``--supernode-poll`` start Flower's ClientApps and SuperNodes through the opt-in
+launchers of ``simulations/engines/launchers`` (a fork server that has imported Flower; a shorter sleep after
+an empty poll): see their modules for exactly what they change.
+
 The server regenerates the configured data set only to *measure* the estimate
 against the exact reference, as the simulation harness does.
 """
@@ -42,11 +47,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -78,6 +85,12 @@ SUPEREXEC_POLL_VARIABLE, SUPEREXEC_POLL_SECONDS = "FLWR_SUPEREXEC_TASK_POLL_INTE
 """Flower's SuperExec reads its task polling interval (default 1 s) from this variable."""
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """Threads of the linear algebra libraries per process: the cores divided among the SuperNodes."""
+LAUNCHERS_DIR = Path(__file__).resolve().parent / "launchers"
+"""The fork server (``forkserver.py``) and the ``flwr-clientapp`` launcher of ``--warm-clientapp``."""
+MEMORY_TMP = Path("/dev/shm")
+"""A memory file system: the deployment's ``TMPDIR`` (each ClientApp process unpacks the app there to check it)."""
+FORKSERVER_VARIABLE = "FEDSPECTRAL_CLIENTAPP_FORKSERVER"
+"""The launcher finds the fork server's socket in this variable (``forkserver.SOCKET_VARIABLE``)."""
 
 
 def write_node_files(cfg: dict, directory: Path) -> list[Path]:
@@ -99,7 +112,7 @@ def write_node_files(cfg: dict, directory: Path) -> list[Path]:
     return paths
 
 
-def deployment_outputs(count: int, secure: bool, node_data: bool, results: bool) -> list[str]:
+def deployment_outputs(count: int, secure: bool, node_data: bool, results: bool, warm: bool = False) -> list[str]:
     """The paths, relative to ``--out``, that a deployment of ``count`` SuperNodes writes there.
 
     Parameters
@@ -112,8 +125,11 @@ def deployment_outputs(count: int, secure: bool, node_data: bool, results: bool)
         The generated node files (no ``--data-dir``).
     results : bool
         The run's results (its ``results-dir`` is ``--out``).
+    warm : bool
+        ``--warm-clientapp``: the fork server's log.
     """
     names = ["flwr-home/config.toml", "logs/superlink.log", *(f"logs/supernode_{i}.log" for i in range(count))]
+    names += ["logs/clientapp_forkserver.log"] if warm else []
     names += [f"node-data/partition_{i}.npy" for i in range(count)] if node_data else []
     names += [f"credentials/{name}" for name in written_names(count)] if secure else []
     return names + (list(RESULT_FILES) if results else [])
@@ -295,13 +311,22 @@ class LocalDeployment:
         (:mod:`client_app.faults`) or ``noise-secret`` (:func:`secret_files`).
     app_dir : Path, optional
         The Flower app that ``flwr run`` ships (default: this repository).
+    warm_clientapp : bool
+        Start every ClientApp by forking it from one process that has imported Flower
+        (``launchers/forkserver.py``), instead of a new ``flwr-clientapp`` process importing it at every
+        message: the SuperNodes find the launcher ``launchers/flwr-clientapp`` first on their ``PATH``.
+    supernode_poll : float, optional
+        Start the SuperNodes through ``launchers/supernode.py``: Flower's ``flower-supernode`` whose 3 s sleep
+        after an empty poll of the SuperLink (and 0.5 s looks for the ClientApp's reply) last this many
+        seconds (at most 0.5 s for the latter). ``None``: Flower's ``flower-supernode`` as it is.
     """
 
     START_ATTEMPTS = 3
     """SuperLink starts on a new block of free ports (``port=0``) before giving up."""
 
     def __init__(self, files: list[Path], workdir: Path, port: int = 0, secure: bool = False,
-                 node_config: dict[int, str] | None = None, app_dir: Path | None = None) -> None:
+                 node_config: dict[int, str] | None = None, app_dir: Path | None = None,
+                 warm_clientapp: bool = False, supernode_poll: float | None = None) -> None:
         self.app_dir = Path(app_dir or APP_DIR)
         self.auto_port = not port
         self.port = port or free_port_block(len(files) + 16)
@@ -309,6 +334,8 @@ class LocalDeployment:
         self.extra_node_config = dict(node_config or {})
         self.credentials = workdir / "credentials"
         self.processes: list[subprocess.Popen] = []
+        self.warm_clientapp, self.forkserver_dir = warm_clientapp, None
+        self.supernode_poll = supernode_poll
         self.env = flower_env()
         self.env["FLWR_HOME"] = str(workdir / "flwr-home")
         # each SuperExec (the SuperLink's, every SuperNode's) looks for a new task every second by default; a
@@ -319,6 +346,11 @@ class LocalDeployment:
         threads = str(max(1, (os.cpu_count() or 1) // max(len(files), 1)))
         for name in BLAS_THREAD_VARIABLES:
             self.env.setdefault(name, threads)
+        # every ClientApp process (and ServerApp) unpacks the whole app (FAB) into a new private folder of TMPDIR
+        # and checks its hashes before it runs (Flower's install_from_fab, even when the app is installed): 0.30 s
+        # on disk, 0.06 s in memory, at a load of 11 on 2 cores (a TMPDIR the user set is kept)
+        if MEMORY_TMP.is_dir() and os.access(MEMORY_TMP, os.W_OK | os.X_OK):
+            self.env.setdefault("TMPDIR", str(MEMORY_TMP))
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
         with open_file(self.workdir / "logs" / f"{name}.log", truncate=True) as log:  # the process keeps its copy
@@ -343,6 +375,8 @@ class LocalDeployment:
                 if not self.auto_port or attempt == self.START_ATTEMPTS:
                     raise RuntimeError(problem)
                 self.port = free_port_block(len(self.files) + 16)  # the block was taken meanwhile: another one
+            if self.warm_clientapp:
+                self._start_forkserver()
             for pid in range(len(self.files)):
                 if self.secure:
                     self.register(self.keys[pid].with_suffix(".pub"))
@@ -351,6 +385,23 @@ class LocalDeployment:
             self.stop()
             raise
         return self
+
+    def _start_forkserver(self) -> None:
+        """Start the ClientApp fork server and wait until it listens (it imports Flower first)."""
+        self.forkserver_dir = Path(tempfile.mkdtemp(prefix="fedspectral-forkserver-"))  # mode 700; a socket
+        socket_path = self.forkserver_dir / "clientapp.sock"  # path must stay short (108 bytes)
+        # the SuperNodes started after this find the launcher first on their PATH (only the name flwr-clientapp
+        # is there, which the SuperLink never starts), and the fork server's socket
+        self.env[FORKSERVER_VARIABLE] = str(socket_path)
+        self.env["PATH"] = str(LAUNCHERS_DIR) + os.pathsep + self.env["PATH"]
+        server = self._start("clientapp_forkserver",
+                             [sys.executable, str(LAUNCHERS_DIR / "forkserver.py"), str(socket_path)])
+        deadline = time.monotonic() + 120
+        while not socket_path.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the ClientApp fork server did not start; see "
+                                   f"{self.workdir / 'logs' / 'clientapp_forkserver.log'}")
+            time.sleep(0.1)
 
     def _start_superlink(self, ca: Path) -> str | None:
         """Start the SuperLink on ``self.port`` and wait until it answers; ``None``, or why it did not start."""
@@ -394,7 +445,9 @@ class LocalDeployment:
         node_config = f'partition-id={pid} num-partitions={n} data-path="{self.files[pid].resolve()}"'
         if self.extra_node_config.get(pid):
             node_config += " " + self.extra_node_config[pid]
-        cmd = ["flower-supernode", "--superlink", f"127.0.0.1:{self.port}", "--port",
+        start = (["flower-supernode"] if self.supernode_poll is None else
+                 [sys.executable, str(LAUNCHERS_DIR / "supernode.py"), str(self.supernode_poll)])
+        cmd = [*start, "--superlink", f"127.0.0.1:{self.port}", "--port",
                str(self.port + 10 + len(self.processes)), "--node-config", node_config]
         if self.secure:
             cmd += ["--root-certificates", str(self.credentials / "ca.crt"), "--auth-supernode-private-key",
@@ -491,6 +544,9 @@ class LocalDeployment:
     def stop(self) -> None:
         """Terminate every process started here (their whole process groups), then kill what remains."""
         self._stop_processes()
+        if self.forkserver_dir is not None:
+            shutil.rmtree(self.forkserver_dir, ignore_errors=True)
+            self.forkserver_dir = None
         terminate([pid for pid, _ in self._helpers()])  # e.g. a ServerApp that outlived its SuperLink
         deadline = time.monotonic() + 20  # e.g. the SuperLink's SuperExec exits when it notices its parent is gone
         while not _port_free(self.port) and time.monotonic() < deadline:
@@ -543,6 +599,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     parser.add_argument("--fault", action="append", default=[], metavar="PID=KIND",
                         help="make the SuperNode of partition PID reply with garbage: KIND is nan or shape "
                         "(node-config fault, see client_app/faults.py); repeatable")
+    parser.add_argument("--warm-clientapp", action="store_true", help="start each ClientApp by forking it from "
+                        "one process that has already imported Flower (simulations/engines/launchers), not "
+                        "as a new flwr-clientapp process importing Flower at every message")
+    parser.add_argument("--supernode-poll", type=float, default=None, metavar="SECONDS", help="start the "
+                        "SuperNodes through simulations/engines/launchers/supernode.py: Flower's flower-supernode "
+                        "with its 3 s sleep after an empty poll of the SuperLink (and its 0.5 s looks for a reply) "
+                        "shortened to SECONDS, in [0.05, 3] (default: Flower's flower-supernode unchanged)")
     args = parser.parse_args(argv)
 
     def refuse(message: str) -> int:
@@ -565,6 +628,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     if args.port and not all(_port_free(args.port + i) for i in (0, *range(10, 11 + m))):
         return refuse(f"--port {args.port}: a port in {args.port}..{top} is in use on 127.0.0.1; choose another "
                       "--port or leave it out")
+    if args.supernode_poll is not None and not 0.05 <= args.supernode_poll <= 3.0:
+        return refuse(f"--supernode-poll {args.supernode_poll}: give seconds in [0.05, 3]")
     faults = {}
     for item in args.fault:
         pid, _, kind = item.partition("=")
@@ -576,7 +641,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     if out.exists() and not out.is_dir():
         return refuse(f"--out {args.out}: is a file, not a directory")
     planned = deployment_outputs(m, args.secure, node_data=not args.data_dir,
-                                 results=not cfg["results-dir"] or Path(cfg["results-dir"]).resolve() == out)
+                                 results=not cfg["results-dir"] or Path(cfg["results-dir"]).resolve() == out,
+                                 warm=args.warm_clientapp)
     try:
         check_earlier_outputs(out, planned, replace=args.force or cfg["resume"] or cfg["overwrite"])
     except ValueError as ex:
@@ -620,8 +686,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     run_config = [args.run_config, " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items()
                                             if key != "results-dir") + (" overwrite=true" if args.force else "")]
     try:
-        with LocalDeployment(files, out, port=args.port, secure=args.secure,
-                             node_config=node_config) as deployment:
+        with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=node_config,
+                             warm_clientapp=args.warm_clientapp, supernode_poll=args.supernode_poll) as deployment:
             status = deployment.run(run_config, results)
     except (RuntimeError, OSError) as ex:
         print(f"{parser.prog}: error: {ex}", file=sys.stderr)

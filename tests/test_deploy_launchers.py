@@ -1,0 +1,179 @@
+"""The opt-in launchers of the scripted deployment (simulations/engines/launchers): ``--warm-clientapp`` runs
+Flower's ``flwr-clientapp`` in a process forked from one that has imported Flower, with the launcher's
+arguments, streams, environment and exit status; ``--supernode-poll`` runs Flower's ``flower-supernode`` with
+shorter sleeps between its polls."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simulations.engines.deploy import FORKSERVER_VARIABLE, LAUNCHERS_DIR
+
+LAUNCHER = LAUNCHERS_DIR / "flwr-clientapp"
+FLOWER = Path(sys.executable).parent / "flwr-clientapp"
+
+
+@pytest.fixture(scope="module")
+def forkserver(tmp_path_factory):
+    """A running fork server; its socket path. Stopped (its process group) at the end."""
+    path = tmp_path_factory.mktemp("forkserver") / "s.sock"
+    server = subprocess.Popen([sys.executable, str(LAUNCHERS_DIR / "forkserver.py"), str(path)],
+                              start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not path.exists():
+            assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
+            time.sleep(0.05)
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
+        yield path
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def _env(socket_path=None):
+    env = {k: v for k, v in os.environ.items() if k != FORKSERVER_VARIABLE}
+    env["PATH"] = f"{LAUNCHERS_DIR}{os.pathsep}{FLOWER.parent}{os.pathsep}{env.get('PATH', '')}"
+    if socket_path is not None:
+        env[FORKSERVER_VARIABLE] = str(socket_path)
+    return env
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--insecure"], ["--token", "x", "--bogus"]])
+def test_the_launcher_answers_as_flowers_own_flwr_clientapp(forkserver, args):
+    own = subprocess.run([str(FLOWER), *args], capture_output=True, text=True, env=_env())
+    forked = subprocess.run(["flwr-clientapp", *args], capture_output=True, text=True, env=_env(forkserver))
+    assert (forked.returncode, forked.stdout, forked.stderr) == (own.returncode, own.stdout, own.stderr)
+    assert own.returncode == (0 if args == ["--help"] else 2)
+
+
+def test_without_a_fork_server_the_launcher_runs_flowers_flwr_clientapp(tmp_path):
+    own = subprocess.run([str(FLOWER), "--help"], capture_output=True, text=True, env=_env())
+    unset = subprocess.run(["flwr-clientapp", "--help"], capture_output=True, text=True, env=_env())
+    gone = subprocess.run(["flwr-clientapp", "--help"], capture_output=True, text=True,
+                          env=_env(tmp_path / "nothing.sock"))
+    assert unset.stdout == gone.stdout == own.stdout and unset.returncode == gone.returncode == 0
+    assert "no fork server at" in gone.stderr and unset.stderr == ""
+
+
+def test_a_signal_to_the_launcher_reaches_the_clientapp(forkserver):
+    # no Runtime API answers on this port: the ClientApp retries until it is stopped
+    launcher = subprocess.Popen(["flwr-clientapp", "--insecure", "--token", "x", "--runtime-api-address",
+                                 "127.0.0.1:9"], env=_env(forkserver), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    time.sleep(2)
+    assert launcher.poll() is None
+    launcher.send_signal(signal.SIGTERM)
+    launcher.wait(timeout=60)
+    assert launcher.returncode != 0
+
+
+def test_the_fork_server_imports_nothing_of_the_app():
+    """Each child imports the app from its run's FAB: the server itself must not have imported it."""
+    code = ("import runpy, sys; ns = runpy.run_path(sys.argv[1]); ns['preload']();"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('client_app', 'server_app', 'fl_strategies', 'simulations')))")
+    done = subprocess.run([sys.executable, "-c", code, str(LAUNCHERS_DIR / "forkserver.py")],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_supernode_launcher_shortens_only_the_two_polls_of_flowers_supernode_loop(monkeypatch):
+    import runpy
+
+    import flwr.supernode.start_client_internal as loop
+
+    launcher = runpy.run_path(str(LAUNCHERS_DIR / "supernode.py"))
+    slept = []
+    monkeypatch.setattr(loop, "time", loop.time)  # restored after the test
+    monkeypatch.setattr("time.sleep", slept.append)
+    launcher["shorten_waits"](0.2)
+    for seconds in (3, 0.5, 1.0, 0.01):
+        loop.time.sleep(seconds)
+    assert slept == [0.2, 0.2, 1.0, 0.01]
+    assert loop.time.monotonic is __import__("time").monotonic
+    launcher["ShortWaits"](2.0).sleep(0.5)  # a poll longer than 0.5 s leaves the reply's look at 0.5 s
+    assert slept[-1] == 0.5
+
+
+@pytest.mark.parametrize("argv", [["0.01"], ["x"], []])
+def test_the_supernode_launcher_refuses_a_poll_outside_its_range_in_one_line(argv):
+    done = subprocess.run([sys.executable, str(LAUNCHERS_DIR / "supernode.py"), *argv], capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "poll in seconds, in [0.05, 3.0]" in done.stderr
+
+
+def test_deploy_refuses_a_supernode_poll_outside_its_range(capsys):
+    from simulations.engines.deploy import main
+
+    assert main(["--supernode-poll", "0", "--out", "/nonexistent/never-created"]) == 2
+    assert "--supernode-poll 0.0: give seconds in [0.05, 3]" in capsys.readouterr().err
+
+
+@pytest.mark.deploy  # real processes, about a minute
+@pytest.mark.timeout(400)  # every process is stopped in finally blocks; a hang fails the test
+def test_a_deployment_with_both_launchers_gives_the_same_numbers_and_leaves_nothing_behind(tmp_path):
+    import glob
+
+    import numpy as np
+    import pandas as pd
+
+    from conftest import distances, run_app
+    from simulations.engines.deploy import main
+
+    before = set(glob.glob("/tmp/fedspectral-forkserver-*"))
+    over = "num-clients=3 num-samples=3000 dimension=20 num-server-rounds=3 local-steps=2"
+    assert main(["--run-config", over, "--out", str(tmp_path), "--warm-clientapp", "--supernode-poll", "0.2"]) == 0
+    deployed = pd.read_csv(tmp_path / "rounds.csv")
+    local = run_app(num_clients=3, num_samples=3000, dimension=20, num_server_rounds=3, local_steps=2)
+    np.testing.assert_allclose(deployed["subspace_distance"].to_numpy(), distances(local), rtol=0, atol=1e-12)
+    logs = tmp_path / "logs"
+    assert "Flower imported, serving" in (logs / "clientapp_forkserver.log").read_text()
+    node_log = (logs / "supernode_0.log").read_text()
+    assert "no fork server" not in node_log and node_log.count("Start `flwr-clientapp` process") >= 3
+    out = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
+    assert out.strip() == ""  # every process the deployment started has stopped (the fork server too)
+    servers = subprocess.run(["pgrep", "-f", "fedspectral-forkserver-"], capture_output=True, text=True).stdout
+    assert not [pid for pid in servers.split() if not any(
+        folder in open(f"/proc/{pid}/cmdline").read() for folder in before if os.path.exists(f"/proc/{pid}"))]
+    assert set(glob.glob("/tmp/fedspectral-forkserver-*")) <= before
+
+
+def test_the_breakdown_splits_the_last_nodes_round_at_flowers_time_stamps():
+    from simulations.benchmarks.bench_deploy_round import PARTS, critical_breakdown, flower_stamps, server_stamps
+
+    texts = ["Receiving: train message", "Start `flwr-clientapp` process", "[flwr-clientapp] Start FAB installation.",
+             "[flwr-clientapp] Start `ClientApp` Loading.", "partition 0: node config data-path 'x'",
+             "Runtime.PushMessages", "Sending: train message", "Sent successfully"]
+
+    def node(offset):
+        lines = []
+        for r in (1, 2):
+            lines.append(f"INFO 2026-01-01 10:00:00,000:  [RUN 7, ROUND {r}]")
+            for k, text in enumerate(texts):  # stage k at 10 r + offset + k / 10 seconds
+                ms = round((10 * r + offset + k / 10) * 1000)
+                lines.append(f"INFO 2026-01-01 10:00:{ms // 1000:02d},{ms % 1000:03d}:  {text}")
+        return flower_stamps(lines)
+
+    server = server_stamps("INFO 2026-01-01 10:00:12,400:  round 1: waited 2.00 s for 2 replies, server 0.01 s")
+    (row,) = critical_breakdown([node(0.0), node(1.0)], server)  # the second node replies last
+    # previous round's last reply at 11 + 0.7 = 11.7; server line at 12.4; the last node receives at 21.0
+    assert row["round"] == 2 and row["server"] == pytest.approx(0.7) and row["poll"] == pytest.approx(8.6)
+    assert all(row[part] == pytest.approx(0.1) for part in PARTS[2:])
+    assert row["total"] == pytest.approx(21.7 - 11.7) == pytest.approx(sum(row[part] for part in PARTS))
+
+
+def test_a_local_deployment_unpacks_the_app_in_memory_unless_the_user_chose_a_tmpdir(monkeypatch, tmp_path):
+    from simulations.engines.deploy import MEMORY_TMP, LocalDeployment
+
+    monkeypatch.delenv("TMPDIR", raising=False)
+    env = LocalDeployment([tmp_path / "partition_0.npy"], tmp_path).env
+    assert env.get("TMPDIR") == (str(MEMORY_TMP) if os.access(MEMORY_TMP, os.W_OK) else None)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert LocalDeployment([tmp_path / "partition_0.npy"], tmp_path).env["TMPDIR"] == str(tmp_path)
