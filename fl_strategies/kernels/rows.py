@@ -253,6 +253,10 @@ its decoding and its matrix product. At 5,200 people a pass over the variants to
 _CODE_COUNTS = np.stack([np.count_nonzero(_CODES == code, axis=1) for code in range(4)], axis=1).astype(np.int64)
 """How many of a byte's four codes are ``00``, ``01``, ``10``, ``11``: (256, 4)."""
 
+_CODE_ONE_HOT = (_CODES.reshape(1, -1) == np.arange(4)[:, None]).astype(np.float64)
+"""``E[c, 4 byte + j] = 1`` when person ``j`` of ``byte`` has code ``c``, (4, 1024): the decoding tables of a block
+of variants are ``values @ E`` (each entry one value times 1 plus zeros: exact)."""
+
 _CALL_VALUES = np.nan_to_num(BED_COUNTS, nan=0.0)
 """The allele count of each code with a missing call 0: (4,)."""
 
@@ -458,7 +462,7 @@ class BedVariants:
                 k = raw.shape[0]
                 if k == 0:
                     continue
-                table = values[columns][:, _CODES].reshape(256 * k, 4)  # (variant, byte) -> its 4 people's values
+                table = (values[columns] @ _CODE_ONE_HOT).reshape(256 * k, 4)  # (variant, byte) -> 4 people's values
                 np.add(raw, offsets[:k], out=index[:k], casting="unsafe")
                 np.take(table, index[:k], axis=0, out=decoded[:k])
                 step(worker, columns, decoded[:k].reshape(k, 4 * width)[:, :s])
