@@ -333,13 +333,26 @@ class BedVariants:
         self._count_codes()
 
     def _count_codes(self) -> None:
-        """:attr:`code_counts` and :attr:`person_calls`, in one read of the file."""
+        """:attr:`code_counts` and :attr:`person_calls`, in one read of the file, from histograms of its bytes: per
+        variant (its bytes' values, times each value's codes :data:`_CODE_COUNTS`) and per byte position (its
+        values over the variants, times each value's missing codes); a last byte's padding codes are left out."""
+        s, width = self.num_rows, self.rows.shape[1]
+        full = s // 4  # bytes of four people; a last partial byte is decoded
         counts = np.zeros((self.dimension, 4), dtype=np.int64)
-        missing = np.zeros(self.num_rows, dtype=np.int64)
-        for columns, codes in self._codes():
-            for code in range(4):
-                counts[columns, code] = np.count_nonzero(codes == code, axis=1)
-            missing += np.count_nonzero(codes == MISSING_CODE, axis=0)
+        by_position = np.zeros((256, width), dtype=np.int64)
+        positions = np.arange(width, dtype=np.intp)
+        for columns, raw in self._raw_blocks():
+            b = raw.shape[0]
+            if b == 0:
+                continue
+            values = raw.astype(np.intp)
+            rows = np.bincount((values[:, :full] + 256 * np.arange(b)[:, None]).ravel(), minlength=256 * b)
+            counts[columns] = rows.reshape(b, 256) @ _CODE_COUNTS
+            if full < width:
+                codes = _CODES[raw[:, full], : s - 4 * full]
+                counts[columns] += np.stack([np.count_nonzero(codes == code, axis=1) for code in range(4)], axis=1)
+            by_position += np.bincount((values * width + positions).ravel(), minlength=256 * width).reshape(256, width)
+        missing = (by_position.T @ (_CODES == MISSING_CODE).astype(np.int64)).ravel()[:s]
         self.code_counts, self.person_calls = counts, self.dimension - missing
 
     def aligned(self, columns: np.ndarray, flip: np.ndarray, dimension: int) -> "BedVariants":
