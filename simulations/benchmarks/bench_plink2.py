@@ -250,8 +250,13 @@ def _measured(command: list[str], env: dict | None = None) -> dict:
                threading.Thread(target=drain, args=(proc.stderr, err_chunks))]
     for reader in readers:
         reader.start()
-    peak = 0.0
-    while proc.poll() is None:
+    peak, cpu = 0.0, float("nan")
+    while True:  # wait4: the child's CPU time (with that of the children it waited for, plink2's binary)
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            cpu = usage.ru_utime + usage.ru_stime
+            break
         peak = max(peak, _tree_peak_mb(proc.pid))
         time.sleep(0.1)
     wall = time.perf_counter() - start
@@ -261,7 +266,7 @@ def _measured(command: list[str], env: dict | None = None) -> dict:
         raise RuntimeError(f"{' '.join(command[:4])} ... failed (exit {proc.returncode}): "
                            f"{''.join(err_chunks)[-3000:]}")
     marked = [json.loads(line[len(MARK):]) for line in out_chunks if line.startswith(MARK)]
-    return {"wall": wall, "peak_mb": peak, "marked": marked}
+    return {"wall": wall, "cpu": cpu, "peak_mb": peak, "marked": marked}
 
 
 def _config(data: Path, args) -> str:
@@ -313,9 +318,10 @@ def _site_worker(model_path: Path, bed: Path, columns: int) -> None:
     from fl_strategies.kernels.products import LocalOperator
 
     model = load_model(model_path)
+    Z = np.linalg.qr(np.random.default_rng(0).standard_normal((model["mean"].shape[0], columns)))[0]
+    before = _status_mb("VmRSS")  # imports, the model and Z: before the file is opened
     X = open_samples(bed)
     op = LocalOperator.from_rows(X).centered(model["mean"], model["scale"])
-    Z = np.linalg.qr(np.random.default_rng(0).standard_normal((X.shape[1], columns)))[0]
     opened = _status_mb("VmRSS")
     try:  # the high-water mark from here on (Linux: 5 > clear_refs resets VmHWM to the current RSS)
         Path("/proc/self/clear_refs").write_text("5")
@@ -326,7 +332,9 @@ def _site_worker(model_path: Path, bed: Path, columns: int) -> None:
     op @ Z
     wall = time.perf_counter() - start
     peak = _status_mb("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(MARK + json.dumps({"opened_mb": opened, "peak_mb": peak, "pass": wall}), flush=True)
+    whole = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # opening (counting the codes) and the pass
+    print(MARK + json.dumps({"before_mb": before, "opened_mb": opened, "peak_mb": peak, "whole_peak_mb": whole,
+                             "pass": wall}), flush=True)
 
 
 def _status_mb(key: str) -> float:
@@ -447,6 +455,8 @@ def _bench(args, data: Path, out: Path) -> int:
         "rounds": rounds, "fedspectral_s": fed["wall"], "fedspectral_peak_mb": fed["peak_mb"],
         "transform_s": scored["wall"], "transform_peak_mb": scored["peak_mb"],
         "plink2_approx_s": approx["wall"], "plink2_approx_peak_mb": approx["peak_mb"],
+        "cpu_s": {"fedspectral": fed["cpu"], "transform": scored["cpu"], "plink2_approx": approx["cpu"],
+                  "plink2_exact": None if exact is None else exact["cpu"]},
         "plink2_exact_s": None if exact is None else exact["wall"],
         "plink2_exact_peak_mb": None if exact is None else exact["peak_mb"], "reference": "exact" if exact else "approx",
         "bed_bytes": [(data / "sites" / f"partition_{i}.bed").stat().st_size for i in range(4)],
@@ -487,36 +497,42 @@ def markdown(r: dict) -> str:
               f"{r['rounds']} rounds (stop-tol {r.get('stop_tol', 1e-9):g}); 2 threads each; load average "
               f"{r['load'][0]:.1f} at the end (1 min; {r['load'][2]:.1f} over 15 min)\n\n")
     fed_total = r["fedspectral_s"] + r["transform_s"]
+    cpu = r["cpu_s"]
     rows = [
-        ("fedspectral (4 sites, in-process engine)", r["fedspectral_s"], r["fedspectral_peak_mb"],
+        ("fedspectral (4 sites, in-process engine)", r["fedspectral_s"], cpu["fedspectral"], r["fedspectral_peak_mb"],
          r["correlation_fedspectral"]),
-        ("fedspectral + transform of every site", fed_total, max(r["fedspectral_peak_mb"], r["transform_peak_mb"]),
-         r["correlation_fedspectral"]),
-        ("plink2 --pca approx (pooled)", r["plink2_approx_s"], r["plink2_approx_peak_mb"], r["correlation_approx"]),
+        ("fedspectral + transform of every site", fed_total, cpu["fedspectral"] + cpu["transform"],
+         max(r["fedspectral_peak_mb"], r["transform_peak_mb"]), r["correlation_fedspectral"]),
+        ("plink2 --pca approx (pooled)", r["plink2_approx_s"], cpu["plink2_approx"], r["plink2_approx_peak_mb"],
+         r["correlation_approx"]),
     ]
     if exact:
-        rows.append(("plink2 --pca (exact, pooled)", r["plink2_exact_s"], r["plink2_exact_peak_mb"], [1.0] * r["rank"]))
+        rows.append(("plink2 --pca (exact, pooled)", r["plink2_exact_s"], cpu["plink2_exact"],
+                     r["plink2_exact_peak_mb"], [1.0] * r["rank"]))
     against = "exact plink2" if exact else "plink2 approx"
-    lines = ["| method | wall (s) | wall / plink2 approx | peak RSS of the process (MB) | "
+    lines = ["| method | wall (s) | wall / plink2 approx | CPU (s) | CPU / plink2 approx | peak RSS of the process (MB) | "
              + " | ".join(f"PC{j + 1} 1 - abs(r){'' if above else ' (noise)'}" for j, above in
                           enumerate(r["above_noise"])) + " |",
-             "|---|---|---|---|" + "---|" * r["rank"]]
-    for name, wall, peak, corr in rows:
-        lines.append(f"| {name} | {wall:.1f} | {wall / r['plink2_approx_s']:.2f} | {peak:.0f} | "
+             "|---|---|---|---|---|---|" + "---|" * r["rank"]]
+    for name, wall, seconds, peak, corr in rows:
+        lines.append(f"| {name} | {wall:.1f} | {wall / r['plink2_approx_s']:.2f} | {seconds:.1f} | "
+                     f"{seconds / cpu['plink2_approx']:.2f} | {peak:.0f} | "
                      + " | ".join(f"{1 - c:.1e}" for c in corr) + " |")
     if not exact:
         lines.append(f"| plink2 --pca (exact, pooled) | not run: {r['people']:,} people is over --exact-max-people; "
-                     f"1 - abs(r) above is against plink2 approx | | |" + " |" * r["rank"])
-    sites = ["", "Each site's pass alone (one product `A_i Z` of iteration-rank columns, centred and scaled, in a "
-             "fresh process; `d r` float64 = " f"{dr_mb:.1f} MB):", "",
-             "| site | people | `.bed` (MB) | RSS after opening (MB) | peak during the pass (MB) | pass adds (MB) | "
+                     f"1 - abs(r) above is against plink2 approx | | | | |" + " |" * r["rank"])
+    sites = ["", "Each site alone, in a fresh process: open its `.bed` (count its codes) and compute one product "
+             "`A_i Z` of iteration-rank columns, centred and scaled; peak resident memory (`ru_maxrss`, which counts "
+             "the touched pages of the memory-mapped file) against the process's before it opened the file (imports, "
+             f"the model and `Z`); `d r` float64 = {dr_mb:.1f} MB:", "",
+             "| site | people | `.bed` (MB) | RSS before opening (MB) | peak (MB) | added (MB) | "
              "added - `.bed` (MB) | (added - `.bed`) / (`d r` float64) | pass (s) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for site in r["site_passes"]:
         bed = r["bed_bytes"][site["site"]] / mb
-        added = site["peak_mb"] - site["opened_mb"]
-        sites.append(f"| {site['site']} | {sum(r['sites'][site['site']])} | {bed:.1f} | {site['opened_mb']:.0f} | "
-                     f"{site['peak_mb']:.0f} | {added:.0f} | {added - bed:.1f} | {(added - bed) / dr_mb:.2f} | "
+        added = site["whole_peak_mb"] - site["before_mb"]
+        sites.append(f"| {site['site']} | {sum(r['sites'][site['site']])} | {bed:.1f} | {site['before_mb']:.0f} | "
+                     f"{site['whole_peak_mb']:.0f} | {added:.0f} | {added - bed:.1f} | {(added - bed) / dr_mb:.2f} | "
                      f"{site['pass']:.1f} |")
     fed_ok = all(1 - c <= 1e-5 for c, above in zip(r["correlation_fedspectral"], r["above_noise"]) if above)
     if exact:
@@ -527,6 +543,7 @@ def markdown(r: dict) -> str:
         values = (f"plink2 approx eigenvalues {', '.join(f'{v:.3g}' for v in r['exact_eigenvalues'])} (no exact "
                   f"reference at this size)")
     footer = (f"\n{values}; wall time fedspectral / plink2 approx {r['fedspectral_s'] / r['plink2_approx_s']:.2f} "
+              f"(CPU {cpu['fedspectral'] / cpu['plink2_approx']:.2f}) "
               f"(with transform {fed_total / r['plink2_approx_s']:.2f}). Simulation {r['simulation_s']:.0f} s "
               f"(not timed above).\n")
     return header + "\n".join(lines) + "\n" + "\n".join(sites) + "\n" + footer
