@@ -8,6 +8,8 @@ model (sizes 10,000, migration 1e-4 per generation, the same mutation rate) stan
 Four sites hold different ancestry mixes (:data:`MIXES`); a fraction ``--missing`` of all calls is set missing at
 random; each site's people are written as ``sites/partition_<i>.bed`` (with ``.bim`` / ``.fam``; the folder
 ``compare`` reads) and everyone as ``pooled.bed``, by the 2-bit encoder here, one block of variants at a time.
+With ``--data DIR`` the files are kept, and a later run with the same simulation settings uses them again
+(``DIR/simulation.json``).
 
 In one run, each in its own process and one after the other:
 
@@ -15,15 +17,18 @@ In one run, each in its own process and one after the other:
   ``--strategy`` with ``--rank`` kept of ``--iteration-rank`` columns, at most ``--rounds`` rounds, ``stop-tol``
   on the kept components), BLAS at 2 threads; then ``client_app``'s ``transform`` of each site's file for the
   scores (timed apart: ``plink2 --pca`` writes its scores as part of its run);
-* ``plink2 --pca approx <rank>`` and exact ``plink2 --pca <rank>`` on the pooled file, ``--threads 2``;
-* one site's pass alone (the in-process engine runs all four sites and the server in one process): a fresh
-  process opens the largest site's ``.bed`` and computes one product ``A_i Z`` of ``iteration-rank`` columns,
-  centred and scaled as in the run; its resident memory after opening the file (``VmRSS``) and its peak during
-  the pass (``VmHWM``, reset before the pass; both count the touched pages of the memory-mapped file).
+* ``plink2 --pca approx <rank>`` and exact ``plink2 --pca <rank>`` on the pooled file, ``--threads 2`` (exact
+  only up to ``--exact-max-people``: its time grows as people^2 x variants);
+* each site's pass alone (the in-process engine runs all four sites and the server in one process): a fresh
+  process opens the site's ``.bed`` and computes one product ``A_i Z`` of ``iteration-rank`` columns, centred
+  and scaled as in the run; its resident memory before it opens the file and its peak (``ru_maxrss``; both count
+  the touched pages of the memory-mapped file).
 
-Wall time is that of each process, peak memory the largest ``VmHWM`` of it and its descendants (polled every
-0.1 s). Accuracy: per PC, ``|r|`` of the
-fedspectral scores (and of plink2 approx's eigenvectors) with exact plink2's eigenvectors. A PC is above the
+Wall time is that of each process, CPU time its user and system time with those of the children it waited for
+(``wait4``: less sensitive to other load on the machine), peak memory the largest ``VmHWM`` of it and its
+descendants (polled every 0.1 s). Accuracy: per PC, ``|r|`` of the
+fedspectral scores (and of plink2 approx's eigenvectors) with exact plink2's eigenvectors (without exact plink2,
+with plink2 approx's). A PC is above the
 noise when exact plink2's eigenvalue exceeds :data:`NOISE_FACTOR` times its eigenvalue ``2 rank`` (exact plink2 is
 asked for ``2 rank`` PCs; its cost is that of the genetic relationship matrix either way): linkage within the
 simulated segments lifts the bulk well above the Marchenko-Pastur edge of independent variants, and PCs inside
