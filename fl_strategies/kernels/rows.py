@@ -341,7 +341,9 @@ class BedVariants:
         counts = np.zeros((self.dimension, 4), dtype=np.int64)
         by_position = np.zeros((256, width), dtype=np.int64)
         positions = np.arange(width, dtype=np.intp)
-        for columns, raw in self._raw_blocks():
+        step = max(1, (PRODUCT_BLOCK_BYTES // 8) // max(width, 1))  # its bytes as intp: about 1 MiB a block
+        for start in range(0, self.rows.shape[0], step):
+            columns, raw = self._raw_range(start, start + step)
             b = raw.shape[0]
             if b == 0:
                 continue
