@@ -37,7 +37,7 @@ def test_a_bed_product_reads_the_file_in_variant_blocks_in_file_order(tmp_path):
     G = rng.integers(0, 3, (37, 101)).astype(float)
     X = open_samples(write_bed(tmp_path / "g.bed", G))
     assert isinstance(X, BedVariants) and X.shape == (37, 101)
-    X.block = 10  # variants per block
+    X.product_block, X.threads = 10, 1  # variants per block, one thread: its blocks in file order
     X.rows = recorder = Recorder(X.rows)
     op = LocalOperator.from_rows(X)
     mean, scale = G.mean(axis=0), G.std(axis=0) + 0.5
@@ -378,3 +378,23 @@ def test_eigenval_and_the_sites_eigenvec_are_plink2_pcas_files(tmp_path):
     print(f"eigenvec max abs difference {difference:.2g}; eigenval ratios {ratio}")
     assert difference <= 2e-6  # both printed to 6 significant digits
     np.testing.assert_allclose(ratio, 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_bed_product_on_threads_decodes_each_block_once_and_agrees_with_numpy(tmp_path, threads):
+    """The products decode each byte with its variant's table (centring, scale, a missing call's mean
+    imputation): the same numbers as numpy on the dense values, whatever the threads and the block size."""
+    rng = np.random.default_rng(threads)
+    G = rng.integers(0, 3, (53, 211)).astype(float)
+    G[rng.random(G.shape) < 0.05] = np.nan
+    X = open_samples(write_bed(tmp_path / "g.bed", G))
+    X.product_block, X.threads = 16, threads
+    X.rows = recorder = Recorder(X.rows)
+    mean, scale = rng.uniform(0.1, 1.9, 211), rng.uniform(0.5, 2.0, 211)
+    Xc = np.where(np.isnan(G), 0.0, (G - mean) / scale)
+    Z, Y = rng.standard_normal((211, 4)), rng.standard_normal((53, 4))
+    np.testing.assert_allclose(X.left(Z, mean, scale), Xc @ Z, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(X.right(Y, mean, scale), Xc.T @ Y, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(X.right(Y[:, 0]), np.nan_to_num(G).T @ Y[:, 0], rtol=0, atol=1e-12)
+    blocks = sorted((a, a + 16) for a in range(0, 211, 16))
+    assert sorted(recorder.reads) == sorted(blocks * 3)  # every block once per pass

@@ -9,6 +9,8 @@ A float64 ndarray already in memory is used as one block, without a copy.
 from __future__ import annotations
 
 import mmap
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import numpy as np
@@ -243,37 +245,48 @@ _FLIPPED_BYTES = np.ascontiguousarray(np.where((_CODES == 0) | (_CODES == 3), 3 
                                       @ (1 << (2 * np.arange(4)))).astype(np.uint8)
 """Each byte with its homozygous codes exchanged (``00`` and ``11``): the calls of the other allele, (256,)."""
 
-_HAS_MISSING = (_CODES == MISSING_CODE).any(axis=1)
-"""Whether a byte holds a missing call's code: (256,) bool."""
+PRODUCT_BLOCK_BYTES = 1 << 20
+"""Target size of one decoded float64 block of a product (1 MiB): small enough to stay in the core's cache between
+its decoding and its matrix product. At 5,200 people a pass over the variants took 1.0x (1 MiB), 1.1x (4 MiB),
+1.3x (256 KiB) and 1.9x (128 KiB) the time of 512 KiB to 1 MiB blocks (``bench_plink2``'s data, one thread)."""
+
+_CODE_COUNTS = np.stack([np.count_nonzero(_CODES == code, axis=1) for code in range(4)], axis=1).astype(np.int64)
+"""How many of a byte's four codes are ``00``, ``01``, ``10``, ``11``: (256, 4)."""
+
+_CODE_ONE_HOT = (_CODES.reshape(1, -1) == np.arange(4)[:, None]).astype(np.float64)
+"""``E[c, 4 byte + j] = 1`` when person ``j`` of ``byte`` has code ``c``, (4, 1024): the decoding tables of a block
+of variants are ``values @ E`` (each entry one value times 1 plus zeros: exact)."""
+
+_CALL_VALUES = np.nan_to_num(BED_COUNTS, nan=0.0)
+"""The allele count of each code with a missing call 0: (4,)."""
 
 
-def _missing_calls(raw: np.ndarray, people: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(variant, person)`` indices of the missing calls in ``raw`` (b, ceil(people / 4)) bytes of a ``.bed``:
-    only the bytes holding one are expanded to their four codes."""
-    where = np.flatnonzero(_HAS_MISSING[raw])
-    variant, byte = np.divmod(where, raw.shape[1])
-    slot = np.nonzero(_CODES[raw.ravel()[where]] == MISSING_CODE)
-    person = 4 * byte[slot[0]] + slot[1]
-    keep = person < people
-    return variant[slot[0]][keep], person[keep]
-
-
-def _scatter(index: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
-    """``out[index[k]] += values[k]`` from zeros: (length, r) for ``values`` (m, r) (a ``bincount`` per column)."""
-    return np.stack([np.bincount(index, weights=values[:, j], minlength=length) for j in range(values.shape[1])],
-                    axis=1)
+def product_threads() -> int:
+    """Threads of a ``.bed`` product (:meth:`BedVariants.left`, :meth:`BedVariants.right`): as many as the BLAS
+    library starts with, ``OPENBLAS_NUM_THREADS`` (else ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``) when set, else the
+    CPUs this process may run on. Each thread decodes and multiplies its own blocks with one BLAS thread (the
+    in-process engine limits BLAS to one thread for the rest of a round: :func:`simulations.engines.local.run_local`).
+    """
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 class BedVariants:
     """A PLINK 1 ``.bed`` file (people x variants) read in its own variant-major order, block by block.
 
-    The file is memory-mapped as bytes; a block of variants ``J`` is decoded from its 2-bit codes into float64
-    allele counts ``g`` (:data:`BED_COUNTS`, a missing call 0). The products are those of ``X``, the values
-    ``(g - mean) / scale`` with a missing call given 0: mean imputation with the ``mean`` the caller passes (the
-    federation's, ``2 p``), as ``plink2 --pca`` imputes, applied by algebra inside :meth:`left` and :meth:`right`
-    (the missing calls as sparse indices). Without a mean ``X`` holds the allele counts, a missing call 0. Every
-    product reads the file in file order, one block of about ``block_bytes`` float64 at a time: memory
-    O(block + s r + d r).
+    The file is memory-mapped as bytes. The products are those of ``X``, the values ``(g - mean) / scale`` of the
+    allele counts ``g`` (:data:`BED_COUNTS`) with a missing call given 0: mean imputation with the ``mean`` the
+    caller passes (the federation's, ``2 p``), as ``plink2 --pca`` imputes. Without a mean ``X`` holds the allele
+    counts, a missing call 0. A product (:meth:`left`, :meth:`right`) reads the file once in file order, decoding
+    one block of variants at a time straight to these values (a table of the 256 byte values per variant) into a
+    buffer of about :data:`PRODUCT_BLOCK_BYTES` per thread: memory O(threads block + s r + d r) beyond the mapped
+    file's pages.
 
     Parameters
     ----------
@@ -282,7 +295,8 @@ class BedVariants:
     num_rows : int
         ``s``, people (the ``.fam``'s lines).
     block_bytes : int
-        Target size of one float64 block of decoded variants.
+        Target size of one float64 block of decoded allele counts when whole columns are read (counting codes,
+        :meth:`blocks`).
 
     Attributes
     ----------
@@ -294,6 +308,10 @@ class BedVariants:
         Each person's non-missing calls.
     row_weights : ndarray of shape (s,) or None
         ``omega``: the products are those of ``X^T diag(omega) X`` (:meth:`weighted`); ``None``: all ones.
+    product_block : int
+        Variants decoded at a time in a product (about :data:`PRODUCT_BLOCK_BYTES` of float64).
+    threads : int or None
+        Threads of a product; ``None``: :func:`product_threads`.
     """
 
     sparse, normalize, clip, ndim, dtype = False, False, 0.0, 2, np.dtype(np.int8)
@@ -306,6 +324,8 @@ class BedVariants:
         self.num_rows, self.dimension = int(num_rows), int(raw.shape[0])
         self.shape = (self.num_rows, self.dimension)
         self.block = max(1, int(block_bytes) // (8 * max(self.num_rows, 1)))
+        self.product_block = max(1, PRODUCT_BLOCK_BYTES // (32 * max(int(raw.shape[1]), 1)))
+        self.threads: int | None = None
         self.columns: np.ndarray | None = None
         self.flip: np.ndarray | None = None
         self.row_weights: np.ndarray | None = None
@@ -313,13 +333,28 @@ class BedVariants:
         self._count_codes()
 
     def _count_codes(self) -> None:
-        """:attr:`code_counts` and :attr:`person_calls`, in one read of the file."""
+        """:attr:`code_counts` and :attr:`person_calls`, in one read of the file, from histograms of its bytes: per
+        variant (its bytes' values, times each value's codes :data:`_CODE_COUNTS`) and per byte position (its
+        values over the variants, times each value's missing codes); a last byte's padding codes are left out."""
+        s, width = self.num_rows, self.rows.shape[1]
+        full = s // 4  # bytes of four people; a last partial byte is decoded
         counts = np.zeros((self.dimension, 4), dtype=np.int64)
-        missing = np.zeros(self.num_rows, dtype=np.int64)
-        for columns, codes in self._codes():
-            for code in range(4):
-                counts[columns, code] = np.count_nonzero(codes == code, axis=1)
-            missing += np.count_nonzero(codes == MISSING_CODE, axis=0)
+        by_position = np.zeros((256, width), dtype=np.int64)
+        positions = np.arange(width, dtype=np.intp)
+        step = max(1, (PRODUCT_BLOCK_BYTES // 8) // max(width, 1))  # its bytes as intp: about 1 MiB a block
+        for start in range(0, self.rows.shape[0], step):
+            columns, raw = self._raw_range(start, start + step)
+            b = raw.shape[0]
+            if b == 0:
+                continue
+            values = raw.astype(np.intp)
+            rows = np.bincount((values[:, :full] + 256 * np.arange(b)[:, None]).ravel(), minlength=256 * b)
+            counts[columns] = rows.reshape(b, 256) @ _CODE_COUNTS
+            if full < width:
+                codes = _CODES[raw[:, full], : s - 4 * full]
+                counts[columns] += np.stack([np.count_nonzero(codes == code, axis=1) for code in range(4)], axis=1)
+            by_position += np.bincount((values * width + positions).ravel(), minlength=256 * width).reshape(256, width)
+        missing = (by_position.T @ (_CODES == MISSING_CODE).astype(np.int64)).ravel()[:s]
         self.code_counts, self.person_calls = counts, self.dimension - missing
 
     def aligned(self, columns: np.ndarray, flip: np.ndarray, dimension: int) -> "BedVariants":
@@ -373,32 +408,33 @@ class BedVariants:
             X[:, columns] = BED_COUNTS[codes].T
         return X if dtype is None else X.astype(dtype)
 
+    def _raw_range(self, start: int, stop: int) -> tuple[slice | np.ndarray, np.ndarray]:
+        """``(columns, raw)`` of the file's variants ``start .. stop - 1``: ``raw`` (b, ceil(s / 4)) the bytes of those
+        :attr:`columns` keeps, a flipped variant's codes exchanged (``00`` and ``11``: ``g`` becomes ``2 - g``, a
+        missing call stays missing), and ``columns`` their columns (a slice without a list)."""
+        raw = np.asarray(self.rows[start:stop])
+        stop = start + raw.shape[0]
+        if self.columns is None:
+            return slice(start, stop), raw
+        keep = self.columns[start:stop] >= 0
+        raw, flip = raw[keep], self.flip[start:stop][keep]
+        if flip.any():
+            raw[flip] = _FLIPPED_BYTES[raw[flip]]
+        return self.columns[start:stop][keep], raw
+
     def _raw_blocks(self) -> Iterator[tuple[slice | np.ndarray, np.ndarray]]:
-        """``(columns, raw)`` of consecutive variant blocks in file order: ``raw`` (b, ceil(s / 4)) the bytes of the
-        block's variants that :attr:`columns` keeps, a flipped variant's codes exchanged (``00`` and ``11``: ``g``
-        becomes ``2 - g``, a missing call stays missing), and ``columns`` their columns (a slice without a list)."""
-        file_variants = self.rows.shape[0]
-        for start in range(0, file_variants, self.block):
-            raw = np.asarray(self.rows[start:start + self.block])
-            stop = start + raw.shape[0]
-            if self.columns is None:
-                yield slice(start, stop), raw
-                continue
-            keep = self.columns[start:stop] >= 0
-            raw, flip = raw[keep], self.flip[start:stop][keep]
-            if flip.any():
-                raw[flip] = _FLIPPED_BYTES[raw[flip]]
-            yield self.columns[start:stop][keep], raw
+        """:meth:`_raw_range` of consecutive blocks of :attr:`block` variants in file order."""
+        for start in range(0, self.rows.shape[0], self.block):
+            yield self._raw_range(start, start + self.block)
 
     def _codes(self) -> Iterator[tuple[slice | np.ndarray, np.ndarray]]:
         """``(columns, codes)`` of consecutive variant blocks in file order; ``codes`` (b, s) uint8 in 0..3."""
         for columns, raw in self._raw_blocks():
             yield columns, np.take(_BYTE_CODES, raw).view(np.uint8).reshape(raw.shape[0], -1)[:, :self.num_rows]
 
-    def _counts_blocks(self) -> Iterator[tuple[slice | np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]]:
-        """``(columns, G_J, missing)`` of consecutive variant blocks in file order: ``G_J`` (b, s) float64 the
-        allele counts with a missing call 0 (a buffer the next block overwrites), ``missing`` the (variant in
-        block, person) indices of the missing calls, or ``None`` when the block has none."""
+    def _counts_blocks(self) -> Iterator[tuple[slice | np.ndarray, np.ndarray]]:
+        """``(columns, G_J)`` of consecutive variant blocks in file order: ``G_J`` (b, s) float64 the allele counts
+        with a missing call 0 (a buffer the next block overwrites)."""
         buffer = None
         for columns, raw in self._raw_blocks():
             b = raw.shape[0]
@@ -407,55 +443,92 @@ class BedVariants:
             out = buffer[:b]
             np.copyto(out, np.take(_BYTE_COUNTS, raw).view(np.int8).reshape(b, -1)[:, :self.num_rows],
                       casting="unsafe")
-            missing = None
-            if self.code_counts[columns, MISSING_CODE].any():
-                missing = _missing_calls(raw, self.num_rows)
-            yield columns, out, missing
+            yield columns, out
 
-    @staticmethod
-    def _shifts(columns, mean, scale) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """``(1 / scale, mean / scale)`` at ``columns`` (``None`` for what is not given)."""
-        inverse = None if scale is None else 1.0 / np.asarray(scale[columns])
-        shift = None if mean is None else np.asarray(mean[columns]) * (1.0 if inverse is None else inverse)
-        return inverse, shift
+    def code_values(self, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
+        """What each 2-bit code stands for in ``X`` at each variant, (d, 4) float64 (code ``00``, ``01``, ``10``,
+        ``11``): ``(g - mean) / scale`` of its allele count ``g``, 0 for the missing code (mean imputation)."""
+        values = np.repeat(_CALL_VALUES[None, :], self.dimension, axis=0)
+        if mean is not None:
+            values -= np.asarray(mean, dtype=np.float64)[:, None]
+        if scale is not None:
+            values /= np.asarray(scale, dtype=np.float64)[:, None]
+        values[:, MISSING_CODE] = 0.0
+        return values
 
-    def left(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
+    def _passes(self, step, values: np.ndarray, threads: int | None = None) -> None:
+        """``step(worker, columns, X_J)`` for every block ``J`` of the file (about :data:`PRODUCT_BLOCK_BYTES`
+        decoded), ``X_J`` (b, s) float64 the variants' values (:meth:`code_values`, given as ``values``), decoded by
+        a per-variant table of the 256 byte values (each byte of the memory-mapped file read once, never a whole
+        decoded copy); blocks of :attr:`product_block` variants. Worker ``w`` of ``threads`` (default
+        :attr:`threads`, else :func:`product_threads`) takes blocks ``w, w + threads, ...`` in file order, with one
+        BLAS thread each when there are several."""
+        s, d_file, width = self.num_rows, self.rows.shape[0], self.rows.shape[1]
+        b = max(1, min(d_file, self.product_block))
+        offsets = (256 * np.arange(b, dtype=np.intp))[:, None]
+        threads = self.threads if threads is None else threads
+        threads = max(1, min(product_threads() if threads is None else int(threads), -(-d_file // b)))
+
+        def work(worker: int) -> None:
+            decoded = _scratch((b, 4 * width)).reshape(b, width, 4)
+            index = np.empty((b, width), dtype=np.intp)
+            for start in range(worker * b, d_file, threads * b):
+                columns, raw = self._raw_range(start, start + b)
+                k = raw.shape[0]
+                if k == 0:
+                    continue
+                table = (values[columns] @ _CODE_ONE_HOT).reshape(256 * k, 4)  # (variant, byte) -> 4 people's values
+                np.add(raw, offsets[:k], out=index[:k], casting="unsafe")
+                np.take(table, index[:k], axis=0, out=decoded[:k])
+                step(worker, columns, decoded[:k].reshape(k, 4 * width)[:, :s])
+
+        if threads == 1:
+            work(0)
+            return
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
+            for done in [pool.submit(work, w) for w in range(threads)]:
+                done.result()
+
+    def left(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None,
+             threads: int | None = None) -> np.ndarray:
         """``X Z`` with ``X`` (s, d) the people x variants of the class docstring, ``Z`` (d, r); (s, r).
 
-        ``X_J = D_J^{-1} (G_J - mu_J 1^T) o O_J`` (``O``: the calls made) is never formed: ``X_J^T Z_J = G_J^T
-        (D_J^{-1} Z_J) - 1 (m_J^T Z_J) + Miss_J^T (m_J o Z_J)`` with ``m = mu / scale`` and ``Miss`` the missing calls.
+        One read of the file: ``X Z = sum_J X_J^T Z_J`` over its variant blocks ``J``, each ``X_J`` decoded with
+        its centring, scale and imputed missing calls (:meth:`_passes`); each worker sums its own blocks, and
+        the workers' sums are added in worker order (the same numbers whatever the threads' timing).
         """
         Z = np.asarray(Z, dtype=np.float64)
         Z2 = Z.reshape(Z.shape[0], -1)
-        out, offset = np.zeros((self.num_rows, Z2.shape[1])), np.zeros(Z2.shape[1])
-        for columns, block, missing in self._counts_blocks():
-            inverse, shift = self._shifts(columns, mean, scale)
-            ZJ = Z2[columns]
-            out += block.T @ (ZJ if inverse is None else ZJ * inverse[:, None])
-            if shift is not None:
-                offset += shift @ ZJ
-                if missing is not None:
-                    out += _scatter(missing[1], shift[missing[0], None] * ZJ[missing[0]], self.num_rows)
-        out -= offset
+        values = self.code_values(mean, scale)
+        sums: dict[int, np.ndarray] = {}
+
+        def step(worker, columns, XJ):
+            part = XJ.T @ Z2[columns]
+            if worker in sums:
+                sums[worker] += part
+            else:
+                sums[worker] = part
+
+        self._passes(step, values, threads)
+        out = np.zeros((self.num_rows, Z2.shape[1]))
+        for worker in sorted(sums):
+            out += sums[worker]
         return out.reshape((self.num_rows,) + Z.shape[1:])
 
-    def right(self, Y: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
-        """``X^T Y`` for ``Y`` (s, r): shape (d, r) (as :meth:`left`: ``X_J Y = D_J^{-1} G_J Y - m_J (1^T Y) +
-        m_J o (Miss_J Y)``)."""
+    def right(self, Y: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None,
+              threads: int | None = None) -> np.ndarray:
+        """``X^T Y`` for ``Y`` (s, r): shape (d, r); one read of the file, ``X_J Y`` per variant block (as
+        :meth:`left`)."""
         Y = np.asarray(Y, dtype=np.float64)
-        Y2 = Y.reshape(Y.shape[0], -1)
-        total = Y2.sum(axis=0)
+        Y2 = np.ascontiguousarray(Y.reshape(Y.shape[0], -1))
         out = np.zeros((self.dimension, Y2.shape[1]))
-        for columns, block, missing in self._counts_blocks():
-            inverse, shift = self._shifts(columns, mean, scale)
-            part = block @ Y2
-            if inverse is not None:
-                part *= inverse[:, None]
-            if shift is not None:
-                part -= np.multiply.outer(shift, total)
-                if missing is not None:
-                    part += shift[:, None] * _scatter(missing[0], Y2[missing[1]], block.shape[0])
-            out[columns] = part
+
+        def step(worker, columns, XJ):
+            out[columns] = XJ @ Y2
+
+        self._passes(step, self.code_values(mean, scale), threads)
         return out.reshape((self.dimension,) + Y.shape[1:])
 
     def product(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
@@ -558,6 +631,6 @@ class BedVariants:
             raise ValueError("the genotypes have missing calls, which only the eigenspace strategies' products "
                              "impute; this strategy reads the rows themselves")
         X = np.empty(self.shape)
-        for columns, block, _ in self._counts_blocks():
+        for columns, block in self._counts_blocks():
             X[:, columns] = block.T
         yield X
