@@ -176,6 +176,18 @@ KRYLOV = ("fedspectral compare simulations/experiments/krylov/krylov_table4.toml
           "python -m simulations.experiments.krylov.genotypes   # writes the genotypes (data/, not committed)\n"
           "fedspectral compare simulations/experiments/krylov/krylov_genotypes.toml --out "
           "simulations/experiments/krylov/results/krylov_genotypes\n")
+KRYLOV_SECURE = ("fedspectral compare simulations/experiments/krylov/krylov_secure_table4.toml --out "
+                 "simulations/experiments/krylov/results/krylov_secure_table4\n"
+                 "fedspectral compare simulations/experiments/krylov/krylov_secure_genotypes.toml --out "
+                 "simulations/experiments/krylov/results/krylov_secure_genotypes\n")
+VARIANT_QC = ("fedspectral run --run-config 'dataset=\"sites\" num-clients=4 rank=3 iteration-rank=5 num-server-rounds=30 "
+              "center=true scale=\"hwe\" row-normalize=false maf-min=0.05 geno-max=0.05 results-dir=\"out\"'\n")
+QC_SITES = ("python -c \"\nimport numpy as np, os, bed_reader; rng = np.random.default_rng(0); os.makedirs('sites')\n"
+            "p = rng.uniform(0.01, 0.5, 1500); p[:150] = 0.02   # a tenth of the variants rare\n"
+            "for i in range(4):\n"
+            "    G = rng.binomial(2, p, size=(55, 1500)).astype(np.float32)\n"
+            "    G[rng.random(G.shape) < 0.01] = np.nan; G[:, 150:300][rng.random((55, 150)) < 0.1] = np.nan\n"
+            "    bed_reader.to_bed(f'sites/partition_{i}.bed', G)\"\n")
 PLINK2_SCORE = ("plink2 --bfile site --read-freq pca.afreq --score pca.score 1 2 header-read variance-standardize \\\n"
                 "  no-mean-imputation cols=+scoresums --score-col-nums 3-<k+2> --out site\n")
 
@@ -210,6 +222,16 @@ ENTRIES: tuple[Entry, ...] = (
           subs=(("--out simulations/experiments/krylov/results/krylov_table4", "--out $TMP/krylov_table4"),
                 ("--out simulations/experiments/krylov/results/krylov_genotypes", "--out $TMP/krylov_genotypes")),
           expect=("$TMP/krylov_table4/summary.md", "$TMP/krylov_genotypes/summary.md")),
+    Entry("block Krylov with SecAgg+", (KRYLOV_SECURE,), cwd="repo", marks=("slow",),
+          setup=("python -m simulations.experiments.krylov.genotypes\n",),
+          comparisons=("simulations/experiments/krylov/krylov_secure_table4.toml",
+                       "simulations/experiments/krylov/krylov_secure_genotypes.toml"),
+          subs=(("--out simulations/experiments/krylov/results/krylov_secure_table4", "--out $TMP/krylov_secure_table4"),
+                ("--out simulations/experiments/krylov/results/krylov_secure_genotypes",
+                 "--out $TMP/krylov_secure_genotypes")),
+          expect=("$TMP/krylov_secure_table4/summary.md", "$TMP/krylov_secure_genotypes/summary.md")),
+    Entry("genotypes: variant QC", (VARIANT_QC,), setup=(QC_SITES,), marks=("ray",), subs=(TWO_ROUNDS,),
+          expect=("out/pca.npz",)),
     Entry("own data: files, a run, the scores",
           (MAKE_DATA, OWN_RUN, "fedspectral transform --model out/pca.npz --data mydata/partition_0.npy "
            "--out scores_0.npy\n", "fedspectral transform --model out/pca.npz --data rows.npy --out scores.npy\n"),
