@@ -64,6 +64,18 @@ name (area module)                                 Flower 1.41 path      used by
                                                                          ``_register_nodes``)
 =================================================  ====================  ==========================================  ==========================================
 
+Private names the opt-in deployment launchers import themselves (``simulations/engines/launchers``: standalone
+scripts that must not import fedspectral, so that a forked ClientApp runs its own run's code; both refuse any
+Flower but 1.42 in one line; ``tests/test_flower_compat.py`` checks that each is listed here):
+
+* ``flwr.supernode.cli.flwr_clientapp`` (forkserver: ``flwr-clientapp``'s entry point, imported once and run
+  unchanged in a forked child per message; public alternative: the ``flwr-clientapp`` command, a new process and
+  about 1 s of imports per message).
+* ``flwr.supernode.cli.flower_supernode.flower_supernode``, ``flwr.supernode.start_client_internal`` and
+  ``flwr.supercore.version.package_version`` (supernode: runs ``flower-supernode`` with its loop module's
+  ``time`` replaced by a proxy with shorter waits; public alternative: none, no option sets the 3 s and 0.5 s
+  waits).
+
 Private internals reached through attributes (no import to move; check them on an upgrade too):
 
 * ``vce_api.add_messages_to_queue`` / ``vce_api._register_nodes`` and the in-memory link state's ``lock``,
@@ -123,6 +135,7 @@ _AREA = {
     # Ray simulation engine internals (heavy)
     "private_run_simulation": "ray_engine",
     "vce_api": "ray_engine",
+
 }
 
 __all__ = sorted(_AREA)
