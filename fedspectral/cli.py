@@ -29,13 +29,13 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "run": Command("simulations.engines.flwr_run",
+    "run": Command("fedspectral.run",
                    "run the app in Flower's simulation engine (`flwr run .` offline) and report its status"),
     "compare": Command("simulations.compare.cli",
                        "run the runs of a comparison file and write a results table, summary and plots"),
-    "deploy": Command("simulations.engines.deploy",
+    "deploy": Command("fedspectral.deploy",
                       "run on a SuperLink and one SuperNode process per data file on this machine"),
-    "credentials": Command("simulations.engines.credentials",
+    "credentials": Command("fedspectral.credentials",
                            "write TLS certificates and SuperNode keys for a secure deployment"),
     "transform": Command("client_app.transform",
                          "apply a run's PCA model (pca.npz) to rows on this node: scores or .eigenvec"),

@@ -197,3 +197,20 @@ def test_the_run_log_leaves_out_flowers_warning_about_the_default_federation_siz
     assert stream_run([sys.executable, "-c", program], dict(os.environ)) == "42"
     echoed = capsys.readouterr().out.splitlines()
     assert echoed == [logged[0], logged[2], logged[5], logged[6]]
+
+
+def test_the_apps_never_import_the_user_tools():
+    """fl_strategies, client_app and server_app (what the FAB ships) import nothing from ``fedspectral``; the
+    tools moved there keep their old module names as the same module objects."""
+    import ast
+    import importlib
+
+    for package in ("fl_strategies", "client_app", "server_app"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                assert not [n for n in names if n == "fedspectral" or n.startswith("fedspectral.")], path
+    for old, new in (("simulations.engines.flwr_run", "fedspectral.run"), ("simulations.engines.deploy",
+                     "fedspectral.deploy"), ("simulations.engines.credentials", "fedspectral.credentials")):
+        assert importlib.import_module(old) is importlib.import_module(new)

@@ -1,4 +1,4 @@
-"""The opt-in launchers of the scripted deployment (simulations/engines/launchers): ``--warm-clientapp`` runs
+"""The opt-in launchers of the scripted deployment (fedspectral/launchers): ``--warm-clientapp`` runs
 Flower's ``flwr-clientapp`` in a process forked from one that has imported Flower, with the launcher's
 arguments, streams, environment and exit status; ``--supernode-poll`` runs Flower's ``flower-supernode`` with
 shorter sleeps between its polls."""

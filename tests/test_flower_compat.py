@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ("fl_strategies", "client_app", "server_app", "simulations")
+SCANNED = ("fl_strategies", "client_app", "server_app", "simulations", "fedspectral")
 COMPAT = ROOT / "fl_strategies" / "protocol" / "flower_compat"
-LAUNCHERS = ROOT / "simulations" / "engines" / "launchers"
+LAUNCHERS = ROOT / "fedspectral" / "launchers"
 
 # Flower's public API: the top-level packages its documentation exposes. A ``from M import n`` is public when
 # ``M`` is listed and ``n`` is no underscore name (and, if ``M`` declares ``__all__``, is in it or is a listed

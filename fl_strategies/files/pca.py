@@ -13,7 +13,10 @@ interlacing), so an explained-variance ratio is never overstated.
 
 Conventions follow :class:`sklearn.decomposition.PCA`: ``explained_variance``
 uses the ``n - 1`` denominator, ``singular_values`` are those of the centred
-data matrix, ``components`` has one component per row. Without centring the
+data matrix, ``components`` has one component per row, and each component's sign
+is scikit-learn's (:func:`sklearn_signs`: its entry of largest magnitude is
+positive), so that ``components`` and the scores of :func:`transform` equal
+``PCA(n_components=k).fit(X)``'s entry for entry. Without centring the
 ``mean`` is zero and the model is the uncentred PCA (the FedPower papers'
 covariance ``(1/n) X^T X``); the file says which (``centered``).
 
@@ -47,7 +50,8 @@ from .data_files import clip_rows, normalize_rows
 from .plain_files import write_file
 from .variants import decode_variants, encode_variants
 
-__all__ = ["MODEL_KEYS", "pca_model", "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
+__all__ = ["MODEL_KEYS", "pca_model", "sklearn_signs", "released_product_model", "choose_rank", "save_model",
+           "load_model", "transform"]
 
 MISSINGNESS_DIAGONAL = "missingness-diagonal"
 """Summary-config key: the server asks every site for its part of plink2's diagonal (a run over ``.bed`` files with
@@ -55,6 +59,31 @@ missing calls and ``scale = "hwe"``; :func:`pca_model`'s ``diagonal``)."""
 
 MODEL_KEYS = ("components", "mean", "scale", "explained_variance", "explained_variance_ratio", "singular_values",
               "n_samples")
+
+
+def sklearn_signs(components: np.ndarray) -> np.ndarray:
+    """``components`` (k, d) with each row's sign chosen as scikit-learn's PCA chooses it.
+
+    scikit-learn's ``PCA`` applies ``sklearn.utils.extmath.svd_flip(U, Vt, u_based_decision=False)`` with every
+    solver (read in ``sklearn/decomposition/_pca.py`` of the installed 1.9.1; since 1.5, when the
+    ``covariance_eigh`` solver came: older versions decided by the columns of ``U``, which can give other
+    signs): each row of ``Vt`` is multiplied by the sign of its entry of largest magnitude, the first one where
+    several tie, so that entry is positive. The same rule here gives the same components from the same span,
+    entry for entry. Two entries of equal magnitude up to rounding may be told apart differently by the two
+    computations; a row of zeros is kept as it is.
+
+    Parameters
+    ----------
+    components : ndarray of shape (k, d)
+
+    Returns
+    -------
+    ndarray of shape (k, d)
+        A new array; row ``j`` is ``components[j]`` or ``-components[j]``.
+    """
+    components = np.asarray(components, dtype=np.float64)
+    largest = components[np.arange(components.shape[0]), np.argmax(np.abs(components), axis=1)]
+    return components * np.where(largest < 0, -1.0, 1.0)[:, None]
 
 
 def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: int, mean: np.ndarray,
@@ -90,8 +119,9 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
     Returns
     -------
     dict
-        :data:`MODEL_KEYS`: ``components`` (k, d), ``mean`` (d,), ``scale`` (d,), ``explained_variance`` (k,),
-        ``explained_variance_ratio`` (k,), ``singular_values`` (k,), ``n_samples`` (int).
+        :data:`MODEL_KEYS`: ``components`` (k, d), signs as scikit-learn's (:func:`sklearn_signs`), ``mean``
+        (d,), ``scale`` (d,), ``explained_variance`` (k,), ``explained_variance_ratio`` (k,), ``singular_values``
+        (k,), ``n_samples`` (int).
     """
     B = Z.T @ CZ
     values, W = np.linalg.eigh((B + B.T) / 2.0)
@@ -105,7 +135,8 @@ def pca_model(Z: np.ndarray, CZ: np.ndarray, total_variance: float, n_samples: i
         gain = d * np.einsum("aj,ab,bj->j", G, np.asarray(S, dtype=np.float64), G) / (n * n)
         explained = lam + np.divide(gain, lam, out=np.zeros_like(lam), where=lam > 0)
         total_variance = total_variance + d * float(delta) / n
-    return {"components": np.ascontiguousarray((Z @ W[:, order]).T), "mean": np.asarray(mean, dtype=np.float64),
+    components = sklearn_signs((Z @ W[:, order]).T)
+    return {"components": np.ascontiguousarray(components), "mean": np.asarray(mean, dtype=np.float64),
             "scale": np.ones(Z.shape[0]) if scale is None else np.asarray(scale, dtype=np.float64),
             "explained_variance": explained * n / max(n - 1, 1),
             "explained_variance_ratio": (explained / total_variance if total_variance > 0

@@ -64,7 +64,7 @@ name (area module)                                 Flower 1.41 path      used by
                                                                          ``_register_nodes``)
 =================================================  ====================  ==========================================  ==========================================
 
-Private names the opt-in deployment launchers import themselves (``simulations/engines/launchers``: standalone
+Private names the opt-in deployment launchers import themselves (``fedspectral/launchers``: standalone
 scripts that must not import fedspectral, so that a forked ClientApp runs its own run's code; both refuse any
 Flower but 1.42 in one line; ``tests/test_flower_compat.py`` checks that each is listed here):
 

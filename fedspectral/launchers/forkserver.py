@@ -17,7 +17,7 @@ closes the connection without a status.
 
 Usage (started by ``python -m simulations.engines.deploy --warm-clientapp``; on a device, by hand)::
 
-    python simulations/engines/launchers/forkserver.py SOCKET
+    python fedspectral/launchers/forkserver.py SOCKET
 
 Run it as a script, not as a module of the repository: it must import nothing of the app, so that the app's
 modules are imported by each child from its run's FAB.

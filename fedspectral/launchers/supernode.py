@@ -16,7 +16,7 @@ is made only where it is known to mean what is said above.
 
 Usage::
 
-    python simulations/engines/launchers/supernode.py POLL_SECONDS [flower-supernode arguments ...]
+    python fedspectral/launchers/supernode.py POLL_SECONDS [flower-supernode arguments ...]
 """
 
 from __future__ import annotations

@@ -1,0 +1,320 @@
+"""Run the app with ``flwr run .`` offline, check that the run succeeded, and clean up.
+
+``flwr run .`` in Flower 1.41/1.42 needs four things that are easy to get
+wrong on a machine without internet; this wrapper does them:
+
+* it sets ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (else the local
+  SuperLink tries to install the app's dependencies with uv),
+  ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1`` and a
+  project-local ``FLWR_HOME`` (``.flwr/``) unless they are already set;
+* it validates the run config (and checks it against its data) before
+  Flower starts, so a bad value is one line, not a failed run;
+* it asks for as many simulated SuperNodes as the run config has clients
+  (Flower's default is 2), and leaves out Flower's warning that the default changed from 10 to 2, which
+  flwr 1.42 prints whatever was asked (:data:`MISLEADING_LINES`);
+* it makes relative paths (``results-dir``, ``checkpoint-dir``, a ``dataset``
+  or ``server-data`` file, an ``init-from`` model) absolute against the directory it is run from
+  (Flower's processes would resolve them against the SuperLink's);
+* ``flwr run`` exits 0 even when the run failed, so the run's final status is
+  read back with ``flwr ls`` and turned into the exit code;
+* the local SuperLink that ``flwr run`` starts outlives it; the wrapper stops
+  it again (unless it was already running before, or ``--keep-superlink``).
+
+Ports: Flower's local SuperLink listens on one HTTP port, 39091, unless
+``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT`` says otherwise (``flwr/cli/constant.py``
+of flwr 1.41; ``FLWR_LOCAL_CONTROL_API_PORT``, default 39093, names the Control
+API's legacy gRPC address, which it only binds with ``FLWR_INTERNAL_GRPC_CONTROL_API=1``).
+Every ``flwr`` command reads them from its environment, so two projects (or two
+test runs) on one machine each get their own local SuperLink by setting them
+to different free ports; the wrapper follows the variable (:func:`local_superlink_port`).
+When the port is held by anything but this ``FLWR_HOME``'s SuperLink (another
+checkout's run), the wrapper takes a free port for its own SuperLink, or, when
+the user set the variable, refuses in one line (:func:`claim_superlink_port`);
+it only ever stops the SuperLink of its own ``FLWR_HOME`` on its port.
+
+Usage::
+
+    python -m simulations.engines.flwr_run [--run-config 'key=value ...' | --run-config FILE.toml]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from simulations.engines import (APP_DIR, ArgumentError, ArgumentParser, check_output_dirs, checked_run_config,
+                                 parse_run_config)
+
+SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py), unless the variable below is set
+PORT_VARIABLE = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"
+"""Flower's environment variable for the local SuperLink's port (``flwr/cli/constant.py``)."""
+CONTROL_PORT_VARIABLE = "FLWR_LOCAL_CONTROL_API_PORT"
+"""Flower's environment variable for the local Control API's legacy gRPC port (default 39093)."""
+
+
+def local_superlink_port(env: dict[str, str] | None = None) -> int:
+    """The port of Flower's local SuperLink for the environment ``env`` (default: this process's)."""
+    return int((os.environ if env is None else env).get(PORT_VARIABLE) or SUPERLINK_PORT)
+
+
+def flower_env() -> dict[str, str]:
+    """The environment ``flwr`` needs offline (existing settings are kept)."""
+    env = dict(os.environ)
+    env.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+    env.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    env.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+    env.setdefault("FLWR_HOME", str(APP_DIR / ".flwr"))
+    bindir = str(Path(sys.executable).parent)  # flwr needs flower-superlink on PATH
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def superlink_running(env: dict[str, str] | None = None) -> bool:
+    """Whether a local SuperLink answers on its health endpoint (the port of ``env``, default this process's)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{local_superlink_port(env)}/health", timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def stop_superlink(env: dict[str, str] | None = None) -> None:
+    """Stop the local SuperLink that ``flwr run`` started for ``env``, and its SuperExec; return once they exited.
+
+    Only the SuperLink on that port whose state lives in that ``FLWR_HOME`` is stopped: another project's
+    local SuperLink is left alone. SIGTERM first; what still runs after 15 s gets SIGKILL.
+    """
+    env = flower_env() if env is None else env
+    links, processes = _own_superlinks(env)
+    helpers = [pid for pid, args in processes if "flower-superexec" in args
+               and any(f"--parent-pid {link} " in args + " " for link in links)]
+    terminate(links + helpers, term_wait=15.0)
+
+
+def _own_superlinks(env: dict[str, str]) -> tuple[list[int], list[tuple[int, str]]]:
+    """The pids of the local SuperLink(s) on ``env``'s port whose state lives in ``env``'s ``FLWR_HOME``, and
+    ``(pid, command line)`` of every process (from ``ps``)."""
+    port = local_superlink_port(env)
+    home = Path(env["FLWR_HOME"]).expanduser()
+    databases = {str(home / "local-superlink" / "state.db"),  # as flwr passes it (relative: to APP_DIR)
+                 str(APP_DIR / home / "local-superlink" / "state.db")}
+    ps = subprocess.run(["ps", "-ww", "-e", "-o", "pid=,args="], capture_output=True, text=True).stdout
+    processes = [(int(pid), args) for pid, _, args in (line.strip().partition(" ") for line in ps.splitlines())]
+    links = [pid for pid, args in processes if "flower-superlink" in args and f"--port {port} " in args + " "
+             and databases & set(args.split()) and pid != os.getpid()]
+    return links, processes
+
+
+def _listening(port: int) -> bool:
+    """Whether a program accepts connections on ``127.0.0.1:port`` (a closed port in TIME_WAIT does not)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def claim_superlink_port(env: dict[str, str]) -> str | None:
+    """Make sure ``env``'s local SuperLink port is this ``FLWR_HOME``'s to use; return a line to print, if any.
+
+    The port is kept when this ``FLWR_HOME``'s SuperLink already listens there, or when it is free. When
+    something else holds it (another checkout's local SuperLink, any other program), ``flwr run`` would attach
+    to that SuperLink and lose its run when it stops: then the port comes from :data:`PORT_VARIABLE` only if the
+    user set it (refused, :class:`ArgumentError`: a setting is never overridden), else a free port is taken
+    for this run (``env`` is updated, with the Control API's port two above it unless the user set that one).
+    """
+    from fedspectral.deploy import free_port_block
+
+    port = local_superlink_port(env)
+    if _own_superlinks(env)[0] or not _listening(port):
+        return None
+    if os.environ.get(PORT_VARIABLE):
+        raise ArgumentError(f"{PORT_VARIABLE}={port}: that port is in use by another program or another "
+                            f"FLWR_HOME's local SuperLink, whose run this one would join; set a free port or "
+                            f"unset {PORT_VARIABLE} (a free one is then taken)")
+    new = free_port_block(4)
+    env[PORT_VARIABLE] = str(new)
+    if not os.environ.get(CONTROL_PORT_VARIABLE):  # a user's own setting is kept
+        env[CONTROL_PORT_VARIABLE] = str(new + 2)
+    return (f"port {port} is in use by another program or another FLWR_HOME's local SuperLink: this run's local "
+            f"SuperLink uses port {new} ({PORT_VARIABLE})")
+
+
+def terminate(pids: list[int], term_wait: float = 5.0, kill_wait: float = 5.0) -> None:
+    """SIGTERM every process of ``pids``; SIGKILL those still running after ``term_wait`` s; wait for them."""
+    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, kill_wait)):
+        if not any(_running(pid) for pid in pids):
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+            time.sleep(0.1)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (an exited child nobody has reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def run_status(run_id: str, env: dict[str, str], wait: float = 30.0, connection: str | None = None) -> str:
+    """Final status of a run (e.g. ``finished:completed``), polling until it has finished.
+
+    ``connection`` names the SuperLink connection of ``$FLWR_HOME/config.toml``
+    (default: Flower's local one).
+    """
+    deadline = time.monotonic() + wait
+    status = "unknown"
+    while time.monotonic() < deadline:
+        cmd = ["flwr", "ls", *([connection] if connection else []), "--format", "json", "--run-id", run_id]
+        out = subprocess.run(cmd, capture_output=True,
+                             text=True, env=env, cwd=APP_DIR).stdout
+        try:
+            status = str(json.loads(out)["runs"][0]["status"])
+        except (ValueError, KeyError, IndexError):
+            status = "unknown"
+        if status.startswith("finished"):
+            break
+        time.sleep(1)
+    return status
+
+
+MISLEADING_LINES = re.compile(r"Since flwr 1\.32, default simulated SuperNodes changed from 10 to 2\."
+                              r"|To change federation size, use the following command:"
+                              r"|\sflwr federation simulation-config \S+ <superlink> --num-supernodes <N>")
+"""Lines of Flower's simulation process (``flwr/simulation/app.py`` of flwr 1.42) that :func:`stream_run` drops.
+
+Flower logs them at the start of every simulation whatever its size, also when ``--federation-config
+num-supernodes=N`` asked for ``N``: the warning reads as if 2 SuperNodes ran, and the hint names a command this
+wrapper makes unnecessary (it asks for ``num-clients`` SuperNodes). The line that follows them in the log,
+``Federation `...` (N simulated SuperNodes)``, is kept: it states how many ran."""
+
+
+def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
+    """Run a ``flwr run ... --stream`` command, echo its output, and return the run id it started.
+
+    Flower's misleading lines about the federation's size (:data:`MISLEADING_LINES`) are not echoed.
+
+    Interrupted (Ctrl-C, a test's timeout, any exception), the ``flwr run`` process is ended before the
+    exception goes on: a run that hangs (e.g. a crashed Ray worker in the simulation) never blocks its caller,
+    which stops the SuperLink.
+    """
+    run_id = None
+    proc = subprocess.Popen(cmd, env=env, cwd=APP_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if not MISLEADING_LINES.search(line):
+                sys.stdout.write(line)
+            match = re.search(r"Successfully started run (\d+)", line)
+            run_id = match.group(1) if match else run_id
+        proc.wait()
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
+    return run_id
+
+
+PATH_KEYS = ("results-dir", "checkpoint-dir", "dataset", "server-data", "init-from")
+
+
+def absolute_paths(cfg: dict) -> dict[str, str]:
+    """The run config's relative paths made absolute against the current directory.
+
+    ``results-dir`` and ``checkpoint-dir`` always (they are created); ``dataset``, ``server-data`` and
+    ``init-from`` when they name an existing file or folder here (else ``dataset`` names a generator).
+    """
+    out = {}
+    for key in PATH_KEYS:
+        value = str(cfg.get(key) or "")
+        if not value or Path(value).is_absolute():
+            continue
+        if key in ("results-dir", "checkpoint-dir") or Path(value).exists():
+            out[key] = str(Path(value).resolve())
+    return out
+
+
+EXAMPLES = """\
+examples:
+  {prog}
+  {prog} --run-config 'num-clients=10 num-server-rounds=5 rank=4'
+  {prog} --run-config 'dataset="mydata" num-clients=3 center=true results-dir="out"'
+  {prog} --run-config my-run.toml
+
+  (mydata holds one file per client, partition_<i>.npy or .csv; out receives rounds.csv and pca.npz)
+
+exit status: 0 the run finished, 1 it failed (Flower's final status is printed last), 2 a bad argument or
+run config (one line, before Flower starts)
+"""
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m simulations.engines.flwr_run") -> int:
+    """Command-line entry point; returns 0 only if the run finished successfully (2: a bad argument, one line).
+
+    ``prog`` is the command's name in its usage and error lines (``fedspectral run`` from :mod:`fedspectral.cli`).
+    """
+    parser = ArgumentParser(prog=prog, description="Run the app in Flower's simulation engine (`flwr run .` offline), "
+                            "check that the run succeeded,\nand stop the local SuperLink.",
+                            epilog=EXAMPLES.format(prog=prog))
+    parser.add_argument("--run-config", default="", metavar="CONFIG",
+                        help="'key=value ...' or a TOML file: overrides of pyproject.toml's run config, as "
+                        "for `flwr run --run-config`")
+    parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
+    args = parser.parse_args(argv)
+    try:  # the fused run config is validated (and checked against its data) before Flower starts anything
+        cfg = checked_run_config(parse_run_config(args.run_config))
+        check_output_dirs(cfg)  # results-dir, checkpoint-dir: created and test-written here, one line if not
+    except ArgumentError as ex:
+        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        return 2
+    num_clients = int(cfg["num-clients"])
+    env = flower_env()
+    try:  # never join (and later lose) another FLWR_HOME's local SuperLink
+        note = claim_superlink_port(env)
+    except ArgumentError as ex:
+        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        return 2
+    if note:
+        print(f"{parser.prog}: {note}", file=sys.stderr)
+    started_here = not superlink_running(env)
+    cmd = ["flwr", "run", str(APP_DIR), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
+    if args.run_config:
+        cmd += ["--run-config", args.run_config]
+    absolute = absolute_paths(cfg)
+    if absolute:  # Flower's processes resolve relative paths against the SuperLink's directory, not this one
+        cmd += ["--run-config", " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items())]
+    status = "not started"
+    try:
+        run_id = stream_run(cmd, env)
+        if run_id is not None:
+            status = run_status(run_id, env)
+    except KeyboardInterrupt:
+        status = "interrupted"
+    finally:
+        if started_here and not args.keep_superlink:
+            stop_superlink(env)
+    print(f"flwr run status: {status}")
+    return 0 if status == "finished:completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
