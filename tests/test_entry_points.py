@@ -88,7 +88,7 @@ def test_deploy_port_65528_fails_fast_from_the_command_line():
     (["{d}", "--nodes", "abc"], "argument --nodes: invalid int value: 'abc'"),
     (["{f}"], "is a file, not a directory"),
     (["{d}", "--host", "bad host!"], "--host 'bad host!': not an IP address or a DNS name"),
-    ([], "the following arguments are required: directory"),
+    ([], "the following arguments are required: DIR"),
 ])
 def test_credentials_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, fragment):
     from simulations.engines.credentials import main
