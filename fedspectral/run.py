@@ -203,8 +203,15 @@ wrapper makes unnecessary (it asks for ``num-clients`` SuperNodes). The line tha
 ``Federation `...` (N simulated SuperNodes)``, is kept: it states how many ran."""
 
 
-def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
+APP_LINE = re.compile(r"fedspectral: ")
+"""A line the ServerApp logs (every one of its lines starts so; the first names the strategy): the app started."""
+
+
+def stream_run(cmd: list[str], env: dict[str, str], app_lines: list[str] | None = None) -> str | None:
     """Run a ``flwr run ... --stream`` command, echo its output, and return the run id it started.
+
+    ``app_lines``, when given, receives the streamed lines the ServerApp logged (:data:`APP_LINE`): empty after a
+    run whose simulation process stopped before the app started.
 
     Flower's misleading lines about the federation's size (:data:`MISLEADING_LINES`) are not echoed.
 
@@ -218,6 +225,8 @@ def stream_run(cmd: list[str], env: dict[str, str]) -> str | None:
         for line in proc.stdout:
             if not MISLEADING_LINES.search(line):
                 sys.stdout.write(line)
+            if app_lines is not None and APP_LINE.search(line):
+                app_lines.append(line)
             match = re.search(r"Successfully started run (\d+)", line)
             run_id = match.group(1) if match else run_id
         proc.wait()
@@ -304,9 +313,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
         cmd += ["--run-config", " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items())]
     status = "not started"
     try:
-        run_id = stream_run(cmd, env)
-        if run_id is not None:
-            status = run_status(run_id, env)
+        for attempt in (1, 2):
+            app_lines: list[str] = []
+            run_id = stream_run(cmd, env, app_lines)
+            if run_id is not None:
+                status = run_status(run_id, env)
+            if status != "finished:failed" or app_lines or attempt == 2:
+                break
+            # Flower's simulation process sometimes stops before the ServerApp starts (seen under load: Ray's
+            # start-up in Flower's engine thread ends after its GCS, with no raylet); nothing of the app has run
+            # and nothing was written, so the run is started again, once, and the user is told.
+            print(f"{parser.prog}: run {run_id} failed before the ServerApp started (Flower's simulation process "
+                  f"stopped; its SuperLink's log: {Path(env['FLWR_HOME']) / 'local-superlink' / 'superlink.log'}); "
+                  "starting it again, once", file=sys.stderr)
     except KeyboardInterrupt:
         status = "interrupted"
     finally:

@@ -214,3 +214,31 @@ def test_the_apps_never_import_the_user_tools():
     for old, new in (("simulations.engines.flwr_run", "fedspectral.run"), ("simulations.engines.deploy",
                      "fedspectral.deploy"), ("simulations.engines.credentials", "fedspectral.credentials")):
         assert importlib.import_module(old) is importlib.import_module(new)
+
+
+@pytest.mark.parametrize("app_started, runs, code", [(False, 2, 0), (True, 1, 1)], ids=["before-app", "in-app"])
+def test_a_run_whose_simulation_stopped_before_the_serverapp_is_started_again_once(monkeypatch, tmp_path, capsys,
+                                                                                    app_started, runs, code):
+    """Flower's simulation process can stop before the ServerApp starts (Ray's start-up, under load): ``fedspectral
+    run`` starts such a run again, once, and says so; a run that failed inside the app is never repeated."""
+    from simulations.engines import flwr_run
+
+    calls = []
+
+    def stream(cmd, env, app_lines=None):
+        calls.append(cmd)
+        if app_started or len(calls) > 1:
+            app_lines.append("INFO :      fedspectral: PowerStrategy(...)\n")
+        return str(len(calls))
+
+    monkeypatch.setattr(flwr_run, "stream_run", stream)
+    monkeypatch.setattr(flwr_run, "run_status", lambda run_id, env: "finished:completed" if int(run_id) > 1 and
+                        not app_started else "finished:failed")
+    monkeypatch.setattr(flwr_run, "superlink_running", lambda *_: True)  # not started here: nothing to stop
+    monkeypatch.setattr(flwr_run, "claim_superlink_port", lambda env: None)
+    monkeypatch.chdir(tmp_path)
+    assert flwr_run.main(["--run-config", "num-server-rounds=2"]) == code
+    assert len(calls) == runs
+    out, err = capsys.readouterr()
+    assert ("failed before the ServerApp started" in err) == (not app_started)
+    assert out.rstrip().endswith("flwr run status: " + ("finished:completed" if code == 0 else "finished:failed"))
