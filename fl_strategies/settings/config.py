@@ -269,7 +269,7 @@ KEYS: dict[str, Key] = {
              "policies; independent of the real round-timeout)", lambda v: v >= 0,
              "a number > 0 with round-policy deadline, else 0"),
         _key("checkpoint-dir", str, "directory where the server saves its state after every round, for resume "
-             "('' = no checkpoints; fedpower, power, ssi and localpower only)",
+             "('' = no checkpoints; fedpower, power, ssi, localpower and krylov only)",
              allowed="string (a writable directory)", harmless_on_resume=True),
         _key("resume", bool, "continue the run checkpointed in checkpoint-dir (same run config) and append to "
              "its rounds.csv", harmless_on_resume=True),
