@@ -77,6 +77,19 @@ def flower_env() -> dict[str, str]:
     return env
 
 
+def simulation_env() -> dict[str, str]:
+    """:func:`flower_env` for a run in the simulation engine, with ``OPENBLAS_NUM_THREADS`` 1 unless set.
+
+    The simulation process runs the ServerApp in a thread beside Flower's Ray engine thread, and OpenBLAS's own
+    thread pool there was seen to spin forever in a small product at the ServerApp's start (a CI run hung 14 min
+    in ``R.T @ R`` of the 1797 x 64 digits reference; py-spy: OpenBLAS ``inner_thread``). The server's products
+    are small, and Ray already gives each ClientApp actor one thread.
+    """
+    env = flower_env()
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return env
+
+
 def superlink_running(env: dict[str, str] | None = None) -> bool:
     """Whether a local SuperLink answers on its health endpoint (the port of ``env``, default this process's)."""
     try:
@@ -296,7 +309,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
         print(f"{parser.prog}: error: {ex}", file=sys.stderr)
         return 2
     num_clients = int(cfg["num-clients"])
-    env = flower_env()
+    env = simulation_env()
     try:  # never join (and later lose) another FLWR_HOME's local SuperLink
         note = claim_superlink_port(env)
     except ArgumentError as ex:

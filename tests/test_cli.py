@@ -242,3 +242,15 @@ def test_a_run_whose_simulation_stopped_before_the_serverapp_is_started_again_on
     out, err = capsys.readouterr()
     assert ("failed before the ServerApp started" in err) == (not app_started)
     assert out.rstrip().endswith("flwr run status: " + ("finished:completed" if code == 0 else "finished:failed"))
+
+
+def test_the_simulation_runs_with_one_openblas_thread_unless_set(monkeypatch):
+    """OpenBLAS's thread pool hung the simulation process's ServerApp thread once (see ``simulation_env``); the
+    scripted deployment keeps its own division of the cores (``flower_env`` sets no BLAS threads)."""
+    from simulations.engines import flwr_run
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert flwr_run.simulation_env()["OPENBLAS_NUM_THREADS"] == "1"
+    assert "OPENBLAS_NUM_THREADS" not in flwr_run.flower_env()
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert flwr_run.simulation_env()["OPENBLAS_NUM_THREADS"] == "2"
