@@ -18,7 +18,10 @@ wrong on a machine without internet; this wrapper does them:
 * ``flwr run`` exits 0 even when the run failed, so the run's final status is
   read back with ``flwr ls`` and turned into the exit code;
 * the local SuperLink that ``flwr run`` starts outlives it; the wrapper stops
-  it again (unless it was already running before, or ``--keep-superlink``).
+  it again (unless it was already running before, or ``--keep-superlink``);
+* the simulation runs with ``OPENBLAS_NUM_THREADS=1`` unless set (:func:`simulation_env`), and a run whose
+  simulation process stopped before the ServerApp logged a line is started again, once, with a line saying so
+  (:data:`APP_LINE`).
 
 Ports: Flower's local SuperLink listens on one HTTP port, 39091, unless
 ``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT`` says otherwise (``flwr/cli/constant.py``
@@ -32,9 +35,9 @@ checkout's run), the wrapper takes a free port for its own SuperLink, or, when
 the user set the variable, refuses in one line (:func:`claim_superlink_port`);
 it only ever stops the SuperLink of its own ``FLWR_HOME`` on its port.
 
-Usage::
+Usage (``fedspectral run``, or the module names ``fedspectral.run`` and ``simulations.engines.flwr_run``)::
 
-    python -m simulations.engines.flwr_run [--run-config 'key=value ...' | --run-config FILE.toml]
+    fedspectral run [--run-config 'key=value ...' | --run-config FILE.toml]
 """
 
 from __future__ import annotations
