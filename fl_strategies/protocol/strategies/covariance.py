@@ -184,7 +184,7 @@ class CovarianceStrategy(EigenspaceStrategy):
         self._pending.update(participants=self.m, distinct=self.m)
         self.last_sum = total
         self.aggregated.add(server_round)
-        n = sum(self.sizes.values())
+        n = self.num_rows
         c = ag.row_bound(self.settings.clip_norm)
         C, mu = ag.covariance_from_upload(total, self.d, n, self.settings.center)
         self.mean = c * mu

@@ -231,7 +231,7 @@ class DPPowerStrategy(EigenspaceStrategy):
             self.abort_round(server_round, "the sum of the products is not finite")
             return None, {}
         self.aggregated.add(server_round)
-        n = sum(self.sizes.values())
+        n = self.num_rows
         if mean_round:  # the private mean; the estimate is unchanged
             self.mean = project_mean(total / n)
             self.iterates.append(pend["X"])

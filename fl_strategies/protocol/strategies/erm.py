@@ -113,7 +113,7 @@ class ErmStrategy(FederatedStrategy):
     @property
     def n(self) -> int:
         """``n = r + sum_c s_c``: server rows plus every client's rows."""
-        return self.X0.shape[0] + sum(self.sizes.values())
+        return self.X0.shape[0] + self.num_rows
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         """Record the round's row: ``loss_gap`` of the current ``theta`` and Gamma so far."""

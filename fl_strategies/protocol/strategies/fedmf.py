@@ -251,7 +251,7 @@ class MFBaselineStrategy(_MFBase):
     def _discover(self, client_manager: ClientManager) -> None:
         super()._discover(client_manager)
         if self.simultaneous:  # n is known now
-            n = sum(self.sizes.values())
+            n = self.num_rows
             self.init_std, self.eta, self.predicted_iterations = yd_constants(
                 self.sigma1, self.sigma_r, self.r, n, self.d, self.target)
             log.info("mf-simgd: eta = %.3g, Ye & Du's predicted iteration count %.3g", self.eta,

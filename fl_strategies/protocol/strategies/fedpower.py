@@ -291,7 +291,7 @@ class FedPowerStrategy(EigenspaceStrategy):
         none if no round had a usable reply."""
         if self.last_sum is None or self.stopped:
             return
-        n = sum(self.sizes.values())
+        n = self.num_rows
         self.set_released_model(self.last_sum, n, self.privacy_record())
 
     def privacy_record(self) -> dict[str, Any]:
