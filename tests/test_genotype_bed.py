@@ -398,3 +398,43 @@ def test_a_bed_product_on_threads_decodes_each_block_once_and_agrees_with_numpy(
     np.testing.assert_allclose(X.right(Y[:, 0]), np.nan_to_num(G).T @ Y[:, 0], rtol=0, atol=1e-12)
     blocks = sorted((a, a + 16) for a in range(0, 211, 16))
     assert sorted(recorder.reads) == sorted(blocks * 3)  # every block once per pass
+
+
+@pytest.mark.parametrize("people,threads,block", [(29, 1, 4), (32, 2, 3), (31, 3, 64)])
+def test_aligned_products_with_missing_calls_are_those_of_the_dense_rows(tmp_path, people, threads, block):
+    """The missing calls found when a file is opened stay at the right variant through :meth:`aligned` (variants
+    dropped, alleles flipped, another order) in every block and thread: products, row squares and the
+    missingness diagonal equal those of the dense mean-imputed rows."""
+    rng = np.random.default_rng(people)
+    G = rng.integers(0, 3, (people, 40)).astype(float)
+    G[rng.random(G.shape) < 0.15] = np.nan
+    G[:, 7] = np.nan  # a variant without a call
+    X = open_samples(write_bed(tmp_path / "g.bed", G))
+    assert X.missing_ptr[-1] == np.isnan(G).sum()
+    columns = rng.permutation(40)
+    columns[[2, 11, 12, 39]] = -1  # four of the file's variants left out
+    kept = columns >= 0
+    flip = rng.random(40) < 0.4
+    A = X.aligned(np.where(kept, np.argsort(np.argsort(np.where(kept, columns, 99))), -1), flip, int(kept.sum()))
+    listed = np.full((people, A.dimension), np.nan)  # the list's columns: the file's kept variants, flipped
+    for j in np.flatnonzero(kept):
+        col = A.columns[j]
+        listed[:, col] = 2 - G[:, j] if flip[j] else G[:, j]
+    A.product_block, A.threads = block, threads
+    mean, scale = rng.uniform(0.2, 1.8, A.dimension), rng.uniform(0.5, 2.0, A.dimension)
+    dense = np.nan_to_num((listed - mean) / scale, nan=0.0)
+    Z, Y = rng.standard_normal((A.dimension, 3)), rng.standard_normal((people, 3))
+    np.testing.assert_allclose(A.left(Z, mean, scale), dense @ Z, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(A.right(Y, mean, scale), dense.T @ Y, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(A.left(Z), np.nan_to_num(listed) @ Z, rtol=0, atol=1e-12)  # counts, missing 0
+    np.testing.assert_allclose(A.row_squares(mean, scale), (dense ** 2).sum(axis=1), rtol=1e-13)
+    S, delta = A.missingness_diagonal(Z, mean, scale)
+    calls = (~np.isnan(listed)).sum(axis=1)
+    d_i = (dense ** 2).sum(axis=1) * (1 / calls - A.dimension / calls ** 2)
+    Yd = dense @ Z
+    np.testing.assert_allclose(S, (Yd * (d_i * (A.dimension / calls) ** 2)[:, None]).T @ Yd, rtol=1e-12, atol=1e-12)
+    assert delta == pytest.approx(d_i.sum(), rel=1e-12)
+    weights = rng.uniform(0.5, 2.0, people)
+    centred = np.nan_to_num(listed - mean, nan=0.0)  # sum over the calls of (g - mean)^2, each person weighted
+    np.testing.assert_allclose(A.weighted(weights).centered_column_squares(mean, weighted=True),
+                               weights @ centred ** 2, rtol=1e-12)

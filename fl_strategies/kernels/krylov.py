@@ -14,7 +14,7 @@ import numpy as np
 
 from .linalg import orth, ritz_rotation
 
-__all__ = ["next_block", "rayleigh_ritz"]
+__all__ = ["extend_projection", "next_block", "rayleigh_ritz"]
 
 #: a column whose residual after reorthogonalisation is below this fraction of the product's norm carries no
 #: new direction (the Krylov space is exhausted along it) and is replaced by a random one
@@ -53,7 +53,8 @@ def next_block(Q: np.ndarray, W: np.ndarray, rng: np.random.Generator) -> np.nda
     return B
 
 
-def rayleigh_ritz(Q: np.ndarray, CQ: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def rayleigh_ritz(Q: np.ndarray, CQ: np.ndarray, r: int, H: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The top ``r`` Ritz pairs of ``C`` on ``span(Q)``.
 
     Parameters
@@ -64,6 +65,8 @@ def rayleigh_ritz(Q: np.ndarray, CQ: np.ndarray, r: int) -> tuple[np.ndarray, np
         ``C Q``.
     r : int
         Number of Ritz pairs.
+    H : ndarray of shape (m, m), optional
+        ``Q^T C Q`` when the caller keeps it (:func:`extend_projection`); computed here otherwise.
 
     Returns
     -------
@@ -74,6 +77,29 @@ def rayleigh_ritz(Q: np.ndarray, CQ: np.ndarray, r: int) -> tuple[np.ndarray, np
     CZ : ndarray of shape (d, r)
         ``C Z = CQ V``, without another product.
     """
-    values, V = ritz_rotation(Q.T @ CQ)
+    values, V = ritz_rotation(Q.T @ CQ if H is None else H)
     V = V[:, :r]
     return values[:r], Q @ V, CQ @ V
+
+
+def extend_projection(H: np.ndarray | None, Q: np.ndarray, CQ: np.ndarray, width: int) -> np.ndarray:
+    """``Q^T C Q`` (m, m) from that of the basis without its last ``width`` columns, ``H`` (m - width, m - width):
+    only the blocks of the new columns are computed (``2 d m width`` operations instead of ``d m^2``).
+
+    Parameters
+    ----------
+    H : ndarray of shape (m - width, m - width) or None
+        ``Q_old^T C Q_old``; ``None``: all of ``Q^T C Q`` is computed.
+    Q, CQ : ndarray of shape (d, m)
+        The basis, its last ``width`` columns new, and its products.
+    width : int
+    """
+    m = Q.shape[1]
+    if H is None or H.shape[0] != m - width:
+        return Q.T @ CQ
+    old = m - width
+    out = np.empty((m, m))
+    out[:old, :old] = H
+    out[:, old:] = Q.T @ CQ[:, old:]
+    out[old:, :old] = Q[:, old:].T @ CQ[:, :old]
+    return out

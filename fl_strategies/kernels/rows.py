@@ -245,20 +245,20 @@ _FLIPPED_BYTES = np.ascontiguousarray(np.where((_CODES == 0) | (_CODES == 3), 3 
                                       @ (1 << (2 * np.arange(4)))).astype(np.uint8)
 """Each byte with its homozygous codes exchanged (``00`` and ``11``): the calls of the other allele, (256,)."""
 
-PRODUCT_BLOCK_BYTES = 1 << 20
-"""Target size of one decoded float64 block of a product (1 MiB): small enough to stay in the core's cache between
-its decoding and its matrix product. At 5,200 people a pass over the variants took 1.0x (1 MiB), 1.1x (4 MiB),
-1.3x (256 KiB) and 1.9x (128 KiB) the time of 512 KiB to 1 MiB blocks (``bench_plink2``'s data, one thread)."""
+PRODUCT_BLOCK_BYTES = 1 << 22
+"""Target size of one decoded float64 block of a product (4 MiB). At 5,000 people x 100,000 variants (two threads,
+``left`` then ``right`` with 8 columns) a pair of passes took 1.4x (1 MiB), 1.0x (2 MiB) and 1.0x (4 MiB) the time
+of 4 MiB blocks: fewer, larger blocks spend less time in Python between the decoding and the product."""
 
 _CODE_COUNTS = np.stack([np.count_nonzero(_CODES == code, axis=1) for code in range(4)], axis=1).astype(np.int64)
 """How many of a byte's four codes are ``00``, ``01``, ``10``, ``11``: (256, 4)."""
 
-_CODE_ONE_HOT = (_CODES.reshape(1, -1) == np.arange(4)[:, None]).astype(np.float64)
-"""``E[c, 4 byte + j] = 1`` when person ``j`` of ``byte`` has code ``c``, (4, 1024): the decoding tables of a block
-of variants are ``values @ E`` (each entry one value times 1 plus zeros: exact)."""
+_PACKED_CODE_COUNTS = np.ascontiguousarray(_CODE_COUNTS.astype(np.uint8)).view(np.uint32).ravel()
+"""How many of a byte's four people carry code ``00``, ``01``, ``10``, ``11``, as four 8-bit lanes of one uint32:
+(256,)."""
 
-_CALL_VALUES = np.nan_to_num(BED_COUNTS, nan=0.0)
-"""The allele count of each code with a missing call 0: (4,)."""
+_PACKED_MISSING = np.ascontiguousarray((_CODES == MISSING_CODE).astype(np.uint8)).view(np.uint32).ravel()
+"""Which of a byte's four people have a missing call (1 or 0), as four 8-bit lanes of one uint32: (256,)."""
 
 
 def product_threads() -> int:
@@ -277,6 +277,24 @@ def product_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _missing_calls(raw: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(variants, people)`` of the missing calls (code ``01``) in ``raw`` (b, ceil(s / 4)), the bytes of the
+    file's variants ``start .. start + b - 1``, in variant order; ``variants`` int64 (file rows), ``people`` int32.
+    A padding code is ``00``: never taken for a missing call."""
+    flags = raw & (~raw >> 1) & 0x55  # the low bit of each missing code: low bit set, high bit clear
+    at = np.flatnonzero(flags)
+    rows, places = np.divmod(at, raw.shape[1])
+    bits = flags.reshape(-1)[at]
+    variants, people = [], []
+    for slot in range(4):
+        hit = (bits >> (2 * slot)) & 1 == 1
+        variants.append(rows[hit])
+        people.append(4 * places[hit] + slot)
+    variants, people = np.concatenate(variants), np.concatenate(people)
+    order = np.argsort(variants, kind="stable")
+    return start + variants[order], people[order].astype(np.int32)
+
+
 class BedVariants:
     """A PLINK 1 ``.bed`` file (people x variants) read in its own variant-major order, block by block.
 
@@ -284,9 +302,11 @@ class BedVariants:
     allele counts ``g`` (:data:`BED_COUNTS`) with a missing call given 0: mean imputation with the ``mean`` the
     caller passes (the federation's, ``2 p``), as ``plink2 --pca`` imputes. Without a mean ``X`` holds the allele
     counts, a missing call 0. A product (:meth:`left`, :meth:`right`) reads the file once in file order, decoding
-    one block of variants at a time straight to these values (a table of the 256 byte values per variant) into a
-    buffer of about :data:`PRODUCT_BLOCK_BYTES` per thread: memory O(threads block + s r + d r) beyond the mapped
-    file's pages.
+    one block of variants at a time to allele counts (one table of the 256 byte values) into a buffer of about
+    :data:`PRODUCT_BLOCK_BYTES` per thread, with each missing call set to its variant's mean; the centring and the
+    scale are applied to the other factor and as a rank-one term. Memory: the mapped file's pages, 4 bytes per
+    missing call (where they are, found when the file is opened: :attr:`missing_ptr`), and O(threads block + s r +
+    d r).
 
     Parameters
     ----------
@@ -306,6 +326,10 @@ class BedVariants:
         How many people carry each 2-bit code at each variant (counted once, when the file is opened).
     person_calls : ndarray of shape (s,), int64
         Each person's non-missing calls.
+    missing_ptr : ndarray of shape (d_file + 1,), int64
+        The missing calls of the file's variant ``j`` (in file order, before any :meth:`aligned` list) are people
+        ``missing_people[missing_ptr[j]:missing_ptr[j + 1]]``.
+    missing_people : ndarray of shape (missing calls,), int32
     row_weights : ndarray of shape (s,) or None
         ``omega``: the products are those of ``X^T diag(omega) X`` (:meth:`weighted`); ``None``: all ones.
     product_block : int
@@ -333,29 +357,56 @@ class BedVariants:
         self._count_codes()
 
     def _count_codes(self) -> None:
-        """:attr:`code_counts` and :attr:`person_calls`, in one read of the file, from histograms of its bytes: per
-        variant (its bytes' values, times each value's codes :data:`_CODE_COUNTS`) and per byte position (its
-        values over the variants, times each value's missing codes); a last byte's padding codes are left out."""
-        s, width = self.num_rows, self.rows.shape[1]
+        """:attr:`code_counts` and :attr:`person_calls`, in one read of the file split over :func:`product_threads`
+        threads: per variant, the four code counts of each byte (:data:`_PACKED_CODE_COUNTS`, four 8-bit lanes in
+        one uint32) summed 63 bytes at a time without a lane overflowing; per person, the missing flags of each
+        byte's four people (:data:`_PACKED_MISSING`) summed over at most 255 variants at a time; a last byte's
+        padding codes are left out. Reading the file itself (not :meth:`aligned`), also where its missing calls
+        are (:attr:`missing_ptr`, :attr:`missing_people`)."""
+        s, d_file, width = self.num_rows, self.rows.shape[0], self.rows.shape[1]
         full = s // 4  # bytes of four people; a last partial byte is decoded
         counts = np.zeros((self.dimension, 4), dtype=np.int64)
-        by_position = np.zeros((256, width), dtype=np.int64)
-        positions = np.arange(width, dtype=np.intp)
-        step = max(1, (PRODUCT_BLOCK_BYTES // 8) // max(width, 1))  # its bytes as intp: about 1 MiB a block
-        for start in range(0, self.rows.shape[0], step):
-            columns, raw = self._raw_range(start, start + step)
-            b = raw.shape[0]
-            if b == 0:
-                continue
-            values = raw.astype(np.intp)
-            rows = np.bincount((values[:, :full] + 256 * np.arange(b)[:, None]).ravel(), minlength=256 * b)
-            counts[columns] = rows.reshape(b, 256) @ _CODE_COUNTS
-            if full < width:
-                codes = _CODES[raw[:, full], : s - 4 * full]
-                counts[columns] += np.stack([np.count_nonzero(codes == code, axis=1) for code in range(4)], axis=1)
-            by_position += np.bincount((values * width + positions).ravel(), minlength=256 * width).reshape(256, width)
-        missing = (by_position.T @ (_CODES == MISSING_CODE).astype(np.int64)).ravel()[:s]
+        step = max(1, min(255, PRODUCT_BLOCK_BYTES // (4 * max(width, 1))))  # about 1 MiB of uint32 a block
+        starts = list(range(0, d_file, step))
+        threads = max(1, min(product_threads() if self.threads is None else int(self.threads), len(starts)))
+        chunks = np.arange(0, full, 63)
+
+        def work(worker: int) -> tuple[np.ndarray, list]:
+            missing = np.zeros(4 * width, dtype=np.int64)
+            found = []
+            for start in starts[worker::threads]:
+                columns, raw = self._raw_range(start, start + step)
+                b = raw.shape[0]
+                if b == 0:
+                    continue
+                if full:
+                    lanes = np.add.reduceat(np.take(_PACKED_CODE_COUNTS, raw[:, :full]), chunks, axis=1,
+                                            dtype=np.uint32)
+                    counts[columns] = lanes.view(np.uint8).reshape(b, -1, 4).sum(axis=1, dtype=np.int64)
+                if full < width:
+                    codes = _CODES[raw[:, full], : s - 4 * full]
+                    counts[columns] += np.stack([np.count_nonzero(codes == code, axis=1) for code in range(4)],
+                                                axis=1)
+                flags = np.take(_PACKED_MISSING, raw).sum(axis=0, dtype=np.uint32)  # b <= 255: no lane overflows
+                missing += flags.view(np.uint8).astype(np.int64)
+                if self.columns is None:
+                    found.append((start, *_missing_calls(raw, start)))
+            return missing, found
+
+        if threads == 1:
+            parts = [work(0)]
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                parts = [done.result() for done in [pool.submit(work, w) for w in range(threads)]]
+        missing = sum(part[0] for part in parts)[:s]
         self.code_counts, self.person_calls = counts, self.dimension - missing
+        if self.columns is None:
+            found = sorted((f for part in parts for f in part[1]), key=lambda f: f[0])  # in file order
+            rows = np.concatenate([f[1] for f in found]) if found else np.zeros(0, dtype=np.int64)
+            people = np.concatenate([f[2] for f in found]) if found else np.zeros(0, dtype=np.int32)
+            self.missing_people = people
+            self.missing_ptr = np.zeros(self.rows.shape[0] + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows, minlength=self.rows.shape[0]), out=self.missing_ptr[1:])
 
     def aligned(self, columns: np.ndarray, flip: np.ndarray, dimension: int) -> "BedVariants":
         """The same file as the columns of another variant list (a shallow copy; one read to count its codes).
@@ -445,42 +496,44 @@ class BedVariants:
                       casting="unsafe")
             yield columns, out
 
-    def code_values(self, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
-        """What each 2-bit code stands for in ``X`` at each variant, (d, 4) float64 (code ``00``, ``01``, ``10``,
-        ``11``): ``(g - mean) / scale`` of its allele count ``g``, 0 for the missing code (mean imputation)."""
-        values = np.repeat(_CALL_VALUES[None, :], self.dimension, axis=0)
-        if mean is not None:
-            values -= np.asarray(mean, dtype=np.float64)[:, None]
-        if scale is not None:
-            values /= np.asarray(scale, dtype=np.float64)[:, None]
-        values[:, MISSING_CODE] = 0.0
-        return values
-
-    def _passes(self, step, values: np.ndarray, threads: int | None = None) -> None:
-        """``step(worker, columns, X_J)`` for every block ``J`` of the file (about :data:`PRODUCT_BLOCK_BYTES`
-        decoded), ``X_J`` (b, s) float64 the variants' values (:meth:`code_values`, given as ``values``), decoded by
-        a per-variant table of the 256 byte values (each byte of the memory-mapped file read once, never a whole
-        decoded copy); blocks of :attr:`product_block` variants. Worker ``w`` of ``threads`` (default
-        :attr:`threads`, else :func:`product_threads`) takes blocks ``w, w + threads, ...`` in file order, with one
-        BLAS thread each when there are several."""
+    def _passes(self, step, fill: np.ndarray | None, threads: int | None = None) -> None:
+        """``step(worker, columns, D_J)`` for every block ``J`` of the file (about :data:`PRODUCT_BLOCK_BYTES`
+        decoded), ``D_J`` (b, s) float64 the variants' allele counts with each missing call given ``fill`` of its
+        column (``None``: 0): one ``np.take`` of the 256 byte values' four counts (:data:`_BYTE_COUNTS`, the same
+        table for every variant), a cast to float64, and the block's missing calls (found when the file was
+        opened, :attr:`missing_ptr`) set to their column's ``fill``; each byte of the memory-mapped file read once,
+        never a whole decoded copy. Centring and scaling are the callers' (:meth:`left`, :meth:`right`): with
+        ``fill`` the mean, ``(D_J - mean) / scale`` is ``X_J``, a missing call 0. Worker ``w`` of ``threads``
+        (default :attr:`threads`, else :func:`product_threads`) takes blocks ``w, w + threads, ...`` of
+        :attr:`product_block` variants in file order, with one BLAS thread each when there are several."""
         s, d_file, width = self.num_rows, self.rows.shape[0], self.rows.shape[1]
         b = max(1, min(d_file, self.product_block))
-        offsets = (256 * np.arange(b, dtype=np.intp))[:, None]
         threads = self.threads if threads is None else threads
         threads = max(1, min(product_threads() if threads is None else int(threads), -(-d_file // b)))
+        kept = None if self.columns is None else self.columns >= 0
+        before = None if kept is None else np.concatenate([[0], np.cumsum(kept)])  # kept file variants before each
 
         def work(worker: int) -> None:
-            decoded = _scratch((b, 4 * width)).reshape(b, width, 4)
-            index = np.empty((b, width), dtype=np.intp)
+            packed = np.empty((b, width), dtype=np.uint32)
+            decoded = _scratch((b, 4 * width))
             for start in range(worker * b, d_file, threads * b):
+                stop = min(start + b, d_file)
                 columns, raw = self._raw_range(start, start + b)
                 k = raw.shape[0]
                 if k == 0:
                     continue
-                table = (values[columns] @ _CODE_ONE_HOT).reshape(256 * k, 4)  # (variant, byte) -> 4 people's values
-                np.add(raw, offsets[:k], out=index[:k], casting="unsafe")
-                np.take(table, index[:k], axis=0, out=decoded[:k])
-                step(worker, columns, decoded[:k].reshape(k, 4 * width)[:, :s])
+                np.take(_BYTE_COUNTS, raw, out=packed[:k])
+                block = decoded[:k]
+                np.copyto(block, packed[:k].view(np.int8).reshape(k, 4 * width), casting="unsafe")
+                lo, hi = self.missing_ptr[start], self.missing_ptr[stop]
+                if fill is not None and hi > lo:
+                    people = self.missing_people[lo:hi]
+                    rows = np.repeat(np.arange(stop - start), np.diff(self.missing_ptr[start:stop + 1]))
+                    if kept is not None:
+                        keep = kept[start + rows]  # a dropped variant's calls are not in the block
+                        rows, people = before[start + rows[keep]] - before[start], people[keep]
+                    np.put(block, rows * (4 * width) + people, fill[columns][rows])
+                step(worker, columns, block[:, :s])
 
         if threads == 1:
             work(0)
@@ -491,44 +544,70 @@ class BedVariants:
             for done in [pool.submit(work, w) for w in range(threads)]:
                 done.result()
 
+    def _left(self, Z: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None, threads: int | None,
+              squares: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(X Z, row squares or None)`` in one read of the file (:meth:`left`, :meth:`row_squares`).
+
+        ``X Z = D (Z / scale) - 1 (mean^T (Z / scale))`` with ``D`` the counts, a missing call ``mean``
+        (:meth:`_passes`): each worker adds ``D_J^T (Z / scale)_J`` of its blocks into its own sum, and the
+        workers' sums are added in worker order (the same numbers whatever the threads' timing). ``squares``: ``||x_i||^2``, the block ``(D_J - mean_J) / scale_J`` squared
+        and summed over its variants.
+        """
+        Zs = Z if scale is None else Z / np.asarray(scale, dtype=np.float64)[:, None]
+        s, r = self.num_rows, Z.shape[1]
+        sums: dict[int, np.ndarray] = {}
+        parts: dict[int, np.ndarray] = {}
+        norms: dict[int, np.ndarray] = {}
+
+        def step(worker, columns, DJ):
+            if worker not in sums:
+                sums[worker], parts[worker], norms[worker] = np.zeros((s, r)), np.empty((s, r)), np.zeros(s)
+            if r:  # np.dot: it lets go of the GIL for these shapes, where the @ of numpy 2.4 does not
+                np.dot(DJ.T, Zs[columns], out=parts[worker])
+                sums[worker] += parts[worker]
+            if squares:
+                if mean is not None:
+                    DJ -= mean[columns][:, None]
+                if scale is not None:
+                    DJ /= scale[columns][:, None]
+                norms[worker] += np.einsum("ji,ji->i", DJ, DJ)
+
+        self._passes(step, None if mean is None else np.asarray(mean, dtype=np.float64), threads)
+        out, total = np.zeros((s, r)), np.zeros(s)
+        for worker in sorted(sums):
+            out += sums[worker]
+            total += norms[worker]
+        if mean is not None:
+            out -= np.asarray(mean, dtype=np.float64) @ Zs
+        return out, (total if squares else None)
+
     def left(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None,
              threads: int | None = None) -> np.ndarray:
         """``X Z`` with ``X`` (s, d) the people x variants of the class docstring, ``Z`` (d, r); (s, r).
 
-        One read of the file: ``X Z = sum_J X_J^T Z_J`` over its variant blocks ``J``, each ``X_J`` decoded with
-        its centring, scale and imputed missing calls (:meth:`_passes`); each worker sums its own blocks, and
-        the workers' sums are added in worker order (the same numbers whatever the threads' timing).
+        One read of the file in variant blocks ``J``: ``X Z = sum_J X_J^T Z_J``, with the centring and the scale
+        applied to ``Z`` and as one rank-one term rather than to every decoded value (:meth:`_left`).
         """
         Z = np.asarray(Z, dtype=np.float64)
-        Z2 = Z.reshape(Z.shape[0], -1)
-        values = self.code_values(mean, scale)
-        sums: dict[int, np.ndarray] = {}
-
-        def step(worker, columns, XJ):
-            part = XJ.T @ Z2[columns]
-            if worker in sums:
-                sums[worker] += part
-            else:
-                sums[worker] = part
-
-        self._passes(step, values, threads)
-        out = np.zeros((self.num_rows, Z2.shape[1]))
-        for worker in sorted(sums):
-            out += sums[worker]
+        out, _ = self._left(Z.reshape(Z.shape[0], -1), mean, scale, threads)
         return out.reshape((self.num_rows,) + Z.shape[1:])
 
     def right(self, Y: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None,
               threads: int | None = None) -> np.ndarray:
-        """``X^T Y`` for ``Y`` (s, r): shape (d, r); one read of the file, ``X_J Y`` per variant block (as
-        :meth:`left`)."""
+        """``X^T Y`` for ``Y`` (s, r): shape (d, r); one read of the file, ``D_J Y`` per variant block (the counts,
+        a missing call ``mean``: :meth:`_passes`), then ``(D Y - mean 1^T Y) / scale``."""
         Y = np.asarray(Y, dtype=np.float64)
         Y2 = np.ascontiguousarray(Y.reshape(Y.shape[0], -1))
         out = np.zeros((self.dimension, Y2.shape[1]))
 
-        def step(worker, columns, XJ):
-            out[columns] = XJ @ Y2
+        def step(worker, columns, DJ):
+            out[columns] = np.dot(DJ, Y2)  # np.dot: it lets go of the GIL (see _left)
 
-        self._passes(step, self.code_values(mean, scale), threads)
+        self._passes(step, None if mean is None else np.asarray(mean, dtype=np.float64), threads)
+        if mean is not None:
+            out -= np.asarray(mean, dtype=np.float64)[:, None] * Y2.sum(axis=0)
+        if scale is not None:
+            out /= np.asarray(scale, dtype=np.float64)[:, None]
         return out.reshape((self.dimension,) + Y.shape[1:])
 
     def product(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
@@ -541,15 +620,8 @@ class BedVariants:
 
     def row_squares(self, mean: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
         """``||x_i||^2`` of every person's row of ``X`` (class docstring: ``(g - mean) / scale``, a missing call 0),
-        unweighted, shape (s,): one read of the file, a (variant, code) table per block."""
-        out = np.zeros(self.num_rows)
-        for columns, codes in self._codes():
-            table = BED_COUNTS[None, :] - np.asarray(mean[columns])[:, None]
-            if scale is not None:
-                table = table / np.asarray(scale[columns])[:, None]
-            table = np.nan_to_num(table * table, nan=0.0)  # the missing code's column is NaN: 0
-            out += np.take_along_axis(table, codes.astype(np.intp), axis=1).sum(axis=0)
-        return out
+        unweighted, shape (s,): one read of the file."""
+        return self._left(np.zeros((self.dimension, 0)), mean, scale, None, squares=True)[1]
 
     def missingness_diagonal(self, Z: np.ndarray, mean: np.ndarray, scale: np.ndarray | None = None
                              ) -> tuple[np.ndarray, float]:
@@ -579,9 +651,11 @@ class BedVariants:
         """
         calls, d = self.person_calls.astype(np.float64), float(self.dimension)
         inverse = np.divide(1.0, calls, out=np.zeros(self.num_rows), where=calls > 0)
-        delta = self.row_squares(mean, scale) * (inverse - d * inverse * inverse)
-        Y = self.left(Z, mean, scale)
+        Z = np.asarray(Z, dtype=np.float64)
+        Y, squares = self._left(Z.reshape(Z.shape[0], -1), mean, scale, None, squares=True)  # one read
+        delta = squares * (inverse - d * inverse * inverse)
         return (Y * (delta * self.missingness_weights())[:, None]).T @ Y, float(delta.sum())
+
 
     def call_counts(self) -> np.ndarray:
         """Non-missing calls per variant, shape (d,) float64."""
@@ -593,14 +667,35 @@ class BedVariants:
         return (2.0 * c[:, 0] + c[:, 2]).astype(np.float64), (4.0 * c[:, 0] + c[:, 2]).astype(np.float64)
 
     def _counts(self, weighted: bool) -> np.ndarray:
-        """The code counts (d, 4), or with ``weighted`` each person counted ``omega_i`` times (one read, cached)."""
+        """The code counts (d, 4), or with ``weighted`` each person counted ``omega_i`` times (one read, cached).
+
+        Weighted: one pass over the counts ``D`` (a missing call 0, :meth:`_passes`) gives ``D omega = 2 W_00 +
+        W_10`` and ``(D * D) omega = 4 W_00 + W_10``; the missing calls' weights ``W_01`` come from where they are
+        (:attr:`missing_ptr`) and ``W_11`` is the rest of ``sum omega``; a code nobody carries weighs exactly 0.
+        """
         if not weighted or self.row_weights is None:
             return self.code_counts.astype(np.float64)
         if self._weighted_counts is None:
-            counts = np.zeros((self.dimension, 4))
-            for columns, codes in self._codes():
-                for code in range(4):
-                    counts[columns, code] = (codes == code) @ self.row_weights
+            omega = np.asarray(self.row_weights, dtype=np.float64)
+            sums = np.zeros((self.dimension, 2))
+
+            def step(worker, columns, DJ):
+                sums[columns, 0] = np.dot(DJ, omega)
+                sums[columns, 1] = np.dot(np.square(DJ, out=DJ), omega)
+
+            self._passes(step, None)
+            ptr = self.missing_ptr
+            per_file = np.add.reduceat(np.append(omega[self.missing_people], 0.0), ptr[:-1]) * (ptr[1:] > ptr[:-1])
+            absent = per_file if self.columns is None else np.zeros(self.dimension)
+            if self.columns is not None:
+                kept = self.columns >= 0
+                absent[self.columns[kept]] = per_file[kept]
+            counts = np.empty((self.dimension, 4))
+            counts[:, 0] = (sums[:, 1] - sums[:, 0]) / 2
+            counts[:, 2] = sums[:, 0] - 2 * counts[:, 0]
+            counts[:, 1] = absent
+            counts[:, 3] = omega.sum() - counts[:, 0] - counts[:, 2] - absent
+            counts[self.code_counts == 0] = 0.0  # exact where nobody carries the code (a variant without a call)
             self._weighted_counts = counts
         return self._weighted_counts
 

@@ -45,7 +45,7 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from ...kernels.krylov import next_block, rayleigh_ritz
+from ...kernels.krylov import extend_projection, next_block, rayleigh_ritz
 from ..base import log, uploaded_bytes
 from .fedpower import FedPowerStrategy
 
@@ -86,6 +86,8 @@ class KrylovStrategy(FedPowerStrategy):
         self.products = 0
         self.ritz_values: np.ndarray | None = None
         self._objective: float | None = None
+        self._buffers: tuple[np.ndarray, np.ndarray] | None = None  # Q and C Q's storage (_append)
+        self._projection: np.ndarray | None = None  # Q^T C Q of the basis (extend_projection)
 
     def __repr__(self) -> str:
         return (f"KrylovStrategy({self.d_repr}, k={self.k}, r={self.r}, m={self.m}, q={self.max_blocks}, "
@@ -140,6 +142,19 @@ class KrylovStrategy(FedPowerStrategy):
         W = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
         return self.extend(server_round, W, n)
 
+    def _append(self, Z: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The basis and its products with the block ``Z`` and its product ``W`` appended (views of two buffers
+        that grow by doubling, column-major: each round copies one block, not the whole basis)."""
+        m, r = (0 if self.Q is None else self.Q.shape[1]), Z.shape[1]
+        bufs = self._buffers
+        if bufs is None or bufs[0].shape[1] < m + r or self.Q is None or not np.shares_memory(self.Q, bufs[0]):
+            size = max(m + r, min(2 * (m + r), self.capacity() * self.r))
+            bufs = self._buffers = (np.empty((self.d, size), order="F"), np.empty((self.d, size), order="F"))
+            if m:
+                bufs[0][:, :m], bufs[1][:, :m] = self.Q, self.CQ
+        bufs[0][:, m:m + r], bufs[1][:, m:m + r] = Z, W
+        return bufs[0][:, :m + r], bufs[1][:, :m + r]
+
     def repeat_block(self, server_round: int, why: str) -> tuple[Parameters, dict[str, Scalar]]:
         """A round whose sum lacks a client: its block is asked again next round and the estimate kept."""
         log.warning("round %d: %s; a Krylov block needs every product, so the block is asked again and the "
@@ -170,16 +185,16 @@ class KrylovStrategy(FedPowerStrategy):
             self.abort(f"round {server_round}: the sum of the products overflows float64")
             return None, {}
         self.products += 1
-        Q, CQ = pend["Z"], W
-        if self.Q is not None:
-            Q, CQ = np.hstack([self.Q, Q]), np.hstack([self.CQ, CQ])
+        Q, CQ = self._append(pend["Z"], W)
+        H = self._projection = extend_projection(self._projection, Q, CQ, W.shape[1])
         rng = np.random.default_rng([self.settings.seed, STREAM_KRYLOV, server_round])
         full = Q.shape[1] // self.r >= self.capacity()
         # the next block from the whole basis, before a restart discards part of it (when there is room)
         block = next_block(Q, W, rng) if Q.shape[1] + self.r <= self.d else None
-        values, Z, CZ = rayleigh_ritz(Q, CQ, self.kept_at_restart() if full else self.r)
+        values, Z, CZ = rayleigh_ritz(Q, CQ, self.kept_at_restart() if full else self.r, H)
         if full:  # thick restart from the leading Ritz vectors, whose products C Z are known: no extra round
             Q, CQ = Z, CZ
+            self._projection = None
             self.restarts += 1
             log.info("round %d: Krylov basis full (%d blocks); restart %d from %d Ritz vectors", server_round,
                      self.capacity(), self.restarts, Z.shape[1])
@@ -216,10 +231,11 @@ class KrylovStrategy(FedPowerStrategy):
 
     # -- checkpoints (fl_strategies.protocol.checkpoint) -------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The base state and the Krylov state: ``Q``, ``C Q``, the next block, the counters, the last ``F``."""
+        """The base state and the Krylov state: ``Q``, ``C Q``, ``Q^T C Q``, the next block, the counters, the last
+        ``F``."""
         return {**super().state_dict(), "krylov": {
             "Q": self.Q, "CQ": self.CQ, "block": self.block, "restarts": self.restarts, "products": self.products,
-            "objective": self._objective}}
+            "objective": self._objective, "projection": self._projection}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
@@ -228,4 +244,7 @@ class KrylovStrategy(FedPowerStrategy):
         self.Q, self.CQ, self.block = (None if saved[key] is None else np.asarray(saved[key], dtype=np.float64)
                                        for key in ("Q", "CQ", "block"))
         self.restarts, self.products = int(saved["restarts"]), int(saved["products"])
+        projection = saved.get("projection")  # Q^T C Q as the run kept it (a checkpoint before it: recomputed)
+        self._buffers = None
+        self._projection = None if projection is None else np.asarray(projection, dtype=np.float64)
         self._objective = saved["objective"]
