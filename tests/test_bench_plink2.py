@@ -39,12 +39,22 @@ def test_the_benchmark_runs_at_a_tiny_size(tmp_path, capsys):
     assert main(["--people", "240", "--variants", "1200", "--rank", "2", "--iteration-rank", "4", "--rounds", "40",
                  "--stop-tol", "1e-9", "--out", str(tmp_path / "out"), "--data", str(tmp_path / "data")]) == 0
     table = capsys.readouterr().out
-    assert table.count("| plink2 --pca") == 2 and "| fedspectral (4 sites" in table
+    from simulations.benchmarks.bench_plink2 import blas_choices
+
+    assert table.count("| plink2 --pca approx") == len(blas_choices()) and "| fedspectral (4 sites" in table
+    assert table.count("| plink2 --pca (exact") == 1
     found = json.loads((tmp_path / "out" / "bench_plink2.json").read_text())
     assert found["people"] == 240 and found["variants"] == 1200 and 0.005 < found["missing"] < 0.015
     assert found["above_noise"][0]  # three populations: PC1 stands out
     assert found["correlation_fedspectral"][0] > 1 - 1e-5
     assert found["rounds"] < 40  # stop-tol on the kept components ended the run
+    kept = next((tmp_path / "data").glob("plink2-exact-*/run.json"))  # exact plink2, kept for a later run
+    assert main(["--people", "240", "--variants", "1200", "--rank", "2", "--iteration-rank", "4", "--rounds", "40",
+                 "--stop-tol", "1e-9", "--out", str(tmp_path / "again"), "--data", str(tmp_path / "data")]) == 0
+    again = json.loads((tmp_path / "again" / "bench_plink2.json").read_text())
+    assert again["plink2_exact_cached"] == json.loads(kept.read_text())["when"]
+    assert again["plink2_exact_s"] == found["plink2_exact_s"] and again["exact_eigenvalues"] == found["exact_eigenvalues"]
+    assert "kept with the data" in (tmp_path / "again" / "bench_plink2.md").read_text()
     for name in ("pooled", "sites/partition_0", "sites/partition_3"):
         assert (tmp_path / "data" / f"{name}.bed").stat().st_size > 3
     people = sum(len((tmp_path / "data" / "sites" / f"partition_{i}.fam").read_text().splitlines())

@@ -17,8 +17,12 @@ In one run, each in its own process and one after the other:
   ``--strategy`` with ``--rank`` kept of ``--iteration-rank`` columns, at most ``--rounds`` rounds, ``stop-tol``
   on the kept components), BLAS at 2 threads; then ``client_app``'s ``transform`` of each site's file for the
   scores (timed apart: ``plink2 --pca`` writes its scores as part of its run);
-* ``plink2 --pca approx <rank>`` and exact ``plink2 --pca <rank>`` on the pooled file, ``--threads 2`` (exact
-  only up to ``--exact-max-people``: its time grows as people^2 x variants);
+* ``plink2 --pca approx <rank>`` on the pooled file, ``--threads 2``, once with each BLAS found
+  (:func:`blas_choices`: Debian's reference BLAS, which ``apt-get install plink2`` brings, and OpenBLAS when
+  ``libopenblas0-pthread`` is installed; plink2's approx runs 1.8x faster with OpenBLAS on this machine), and
+  exact ``plink2 --pca <2 rank>`` with the last of them (only up to ``--exact-max-people``: its time grows as
+  people^2 x variants; its result is kept with ``--data`` and used again by a later run on the same file, the
+  table saying when it was computed);
 * each site's pass alone (the in-process engine runs all four sites and the server in one process): a fresh
   process opens the site's ``.bed`` and computes one product ``A_i Z`` of ``iteration-rank`` columns, centred
   and scaled as in the run; its resident memory before it opens the file and its peak (``ru_maxrss``; both count
@@ -350,14 +354,58 @@ def _status_mb(key: str) -> float:
     return float("nan")
 
 
-def _plink2(pooled: Path, out: Path, rank: int, approx: bool) -> dict:
-    """``plink2 --pca [approx] rank`` on the pooled file, 2 threads: wall, peak memory, eigenvectors, eigenvalues."""
-    name = "approx" if approx else "exact"
+def blas_choices() -> dict[str, str | None]:
+    """The BLAS / LAPACK libraries ``plink2`` can run with: ``{name: LD_LIBRARY_PATH}``.
+
+    Debian's ``plink2`` links ``libblas.so.3`` and ``liblapack.so.3``, which the alternatives system points at
+    the reference implementation (``libblas3``, ``liblapack3``: what ``apt-get install plink2`` brings) or, once
+    installed, at OpenBLAS (``libopenblas0-pthread``). Both are named here when present, so that each can be
+    chosen whatever the alternatives say; elsewhere, plink2's own: ``{"as installed": None}``.
+    """
+    found: dict[str, str | None] = {}
+    for name, parts in (("reference BLAS", ("blas", "lapack")), ("OpenBLAS", ("openblas-pthread",))):
+        for arch in sorted(Path("/usr/lib").glob("*-linux-gnu")):
+            if all((arch / part).is_dir() for part in parts) and (arch / parts[0] / "libblas.so.3").exists():
+                found[name] = ":".join(str(arch / part) for part in parts)
+                break
+    return found or {"as installed": None}
+
+
+def _plink2(pooled: Path, out: Path, rank: int, approx: bool, library: str | None = None, tag: str = "") -> dict:
+    """``plink2 --pca [approx] rank`` on the pooled file, 2 threads, with the BLAS at ``library`` (an
+    ``LD_LIBRARY_PATH``; ``None``: plink2's own): wall, peak memory, eigenvectors, eigenvalues."""
+    name = ("approx" if approx else "exact") + tag
+    env = None if library is None else {"LD_LIBRARY_PATH": library}
     found = _measured(["plink2", "--bfile", str(pooled), "--pca", *(["approx"] if approx else []), str(rank),
-                       "--threads", "2", "--out", str(out / f"plink2-{name}")])
+                       "--threads", "2", "--out", str(out / f"plink2-{name}")], env)
     found["vectors"] = np.loadtxt(out / f"plink2-{name}.eigenvec", skiprows=1, usecols=range(2, 2 + rank), ndmin=2)
     found["values"] = np.loadtxt(out / f"plink2-{name}.eigenval", ndmin=1)
     return found
+
+
+def _exact_plink2(data: Path, rank: int, blas: str, library: str | None) -> dict:
+    """Exact ``plink2 --pca rank`` on ``data/pooled.bed`` with ``blas``, kept in ``data/plink2-exact-<blas>/``: a
+    later run on the same file (its size and time stamp) with the same rank uses the kept eigenvectors, and its
+    table says when they were computed (exact plink2 is deterministic, and takes tens of minutes at 20,000
+    people). ``cached`` is that time, ``None`` when run now."""
+    folder = data / f"plink2-exact-{blas.replace(' ', '-')}"
+    record = folder / "run.json"
+    stat = (data / "pooled.bed").stat()
+    key = {"rank": rank, "bed_bytes": stat.st_size, "bed_mtime": stat.st_mtime, "blas": blas}
+    if record.is_file():
+        kept = json.loads(record.read_text())
+        if kept.get("key") == key:
+            found = {**kept["measured"], "cached": kept["when"]}
+            found["vectors"] = np.loadtxt(folder / "plink2-exact.eigenvec", skiprows=1, usecols=range(2, 2 + rank),
+                                          ndmin=2)
+            found["values"] = np.loadtxt(folder / "plink2-exact.eigenval", ndmin=1)
+            return found
+    folder.mkdir(exist_ok=True)
+    found = _plink2(data / "pooled", folder, rank, approx=False, library=library)
+    measured = {key_: found[key_] for key_ in ("wall", "cpu", "peak_mb")}
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    record.write_text(json.dumps({"key": key, "measured": measured, "when": when}) + "\n")
+    return {**found, "cached": None}
 
 
 def correlations(scores: np.ndarray, vectors: np.ndarray) -> list[float]:
@@ -382,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=None,
                         help="where the .bed files go (default: a temporary folder, removed at the end); kept, "
                              "and used again by a later run with the same simulation settings")
-    parser.add_argument("--exact-max-people", type=int, default=10_000,
+    parser.add_argument("--exact-max-people", type=int, default=20_000,
                         help="exact plink2 --pca only up to this many people (its time grows as people^2 x "
                              "variants); above it the PCs are compared with plink2 approx's")
     parser.add_argument("--out", type=Path, default=None)
@@ -438,10 +486,15 @@ def _bench(args, data: Path, out: Path) -> int:
     (model_path,) = sorted((work / "compare" / "estimates").glob("*.pca.npz"))
     rounds = _rounds(work / "compare")
     scored = _measured(me + ["transform", str(model_path), str(data), str(work)], threads)
-    approx = _plink2(data / "pooled", work, args.rank, approx=True)
-    exact = None
+    libraries = blas_choices()
+    approxes = {blas: _plink2(data / "pooled", work, args.rank, approx=True, library=library,
+                              tag="-" + blas.replace(" ", "-"))
+                for blas, library in libraries.items()}
+    first = next(iter(libraries))  # the reference BLAS where present: what apt-get install plink2 brings
+    approx = approxes[first]
+    exact, exact_blas = None, list(libraries)[-1]  # OpenBLAS where present: the fastest
     if args.people <= args.exact_max_people:  # the bulk's level: eigenvalue 2 rank
-        exact = _plink2(data / "pooled", work, 2 * args.rank, approx=False)
+        exact = _exact_plink2(data, 2 * args.rank, exact_blas, libraries[exact_blas])
     site_passes = []
     for i in range(4):  # each site's pass alone, in a process of its own
         site = _measured(me + ["site", str(model_path), str(data / "sites" / f"partition_{i}.bed"),
@@ -464,6 +517,11 @@ def _bench(args, data: Path, out: Path) -> int:
                   "plink2_exact": None if exact is None else exact["cpu"]},
         "plink2_exact_s": None if exact is None else exact["wall"],
         "plink2_exact_peak_mb": None if exact is None else exact["peak_mb"], "reference": "exact" if exact else "approx",
+        "plink2_blas": first, "plink2_exact_blas": None if exact is None else exact_blas,
+        "plink2_exact_cached": None if exact is None else exact["cached"],
+        "plink2_approx_other": {blas: {"wall": found["wall"], "cpu": found["cpu"], "peak_mb": found["peak_mb"],
+                                       "correlation": correlations(found["vectors"], reference["vectors"][:, : args.rank])}
+                                for blas, found in approxes.items() if blas != first},
         "bed_bytes": [(data / "sites" / f"partition_{i}.bed").stat().st_size for i in range(4)],
         "bed_mb": [(data / "sites" / f"partition_{i}.bed").stat().st_size / 2**20 for i in range(4)],
         "site_passes": site_passes,
@@ -508,12 +566,17 @@ def markdown(r: dict) -> str:
          r["correlation_fedspectral"]),
         ("fedspectral + transform of every site", fed_total, cpu["fedspectral"] + cpu["transform"],
          max(r["fedspectral_peak_mb"], r["transform_peak_mb"]), r["correlation_fedspectral"]),
-        ("plink2 --pca approx (pooled)", r["plink2_approx_s"], cpu["plink2_approx"], r["plink2_approx_peak_mb"],
-         r["correlation_approx"]),
+        (f"plink2 --pca approx (pooled, {r.get('plink2_blas', 'as installed')})", r["plink2_approx_s"],
+         cpu["plink2_approx"], r["plink2_approx_peak_mb"], r["correlation_approx"]),
     ]
+    for blas, other in r.get("plink2_approx_other", {}).items():
+        rows.append((f"plink2 --pca approx (pooled, {blas})", other["wall"], other["cpu"], other["peak_mb"],
+                     other["correlation"]))
     if exact:
-        rows.append(("plink2 --pca (exact, pooled)", r["plink2_exact_s"], cpu["plink2_exact"],
-                     r["plink2_exact_peak_mb"], [1.0] * r["rank"]))
+        cached = r.get("plink2_exact_cached")
+        rows.append((f"plink2 --pca (exact, pooled, {r.get('plink2_exact_blas') or 'as installed'}"
+                     f"{'; its run of ' + cached + ', kept with the data' if cached else ''})", r["plink2_exact_s"],
+                     cpu["plink2_exact"], r["plink2_exact_peak_mb"], [1.0] * r["rank"]))
     against = "exact plink2" if exact else "plink2 approx"
     lines = ["| method | wall (s) | wall / plink2 approx | CPU (s) | CPU / plink2 approx | peak RSS of the process (MB) | "
              + " | ".join(f"PC{j + 1} 1 - abs(r){'' if above else ' (noise)'}" for j, above in
@@ -547,10 +610,13 @@ def markdown(r: dict) -> str:
     else:
         values = (f"plink2 approx eigenvalues {', '.join(f'{v:.3g}' for v in r['exact_eigenvalues'])} (no exact "
                   f"reference at this size)")
-    footer = (f"\n{values}; wall time fedspectral / plink2 approx {r['fedspectral_s'] / r['plink2_approx_s']:.2f} "
-              f"(CPU {cpu['fedspectral'] / cpu['plink2_approx']:.2f}) "
-              f"(with transform {fed_total / r['plink2_approx_s']:.2f}). Simulation {r['simulation_s']:.0f} s "
-              f"(not timed above).\n")
+    others = "".join(f"; against plink2 approx with {blas} {r['fedspectral_s'] / other['wall']:.2f} (CPU "
+                     f"{cpu['fedspectral'] / other['cpu']:.2f})" for blas, other in r.get("plink2_approx_other", {}).items())
+    footer = (f"\n{values}; wall time fedspectral / plink2 approx ({r.get('plink2_blas', 'as installed')}) "
+              f"{r['fedspectral_s'] / r['plink2_approx_s']:.2f} (CPU {cpu['fedspectral'] / cpu['plink2_approx']:.2f}) "
+              f"(with transform {fed_total / r['plink2_approx_s']:.2f}){others}. Simulation "
+              f"{r['simulation_s']:.0f} s (not timed above). The ratio columns are against the first plink2 approx "
+              f"row.\n")
     return header + "\n".join(lines) + "\n" + "\n".join(sites) + "\n" + footer
 
 
