@@ -112,11 +112,18 @@ def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int,
     if noise_std > 0:
         raise RuntimeError("a noisy client sends no summary: its exact A_i Z would not be covered by the privacy "
                            "guarantee")
-    metrics = {"partition-id": partition_id, "trace": A.trace()}
-    if not (config or {}).get(MISSINGNESS_DIAGONAL):
-        return [A @ Z], s, metrics
-    if not hasattr(A.rows, "missingness_diagonal") or A.mean is None:
+    diagonal = bool((config or {}).get(MISSINGNESS_DIAGONAL))
+    if diagonal and (not hasattr(A.rows, "missingness_diagonal") or A.mean is None):
         raise ValueError(f"partition {partition_id}: the server asks for plink2's diagonal, but the node's data are "
                          "no centred .bed file")
+    if A.gram is None and getattr(A.rows, "centers_inside", False):  # a .bed file: two reads for all of it
+        product, trace, parts = A.rows.summary(Z, A.mean, A.scale, diagonal)
+        product, trace = product * (A.weight / A.num_rows), trace * A.weight / A.num_rows
+        if not diagonal:
+            return [product], s, {"partition-id": partition_id, "trace": trace}
+        return [product, parts[0]], s, {"partition-id": partition_id, "trace": trace, "diagonal": parts[1]}
+    metrics = {"partition-id": partition_id, "trace": A.trace()}
+    if not diagonal:
+        return [A @ Z], s, metrics
     S, delta = A.rows.missingness_diagonal(Z, A.mean, A.scale)
     return [A @ Z, S], s, {**metrics, "diagonal": delta}

@@ -438,3 +438,10 @@ def test_aligned_products_with_missing_calls_are_those_of_the_dense_rows(tmp_pat
     centred = np.nan_to_num(listed - mean, nan=0.0)  # sum over the calls of (g - mean)^2, each person weighted
     np.testing.assert_allclose(A.weighted(weights).centered_column_squares(mean, weighted=True),
                                weights @ centred ** 2, rtol=1e-12)
+    W = A.weighted(weights)  # the summary exchange's two reads give what five gave
+    product, trace, parts = W.summary(Z, mean, scale, diagonal=True)
+    np.testing.assert_allclose(product, W.product(Z, mean, scale), rtol=0, atol=1e-11)
+    assert trace == pytest.approx(weights @ (dense ** 2).sum(axis=1), rel=1e-12)
+    np.testing.assert_allclose(parts[0], S, rtol=1e-12, atol=1e-12)
+    assert parts[1] == pytest.approx(delta, rel=1e-12)
+    assert W.summary(Z, None, None, diagonal=False)[1] == pytest.approx(weights @ (np.nan_to_num(listed) ** 2).sum(axis=1))

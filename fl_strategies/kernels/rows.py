@@ -649,13 +649,40 @@ class BedVariants:
         delta : float
             ``sum_i delta_i`` over this site's people (0 for a person without a call, and without missing calls).
         """
-        calls, d = self.person_calls.astype(np.float64), float(self.dimension)
-        inverse = np.divide(1.0, calls, out=np.zeros(self.num_rows), where=calls > 0)
         Z = np.asarray(Z, dtype=np.float64)
         Y, squares = self._left(Z.reshape(Z.shape[0], -1), mean, scale, None, squares=True)  # one read
+        return self._diagonal_parts(Y, squares)
+
+    def _diagonal_parts(self, Y: np.ndarray, squares: np.ndarray) -> tuple[np.ndarray, float]:
+        """:meth:`missingness_diagonal` from ``Y = X Z`` (s, r) and the row squares ``||x_i||^2`` (s,)."""
+        calls, d = self.person_calls.astype(np.float64), float(self.dimension)
+        inverse = np.divide(1.0, calls, out=np.zeros(self.num_rows), where=calls > 0)
         delta = squares * (inverse - d * inverse * inverse)
         return (Y * (delta * self.missingness_weights())[:, None]).T @ Y, float(delta.sum())
 
+
+    def summary(self, Z: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None, diagonal: bool
+                ) -> tuple[np.ndarray, float, tuple[np.ndarray, float] | None]:
+        """What the summary exchange asks of a site, in two reads of the file instead of five.
+
+        Returns ``(X^T diag(omega) X Z, sum_i omega_i ||x_i||^2, parts)``: the product (:meth:`product`), the
+        trace of ``X^T diag(omega) X`` (what :meth:`centered_column_squares` sums, weighted), and with
+        ``diagonal`` :meth:`missingness_diagonal`'s ``(S, sum delta)`` (else ``None``). One left pass gives ``Y = X
+        Z`` and the row squares (:meth:`_left`), from which the trace and the diagonal's parts follow; one right
+        pass the product.
+
+        Parameters
+        ----------
+        Z : ndarray of shape (d, r)
+        mean, scale : ndarray of shape (d,) or None
+        diagonal : bool
+        """
+        Z = np.asarray(Z, dtype=np.float64)
+        Y, squares = self._left(Z.reshape(Z.shape[0], -1), mean, scale, None, squares=True)
+        parts = self._diagonal_parts(Y, squares) if diagonal else None
+        weights = np.ones(self.num_rows) if self.row_weights is None else self.row_weights
+        product = self.right(Y * weights[:, None], mean, scale).reshape(Z.shape)
+        return product, float(weights @ squares), parts
 
     def call_counts(self) -> np.ndarray:
         """Non-missing calls per variant, shape (d,) float64."""
