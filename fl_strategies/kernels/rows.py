@@ -277,10 +277,10 @@ def product_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _missing_calls(raw: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(variants, people)`` of the missing calls (code ``01``) in ``raw`` (b, ceil(s / 4)), the bytes of the
-    file's variants ``start .. start + b - 1``, in variant order; ``variants`` int64 (file rows), ``people`` int32.
-    A padding code is ``00``: never taken for a missing call."""
+def _missing_calls(raw: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``(per variant, people)`` of the missing calls (code ``01``) in ``raw`` (b, ceil(s / 4)), the bytes of ``b``
+    variants: how many each variant has, int64 (b,), and who, ``dtype``, variant by variant. A padding code is
+    ``00``: never taken for a missing call."""
     flags = raw & (~raw >> 1) & 0x55  # the low bit of each missing code: low bit set, high bit clear
     at = np.flatnonzero(flags)
     rows, places = np.divmod(at, raw.shape[1])
@@ -291,8 +291,7 @@ def _missing_calls(raw: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]
         variants.append(rows[hit])
         people.append(4 * places[hit] + slot)
     variants, people = np.concatenate(variants), np.concatenate(people)
-    order = np.argsort(variants, kind="stable")
-    return start + variants[order], people[order].astype(np.int32)
+    return np.bincount(variants, minlength=raw.shape[0]), people[np.argsort(variants, kind="stable")].astype(dtype)
 
 
 class BedVariants:
@@ -304,9 +303,9 @@ class BedVariants:
     counts, a missing call 0. A product (:meth:`left`, :meth:`right`) reads the file once in file order, decoding
     one block of variants at a time to allele counts (one table of the 256 byte values) into a buffer of about
     :data:`PRODUCT_BLOCK_BYTES` per thread, with each missing call set to its variant's mean; the centring and the
-    scale are applied to the other factor and as a rank-one term. Memory: the mapped file's pages, 4 bytes per
-    missing call (where they are, found when the file is opened: :attr:`missing_ptr`), and O(threads block + s r +
-    d r).
+    scale are applied to the other factor and as a rank-one term. Memory: the mapped file's pages, 2 bytes per
+    missing call (4 above 65,536 people: where they are, found when the file is opened, :attr:`missing_ptr`), and
+    O(threads block + s r + d r).
 
     Parameters
     ----------
@@ -329,7 +328,7 @@ class BedVariants:
     missing_ptr : ndarray of shape (d_file + 1,), int64
         The missing calls of the file's variant ``j`` (in file order, before any :meth:`aligned` list) are people
         ``missing_people[missing_ptr[j]:missing_ptr[j + 1]]``.
-    missing_people : ndarray of shape (missing calls,), int32
+    missing_people : ndarray of shape (missing calls,), uint16 (int32 above 65,536 people)
     row_weights : ndarray of shape (s,) or None
         ``omega``: the products are those of ``X^T diag(omega) X`` (:meth:`weighted`); ``None``: all ones.
     product_block : int
@@ -370,6 +369,7 @@ class BedVariants:
         starts = list(range(0, d_file, step))
         threads = max(1, min(product_threads() if self.threads is None else int(self.threads), len(starts)))
         chunks = np.arange(0, full, 63)
+        people_dtype = np.uint16 if s <= np.iinfo(np.uint16).max + 1 else np.int32  # 2 bytes a missing call
 
         def work(worker: int) -> tuple[np.ndarray, list]:
             missing = np.zeros(4 * width, dtype=np.int64)
@@ -390,7 +390,7 @@ class BedVariants:
                 flags = np.take(_PACKED_MISSING, raw).sum(axis=0, dtype=np.uint32)  # b <= 255: no lane overflows
                 missing += flags.view(np.uint8).astype(np.int64)
                 if self.columns is None:
-                    found.append((start, *_missing_calls(raw, start)))
+                    found.append((start, *_missing_calls(raw, people_dtype)))
             return missing, found
 
         if threads == 1:
@@ -402,11 +402,11 @@ class BedVariants:
         self.code_counts, self.person_calls = counts, self.dimension - missing
         if self.columns is None:
             found = sorted((f for part in parts for f in part[1]), key=lambda f: f[0])  # in file order
-            rows = np.concatenate([f[1] for f in found]) if found else np.zeros(0, dtype=np.int64)
-            people = np.concatenate([f[2] for f in found]) if found else np.zeros(0, dtype=np.int32)
-            self.missing_people = people
-            self.missing_ptr = np.zeros(self.rows.shape[0] + 1, dtype=np.int64)
-            np.cumsum(np.bincount(rows, minlength=self.rows.shape[0]), out=self.missing_ptr[1:])
+            self.missing_people = (np.concatenate([f[2] for f in found]) if found
+                                   else np.zeros(0, dtype=people_dtype))
+            self.missing_ptr = np.zeros(d_file + 1, dtype=np.int64)
+            if found:
+                np.cumsum(np.concatenate([f[1] for f in found]), out=self.missing_ptr[1:])
 
     def aligned(self, columns: np.ndarray, flip: np.ndarray, dimension: int) -> "BedVariants":
         """The same file as the columns of another variant list (a shallow copy; one read to count its codes).
