@@ -382,7 +382,7 @@ class BedVariants:
         s, d_file, width = self.num_rows, self.rows.shape[0], self.rows.shape[1]
         full = s // 4  # bytes of four people; a last partial byte is decoded
         counts = np.zeros((self.dimension, 4), dtype=np.int64)
-        step = max(1, min(255, PRODUCT_BLOCK_BYTES // (4 * max(width, 1))))  # about 1 MiB of uint32 a block
+        step = max(1, min(255, PRODUCT_BLOCK_BYTES // (4 * max(width, 1))))  # about 4 MiB of uint32 a block, at most 255 variants
         starts = list(range(0, d_file, step))
         threads = max(1, min(product_threads() if self.threads is None else int(self.threads), len(starts)))
         chunks = np.arange(0, full, 63)
