@@ -9,7 +9,8 @@ A fit instruction that carries the limb code (``secagg-exponent``, ``secagg-clie
   ``[t_i, c_i, s_i]`` (``discovery-sums``: its row sum, its non-missing calls per column, ``s_i`` in
   every column unless its genotypes have missing calls, and its rows), or ``q_i``, the per-column sums of squares
   about the broadcast mean over the calls (``discovery-squares``: about its own mean, plus
-  ``c_i (t_i / c_i - mu)^2``);
+  ``c_i (t_i / c_i - mu)^2``; where the server's variant filters drop variants it sends the kept list with this
+  exchange, and the client reads its ``.bed`` as those variants from then on);
 * a round: ``[vec(s_i Y_i D_i), s_i]`` and, when the server asked for the objective, ``f_i``; ``D_i = I`` after
   one local step (``power``, ``ssi``), else with ``alignment = "opt"`` (``fedpower``, ``localpower``) the client's
   own Procrustes rotation ``procrustes(Z_prev_i, Z)`` of the basis it multiplied last onto the broadcast ``Z``:
@@ -68,6 +69,11 @@ class SecurePowerClient(FedPowerClient):
         calls = np.full(self.d, float(s)) if counts is None else counts
         if phase == "discovery-sums":
             return [t, calls, [s]]
+        if isinstance(config.get("variant-align"), bytes):  # the variants maf-min / geno-max keep, from now on
+            self.data.align(config["variant-align"])
+            self.d = self.data.operator().shape[0]
+            t, counts = self.data.row_sum, self.data.call_counts
+            calls = np.full(self.d, float(s)) if counts is None else counts
         mu = np.frombuffer(config["mean"], dtype="<f8") if "mean" in config else np.zeros(self.d)
         return [self.data.column_sq_sums() + between_sum_of_squares([calls], [t], mu)]
 

@@ -156,3 +156,45 @@ def test_the_kept_variants_and_pcs_are_plink2s_with_maf_and_geno(tmp_path):
     correlation = np.array([abs(np.corrcoef(scores[:, j], vectors[:, j])[0, 1]) for j in range(3)])
     print("kept", len(theirs), "of", G.shape[1], "per-PC 1 - |r|", 1 - correlation)
     assert np.all(correlation >= 0.99999)
+
+
+@pytest.mark.parametrize("strategy", ["krylov", "power"])
+def test_with_secure_aggregation_the_filters_come_from_the_secagg_sums_and_give_the_plain_runs_model(tmp_path,
+                                                                                                     strategy):
+    """maf-min and geno-max under SecAgg+: the filter from the secure sums of the call counts and allele sums (the
+    nodes send none in the clear), the kept variants sent with the next exchange, Z_0 drawn in their dimension:
+    the plain filtered run's variants, mean, scale and model."""
+    from conftest import run_app
+    from test_secure_power import assert_same_model
+
+    sites = qc_sites((60, 50, 70, 55), 300, seed=24)
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(sites):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    keep = numpy_filter(np.vstack(sites), 0.05, 0.05)
+    assert 20 < keep.sum() < 280  # both filters drop variants
+    cfg = dict(strategy=strategy, dataset=str(tmp_path / "data"), num_clients=4, rank=2, iteration_rank=3,
+               num_server_rounds=25, center=True, scale="hwe", row_normalize=False, maf_min=0.05, geno_max=0.05)
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true", secagg_clip=1e12)
+    assert plain.d == secure.d == int(keep.sum())
+    assert secure.variants == plain.variants
+    assert not any("row-sum" in props or "call-count" in props for props in secure.node_properties.values())
+    np.testing.assert_allclose(secure.mean, plain.mean, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(secure.scale, plain.scale, rtol=1e-12, atol=0)
+    assert_same_model(secure, plain)
+
+
+def test_with_secure_aggregation_filters_that_keep_too_few_variants_stop_the_run_in_one_line(tmp_path):
+    from conftest import run_app
+
+    from fl_strategies.protocol.base import RunFailed
+
+    sites = qc_sites((30, 30, 30), 60, seed=25)
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(sites):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    with pytest.raises(RunFailed, match=r"maf-min = 0.5 keep \d+ of the 60 variants .*fewer than iteration-rank"):
+        run_app(strategy="krylov", dataset=str(tmp_path / "data"), num_clients=3, rank=2, iteration_rank=2,
+                num_server_rounds=5, center=True, scale="hwe", row_normalize=False, maf_min=0.5,
+                secure_aggregation="true", secagg_clip=1e12)

@@ -424,21 +424,31 @@ class FederatedStrategy(Strategy):
             raise ConfigError(f"{keys}: the variant filters apply to PLINK .bed data (variants with allele counts "
                               "and missing calls), and the nodes' data are no .bed files; set maf-min = 0 and "
                               "geno-max = 1")
+        if not row_sums_at_discovery(self.cfg):  # under SecAgg+: from the secure sums, after this (secure_power)
+            return None
         usable = [(proxy, info) for proxy, info in checked if isinstance(info, tuple)]
         n = sum(int(size) for _, (_, size) in usable)
         calls = sum(self._call_counts.get(proxy.cid, np.full(self.d, float(size))) for proxy, (_, size) in usable)
-        keep, by_geno, by_maf = variant_filter(calls, sum(self._row_sums[proxy.cid] for proxy, _ in usable), n,
-                                               maf_min, geno_max)
+        keep = self.variants_kept(calls, sum(self._row_sums[proxy.cid] for proxy, _ in usable), n,
+                                  f"{len(usable)} node(s), from their call counts and allele sums")
+        return None if keep is None else [variant for variant, kept_it in zip(self.variants, keep) if kept_it]
+
+    def variants_kept(self, calls: np.ndarray, allele_sums: np.ndarray, n: int, source: str) -> np.ndarray | None:
+        """The mask (d,) of the variants ``maf-min`` and ``geno-max`` keep, from the federation's call counts and
+        allele sums over ``n`` people (logged with ``source``, where they come from); ``None`` when every variant
+        is kept. A ``ConfigError`` in one line when fewer than ``iteration-rank`` are."""
+        maf_min, geno_max = float(self.settings.maf_min), float(self.settings.geno_max)
+        keys = ", ".join(f"{key} = {value:g}" for key, value, active in (
+            ("maf-min", maf_min, maf_min > 0), ("geno-max", geno_max, geno_max < 1)) if active)
+        keep, by_geno, by_maf = variant_filter(calls, allele_sums, n, maf_min, geno_max)
         kept = int(np.sum(keep))
-        log.info("variant filters (%s) over the %d people of %d node(s), from their call counts and allele sums: %d "
-                 "of %d variants kept; geno-max dropped %d (missing-call rate above %g), maf-min %d more (minor "
-                 "allele frequency below %g)", keys, n, len(usable), kept, self.d, by_geno, geno_max, by_maf, maf_min)
+        log.info("variant filters (%s) over the %d people of %s: %d of %d variants kept; geno-max dropped %d "
+                 "(missing-call rate above %g), maf-min %d more (minor allele frequency below %g)", keys, n, source,
+                 kept, self.d, by_geno, geno_max, by_maf, maf_min)
         if kept < self.r:
             raise ConfigError(f"{keys} keep {kept} of the {self.d} variants ({by_geno} dropped by geno-max, {by_maf} "
                               f"by maf-min), fewer than iteration-rank = {self.r}: loosen the filters")
-        if kept == self.d:
-            return None
-        return [variant for variant, kept_it in zip(self.variants, keep) if kept_it]
+        return None if kept == self.d else keep
 
     def _agree_on_variants(self, answers: list[tuple[ClientProxy, Any]],
                            ask: Callable[[dict, list[ClientProxy]], list[tuple[ClientProxy, Any]]]) \

@@ -295,12 +295,12 @@ KEYS: dict[str, Key] = {
              "sqrt(2 p (1 - p)) with the federation's allele frequency p (monomorphic variants keep scale 1), as "
              "plink2 --pca; needs center = true", choices=("false", "true", "hwe"), absent_means="false"),
         _key("maf-min", float, "PLINK .bed data: drop the variants whose minor allele frequency (over the non-missing "
-             "calls) is below this, as plink2 --maf, from the federation's allele counts at discovery; 0 = no filter; "
-             "needs center = true in a noise-free run without secure-aggregation",
+             "calls) is below this, as plink2 --maf, from the federation's allele counts at discovery (SecAgg+ sums with "
+             "secure-aggregation); 0 = no filter; needs center = true in a noise-free run",
              lambda v: 0 <= v <= 0.5, "a number in [0, 0.5]", absent_means=0.0),
         _key("geno-max", float, "PLINK .bed data: drop the variants whose missing-call rate is above this, as plink2 "
-             "--geno, from the federation's call counts at discovery; 1 = no filter; needs center = true in a "
-             "noise-free run without secure-aggregation",
+             "--geno, from the federation's call counts at discovery (SecAgg+ sums with secure-aggregation); 1 = no "
+             "filter; needs center = true in a noise-free run",
              lambda v: 0 <= v <= 1, "a number in [0, 1]", absent_means=1.0),
         _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
              "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
@@ -636,15 +636,17 @@ def variant_qc(cfg: Mapping[str, Any]) -> bool:
 
 def _check_variant_qc(cfg: dict[str, Any], noisy: bool) -> None:
     """``maf-min`` / ``geno-max``: the filter comes from the allele sums and call counts the nodes send at
-    discovery in the clear (:func:`row_sums_at_discovery`), so it needs them; the data's kind is checked there."""
+    discovery, in the clear (:func:`row_sums_at_discovery`) or as SecAgg+ sums (:func:`secure_power`), so it needs
+    one of them; the data's kind is checked there."""
     keys = " and ".join(f"{key} = {cfg[key]:g}" for key, active in (("maf-min", cfg["maf-min"] > 0),
                                                                     ("geno-max", cfg["geno-max"] < 1)) if active)
     if not spec(cfg["strategy"]).pca:
         raise ConfigError(f"{keys}: the variant filters apply to the strategies that write a PCA model of PLINK .bed "
                           f"data (fedpower, power, ssi, localpower, faps, covariance), not {cfg['strategy']!r}")
-    if noisy or not row_sums_at_discovery(cfg):
-        raise ConfigError(f"{keys} needs center = true in a noise-free run without secure-aggregation: the filter "
-                          "comes from the allele sums and call counts the nodes send at discovery")
+    if noisy or not cfg.get("center") or not (row_sums_at_discovery(cfg) or secure_power(cfg)):
+        raise ConfigError(f"{keys} needs center = true in a noise-free run (with secure-aggregation, a strategy of "
+                          f"{', '.join(SECURE_SUM_STRATEGIES)}): the filter comes from the allele sums and call "
+                          "counts the nodes send at discovery, in the clear or through SecAgg+")
 
 
 def column_scaling(value: Any) -> str:

@@ -119,6 +119,12 @@ class EigenspaceStrategy(FederatedStrategy):
         """Wait for all clients, learn their partition ids and sizes, and draw ``Z_0`` (or, with ``init-from``,
         start from the earlier model: :mod:`fl_strategies.files.warm_start`)."""
         self._discover(client_manager)
+        return ndarrays_to_parameters([self.starting_basis()])
+
+    def starting_basis(self) -> np.ndarray:
+        """``Z_0`` (d, r) in the run's dimension, the first of :attr:`iterates`: Gaussian from the run's seed, or
+        with ``init-from`` from the earlier model. Drawn again when the dimension changes after discovery (variant
+        filters from SecAgg+ sums: :class:`~.secure_power.SecurePowerStrategy`)."""
         rng = np.random.default_rng([self.settings.seed, STREAM_INIT])
         if self.start_model is not None:
             Z0 = initial_basis(self.start_model, self.d, self.r, rng)
@@ -128,7 +134,7 @@ class EigenspaceStrategy(FederatedStrategy):
         else:
             Z0 = gaussian_basis(self.d, self.r, rng)
         self.iterates = [Z0]
-        return ndarrays_to_parameters([Z0])
+        return Z0
 
     def noise_source(self) -> str | None:
         """Where the run's noise comes from (:func:`fl_strategies.privacy.noise.run_noise_source`); ``None`` without."""

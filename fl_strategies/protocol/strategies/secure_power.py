@@ -61,7 +61,8 @@ from flwr.server.client_proxy import ClientProxy
 from ...kernels.standardize import pooled_mean
 from ...privacy.analyze_gauss import row_bound
 from ...privacy.fixed_point import LimbCode, limb_code
-from ...settings.config import ConfigError, check_against_data, secure_power
+from ...files.variants import encode_variants
+from ...settings.config import ConfigError, check_against_data, secure_power, variant_qc
 from ..base import log, uploaded_bytes
 from ..secure_sum import secure_sum
 from .fedpower import FedPowerStrategy
@@ -93,6 +94,8 @@ class SecurePowerStrategy(FedPowerStrategy):
         self.round_sum: np.ndarray | None = None  # the last round's decoded sum: [sum_i s_i Y_i, sum_i s_i(, F)]
         self.calls: np.ndarray | None = None  # non-missing calls per column over all sites (d,): n without missing
         self.rows_total: int | None = None  # n, from the SecAgg+ sum of the row counts (sizes stays empty)
+        self._variant_align: bytes | None = None  # the variants maf-min / geno-max keep, sent to the nodes
+        self._first_basis: np.ndarray | None = None  # Z_0 drawn again in their dimension, for round 1
 
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + (", secagg)" if self.secure else ")")
@@ -151,7 +154,10 @@ class SecurePowerStrategy(FedPowerStrategy):
     def _configure_discovery(self, server_round: int) -> list[tuple[ClientProxy, FitIns]]:
         phase = self.discovery_phases[server_round - self.discovery_rounds[0]]
         self._pending = {"start": time.perf_counter(), "phase": phase}
-        ins = FitIns(ndarrays_to_parameters([]), {"phase": phase, **self.center_config()})
+        config = {"phase": phase, **self.center_config()}
+        if phase == "discovery-squares" and self._variant_align is not None:
+            config["variant-align"] = self._variant_align  # the variants the filters keep, from now on
+        ins = FitIns(ndarrays_to_parameters([]), config)
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
 
     def _aggregate_discovery(self, server_round: int, results, failures) -> None:
@@ -190,6 +196,19 @@ class SecurePowerStrategy(FedPowerStrategy):
                 return
             self.calls = calls
             self.mean = pooled_mean([calls], [values[:d]])
+            try:
+                keep = None if not variant_qc(self.cfg) else self.variants_kept(
+                    calls, values[:d], n, f"{self.m} node(s), from the SecAgg+ sums of their call counts and allele sums")
+            except ConfigError as ex:
+                self.abort_round(server_round, str(ex))
+                return
+            if keep is not None:  # the nodes read the kept variants from the next exchange on; Z_0 drawn again
+                self.variants = [variant for variant, kept in zip(self.variants, keep) if kept]
+                self.d, self.calls, self.mean, calls = len(self.variants), calls[keep], self.mean[keep], calls[keep]
+                self._variant_align = encode_variants(self.variants)
+                self._first_basis = self.starting_basis()
+                if self._held is not None:  # round 0's row (written before these sums) stands for the new Z_0
+                    self._held = (self._held[0], self._first_basis)
             self.code = limb_code(self.discovery_bound(), self.m)
             log.info("center = true: the mean of %d rows, from the SecAgg+ sum of the clients' row sums", n)
             if np.any(calls < n):
@@ -238,6 +257,8 @@ class SecurePowerStrategy(FedPowerStrategy):
             instructions = self.configure_summary()
             self._pending = {"start": time.perf_counter()}
         else:
+            if self._first_basis is not None:  # Z_0 in the dimension the variant filters left
+                parameters, self._first_basis = ndarrays_to_parameters([self._first_basis]), None
             instructions = super().configure_fit(server_round, parameters, client_manager)
         for _, ins in instructions[:1]:  # one FitIns object is shared by every client
             ins.config.update(self._secure_config())
