@@ -198,3 +198,38 @@ def test_with_secure_aggregation_filters_that_keep_too_few_variants_stop_the_run
         run_app(strategy="krylov", dataset=str(tmp_path / "data"), num_clients=3, rank=2, iteration_rank=2,
                 num_server_rounds=5, center=True, scale="hwe", row_normalize=False, maf_min=0.5,
                 secure_aggregation="true", secagg_clip=1e12)
+
+
+def test_with_the_filters_no_message_from_a_node_holds_its_own_call_counts_or_allele_sums(tmp_path):
+    """Every value of every message the server receives in a secure filtered run: no site's row count, call counts,
+    allele (row) sums or sums of squares, over all variants or over the kept ones, in the clear or as float64
+    bytes; the discovery properties as without the filters. The same scan finds them in the plain run's."""
+    from test_secure_power import _leaks, _received, _site_secrets, secure_recorded
+
+    sites = qc_sites((101, 97, 113), 150, seed=37)
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(sites):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    cfg = dict(strategy="power", dataset=str(tmp_path / "data"), num_clients=3, rank=2, iteration_rank=2,
+               num_server_rounds=2, center=True, scale="hwe", row_normalize=False, secagg_clip=1e12,
+               maf_min=0.05, geno_max=0.05)
+    plain, plain_grid = secure_recorded(**cfg)
+    kept_ids = [vid for vid, _, _ in plain.variants]
+    assert 0 < len(kept_ids) < 150
+    keep = np.isin([f"sid{j + 1}" for j in range(150)], kept_ids)  # bed_reader's default variant IDs
+    assert int(np.sum(keep)) == len(kept_ids)
+    secrets = _site_secrets(sites) + _site_secrets([G[:, keep] for G in sites])  # over all and the kept variants
+    found = _leaks(_received(plain_grid), secrets)
+    assert {f.split(" in ")[0].split(" = ")[0] for f in found} >= {f"site {i} {what}" for i in range(3) for what in
+                                                                  ("rows", "call counts", "row sum")}
+    secure, grid = secure_recorded(**cfg, secure_aggregation="true")
+    received = _received(grid)
+    assert [vid for vid, _, _ in secure.variants] == kept_ids
+    assert _leaks(received, secrets) == []
+    properties = {key.split("/")[1] for _, kind, key, _ in received
+                  if kind == "get_properties" and key.startswith("getpropertiesres.properties/")}
+    assert properties == {"partition-id", "dimension", "variant-digest", "variant-list", "noise-source",
+                          "noise-persistent"}
+    fit_values = {(key, value) for _, kind, key, value in received if key.startswith("fitres.")}
+    assert fit_values <= {("fitres.num_examples/num_examples", 1), ("fitres.status/code", 0),
+                          ("fitres.status/message", "Success")} | {("fitres.metrics/partition-id", p) for p in range(3)}
