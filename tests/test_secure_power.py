@@ -376,6 +376,19 @@ def _site_secrets(sites) -> list[tuple[str, object]]:
     return secrets
 
 
+def assert_only_public_fields(received, num_clients: int) -> None:
+    """The discovery properties of a secure run over ``.bed`` sites are exactly the public ones, and its fit replies
+    carry nothing but SecAgg+'s weight 1, a success status and the partition id (``received``: :func:`_received`)."""
+    properties = {key.split("/")[1] for _, kind, key, _ in received
+                  if kind == "get_properties" and key.startswith("getpropertiesres.properties/")}
+    assert properties == {"partition-id", "dimension", "variant-digest", "variant-list", "noise-source",
+                          "noise-persistent"}
+    fit_values = {(key, value) for _, kind, key, value in received if key.startswith("fitres.")}
+    assert fit_values <= {("fitres.num_examples/num_examples", 1), ("fitres.status/code", 0),
+                          ("fitres.status/message", "Success")} | {("fitres.metrics/partition-id", p)
+                                                                   for p in range(num_clients)}
+
+
 def _leaks(received, secrets) -> list[str]:
     found = []
     for pid, kind, key, value in received:
@@ -415,13 +428,7 @@ def test_in_a_secure_run_no_message_from_a_node_holds_its_row_count_or_a_sum_of_
     received = _received(grid)
     assert _leaks(received, secrets) == []
     assert secure.sizes == {} and secure.num_rows == sum(sizes)  # n only as the SecAgg+ sum
-    properties = {key.split("/")[1] for _, kind, key, _ in received
-                  if kind == "get_properties" and key.startswith("getpropertiesres.properties/")}
-    assert properties == {"partition-id", "dimension", "variant-digest", "variant-list", "noise-source",
-                          "noise-persistent"}
-    fit_values = {(key, value) for _, kind, key, value in received if key.startswith("fitres.")}
-    assert fit_values <= {("fitres.num_examples/num_examples", 1), ("fitres.status/code", 0),
-                          ("fitres.status/message", "Success")} | {("fitres.metrics/partition-id", p) for p in range(4)}
+    assert_only_public_fields(received, 4)
     # the masked uploads, per site over all SecAgg+ exchanges: uniform modulo 2^32
     masked: dict[int, list[np.ndarray]] = {pid: [] for pid in range(4)}
     rows_code = limb_code(ROWS_BOUND, 4)

@@ -204,7 +204,7 @@ def test_with_the_filters_no_message_from_a_node_holds_its_own_call_counts_or_al
     """Every value of every message the server receives in a secure filtered run: no site's row count, call counts,
     allele (row) sums or sums of squares, over all variants or over the kept ones, in the clear or as float64
     bytes; the discovery properties as without the filters. The same scan finds them in the plain run's."""
-    from test_secure_power import _leaks, _received, _site_secrets, secure_recorded
+    from test_secure_power import _leaks, _received, _site_secrets, assert_only_public_fields, secure_recorded
 
     sites = qc_sites((101, 97, 113), 150, seed=37)
     (tmp_path / "data").mkdir()
@@ -226,10 +226,4 @@ def test_with_the_filters_no_message_from_a_node_holds_its_own_call_counts_or_al
     received = _received(grid)
     assert [vid for vid, _, _ in secure.variants] == kept_ids
     assert _leaks(received, secrets) == []
-    properties = {key.split("/")[1] for _, kind, key, _ in received
-                  if kind == "get_properties" and key.startswith("getpropertiesres.properties/")}
-    assert properties == {"partition-id", "dimension", "variant-digest", "variant-list", "noise-source",
-                          "noise-persistent"}
-    fit_values = {(key, value) for _, kind, key, value in received if key.startswith("fitres.")}
-    assert fit_values <= {("fitres.num_examples/num_examples", 1), ("fitres.status/code", 0),
-                          ("fitres.status/message", "Success")} | {("fitres.metrics/partition-id", p) for p in range(3)}
+    assert_only_public_fields(received, 3)

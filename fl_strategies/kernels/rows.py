@@ -537,7 +537,7 @@ class BedVariants:
         before = None if kept is None else np.concatenate([[0], np.cumsum(kept)])  # kept file variants before each
 
         def work(worker: int) -> None:
-            packed = np.empty((b, width), dtype=np.uint32)
+            packed = _scratch((b, width), np.uint32)  # mapped, as the decoded block: no arena keeps it
             decoded = _scratch((b, 4 * width))
             for start in range(worker * b, d_file, threads * b):
                 stop = min(start + b, d_file)
