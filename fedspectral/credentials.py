@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     ``prog`` is the command's name in its usage and error lines (``fedspectral credentials`` from
     :mod:`fedspectral.cli`).
     """
-    from simulations.engines import ArgumentParser, listed
+    from fedspectral.run_config import ArgumentParser, listed
 
     parser = ArgumentParser(prog=prog, description="Write the certificates of a TLS deployment (a CA, the "
                             "SuperLink's certificate)\nand SuperNode authentication keys.",

@@ -67,8 +67,8 @@ from fl_strategies.files.plain_files import (UnsafeDestination, check_below, che
                                              open_file, write_file)
 from fl_strategies.privacy.noise import SECRET_KEY, read_secret
 
-from simulations.engines import (APP_DIR, ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
-                                 checked_run_config, listed, parse_run_config)
+from fedspectral.run_config import (APP_DIR, ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
+                                    checked_run_config, listed, parse_run_config)
 from fedspectral.credentials import write_node_keys, write_tls_files, written_names
 from simulations.data.federated_data import federated_dataset
 from fedspectral.run import absolute_paths, flower_env, run_status, stream_run, terminate

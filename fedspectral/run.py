@@ -53,8 +53,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from simulations.engines import (APP_DIR, ArgumentError, ArgumentParser, check_output_dirs, checked_run_config,
-                                 parse_run_config)
+from fedspectral.run_config import (APP_DIR, ArgumentError, ArgumentParser, check_output_dirs, checked_run_config,
+                                    parse_run_config)
 
 SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py), unless the variable below is set
 PORT_VARIABLE = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"

@@ -216,6 +216,29 @@ def test_the_apps_never_import_the_user_tools():
         assert importlib.import_module(old) is importlib.import_module(new)
 
 
+def test_the_user_tools_import_nothing_of_simulations_but_its_data_generators():
+    """``fedspectral run``, ``deploy`` and ``credentials`` (and the helpers they share, :mod:`fedspectral.run_config`)
+    reach ``simulations`` only for the data generators a simulation asks for (``simulations.data``); the shared
+    helpers are the same objects under their older names in :mod:`simulations.engines`."""
+    import ast
+
+    import fedspectral.run_config as shared
+    import simulations.engines as engines
+
+    allowed = ("simulations.data.",)
+    for name in ("run", "deploy", "credentials", "run_config", "cli"):
+        path = ROOT / "fedspectral" / f"{name}.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad = [n for n in names if (n == "simulations" or n.startswith("simulations."))
+                   and not n.startswith(allowed)]
+            assert not bad, (path, bad)
+    for name in ("APP_DIR", "ArgumentError", "parse_run_config", "checked_run_config", "check_node_files",
+                 "check_output_dirs", "fused_run_config", "listed"):
+        assert getattr(engines, name) is getattr(shared, name)
+
+
 @pytest.mark.parametrize("app_started, runs, code", [(False, 2, 0), (True, 1, 1)], ids=["before-app", "in-app"])
 def test_a_run_whose_simulation_stopped_before_the_serverapp_is_started_again_once(monkeypatch, tmp_path, capsys,
                                                                                     app_started, runs, code):
