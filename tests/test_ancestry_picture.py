@@ -1,0 +1,33 @@
+"""The ancestry picture (``draw_ancestry``) shows every site, also where sites overlap."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from fl_strategies.files.plink_outputs import draw_ancestry
+
+
+def _pixels(vectors: np.ndarray, groups: list[str]) -> np.ndarray:
+    import matplotlib.image
+
+    handle = io.BytesIO()
+    draw_ancestry(handle, vectors, groups)
+    handle.seek(0)
+    return matplotlib.image.imread(handle, format="png")[..., :3]
+
+
+def test_the_site_drawn_last_does_not_cover_the_others():
+    """Two sites of 3,000 people at the same coordinates: drawn one after the other, the second would hide the
+    first everywhere; drawn in one shuffled order, the first site's colour is on top at about half the points."""
+    from matplotlib import colors
+
+    points = np.random.default_rng(1).uniform(-1, 1, size=(3_000, 2))
+    vectors = np.vstack([points, points])
+    pixels = _pixels(vectors, ["site A"] * 3_000 + ["site B"] * 3_000).reshape(-1, 3)
+    blue, orange = (np.asarray(colors.to_rgb(c)) for c in ("tab:blue", "tab:orange"))
+    painted = pixels[np.abs(pixels - 1.0).max(axis=1) > 0.2]  # not the white background
+    closer_blue = np.linalg.norm(painted - blue, axis=1) < np.linalg.norm(painted - orange, axis=1)
+    assert painted.shape[0] > 10_000
+    assert 0.2 < closer_blue.mean() < 0.8
