@@ -435,13 +435,14 @@ def test_aligned_products_with_missing_calls_are_those_of_the_dense_rows(tmp_pat
     np.testing.assert_allclose(S, (Yd * (d_i * (A.dimension / calls) ** 2)[:, None]).T @ Yd, rtol=1e-12, atol=1e-12)
     assert delta == pytest.approx(d_i.sum(), rel=1e-12)
     weights = rng.uniform(0.5, 2.0, people)
-    centred = np.nan_to_num(listed - mean, nan=0.0)  # sum over the calls of (g - mean)^2, each person weighted
-    np.testing.assert_allclose(A.weighted(weights).centered_column_squares(mean, weighted=True),
-                               weights @ centred ** 2, rtol=1e-12)
-    W = A.weighted(weights)  # the summary exchange's two reads give what five gave
+    W = A.weighted(weights)
+    operator = LocalOperator(people, W.dimension, rows=W, mean=mean, scale=scale)  # sum omega_i ||x_i||^2 / s
+    assert operator.trace() == pytest.approx(weights @ (dense ** 2).sum(axis=1) / people, rel=1e-12)
+    # the summary exchange's two reads give what five gave
     product, trace, parts = W.summary(Z, mean, scale, diagonal=True)
     np.testing.assert_allclose(product, W.product(Z, mean, scale), rtol=0, atol=1e-11)
     assert trace == pytest.approx(weights @ (dense ** 2).sum(axis=1), rel=1e-12)
     np.testing.assert_allclose(parts[0], S, rtol=1e-12, atol=1e-12)
     assert parts[1] == pytest.approx(delta, rel=1e-12)
-    assert W.summary(Z, None, None, diagonal=False)[1] == pytest.approx(weights @ (np.nan_to_num(listed) ** 2).sum(axis=1))
+    assert W.summary(Z, None, None, diagonal=False)[1] == pytest.approx(
+        weights @ (np.nan_to_num(listed) ** 2).sum(axis=1))

@@ -189,11 +189,13 @@ class LocalOperator:
         if self.gram is not None:
             return float(np.trace(self.dense()))
         s = self.num_rows
+        if getattr(self.rows, "centers_inside", False):  # sum_i omega_i ||x_i||^2, as the summary's left pass
+            mean = np.zeros(self.shape[0]) if self.mean is None else self.mean
+            squares = self.rows.row_squares(mean, self.scale)
+            omega = self.rows.row_weights
+            return float((squares.sum() if omega is None else omega @ squares) / s * self.weight)
         diag = self.column_squares() / s
-        if getattr(self.rows, "centers_inside", False):
-            diag = self.rows.centered_column_squares(np.zeros(self.shape[0]) if self.mean is None else self.mean,
-                                                     weighted=True) / s
-        elif self.mean is not None:
+        if self.mean is not None:
             m = self.row_sum / s
             diag = diag - 2.0 * m * self.mean + self.mean * self.mean
         if self.scale is not None:

@@ -369,7 +369,6 @@ class BedVariants:
         self.columns: np.ndarray | None = None
         self.flip: np.ndarray | None = None
         self.row_weights: np.ndarray | None = None
-        self._weighted_counts: np.ndarray | None = None
         self._count_codes()
 
     def _count_codes(self) -> None:
@@ -382,7 +381,8 @@ class BedVariants:
         s, d_file, width = self.num_rows, self.rows.shape[0], self.rows.shape[1]
         full = s // 4  # bytes of four people; a last partial byte is decoded
         counts = np.zeros((self.dimension, 4), dtype=np.int64)
-        step = max(1, min(255, PRODUCT_BLOCK_BYTES // (4 * max(width, 1))))  # about 4 MiB of uint32 a block, at most 255 variants
+        # about 4 MiB of uint32 a block, at most 255 variants
+        step = max(1, min(255, PRODUCT_BLOCK_BYTES // (4 * max(width, 1))))
         starts = list(range(0, d_file, step))
         threads = max(1, min(product_threads() if self.threads is None else int(self.threads), len(starts)))
         chunks = np.arange(0, full, 63)
@@ -448,7 +448,7 @@ class BedVariants:
         other.__dict__.update(self.__dict__)
         other.columns, other.flip = np.asarray(columns, dtype=np.int64), np.asarray(flip, dtype=bool)
         other.dimension, other.shape = int(dimension), (self.num_rows, int(dimension))
-        other.row_weights, other._weighted_counts = None, None
+        other.row_weights = None
         other._count_codes()
         return other
 
@@ -457,7 +457,7 @@ class BedVariants:
         X`` (a shallow copy; the file is not read again)."""
         other = object.__new__(BedVariants)
         other.__dict__.update(self.__dict__)
-        other.row_weights, other._weighted_counts = np.asarray(row_weights, dtype=np.float64), None
+        other.row_weights = np.asarray(row_weights, dtype=np.float64)
         return other
 
     def missingness_weights(self) -> np.ndarray:
@@ -573,8 +573,8 @@ class BedVariants:
 
         ``X Z = D (Z / scale) - 1 (mean^T (Z / scale))`` with ``D`` the counts, a missing call ``mean``
         (:meth:`_passes`): each worker adds ``D_J^T (Z / scale)_J`` of its blocks into its own sum, and the
-        workers' sums are added in worker order (the same numbers whatever the threads' timing). ``squares``: ``||x_i||^2``, the block ``(D_J - mean_J) / scale_J`` squared
-        and summed over its variants.
+        workers' sums are added in worker order (the same numbers whatever the threads' timing). ``squares``:
+        ``||x_i||^2``, the block ``(D_J - mean_J) / scale_J`` squared and summed over its variants.
         """
         Zs = Z if scale is None else Z / np.asarray(scale, dtype=np.float64)[:, None]
         s, r = self.num_rows, Z.shape[1]
@@ -716,43 +716,10 @@ class BedVariants:
         c = self.code_counts
         return (2.0 * c[:, 0] + c[:, 2]).astype(np.float64), (4.0 * c[:, 0] + c[:, 2]).astype(np.float64)
 
-    def _counts(self, weighted: bool) -> np.ndarray:
-        """The code counts (d, 4), or with ``weighted`` each person counted ``omega_i`` times (one read, cached).
-
-        Weighted: one pass over the counts ``D`` (a missing call 0, :meth:`_passes`) gives ``D omega = 2 W_00 +
-        W_10`` and ``(D * D) omega = 4 W_00 + W_10``; the missing calls' weights ``W_01`` come from where they are
-        (:attr:`missing_ptr`) and ``W_11`` is the rest of ``sum omega``; a code nobody carries weighs exactly 0.
-        """
-        if not weighted or self.row_weights is None:
-            return self.code_counts.astype(np.float64)
-        if self._weighted_counts is None:
-            omega = np.asarray(self.row_weights, dtype=np.float64)
-            sums = np.zeros((self.dimension, 2))
-
-            def step(worker, columns, DJ):
-                sums[columns, 0] = np.dot(DJ, omega)
-                sums[columns, 1] = np.dot(np.square(DJ, out=DJ), omega)
-
-            self._passes(step, None)
-            ptr = self.missing_ptr
-            per_file = np.add.reduceat(np.append(omega[self.missing_people], 0.0), ptr[:-1]) * (ptr[1:] > ptr[:-1])
-            absent = per_file if self.columns is None else np.zeros(self.dimension)
-            if self.columns is not None:
-                kept = self.columns >= 0
-                absent[self.columns[kept]] = per_file[kept]
-            counts = np.empty((self.dimension, 4))
-            counts[:, 0] = (sums[:, 1] - sums[:, 0]) / 2
-            counts[:, 2] = sums[:, 0] - 2 * counts[:, 0]
-            counts[:, 1] = absent
-            counts[:, 3] = omega.sum() - counts[:, 0] - counts[:, 2] - absent
-            counts[self.code_counts == 0] = 0.0  # exact where nobody carries the code (a variant without a call)
-            self._weighted_counts = counts
-        return self._weighted_counts
-
-    def centered_column_squares(self, mean: np.ndarray, weighted: bool = False) -> np.ndarray:
+    def centered_column_squares(self, mean: np.ndarray) -> np.ndarray:
         """``sum (g - mean)^2`` per variant over its non-missing calls, shape (d,), from the code counts (no
-        cancellation); with ``weighted`` each person's term times ``omega_i`` (the diagonal of the products)."""
-        c = self._counts(weighted)
+        cancellation), unweighted."""
+        c = self.code_counts.astype(np.float64)
         return c[:, 0] * (2.0 - mean) ** 2 + c[:, 2] * (1.0 - mean) ** 2 + c[:, 3] * mean ** 2
 
     def own_mean(self) -> np.ndarray:
