@@ -185,19 +185,24 @@ class LocalOperator:
         return self.rows.product(Z)
 
     def trace(self) -> float:
-        """``tr(A_i)`` (from the diagonal only on the rows path)."""
+        """``tr(A_i)`` (from the diagonal only on the rows path).
+
+        A ``.bed`` file (centred inside its products) gives it from its code counts without reading the file,
+        or, with row weights ``omega``, as ``sum_i omega_i ||x_i||^2`` in one read (the summary's left pass).
+        """
         if self.gram is not None:
             return float(np.trace(self.dense()))
         s = self.num_rows
-        if getattr(self.rows, "centers_inside", False):  # sum_i omega_i ||x_i||^2, as the summary's left pass
+        if getattr(self.rows, "centers_inside", False):
             mean = np.zeros(self.shape[0]) if self.mean is None else self.mean
-            squares = self.rows.row_squares(mean, self.scale)
-            omega = self.rows.row_weights
-            return float((squares.sum() if omega is None else omega @ squares) / s * self.weight)
-        diag = self.column_squares() / s
-        if self.mean is not None:
-            m = self.row_sum / s
-            diag = diag - 2.0 * m * self.mean + self.mean * self.mean
+            if self.rows.row_weights is not None:
+                return float(self.rows.row_weights @ self.rows.row_squares(mean, self.scale) / s * self.weight)
+            diag = self.rows.centered_column_squares(mean) / s
+        else:
+            diag = self.column_squares() / s
+            if self.mean is not None:
+                m = self.row_sum / s
+                diag = diag - 2.0 * m * self.mean + self.mean * self.mean
         if self.scale is not None:
             diag = diag / (self.scale * self.scale)
         return float(diag.sum() * self.weight)
