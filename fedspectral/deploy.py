@@ -62,13 +62,13 @@ import numpy as np
 
 from client_app.faults import FAULT_KEY, FAULTS
 from fl_strategies.settings.config import RESULT_FILES, ConfigError, writable_directory
-from fl_strategies.files.data_files import FILE_SUFFIXES
-from fl_strategies.files.plain_files import (UnsafeDestination, check_below, check_destination, make_directory,
-                                             open_file, write_file)
+from fl_strategies.files.harness import node_files
+from fl_strategies.files.plain_files import (UnsafeDestination, WriteFailed, check_below, check_destination,
+                                             make_directory, open_file, write_file)
 from fl_strategies.privacy.noise import SECRET_KEY, read_secret
 
 from fedspectral.run_config import (APP_DIR, ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
-                                    checked_run_config, listed, parse_run_config)
+                                    checked_run_config, config_word, listed, parse_run_config)
 from fedspectral.credentials import write_node_keys, write_tls_files, written_names
 from simulations.data.federated_data import federated_dataset
 from fedspectral.run import absolute_paths, flower_env, run_status, stream_run, terminate
@@ -185,29 +185,19 @@ def record_outputs(out: Path, planned: list[str]) -> None:
 
 
 def find_node_files(directory: Path, count: int) -> list[Path]:
-    """The node files ``directory/partition_<i>.npy`` or ``.csv``, ``i = 0 .. count - 1``.
+    """The node files ``directory/partition_<i>.npy`` (``.csv``, ``.npz``, ``.bed``), ``i = 0 .. count - 1``: every
+    file of the folder, by the one rule of node folders (:func:`fl_strategies.files.harness.node_files`).
 
     Raises
     ------
     ValueError
-        Naming the partitions without a file, or with both a ``.npy`` and a ``.csv`` file.
+        One line: ``directory`` is no directory; it holds another number of node files than ``count``, numbers
+        with a gap, two files for a partition, a misspelt node file or ``.bed`` files beside others (with a hint
+        that keeps every owner).
     """
-    files, missing, both = [], [], []
-    for i in range(count):
-        found = [directory / f"partition_{i}{suffix}" for suffix in FILE_SUFFIXES
-                 if (directory / f"partition_{i}{suffix}").is_file()]
-        if not found:
-            missing.append(str(directory / f"partition_{i}.npy|.csv"))
-        elif len(found) > 1:
-            both.append(" and ".join(p.name for p in found))
-        else:
-            files.append(found[0])
-    if missing:
-        raise ValueError(f"missing node files: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
-    if both:
-        pids = ", ".join(name.split(".")[0].removeprefix("partition_") for name in both)
-        raise ValueError(f"partition(s) {pids} have both a .npy and a .csv file ({'; '.join(both)}); keep one")
-    return files
+    if not directory.is_dir():
+        raise ValueError("no such directory" if not os.path.lexists(directory) else "is not a directory")
+    return node_files(directory, count, "the folder")
 
 
 def check_secret_files(directory: Path, count: int) -> None:
@@ -241,7 +231,7 @@ def secret_files(directory: Path, count: int) -> dict[int, str]:
     """
     directory = directory.resolve()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return {i: f'{SECRET_KEY}="{directory / f"partition_{i}.secret"}"' for i in range(count)}
+    return {i: config_word(SECRET_KEY, str(directory / f"partition_{i}.secret")) for i in range(count)}
 
 
 def _alive(pid: int, group: bool = False) -> bool:
@@ -442,7 +432,8 @@ class LocalDeployment:
     def start_node(self, pid: int, private_key: Path | None = None, name: str | None = None) -> subprocess.Popen:
         """Start the SuperNode of partition ``pid`` (its own key unless ``private_key`` is given)."""
         n = len(self.files)
-        node_config = f'partition-id={pid} num-partitions={n} data-path="{self.files[pid].resolve()}"'
+        data_path = config_word("data-path", str(self.files[pid].resolve()))  # one word, whatever the path
+        node_config = f"partition-id={pid} num-partitions={n} {data_path}"
         if self.extra_node_config.get(pid):
             node_config += " " + self.extra_node_config[pid]
         start = (["flower-supernode"] if self.supernode_poll is None else
@@ -662,6 +653,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
             check_node_files(cfg, files, f"--data-dir {args.data_dir}", "node file", f"--data-dir {args.data_dir}")
         except ArgumentError as ex:
             return refuse(str(ex))
+    try:  # every path a node or the server is told travels as one word (never cut at a quote)
+        for path in [*(files if args.data_dir else []), Path(args.noise_secret_dir or ".") / "partition_0.secret",
+                     *absolute.values()]:
+            config_word("path", str(Path(path).resolve()))
+    except ArgumentError as ex:
+        return refuse(str(ex))
     if args.noise_secret_dir:
         try:
             check_secret_files(Path(args.noise_secret_dir), m)
@@ -672,9 +669,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
         check_output_dirs({**cfg, **absolute}, "--run-config")
     except (ArgumentError, ConfigError) as ex:
         return refuse(str(ex))
-    record_outputs(out, planned)
-    if not args.data_dir:
-        files = write_node_files(cfg, out / "node-data")
+    try:
+        record_outputs(out, planned)
+        if not args.data_dir:
+            files = write_node_files(cfg, out / "node-data")
+    except WriteFailed as ex:  # a full disk: one line naming the file, no process started
+        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        return 1
     try:
         secrets = secret_files(Path(args.noise_secret_dir), m) if args.noise_secret_dir else {}
     except OSError as ex:
@@ -683,7 +684,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of this script still stops its processes
     # Flower's processes resolve relative paths against the SuperLink's directory (OUT): made absolute above
     results = Path(absolute.get("results-dir") or cfg.get("results-dir") or out)
-    run_config = [args.run_config, " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items()
+    run_config = [args.run_config, " ".join(config_word(key, value) for key, value in absolute.items()
                                             if key != "results-dir") + (" overwrite=true" if args.force else "")]
     try:
         with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=node_config,

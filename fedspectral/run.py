@@ -54,7 +54,7 @@ import urllib.request
 from pathlib import Path
 
 from fedspectral.run_config import (APP_DIR, ArgumentError, ArgumentParser, check_output_dirs, checked_run_config,
-                                    parse_run_config)
+                                    config_word, parse_run_config)
 
 SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py), unless the variable below is set
 PORT_VARIABLE = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"
@@ -326,7 +326,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
         cmd += ["--run-config", args.run_config]
     absolute = absolute_paths(cfg)
     if absolute:  # Flower's processes resolve relative paths against the SuperLink's directory, not this one
-        cmd += ["--run-config", " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items())]
+        try:  # each path one word for Flower's parser, also with a quote in it
+            cmd += ["--run-config", " ".join(config_word(key, value) for key, value in absolute.items())]
+        except ArgumentError as ex:
+            print(f"{parser.prog}: error: --run-config: {ex}", file=sys.stderr)
+            return 2
     status = "not started"
     try:
         for attempt in (1, 2):

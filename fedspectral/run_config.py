@@ -8,6 +8,7 @@ older names.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from fl_strategies.settings.command_line import ArgumentParser  # noqa: F401  (one line per bad argument)
@@ -42,23 +43,131 @@ class ArgumentError(ValueError):
     """A command-line argument is unusable; the message names it (printed as one line, exit status 2)."""
 
 
+TOKEN = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
+"""One ``key=value`` word of ``--run-config`` text: the pattern of Flower's ``parse_config_args``
+(``flwr/common/config.py``), which keeps only the text it matches and silently drops the rest."""
+
+
 def parse_run_config(text: str, option: str = "--run-config") -> dict:
-    """``--run-config`` text (``'key=value ...'`` or a TOML file) as overrides; :class:`ArgumentError` if malformed."""
+    """``--run-config`` text (``'key=value ...'`` or a TOML file) as overrides; :class:`ArgumentError` if malformed.
+
+    Every word is heard: Flower's parser (``parse_config_args``) keeps what its pattern matches and drops the rest
+    without a word (``'num-clients=3 rank:2'`` runs with the default rank; ``'rank = 2'`` and a misspelt
+    ``my-run.tml`` give no override at all). Here the text is split into words first, and a word that is not
+    ``key=value`` (:data:`TOKEN`, followed by a space or the end), a key without a value, a key given twice, a
+    value Flower cannot read, a ``.toml`` file that does not exist, is no regular file or does not parse are
+    each refused in one line naming the word or the file. The words that pass are read by Flower as ``flwr run``
+    will read them.
+
+    Raises
+    ------
+    ArgumentError
+        One line naming ``option``, the word or the file, and the reason.
+    """
     from fl_strategies.protocol.flower_compat import parse_config_args
 
-    if not text:
+    if not text or not text.strip():
         return {}
-    if not text.strip().endswith(".toml"):  # Flower silently drops a key with no value ('num-clients=')
-        import re
+    if text.endswith(".toml"):  # Flower reads the whole text as one file name then (a word with '=' too)
+        return _run_config_file(text, option)
+    overrides: dict = {}
+    for word in _words(text, option):
+        try:
+            parsed = dict(parse_config_args([word]))
+        except Exception as ex:  # noqa: BLE001 (Flower raises ValueError or click's ClickException)
+            value = word.partition("=")[2]
+            if value[:1] in "'\"" and (len(value) < 2 or value[-1] != value[0]):
+                reason = "opens a quote it does not close (text with spaces goes in one pair of quotes)"
+            else:
+                reason = ("has a value Flower cannot read: " + (str(ex).strip() if isinstance(ex, ValueError) else
+                          "give a number, true or false, or text in quotes (key=\"text\")"))
+            raise ArgumentError(f"{option}: {word!r} {reason}") from None
+        for key in parsed:
+            if key in overrides:
+                raise ArgumentError(f"{option}: {key} is given twice ({text!r}); give it once")
+        overrides.update(parsed)
+    try:  # the whole text, as `flwr run` will read it, must say the same
+        whole = dict(parse_config_args([text]))
+    except Exception:  # noqa: BLE001
+        whole = None
+    if whole != overrides:
+        raise ArgumentError(f"{option} {text!r}: its words do not read as one run config (a key that is also a "
+                            "table, e.g. a=1 a.b=2); give each key once")
+    return overrides
 
-        empty = re.search(r"(?:^|\s)([A-Za-z0-9_.-]+)=(?=\s|$)", text)
-        if empty:
-            raise ArgumentError(f"{option} {text!r}: {empty.group(1)} has no value (e.g. {empty.group(1)}=10 or "
-                                f'{empty.group(1)}="text")')
+
+def config_word(key: str, value: str) -> str:
+    """``key="value"`` as a word Flower's parser reads whole (``--run-config``, ``--node-config``): a basic TOML
+    string, or a literal one (``'value'``) when ``value`` holds a ``"`` or a backslash.
+
+    Raises
+    ------
+    ArgumentError
+        When ``value`` holds both kinds of quote (or a quote and a backslash): no word would carry it whole.
+    """
+    if '"' not in value and "\\" not in value:
+        return f'{key}="{value}"'
+    if "'" not in value:
+        return f"{key}='{value}'"
+    raise ArgumentError(f"{key} {value!r}: a path with both quote characters (or a quote and a backslash) cannot be "
+                        "passed to Flower whole; rename it")
+
+
+def _words(text: str, option: str):
+    """The ``key=value`` words of ``text`` (:data:`TOKEN` each, separated by spaces), one at a time;
+    :class:`ArgumentError` naming the first word that is not one."""
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos == len(text):
+            return
+        match = TOKEN.match(text, pos)
+        end = match.end() if match else pos
+        if match is None or (end < len(text) and not text[end].isspace()):
+            stop = end
+            while stop < len(text) and not text[stop].isspace():
+                stop += 1
+            word = text[pos:stop]
+            if word.endswith("=") and word.count("=") == 1:
+                raise ArgumentError(f"{option}: {word[:-1]} has no value (e.g. {word}10 or {word}\"text\")")
+            if match is not None:
+                reason = "has text after its value: text with spaces or quotes goes in one pair of quotes"
+            elif word.startswith("="):
+                reason = "has no key: no space may stand around '=' (key=value)"
+            elif "." in word or "/" in word:
+                reason = "is not key=value (a run-config file ends in .toml and is given alone)"
+            else:
+                reason = "is not key=value (e.g. rank=2, no space around '=')"
+            raise ArgumentError(f"{option}: {word!r} {reason}; nothing of {text!r} is used")
+        yield match.group(0)
+        pos = end
+
+
+def _run_config_file(name: str, option: str) -> dict:
+    """The overrides of the TOML file ``name``, read as Flower reads it (flattened: ``[a] b = 1`` is ``a.b``)."""
+    import tomllib
+
+    from fl_strategies.files.plain_files import check_input
+    from fl_strategies.protocol.flower_compat import parse_config_args
+
+    path = Path(name).expanduser()
+    if not path.exists() and (len(name.split()) > 1 or "=" in name):
+        raise ArgumentError(f"{option} {name!r}: a .toml file is given alone (Flower reads text ending in .toml as "
+                            "one file name, and there is no such file)")
     try:
-        return dict(parse_config_args([text]))
-    except Exception as ex:  # noqa: BLE001 (Flower raises ValueError, TOML errors or SystemExit-free typer errors)
-        raise ArgumentError(f"{option} {text!r}: {str(ex).strip() or type(ex).__name__}") from None
+        check_input(path, f"{option} {name!r}")
+    except ValueError as ex:
+        raise ArgumentError(str(ex)) from None
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+        return dict(parse_config_args([name]))
+    except UnicodeDecodeError as ex:
+        raise ArgumentError(f"{option} {name!r}: not a UTF-8 text file ({ex.reason} at byte {ex.start})") from None
+    except tomllib.TOMLDecodeError as ex:
+        raise ArgumentError(f"{option} {name!r}: not valid TOML: {ex}") from None
+    except (OSError, ValueError) as ex:
+        raise ArgumentError(f"{option} {name!r}: {getattr(ex, 'strerror', None) or ex}") from None
 
 
 def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
@@ -93,12 +202,12 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
         start = load_start(cfg)  # init-from: the earlier model, read as the server will
     except (ConfigError, ValueError) as ex:
         raise ArgumentError(f"{option}: {ex}") from None
-    from fl_strategies.files.harness import NODE_DATA, folder_partitions
+    from fl_strategies.files.harness import NODE_DATA, is_partition_folder
 
     if cfg["dataset"] == NODE_DATA:  # the nodes' own files: they are checked on the nodes
         return cfg
-    if folder_partitions(cfg["dataset"]) is not None:
-        d = _check_folder(cfg, option)
+    if is_partition_folder(cfg["dataset"]):
+        d = check_folder_files(cfg, option)
         if start is not None:
             try:
                 check_width(start, d)
@@ -122,12 +231,13 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     return cfg
 
 
-def _check_folder(cfg: dict, option: str) -> int:
+def check_folder_files(cfg: dict, option: str) -> int:
     """Read every per-client file of a folder data set (as its client will), check them against the run config,
-    and return their common width ``d``.
+    and return the run's width ``d``.
 
     The simulated clients read the same files again; here a bad file is one line before Flower starts, naming
-    the partition and the file (empty, non-finite, unparsable), and so are files of different widths and ranks
+    the partition and the file (empty, non-finite, unparsable, a FIFO or a device), and so are files that do not
+    match ``num-clients`` (:func:`fl_strategies.files.harness.node_files`), files of different widths and ranks
     above the common width.
 
     Raises
@@ -135,10 +245,11 @@ def _check_folder(cfg: dict, option: str) -> int:
     ArgumentError
         One line naming the option, the partition and the file, or the key.
     """
-    from fl_strategies.files.harness import partition_file
+    from fl_strategies.files.harness import node_files
 
+    where = f"the dataset folder {cfg['dataset']!r}"
     try:
-        files = [partition_file(cfg["dataset"], pid) for pid in range(cfg["num-clients"])]
+        files = node_files(cfg["dataset"], cfg["num-clients"], where)
     except ValueError as ex:
         raise ArgumentError(f"{option}: {ex}") from None
     return check_node_files(cfg, files, option, "dataset folder file", f"dataset folder {cfg['dataset']!r}")
@@ -148,8 +259,11 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
     """Read every node's file (as its client will) and check them together against the run config.
 
     Each file must pass :func:`fl_strategies.files.data_files.open_samples` (a ``.npy`` read without pickles or a
-    numeric ``.csv``; 2-D, non-empty, finite), all must have one width, and that width and the rows over all
-    files must fit the run config (:func:`fl_strategies.settings.config.check_against_data`).
+    numeric ``.csv``; 2-D, non-empty, finite), all must have one width (PLINK ``.bed`` files, never mixed with
+    others (:func:`fl_strategies.files.harness.node_files`): their variant lists must agree or align as the server
+    will align them, :func:`fl_strategies.files.variants.align_variants`, and the run's width is the variants they
+    share), and that width and the rows over all files must fit the run config
+    (:func:`fl_strategies.settings.config.check_against_data`).
 
     Parameters
     ----------
@@ -165,7 +279,7 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
     Returns
     -------
     int
-        The files' common width ``d``.
+        The run's width ``d``.
 
     Raises
     ------
@@ -186,14 +300,40 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
         widths.setdefault(X.shape[1], []).append(f"partition {pid} ({Path(path).name})")
         rows += X.shape[0]
         del X
-    if len(widths) > 1:
+    if all(Path(path).suffix.lower() == ".bed" for path in files):  # a mix is node_files' refusal
+        d = _shared_variants(files, option, where)
+    elif len(widths) > 1:
         raise ArgumentError(f"{option}: the files of {where} disagree on the number of columns: "
                             f"{widths_listed(widths)}")
+    else:
+        d = next(iter(widths))
     try:
-        check_against_data(cfg, next(iter(widths)), rows)
+        check_against_data(cfg, d, rows)
     except ConfigError as ex:
         raise ArgumentError(f"{option}: {ex}") from None
-    return next(iter(widths))
+    return d
+
+
+def _shared_variants(files: list[Path], option: str, where: str) -> int:
+    """The number of variants the ``.bed`` files' ``.bim`` lists share, as the server will align them before
+    round 1 (:meth:`fl_strategies.protocol.base.FederatedStrategy._agree_on_variants`: lists that agree are used as
+    they are; others by :func:`fl_strategies.files.variants.align_variants`)."""
+    from fl_strategies.files.variants import align_variants, read_bim, variant_digest
+
+    lists, digests = {}, set()
+    for pid, path in enumerate(files):
+        try:
+            bim = read_bim(path)
+        except (OSError, ValueError) as ex:
+            raise ArgumentError(f"{option}: partition {pid}: {getattr(ex, 'strerror', None) or ex}") from None
+        lists[pid] = [(vid, a1, a2) for _, vid, _, a1, a2 in bim]
+        digests.add(variant_digest(bim))
+    if len(digests) == 1:
+        return len(lists[0])
+    try:
+        return len(align_variants(lists)[0])
+    except ValueError as ex:
+        raise ArgumentError(f"{option}: the .bed files of {where}: {ex}") from None
 
 
 OUTPUT_KEYS = ("results-dir", "checkpoint-dir")

@@ -28,6 +28,7 @@ from flwr.server.client_manager import SimpleClientManager
 from fl_strategies.settings.config import (ConfigError, check_unread_keys, default_run_config, effective_config,
                                           round_timeout)
 from fl_strategies.files.data_files import read_samples
+from fl_strategies.files.plain_files import WriteFailed
 from fl_strategies.protocol.base import RunFailed
 from fl_strategies.files.harness import ServerData, find_harness, on_nodes
 from fl_strategies.settings.registry import load_class, spec
@@ -210,10 +211,15 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Flower's entry point; its last log line says whether the run completed (``flwr run`` exits 0 either way)."""
+    """Flower's entry point; its last log line says whether the run completed (``flwr run`` exits 0 either way).
+
+    A results file that cannot be written (``rounds.csv``, ``pca.npz``: a full disk) ends the run with one line
+    naming the file and the reason (:class:`~fl_strategies.files.plain_files.WriteFailed`), no traceback; a
+    checkpoint that cannot be written is logged and the run goes on
+    (:meth:`fl_strategies.protocol.checkpoint.Checkpoint.save`)."""
     try:
         run_server(grid, context)
-    except (RunFailed, ConfigError) as ex:
+    except (RunFailed, ConfigError, WriteFailed) as ex:  # WriteFailed: a full disk, naming the file
         _failed(f"fedspectral: run FAILED: {ex}", explained=True)
         raise
     except Exception as ex:

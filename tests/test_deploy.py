@@ -189,17 +189,18 @@ def test_node_files_are_npy_or_csv_and_bad_arguments_are_one_line(tmp_path, caps
     np.save(tmp_path / "partition_0.npy", np.ones((3, 2)))
     (tmp_path / "partition_1.csv").write_text("1,2\n3,4\n")
     assert find_node_files(tmp_path, 2) == [tmp_path / "partition_0.npy", tmp_path / "partition_1.csv"]
-    with pytest.raises(ValueError, match=r"missing node files: .*partition_2\.npy\|\.csv"):
+    with pytest.raises(ValueError, match=r"num-clients = 3, but the folder holds 2 per-client file\(s\) "
+                                         r"\(partition_0 .. partition_1\): set num-clients = 2"):
         find_node_files(tmp_path, 3)
     (tmp_path / "partition_0.csv").write_text("1,2\n")
-    with pytest.raises(ValueError, match=r"partition\(s\) 0 have both a \.npy and a \.csv file \(partition_0\.npy "
-                                         r"and partition_0\.csv\); keep one"):
+    with pytest.raises(ValueError, match=r"holds two files for partition 0: 'partition_0\.npy' and "
+                                         r"'partition_0\.csv'; keep one"):
         find_node_files(tmp_path, 2)
     assert main(["--run-config", 'dataset="nodes" num-clients=2', "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert 'dataset = "nodes" reads every node\'s own file: give the files with --data-dir' in err
     assert main(["--run-config", 'dataset="nodes" num-clients=2', "--data-dir", str(tmp_path)]) == 2
-    assert "have both a .npy and a .csv file" in capsys.readouterr().err
+    assert "holds two files for partition 0" in capsys.readouterr().err
     secrets = secret_files(tmp_path / "secrets", 2)
     assert secrets == {i: f'noise-secret="{tmp_path.resolve() / "secrets" / f"partition_{i}.secret"}"'
                        for i in range(2)}

@@ -60,7 +60,7 @@ def test_flwr_run_refuses_bad_arguments_in_one_line_before_flower(monkeypatch, c
     (["--port", "80"], "--port 80:"),
     (["--port", "abc"], "argument --port: invalid int value: 'abc'"),
     (["--fault", "9=nan", "--run-config", "num-clients=3"], "--fault '9=nan': expected PID=KIND"),
-    (["--data-dir", "/nonexistent", "--run-config", "num-clients=2"], "--data-dir /nonexistent: missing node files"),
+    (["--data-dir", "/nonexistent", "--run-config", "num-clients=2"], "--data-dir /nonexistent: no such directory"),
 ])
 def test_deploy_refuses_bad_arguments_in_one_line_before_flower(monkeypatch, capsys, argv, fragment):
     from simulations.engines import deploy

@@ -175,8 +175,9 @@ def test_a_folder_data_set_needs_one_client_per_file_and_is_not_checked_by_the_h
         validate_run_config(fused_run_config({"dataset": str(tmp_path / "data")}))
     cfg = checked_run_config({"dataset": str(tmp_path / "data"), "num-clients": 3, "rank": 2})
     assert cfg["num-clients"] == 3 and cfg["dimension"] == 0  # the folder's width comes from the files
-    (tmp_path / "data" / "partition_1.npy").unlink()  # a gap: only partition_0 counts
-    with pytest.raises(ArgumentError, match="holds 1 per-client file"):
+    (tmp_path / "data" / "partition_1.npy").unlink()  # a gap: every file is an owner's, none is left out
+    with pytest.raises(ArgumentError, match=r"holds 2 node file\(s\) \(partition_0.npy, partition_2.npy\) but none "
+                                            r"for partition 1: .*rename the files to partition_0 .. partition_1"):
         checked_run_config({"dataset": str(tmp_path / "data"), "num-clients": 3, "rank": 2})
 
 

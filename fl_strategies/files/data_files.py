@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..kernels.rows import BLOCK_BYTES, BedVariants, clip_rows, normalize_rows
+from .plain_files import check_input
 
 __all__ = ["clip_rows", "FILE_SUFFIXES", "is_data_file", "open_samples", "read_samples", "normalize_rows",
            "FINGERPRINT", "file_fingerprint"]
@@ -63,16 +64,16 @@ def open_samples(path: str | Path, label: str = "file"):
     Raises
     ------
     ValueError
-        If the suffix is not one of :data:`FILE_SUFFIXES`, the file does not exist or
-        cannot be parsed, or the array fails a check of the module docstring.
+        If the suffix is not one of :data:`FILE_SUFFIXES`, the file does not exist, is no regular file (a FIFO,
+        a device: named as what it is, :func:`~fl_strategies.files.plain_files.check_input`) or cannot be
+        parsed, or the array fails a check of the module docstring.
     """
     path = Path(path)
     where = f"{label} {str(path)!r}"
     if not is_data_file(str(path)):
         raise ValueError(f"{where}: must be a .npy or .csv file (or a scipy sparse .npz, a PLINK .bed) whose rows "
                          "are samples")
-    if not path.is_file():
-        raise ValueError(f"{where}: no such file")
+    check_input(path, where)  # missing, or a FIFO, a device, a directory: named as what it is
     suffix = path.suffix.lower()
     readers = {".npy": _read_npy, ".npz": _read_npz, ".bed": _read_bed}
     X = readers.get(suffix, _read_csv)(path, where)
@@ -112,10 +113,7 @@ def file_fingerprint(path: str | Path) -> str:
     ValueError
         If the file cannot be read (the message names it).
     """
-    try:
-        st = os.stat(path)
-    except OSError as ex:
-        raise ValueError(f"data file {str(path)!r}: cannot be read: {ex.strerror or ex}") from None
+    st = check_input(path, f"data file {str(path)!r}")  # a FIFO would block the read: named as one
     return _fingerprint_cached(os.path.abspath(path), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
 
 
@@ -160,6 +158,8 @@ def _read_bed(path: Path, where: str) -> BedVariants:
     """The ``.bed`` file memory-mapped in its own variant-major order
     (:class:`~fl_strategies.kernels.rows.BedVariants`), its people counted in the ``.fam`` and its variants in the
     ``.bim`` beside it."""
+    for companion in (".fam", ".bim"):  # a FIFO there would block the count below
+        check_input(path.with_suffix(companion), f"{where}: its {companion}")
     try:
         people, variants = _lines(path.with_suffix(".fam")), _lines(path.with_suffix(".bim"))
     except OSError as exc:

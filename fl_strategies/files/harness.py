@@ -25,6 +25,8 @@ A third-party harness registers an object with the methods of
 from __future__ import annotations
 
 import logging
+import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import entry_points
@@ -36,7 +38,7 @@ import numpy as np
 from .data_files import FILE_SUFFIXES
 
 __all__ = ["ENTRY_POINT_GROUP", "NODE_DATA", "Harness", "ServerData", "find_harness", "partition_file",
-           "folder_partitions", "widths_listed", "on_nodes"]
+           "partition_files", "is_partition_folder", "node_files", "folder_partitions", "widths_listed", "on_nodes"]
 
 ENTRY_POINT_GROUP = "fedspectral.harness"
 
@@ -44,49 +46,144 @@ NODE_DATA = "nodes"
 """``dataset`` of a run on the nodes' own files (``data-path``): no harness is looked up."""
 
 
-def partition_file(dataset: object, partition_id: int) -> Path | None:
-    """``DIR/partition_<i>.npy`` (or ``.csv``) when ``dataset`` is a folder of per-client files, else ``None``.
+PARTITION_NAME = re.compile(r"partition_(\d+)(\.[A-Za-z0-9]+)")
+"""A name that reads as a node file: ``partition_<i>.<suffix>``; it is one when spelt exactly
+``partition_<i>`` (``i`` without leading zeros) with a suffix of :data:`FILE_SUFFIXES`."""
 
-    A folder of per-client files is the simulation of node data: each client
-    reads only its own file and the server reads none (as with
-    :data:`NODE_DATA`). A folder is one when it holds ``partition_0.npy`` or
-    ``partition_0.csv``.
+
+def partition_files(folder: str | Path) -> dict[int, Path]:
+    """Every node file of ``folder`` by partition: ``partition_<i>.npy`` (``.csv``, ``.npz``, ``.bed``), whatever
+    kind of file it is (a FIFO is found here and named as one by the reader, never taken as missing).
 
     Raises
     ------
     ValueError
-        If the partition has two files (``partition_<i>.npy`` and ``.csv``), naming both: which one is the
-        owner's data is not for the program to guess.
+        One line naming the files, when a partition has two (``partition_1.npy`` and ``partition_1.csv``: which one
+        is the owner's data is not for the program to guess), or a name reads as a node file but is not spelt as
+        one (``partition_01.npy``, ``partition_1.NPY``: it would be left out); or the folder cannot be listed.
     """
+    folder = Path(folder)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as ex:
+        raise ValueError(f"{str(folder)!r}: cannot be listed: {ex.strerror or ex}") from None
+    found: dict[int, list[str]] = {}
+    odd = []
+    for name in names:
+        match = PARTITION_NAME.fullmatch(name)
+        if match is None or match.group(2).lower() not in FILE_SUFFIXES:
+            continue
+        pid = int(match.group(1))
+        if name != f"partition_{pid}{match.group(2).lower()}":
+            odd.append(f"{name!r} (name it partition_{pid}{match.group(2).lower()})")
+        else:
+            found.setdefault(pid, []).append(name)
+    if odd:
+        raise ValueError(f"{str(folder)!r} holds {', '.join(odd)}, which no node would read: rename "
+                         f"{'them' if len(odd) > 1 else 'it'}")
+    for names in found.values():  # in the order of FILE_SUFFIXES (.npy first)
+        names.sort(key=lambda name: FILE_SUFFIXES.index(Path(name).suffix))
+    both = {pid: names for pid, names in found.items() if len(names) > 1}
+    if both:
+        pid, names = min(both.items())
+        raise ValueError(f"{str(folder)!r} holds two files for partition {pid}: "
+                         f"{' and '.join(repr(n) for n in names)}; keep one")
+    return {pid: folder / names[0] for pid, names in sorted(found.items())}
+
+
+def is_partition_folder(dataset: object) -> bool:
+    """Whether ``dataset`` names a folder holding node files (a name :data:`PARTITION_NAME` matches, with a data
+    suffix); such a folder is the simulation of node data."""
     if not isinstance(dataset, str) or not dataset.strip() or not Path(dataset).is_dir():
-        return None
-    folder = Path(dataset)
-    if not any((folder / f"partition_0{suffix}").is_file() for suffix in FILE_SUFFIXES):
-        return None
-    found = _partition_files(folder, partition_id)
-    return found[0] if found else folder / f"partition_{partition_id}.npy"  # missing: the reader names it
+        return False
+    try:
+        return any(match is not None and match.group(2).lower() in FILE_SUFFIXES
+                   for match in map(PARTITION_NAME.fullmatch, os.listdir(dataset)))
+    except OSError:
+        return False
 
 
-def _partition_files(folder: Path, partition_id: int) -> list[Path]:
-    """The files of one partition in ``folder`` (at most one; :class:`ValueError` naming both otherwise)."""
-    found = [folder / f"partition_{partition_id}{suffix}" for suffix in FILE_SUFFIXES
-             if (folder / f"partition_{partition_id}{suffix}").is_file()]
-    if len(found) > 1:
-        raise ValueError(f"dataset folder {str(folder)!r} holds two files for partition {partition_id}: "
-                         f"{' and '.join(repr(p.name) for p in found)}; keep one")
-    return found
+def node_files(folder: str | Path, count: int, where: str) -> list[Path]:
+    """The node files of ``folder`` for ``count`` clients: exactly ``partition_0 .. partition_<count-1>``.
+
+    The one rule of every command that takes a folder of node files (``run`` with ``dataset = "FOLDER"``,
+    ``deploy --data-dir``, ``compare``, and the validation of the run config): each file is one owner's, so none
+    is left out and none is guessed.
+
+    Parameters
+    ----------
+    folder : str or Path
+    count : int
+        ``num-clients``.
+    where : str
+        How messages name the folder (``"the dataset folder 'data'"``, ``"--data-dir data"``).
+
+    Returns
+    -------
+    list of Path
+        File ``i`` is partition ``i``'s.
+
+    Raises
+    ------
+    ValueError
+        One line, with a hint that keeps every owner: :func:`partition_files`' refusals; no node file; numbers
+        with a gap (``partition_0, _2, _3``: rename to ``0 .. N-1`` or add the missing partition's file); another
+        number of files than ``count`` (set ``num-clients`` to it); PLINK ``.bed`` files beside other formats
+        (a run reads one kind).
+    """
+    files = partition_files(folder)
+    if not files:
+        raise ValueError(f"{where} holds no node file (partition_<i> with a suffix {', '.join(FILE_SUFFIXES)})")
+    numbers, n = list(files), len(files)
+    if numbers != list(range(n)):
+        missing = [pid for pid in range(numbers[-1] + 1) if pid not in files]
+        listed = ", ".join(files[pid].name for pid in numbers[:8]) + (" ..." if n > 8 else "")
+        hint = "partition " + ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
+        raise ValueError(f"{where} holds {n} node file(s) ({listed}) but none for {hint}: each file is one "
+                         f"owner's and partitions are numbered 0 .. N-1 without a gap; rename the files to "
+                         f"partition_0 .. partition_{n - 1} (and set num-clients = {n}), or add the missing "
+                         f"partition's file")
+    if n != count:
+        raise ValueError(f"num-clients = {count}, but {where} holds {n} per-client file(s) (partition_0 .. "
+                         f"partition_{n - 1}): set num-clients = {n}, one client per file")
+    beds = [path for path in files.values() if path.suffix == ".bed"]
+    if beds and len(beds) != n:
+        kinds = {".bed": [], "other": []}
+        for pid, path in files.items():
+            kinds[".bed" if path.suffix == ".bed" else "other"].append(f"partition {pid} ({path.name})")
+        raise ValueError(f"{where} mixes PLINK .bed files ({', '.join(kinds['.bed'][:4])}) with other data "
+                         f"({', '.join(kinds['other'][:4])}): a run reads one kind of file at every node; convert "
+                         "them to one format")
+    return [files[pid] for pid in range(n)]
+
+
+def partition_file(dataset: object, partition_id: int) -> Path | None:
+    """``DIR/partition_<i>.npy`` (or ``.csv``, ``.npz``, ``.bed``) when ``dataset`` is a folder of per-client
+    files, else ``None``.
+
+    A folder of per-client files is the simulation of node data: each client
+    reads only its own file and the server reads none (as with
+    :data:`NODE_DATA`). A folder is one when it holds a node file
+    (:func:`is_partition_folder`); the run config's validation checks that its files are exactly those of
+    ``num-clients`` clients (:func:`node_files`).
+
+    Raises
+    ------
+    ValueError
+        As :func:`partition_files` (two files for the partition, a misspelt node file).
+    """
+    if not is_partition_folder(dataset):
+        return None
+    found = partition_files(dataset)
+    return found.get(partition_id, Path(dataset) / f"partition_{partition_id}.npy")  # missing: the reader names it
 
 
 def folder_partitions(dataset: object) -> int | None:
-    """How many per-client files ``partition_0 .. partition_<m-1>`` (``.npy`` or ``.csv``) a folder data set holds
-    without a gap; ``None`` when ``dataset`` is not such a folder (:class:`ValueError` naming both files when a
-    partition has two)."""
-    if partition_file(dataset, 0) is None:
+    """How many node files (:func:`partition_files`) a folder data set holds; ``None`` when ``dataset`` is not such
+    a folder. Whether they fit the run is :func:`node_files`' to say."""
+    if not is_partition_folder(dataset):
         return None
-    folder, count = Path(dataset), 0
-    while _partition_files(folder, count):
-        count += 1
-    return count
+    return len(partition_files(dataset))
 
 
 def widths_listed(by_width: Mapping[int, list[str]]) -> str:
@@ -96,7 +193,7 @@ def widths_listed(by_width: Mapping[int, list[str]]) -> str:
 
 def on_nodes(cfg: Mapping[str, Any]) -> bool:
     """Whether the run's rows live only with the clients (``dataset = "nodes"`` or a folder of per-client files)."""
-    return cfg["dataset"] == NODE_DATA or partition_file(cfg["dataset"], 0) is not None
+    return cfg["dataset"] == NODE_DATA or is_partition_folder(cfg["dataset"])
 
 
 @dataclass(frozen=True)

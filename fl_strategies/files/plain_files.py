@@ -19,6 +19,11 @@ Every file the project writes goes through this module, so that no write ever fo
 * :func:`open_file` opens a regular file for writing with ``O_NOFOLLOW`` and keeps it open (a process's log, a
   lock file).
 * :func:`make_directory` creates a directory the project writes into and refuses one that is a link.
+
+A write that fails for want of room or for any other reason of the system (a full disk, a quota, an I/O error)
+raises :class:`WriteFailed`, one line naming the file and the reason (``No space left on device (ENOSPC)``).
+:func:`check_input` is the other side: a file the project is to read (a node's data, a run-config file) is
+refused in one line when it is no regular file, named as what it is (a FIFO, a character device, ...).
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from pathlib import Path
 from typing import IO, Any, Callable, Union
 
 __all__ = ["FORMULA_START", "plain_cell", "plain_frame", "same_file", "refuse_overwrite", "UnsafeDestination",
-           "check_destination", "check_below", "write_file", "append_file", "open_file", "make_directory"]
+           "WriteFailed", "file_kind", "check_input", "check_destination", "check_below", "write_file",
+           "append_file", "open_file", "make_directory"]
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 """First characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection)."""
@@ -102,20 +108,73 @@ Content = Union[bytes, str, Callable[[IO[bytes]], None]]
 """What :func:`write_file` writes: bytes, text (UTF-8), or a function that writes to a binary handle."""
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
 class UnsafeDestination(OSError):
     """A destination that is no regular file (a symbolic link above all): one line naming it and what to do."""
 
 
-def _kind(mode: int) -> str | None:
-    """What a file of ``st_mode`` ``mode`` is when it is no regular file, else ``None``."""
+class WriteFailed(OSError):
+    """A file could not be written (a full disk, a quota, an I/O error): ``str()`` is one line naming the file and
+    the reason, e.g. ``could not write '/out/rounds.csv': No space left on device (ENOSPC)``.
+
+    ``errno``, ``strerror`` and ``filename`` are the failed call's; nothing of the file was left half-written by
+    :func:`write_file` (the temporary file is removed; the old file, if any, is kept).
+    """
+
+    def __init__(self, path: str | Path, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+        code = errno.errorcode.get(cause.errno or 0)
+        self.reason = f"{cause.strerror or cause}" + (f" ({code})" if code else "")
+        self.line = f"could not write {str(path)!r}: {self.reason}"
+
+    def __str__(self) -> str:
+        return self.line
+
+
+def file_kind(mode: int) -> str | None:
+    """What a file of ``st_mode`` ``mode`` is when it is no regular file (``"a FIFO (named pipe)"``, ``"a character
+    device"``, ...), else ``None``: the one wording of every refusal of a file that is not a regular one."""
     for test, kind in _KINDS:
         if test(mode):
             return kind
-    return None if stat.S_ISREG(mode) else "not a regular file"
+    return None if stat.S_ISREG(mode) else "a special file"
+
+
+
+def check_input(path: str | Path, where: str) -> os.stat_result:
+    """The ``stat`` of a file to be read (links followed), refused in one line unless it is a regular file.
+
+    A FIFO would block its reader and a device (``/dev/zero``) never ends: each is named as what it is, not
+    reported missing.
+
+    Parameters
+    ----------
+    path : str or Path
+    where : str
+        How the message names the file (``"partition 1: node file '/data/partition_1.npy'"``).
+
+    Raises
+    ------
+    ValueError
+        ``"<where>: no such file"``, ``"<where>: is a symbolic link to a missing file"``, ``"<where>: is a FIFO
+        (named pipe), not a regular file"`` (a directory, a character or block device, a socket), or ``"<where>:
+        cannot be read: <reason>"``.
+    """
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        dangling = os.path.islink(path)
+        raise ValueError(f"{where}: {'is a symbolic link to a missing file' if dangling else 'no such file'}") \
+            from None
+    except OSError as ex:
+        raise ValueError(f"{where}: cannot be read: {ex.strerror or ex}") from None
+    kind = file_kind(st.st_mode)
+    if kind:
+        raise ValueError(f"{where}: is {kind}, not a regular file")
+    return st
 
 
 def _refusal(path: Path, kind: str) -> UnsafeDestination:
@@ -135,7 +194,7 @@ def check_destination(path: str | Path) -> os.stat_result | None:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):  # nothing there (a file above it is refused on writing)
         return None
-    kind = _kind(st.st_mode)
+    kind = file_kind(st.st_mode)
     if kind:
         raise _refusal(Path(path), kind)
     return st
@@ -160,7 +219,7 @@ def check_below(root: str | Path, path: str | Path) -> os.stat_result | None:
         except (FileNotFoundError, NotADirectoryError):
             return None
         if not stat.S_ISDIR(st.st_mode):
-            raise _refusal(current, _kind(st.st_mode) or "a file, not a directory")
+            raise _refusal(current, file_kind(st.st_mode) or "a file, not a directory")
     return check_destination(path)
 
 
@@ -196,12 +255,16 @@ def write_file(path: str | Path, content: Content, private: bool = False) -> Pat
     ------
     UnsafeDestination
         ``path`` is a link, a directory, a FIFO, a device or a socket; nothing is written.
-    OSError
-        The directory cannot be written; nothing is left behind.
+    WriteFailed
+        The file cannot be written (a full disk, no permission, the directory gone): one line naming ``path``
+        and the reason; nothing is left behind and an old file is kept.
     """
     path = Path(path)
     before = check_destination(path)
-    fd, tmp = _temporary(path, 0o600 if private else 0o666)
+    try:
+        fd, tmp = _temporary(path, 0o600 if private else 0o666)
+    except OSError as ex:
+        raise WriteFailed(path, ex) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             if private:
@@ -215,11 +278,13 @@ def write_file(path: str | Path, content: Content, private: bool = False) -> Pat
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as ex:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(ex, OSError) and not isinstance(ex, (UnsafeDestination, WriteFailed)):
+            raise WriteFailed(path, ex) from None
         raise
     return path
 
@@ -249,7 +314,7 @@ def open_file(path: str | Path, truncate: bool = False, private: bool = False) -
         if ex.errno == errno.ELOOP:
             raise _refusal(path, "a symbolic link") from None
         raise
-    kind = _kind(os.fstat(fd).st_mode)
+    kind = file_kind(os.fstat(fd).st_mode)
     if kind:  # replaced by a FIFO or a device after the check
         os.close(fd)
         raise _refusal(path, kind)
@@ -266,10 +331,26 @@ def append_file(path: str | Path, data: bytes) -> None:
     ------
     UnsafeDestination
         ``path`` is a link, a directory, a FIFO, a device or a socket.
+    WriteFailed
+        The data cannot be written (a full disk): one line naming ``path`` and the reason; the file is cut back
+        to what it held before (a file created by this call is removed).
     """
-    with open_file(path) as handle:
-        handle.seek(0, os.SEEK_END)
-        handle.write(data)
+    existed = os.path.lexists(path)
+    with open_file(path) as handle:  # written unbuffered: closing it writes nothing more
+        fd = handle.fileno()
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as ex:  # a part of the row may be there: the file is cut back to its whole rows
+            try:
+                os.ftruncate(fd, end)
+                if not existed:  # created here: not left behind empty
+                    os.unlink(path)
+            except OSError:
+                pass
+            raise WriteFailed(path, ex) from None
 
 
 def make_directory(path: str | Path, mode: int = 0o777) -> Path:
@@ -287,6 +368,6 @@ def make_directory(path: str | Path, mode: int = 0o777) -> Path:
         path.mkdir(mode=mode, parents=True, exist_ok=True)
         st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeDestination(f"{str(path)!r} is {_kind(st.st_mode)}, not a directory: refusing to write into "
-                                "it; remove it or choose another destination")
+        raise UnsafeDestination(f"{str(path)!r} is {file_kind(st.st_mode)}, not a directory: refusing to write "
+                                "into it; remove it or choose another destination")
     return path

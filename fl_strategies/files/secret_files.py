@@ -20,23 +20,18 @@ import os
 import stat
 from pathlib import Path
 
+from .plain_files import file_kind
+
 __all__ = ["PRIVATE_MODE", "read_secret_file", "create_secret_file"]
 
 PRIVATE_MODE = 0o600
 """The only mode a secret file may have."""
 
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISDIR, "a directory"))
-
-
 def _problem(st: os.stat_result, size: int, what: str) -> str | None:
     """Why a file with status ``st`` is not a private regular file of ``size`` bytes, or ``None``."""
-    for test, kind in _KINDS:
-        if test(st.st_mode):
-            return f"is {kind}, not a regular file"
-    if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
+    kind = file_kind(st.st_mode)  # the one wording of a file that is no regular one
+    if kind:
+        return f"is {kind}, not a regular file"
     if st.st_uid != os.geteuid():
         return f"is owned by uid {st.st_uid}, not by the user reading it (uid {os.geteuid()})"
     mode = stat.S_IMODE(st.st_mode)

@@ -15,7 +15,9 @@ chromosome, position or any genotype) and the server computes the list all sites
 * strand-ambiguous variants (alleles A/T or C/G) are kept and aligned by their allele labels like any other: the
   sites must report alleles on the same strand (the same reference build); no strand flip is attempted, so a
   site whose A/G variant reads T/C elsewhere loses that variant as a mismatch;
-* the run is refused when the variants kept are fewer than :data:`MIN_SHARED` of some site's.
+* the run is refused when the variants kept are fewer than :data:`MIN_SHARED` of some site's (a site whose
+  variants have no ID, ``.``, is named: such lists cannot be aligned). A command (``run``, ``deploy``) makes the
+  same alignment of the sites' files before any Flower process starts.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ MIN_SHARED = 0.5
 
 AMBIGUOUS = ({"A", "T"}, {"C", "G"})
 """The allele pairs whose strand the alleles alone do not tell."""
+
+NO_ID = (".", "")
+"""Variant IDs that name no variant (plink writes ``.`` for a variant without one): lists aligned by ID cannot
+use them."""
 
 
 def read_bim(bed_path: str | Path) -> list[tuple[str, str, str, str, str]]:
@@ -120,9 +126,15 @@ def align_variants(lists: dict[int, list[tuple[str, str, str]]]) -> tuple[list[t
         kept.append((vid, a1, a2))
     if len(kept) < MIN_SHARED * max(len(variants) for variants in lists.values()):
         sizes = ", ".join(f"partition {pid}: {len(variants)}" for pid, variants in sorted(lists.items()))
+        unnamed = {pid: sum(vid in NO_ID for vid, _, _ in variants) for pid, variants in sorted(lists.items())}
+        hint = "" if not any(unnamed.values()) else (
+            "; variants without an ID ('.') cannot be told apart (" + ", ".join(
+                f"partition {pid}: {k}" for pid, k in unnamed.items() if k) + "): give every variant an ID, e.g. "
+            "plink2 --set-all-var-ids '@:#:$r:$a' at every site")
         raise ValueError(f"the sites share {len(kept)} variants (same ID and alleles), fewer than {MIN_SHARED:g} of "
                          f"a site's ({sizes}; {report['missing']} not at every site, {report['mismatched']} with "
-                         f"other alleles, {report['duplicated']} listed twice at a site): refusing to run on so few")
+                         f"other alleles, {report['duplicated']} listed twice at a site): refusing to run on so few"
+                         + hint)
     return kept, report
 
 

@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from ..files.plain_files import write_file
+from ..files.plain_files import WriteFailed, write_file
 from ..settings.config import KEYS, RESUME_HARMLESS, ConfigError, column_scaling, writable_directory
 from .replies import check_orthonormal
 
@@ -290,8 +290,8 @@ class Checkpoint:
             write_file(self.path, lambda handle: np.savez(handle, **fields))
         except OSError as ex:
             kept = "no checkpoint" if self.saved_round is None else f"the checkpoint of round {self.saved_round}"
-            log.error("checkpoint after round %d could not be written to %s (%s: %s); the run goes on and %s is "
-                      "kept for resume", server_round, self.path, type(ex).__name__, ex, kept)
+            log.error("checkpoint after round %d could not be written to %s: %s; the run goes on and %s is kept "
+                      "for resume", server_round, self.path, ex.reason if isinstance(ex, WriteFailed) else ex, kept)
             return
         self.saved_round = server_round
 

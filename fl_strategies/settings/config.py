@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 
 from ..files.data_files import is_data_file
 from .errors import ConfigError
-from ..files.harness import folder_partitions
+from ..files.harness import is_partition_folder, node_files
 from ..privacy.dp_sensitivity import SENSITIVITIES
 from ..privacy.dp_power_noise import privacy_plan
 from ..privacy.noise import NOISE_SOURCES
@@ -720,14 +720,11 @@ def _check_more(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"server-data must be '' or a .npy/.csv file, got {cfg['server-data']!r}")
     if not cfg["dataset"].strip():
         raise ConfigError(f"dataset must name a data set or a .npy/.csv file, got {cfg['dataset']!r}")
-    try:
-        files = folder_partitions(cfg["dataset"])
-    except ValueError as ex:  # two files for one partition
-        raise ConfigError(f"dataset: {ex}") from None
-    if files is not None and files != cfg["num-clients"]:
-        raise ConfigError(f"num-clients = {cfg['num-clients']}, but the dataset folder {cfg['dataset']!r} holds "
-                          f"{files} per-client file(s) (partition_0 .. partition_{files - 1}): set num-clients = "
-                          f"{files}, one client per file")
+    if is_partition_folder(cfg["dataset"]):  # the one rule of node folders (every command alike)
+        try:
+            node_files(cfg["dataset"], cfg["num-clients"], f"the dataset folder {cfg['dataset']!r}")
+        except ValueError as ex:
+            raise ConfigError(str(ex) if str(ex).startswith("num-clients") else f"dataset: {ex}") from None
     for name in ("num-server-rounds", "total-iterations"):
         if cfg[name] > MAX_ITERATIONS:
             raise ConfigError(f"{name} must be at most {MAX_ITERATIONS}, got {cfg[name]}")

@@ -69,7 +69,8 @@ from fl_strategies.files.warm_start import check_width, load_start
 from fl_strategies.files.harness import find_harness
 from fl_strategies.protocol.base import RunFailed
 from fl_strategies.settings.registry import STRATEGY_NAMES, spec
-from fl_strategies.files.plain_files import UnsafeDestination, check_destination, open_file, plain_frame, write_file
+from fl_strategies.files.plain_files import (UnsafeDestination, check_destination, check_input, open_file, plain_frame,
+                                             write_file)
 
 from simulations.engines import ArgumentParser, fused_run_config
 from simulations.compare.report import plot_metric, summarize, write_summary_markdown
@@ -249,8 +250,12 @@ def load_comparison(path: str | Path) -> tuple[dict, list[Job]]:
         fails validation.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ComparisonError(f"{path}: no such comparison file")
+    try:  # a FIFO or a device is named as what it is
+        check_input(path, str(path))
+    except ValueError as ex:
+        raise ComparisonError(str(ex)) from None
     if path.stat().st_size > MAX_FILE_BYTES:
         raise ComparisonError(f"{path}: {path.stat().st_size} bytes; a comparison file may have at most "
                               f"{MAX_FILE_BYTES}")
@@ -416,7 +421,12 @@ def _empty_metric(metric: str, measured: dict[str, bool], noisy: dict[str, bool]
 
 
 def _check_data(jobs: list[Job], config: str | Path = "") -> None:
-    """Build every distinct data set once, as the server will (the harness), and check ranks and client counts."""
+    """Build every distinct data set once, as the server will (the harness), and check ranks and client counts; a
+    folder of node files is read as ``fedspectral run`` reads it (:func:`fedspectral.run_config.check_folder_files`:
+    every file, one kind of file, variant lists that align)."""
+    from fedspectral.run_config import check_folder_files
+    from fl_strategies.files.harness import is_partition_folder
+
     seen = set()
     for job in jobs:
         cfg = validate_run_config(fused_run_config(job.run_config))
@@ -427,12 +437,16 @@ def _check_data(jobs: list[Job], config: str | Path = "") -> None:
         harness = find_harness(cfg)
         try:  # a data set that cannot be loaded (missing file, rank above its dimension, ...) is a ValueError
             start = load_start(cfg)  # init-from: the earlier model, read as the server will
-            if harness is None:  # rows on the clients (a folder of per-client files): the nodes report them
+            if harness is None:  # rows on the clients: a folder's files are read as `run` reads them
+                if is_partition_folder(cfg["dataset"]):
+                    width = check_folder_files(cfg, "dataset")
+                    if start is not None:
+                        check_width(start, width)
                 continue
             data = harness.server_data(cfg, evaluate=False)
             if start is not None:
                 check_width(start, data.dimension)
-        except (ValueError, MemoryError) as ex:
+        except (ValueError, MemoryError) as ex:  # ArgumentError of a folder's files too
             where = f"{config}:{job.line or 1}: " if config else ""
             raise ComparisonError(f"{where}run {job.run!r} seed {job.seed}: {str(ex) or type(ex).__name__}") from None
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -517,7 +518,7 @@ def _subsample_rows(n: int, num_samples, seed: int, what: str) -> np.ndarray | N
 def _load_file(name: str, num_samples, dimension, seed):
     """Load a user ``.npy`` / ``.csv`` file (:func:`fl_strategies.files.data_files.read_samples`), optionally
     subsample."""
-    if not Path(name).is_file():
+    if not os.path.exists(name):  # a FIFO or a device is named as what it is by read_samples
         raise ValueError(
             f'"dataset" is {name!r}: file not found (FileNotFoundError); give an '
             f"existing .npy/.csv path or one of {', '.join(DATASET_NAMES)}"

@@ -276,14 +276,18 @@ def main(argv: list[str] | None = None) -> int:
 
     import pandas as pd
 
-    from fl_strategies.protocol.flower_compat import parse_config_args
+    from . import ArgumentError, parse_run_config
 
     parser = argparse.ArgumentParser(prog="python -m simulations.engines.ray", description=main.__doc__.split("\n")[0])
     parser.add_argument("--run-config", default="", help="TOML overrides, e.g. 'num-clients=1000 strategy=\"faps\"'")
     parser.add_argument("--address", default=None, help="attach to this Ray cluster (default: start one)")
     parser.add_argument("--cpus-per-client", type=float, default=1.0)
     args = parser.parse_args(argv)
-    overrides = parse_config_args([args.run_config]) if args.run_config else {}
+    try:  # every word heard (a word that is not key=value is refused, not dropped)
+        overrides = parse_run_config(args.run_config)
+    except ArgumentError as ex:
+        print(f"{parser.prog}: error: {ex}", file=__import__("sys").stderr)
+        return 2
     logging.getLogger("flwr").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
         overrides.setdefault("results-dir", tmp)
