@@ -11,13 +11,15 @@ read the default run config from the same file. :func:`app_dir` answers where th
   beside them; the wheel carries a copy as ``fedspectral/app/pyproject.toml`` (``force-include`` in
   ``pyproject.toml``). The app directory is assembled from it and the installed files that its ``fab-include``
   names, byte for byte, in the user's cache: ``$XDG_CACHE_HOME/fedspectral/app-<version>-<digest>``
-  (``~/.cache/fedspectral/...`` when ``XDG_CACHE_HOME`` is unset), ``<digest>`` the SHA-256 of those files. The
-  FAB that ``flwr run`` builds from it is the checkout's (``tests/test_app_bundle.py``). Every command compares
-  the folder with the installed files before using it: a folder that differs (an edited or stale copy, a file
-  added or missing) is set aside and written again. A new folder is written under a temporary name (mode 700,
-  files 600) and renamed into place, so no command sees half of one, and two commands that build it at once
-  both use a complete one. ``FLWR_HOME`` defaults to ``$XDG_CACHE_HOME/fedspectral/flwr-home``: site-packages
-  may be read-only, and is no place for a SuperLink's database and logs.
+  (``~/.cache/fedspectral/...`` when ``XDG_CACHE_HOME`` is unset), ``<digest>`` 16 hex digits of the SHA-256 of
+  their names and contents. The FAB that ``flwr run`` builds from it is the checkout's
+  (``tests/test_app_bundle.py``). Every command compares the folder with the installed files before using it: a
+  folder that differs (an edited or stale copy, a file added or missing, a link) is set aside and written again.
+  A new folder is written under a temporary name (mode 700, files 600) and renamed into place, so no command
+  sees half of one, and two commands that build it at once both use a complete one. Folders of other versions
+  are left alone (another environment may use them; a few hundred kB each, safe to delete). ``FLWR_HOME``
+  defaults to ``$XDG_CACHE_HOME/fedspectral/flwr-home``: site-packages may be read-only, and is no place for a
+  SuperLink's database and logs.
 
 Run-config paths are resolved against the directory the command runs from either way
 (:func:`fedspectral.run.absolute_paths`), never against the app directory.
