@@ -101,6 +101,32 @@ def test_an_edited_or_incomplete_app_directory_is_written_again(tmp_path):
     assert sorted(p.name for p in cache.iterdir()) == [app.name]  # nothing set aside is left
 
 
+def test_two_commands_building_the_app_directory_at_once_both_use_a_complete_one(tmp_path, monkeypatch):
+    """The second of two commands that wrote the folder at once finds the first one's in place: it uses it when
+    complete (and removes its own copy), and refuses in one line when what is there is not."""
+    files = {"pyproject.toml": b'[project]\nversion = "1"\n', "pkg/a.py": b"A = 1\n"}
+    real_rename = os.rename
+    other = assemble_bundle(files, tmp_path / "other")  # the other command's complete copy
+
+    def they_were_first(source, target):
+        real_rename(other, target)
+        return real_rename(source, target)  # ENOTEMPTY: the target is taken
+
+    def junk_was_first(source, target):
+        Path(target).mkdir()
+        (Path(target) / "pkg.py").write_text("")
+        return real_rename(source, target)
+
+    monkeypatch.setattr(app_bundle.os, "rename", they_were_first)
+    inode = other.stat().st_ino
+    app = assemble_bundle(files, tmp_path / "cache")
+    assert app.stat().st_ino == inode and sorted(p.name for p in app.parent.iterdir()) == [app.name]
+    monkeypatch.setattr(app_bundle.os, "rename", junk_was_first)
+    with pytest.raises(AppBundleError, match=rf"^{tmp_path / 'new'}: cannot write the app's directory there"):
+        assemble_bundle(files, tmp_path / "new")
+    assert [p.name for p in (tmp_path / "new").iterdir()] == [app.name]  # its own copy removed
+
+
 def test_an_unwritable_cache_is_one_line_naming_it(tmp_path):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
