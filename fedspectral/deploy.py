@@ -67,8 +67,9 @@ from fl_strategies.files.plain_files import (UnsafeDestination, WriteFailed, che
                                              make_directory, open_file, write_file)
 from fl_strategies.privacy.noise import SECRET_KEY, read_secret
 
-from fedspectral.run_config import (APP_DIR, ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
+from fedspectral.run_config import (ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
                                     checked_run_config, config_word, listed, parse_run_config)
+from fedspectral.run_config import app_dir as default_app_dir
 from fedspectral.credentials import write_node_keys, write_tls_files, written_names
 from simulations.data.federated_data import federated_dataset
 from fedspectral.run import absolute_paths, flower_env, run_status, stream_run, terminate
@@ -300,7 +301,7 @@ class LocalDeployment:
         Extra ``--node-config`` text by partition id, e.g. ``{2: 'fault="nan"'}``
         (:mod:`client_app.faults`) or ``noise-secret`` (:func:`secret_files`).
     app_dir : Path, optional
-        The Flower app that ``flwr run`` ships (default: this repository).
+        The Flower app that ``flwr run`` ships (default: :func:`fedspectral.run_config.app_dir`).
     warm_clientapp : bool
         Start every ClientApp by forking it from one process that has imported Flower
         (``launchers/forkserver.py``), instead of a new ``flwr-clientapp`` process importing it at every
@@ -317,7 +318,7 @@ class LocalDeployment:
     def __init__(self, files: list[Path], workdir: Path, port: int = 0, secure: bool = False,
                  node_config: dict[int, str] | None = None, app_dir: Path | None = None,
                  warm_clientapp: bool = False, supernode_poll: float | None = None) -> None:
-        self.app_dir = Path(app_dir or APP_DIR)
+        self.app_dir = Path(app_dir or default_app_dir())
         self.auto_port = not port
         self.port = port or free_port_block(len(files) + 16)
         self.files, self.workdir, self.secure = files, workdir, secure
@@ -468,8 +469,8 @@ class LocalDeployment:
 
     def start_run(self, run_config: str | list[str], results_dir: Path) -> str:
         """Start a run without waiting for it; returns its run id."""
-        done = subprocess.run(self._run_cmd(run_config, results_dir, stream=False), env=self.env, cwd=APP_DIR,
-                              capture_output=True, text=True)
+        done = subprocess.run(self._run_cmd(run_config, results_dir, stream=False), env=self.env,
+                              cwd=default_app_dir(), capture_output=True, text=True)
         match = re.search(r"Successfully started run (\d+)", done.stdout)
         if match is None:
             raise RuntimeError(f"flwr run did not start a run: {done.stdout}{done.stderr}")
@@ -477,8 +478,8 @@ class LocalDeployment:
 
     def stop_run(self, run_id: str) -> str:
         """``flwr stop`` a run (e.g. after its ServerApp was killed); returns its final status."""
-        subprocess.run(["flwr", "stop", run_id, CONNECTION], env=self.env, cwd=APP_DIR, capture_output=True,
-                       text=True)
+        subprocess.run(["flwr", "stop", run_id, CONNECTION], env=self.env, cwd=default_app_dir(),
+                       capture_output=True, text=True)
         return run_status(run_id, self.env, wait=60, connection=CONNECTION)
 
     def serverapp_pids(self) -> list[int]:

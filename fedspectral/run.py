@@ -5,8 +5,11 @@ wrong on a machine without internet; this wrapper does them:
 
 * it sets ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (else the local
   SuperLink tries to install the app's dependencies with uv),
-  ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1`` and a
-  project-local ``FLWR_HOME`` (``.flwr/``) unless they are already set;
+  ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1`` and
+  ``FLWR_HOME`` (a checkout's ``.flwr/``; an installed package's in the user's cache,
+  :mod:`fedspectral.app_bundle`) unless they are already set;
+* it runs the app directory :func:`fedspectral.run_config.app_dir` names (the checkout, or the one assembled
+  from an installed package), from any directory;
 * it validates the run config (and checks it against its data) before
   Flower starts, so a bad value is one line, not a failed run;
 * it asks for as many simulated SuperNodes as the run config has clients
@@ -53,7 +56,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from fedspectral.run_config import (APP_DIR, ArgumentError, ArgumentParser, check_output_dirs, checked_run_config,
+from fedspectral.app_bundle import default_flower_home
+from fedspectral.run_config import (ArgumentError, ArgumentParser, app_dir, check_output_dirs, checked_run_config,
                                     config_word, parse_run_config)
 
 SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py), unless the variable below is set
@@ -69,12 +73,17 @@ def local_superlink_port(env: dict[str, str] | None = None) -> int:
 
 
 def flower_env() -> dict[str, str]:
-    """The environment ``flwr`` needs offline (existing settings are kept)."""
+    """The environment ``flwr`` needs offline (existing settings are kept).
+
+    ``FLWR_HOME`` defaults to :func:`fedspectral.app_bundle.default_flower_home` (the checkout's ``.flwr/``, or
+    ``flwr-home/`` in the user's cache for an installed package); a relative one the user set is taken against
+    the directory the command runs from, as the run config's paths are (``flwr`` runs in the app's directory).
+    """
     env = dict(os.environ)
     env.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
     env.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     env.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
-    env.setdefault("FLWR_HOME", str(APP_DIR / ".flwr"))
+    env["FLWR_HOME"] = str(Path(env.get("FLWR_HOME") or default_flower_home()).expanduser().absolute())
     bindir = str(Path(sys.executable).parent)  # flwr needs flower-superlink on PATH
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     return env
@@ -120,8 +129,8 @@ def _own_superlinks(env: dict[str, str]) -> tuple[list[int], list[tuple[int, str
     ``(pid, command line)`` of every process (from ``ps``)."""
     port = local_superlink_port(env)
     home = Path(env["FLWR_HOME"]).expanduser()
-    databases = {str(home / "local-superlink" / "state.db"),  # as flwr passes it (relative: to APP_DIR)
-                 str(APP_DIR / home / "local-superlink" / "state.db")}
+    databases = {str(home / "local-superlink" / "state.db"),  # as flwr passes it (relative: to app_dir())
+                 str(app_dir() / home / "local-superlink" / "state.db")}
     ps = subprocess.run(["ps", "-ww", "-e", "-o", "pid=,args="], capture_output=True, text=True).stdout
     processes = [(int(pid), args) for pid, _, args in (line.strip().partition(" ") for line in ps.splitlines())]
     links = [pid for pid, args in processes if "flower-superlink" in args and f"--port {port} " in args + " "
@@ -197,7 +206,7 @@ def run_status(run_id: str, env: dict[str, str], wait: float = 30.0, connection:
     while time.monotonic() < deadline:
         cmd = ["flwr", "ls", *([connection] if connection else []), "--format", "json", "--run-id", run_id]
         out = subprocess.run(cmd, capture_output=True,
-                             text=True, env=env, cwd=APP_DIR).stdout
+                             text=True, env=env, cwd=app_dir()).stdout
         try:
             status = str(json.loads(out)["runs"][0]["status"])
         except (ValueError, KeyError, IndexError):
@@ -236,7 +245,7 @@ def stream_run(cmd: list[str], env: dict[str, str], app_lines: list[str] | None 
     which stops the SuperLink.
     """
     run_id = None
-    proc = subprocess.Popen(cmd, env=env, cwd=APP_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=app_dir(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in proc.stdout:
             if not MISLEADING_LINES.search(line):
@@ -321,7 +330,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     if note:
         print(f"{parser.prog}: {note}", file=sys.stderr)
     started_here = not superlink_running(env)
-    cmd = ["flwr", "run", str(APP_DIR), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
+    cmd = ["flwr", "run", str(app_dir()), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
     if args.run_config:
         cmd += ["--run-config", args.run_config]
     absolute = absolute_paths(cfg)

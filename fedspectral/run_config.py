@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fedspectral.app_bundle import PACKAGE_ROOT, AppBundleError, app_dir  # noqa: F401  (where the app is)
 from fl_strategies.settings.command_line import ArgumentParser  # noqa: F401  (one line per bad argument)
 
-APP_DIR = Path(__file__).resolve().parents[1]
-"""The project directory (holds ``pyproject.toml`` with the default run config)."""
+APP_DIR = PACKAGE_ROOT
+"""The directory holding the packages: the checkout (with ``pyproject.toml``), or ``site-packages`` when
+installed. The commands ask :func:`app_dir` where the app is (:mod:`fedspectral.app_bundle`)."""
 
 
 def fused_run_config(overrides: dict) -> dict:
@@ -30,7 +32,7 @@ def fused_run_config(overrides: dict) -> dict:
 
     check_known_keys(overrides)
 
-    return get_fused_config_from_dir(APP_DIR, dict(overrides))
+    return get_fused_config_from_dir(app_dir(), dict(overrides))
 
 
 
@@ -192,6 +194,10 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
 
     from fl_strategies.files.warm_start import check_width, load_start
 
+    try:  # an installed package's app directory (fedspectral.app_bundle): one line of its own if it cannot be made
+        app_dir()
+    except AppBundleError as ex:
+        raise ArgumentError(str(ex)) from None
     try:
         given = fused_run_config(overrides)
         cfg = validate_run_config(given)

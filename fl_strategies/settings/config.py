@@ -602,14 +602,18 @@ def check_unread_keys(cfg: Mapping[str, Any], defaults: Mapping[str, Any]) -> st
 
 def default_run_config() -> dict[str, Any]:
     """The default run configuration: ``[tool.flwr.app.config]`` of the ``pyproject.toml`` beside the package
-    (in a Flower app bundle and in a source checkout); ``{}`` when the package was installed without it."""
+    (in a Flower app bundle and in a source checkout), else of the copy an installed wheel carries
+    (``fedspectral/app/pyproject.toml``, :data:`fedspectral.app_bundle.SHIPPED_PYPROJECT`); ``{}`` without
+    either."""
     import tomllib
 
-    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-    try:
-        return dict(tomllib.loads(pyproject.read_text())["tool"]["flwr"]["app"]["config"])
-    except (OSError, KeyError, tomllib.TOMLDecodeError):
-        return {}
+    root = Path(__file__).resolve().parents[2]
+    for pyproject in (root / "pyproject.toml", root / "fedspectral" / "app" / "pyproject.toml"):
+        try:
+            return dict(tomllib.loads(pyproject.read_text())["tool"]["flwr"]["app"]["config"])
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            continue
+    return {}
 
 
 def _apply_fixed(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

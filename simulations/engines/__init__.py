@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedspectral.run_config import (APP_DIR, ArgumentError, ArgumentParser, check_node_files,  # noqa: F401
-                                    check_output_dirs, checked_run_config, fused_run_config, listed,
-                                    parse_run_config)
+from fedspectral.run_config import (APP_DIR, ArgumentError, ArgumentParser, app_dir,  # noqa: F401
+                                    check_node_files, check_output_dirs, checked_run_config, fused_run_config,
+                                    listed, parse_run_config)
 
 
 def engine_directory(run_config: dict, partition_of: dict[int, int]):

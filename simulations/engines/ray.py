@@ -21,7 +21,7 @@ from fl_strategies.protocol import node_directory
 from fl_strategies.protocol.flower_compat import (NOOP_FEDERATION_ID, RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, Run,
                                                   TaskIdentity)
 
-from . import APP_DIR, engine_directory
+from . import app_dir, engine_directory
 
 __all__ = ["run_ray"]
 
@@ -53,7 +53,7 @@ def run_ray(overrides: dict, num_cpus_per_client: float = 1.0, address: str | No
     from fl_strategies.protocol.flower_compat import get_fused_config_from_dir
     from server_app.app import app as server_app
 
-    run_config = get_fused_config_from_dir(APP_DIR, dict(overrides))
+    run_config = get_fused_config_from_dir(app_dir(), dict(overrides))
     run_id = int.from_bytes(__import__("os").urandom(RUN_ID_NUM_BYTES), "little") >> 1
     run = Run.create_empty(run_id=run_id)
     run.override_config = dict(overrides)
@@ -113,7 +113,7 @@ def _run(run_id, run_config, client_app, server_app, context, run, num_cpus_per_
             client_app=client_app,
             server_app=server_app,
             server_app_context=context,
-            app_dir=str(APP_DIR),
+            app_dir=str(app_dir()),
             is_app=True,
             run=run,
             backend_config={"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0},
