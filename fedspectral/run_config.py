@@ -148,7 +148,8 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
     """Read every node's file (as its client will) and check them together against the run config.
 
     Each file must pass :func:`fl_strategies.files.data_files.open_samples` (a ``.npy`` read without pickles or a
-    numeric ``.csv``; 2-D, non-empty, finite), all must have one width, and that width and the rows over all
+    numeric ``.csv``; 2-D, non-empty, finite), genotype files must be of one format (``.bed`` or ``.pgen``, checked
+    before any file is read), all must have one width, and that width and the rows over all
     files must fit the run config (:func:`fl_strategies.settings.config.check_against_data`).
 
     Parameters
@@ -173,9 +174,15 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
         One line naming the option, the partition and the file, or the key.
     """
     from fl_strategies.settings.config import ConfigError, check_against_data
-    from fl_strategies.files.data_files import open_samples
+    from fl_strategies.files.data_files import is_genotype_file, open_samples
     from fl_strategies.files.harness import widths_listed
 
+    genotypes = sorted({Path(path).suffix.lower() for path in files if is_genotype_file(path)})
+    if len(genotypes) > 1:  # one format of genotypes a folder: which is the sites' is not for us to guess
+        held = ", ".join(f"partition {pid} ({Path(path).name})" for pid, path in enumerate(files)
+                         if is_genotype_file(path))
+        raise ArgumentError(f"{option}: the files of {where} mix PLINK {' and '.join(genotypes)} genotypes ({held}); "
+                            "give every node one format (plink2 --make-bed or --make-pgen converts)")
     widths: dict[int, list[str]] = {}
     rows = 0
     for pid, path in enumerate(files):
