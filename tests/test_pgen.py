@@ -197,3 +197,52 @@ def test_pgen_sites_give_plink2s_pca_of_the_pooled_pgen(tmp_path):
     np.testing.assert_array_equal(np.loadtxt(tmp_path / "bed.eigenval"), np.loadtxt(tmp_path / "plink2.eigenval"))
     from_bed = np.loadtxt(tmp_path / "bed.eigenvec", skiprows=1, usecols=(2, 3, 4))
     np.testing.assert_allclose(np.abs(from_bed), np.abs(vectors), rtol=0, atol=2e-6)  # plink2: the same PCA
+
+
+RUN = ('num-clients=3 center=true scale="hwe" row-normalize=false strategy="fedpower" rank=2 iteration-rank=4 '
+       'local-steps=2 num-server-rounds=30 results-dir="pca-out"')
+
+
+def pgen_sites_and_bed_model(tmp_path):
+    """Three sites with 1 % missing calls as ``.bed`` files (the in-process model of them) and as ``.pgen`` files in
+    ``tmp_path / "pgen" / "data"``: ``(pgen folder, model)``."""
+    sites = simulated_sites((40, 50, 30), 300, missing=0.01, seed=8)
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(sites):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    model = compare_sites(tmp_path, 3, scale='"hwe"', rounds=30, rank=2)
+    return as_pgen_folder(tmp_path) / "data", model
+
+
+def assert_same_model(model, reference):
+    from fl_strategies.kernels.linalg import subspace_distance
+
+    assert subspace_distance(model["components"].T, reference["components"].T) < 1e-8
+    np.testing.assert_allclose(model["singular_values"], reference["singular_values"], rtol=1e-8)
+    np.testing.assert_allclose(model["mean"], reference["mean"], rtol=0, atol=1e-12)
+    assert list(map(tuple, model["variants"])) == list(map(tuple, reference["variants"]))
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(400)
+def test_fedspectral_run_over_a_folder_of_pgen_files_gives_the_bed_sites_model(tmp_path, flower_processes):
+    from fl_strategies.files.pca import load_model
+
+    folder, reference = pgen_sites_and_bed_model(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "fedspectral", "run", "--run-config",
+                           f'dataset="{folder}" {RUN}'], cwd=tmp_path, capture_output=True, text=True, timeout=380)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_same_model(load_model(tmp_path / "pca-out" / "pca.npz"), reference)
+
+
+@pytest.mark.deploy
+@pytest.mark.timeout(600)
+def test_deploy_with_pgen_node_files_gives_the_bed_sites_model(tmp_path, flower_processes):
+    from fl_strategies.files.pca import load_model
+
+    folder, reference = pgen_sites_and_bed_model(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "simulations.engines.deploy", "--data-dir", str(folder),
+                           "--run-config", f'dataset="nodes" {RUN}'], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=580)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_same_model(load_model(tmp_path / "pca-out" / "pca.npz"), reference)
