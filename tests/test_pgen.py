@@ -91,6 +91,25 @@ def test_sites_in_pgen_give_the_bed_sites_model_with_missing_calls_alignment_and
         np.testing.assert_allclose(pgen[key], bed[key], rtol=0, atol=1e-12, err_msg=key)
 
 
+def test_pvar_and_psam_are_read_with_or_without_their_header_lines(tmp_path):
+    from fl_strategies.files.pgen import read_psam, read_pvar
+
+    (tmp_path / "a.pvar").write_text("##fileformat=PVARv1.0\n##contig=<ID=1>\n#CHROM\tID\tPOS\tALT\tREF\tQUAL\n"
+                                     "1\trs1\t10\tA\tG\t.\n1\trs2\t20\t.\tC\t.\n")
+    assert read_pvar(tmp_path / "a.pgen") == [("1", "rs1", "10", "A", "G"), ("1", "rs2", "20", ".", "C")]
+    (tmp_path / "b.pvar").write_text("1 rs1 0 10 A G\n2 rs2 0.5 20 T C\n")  # as a .bim: ALT (A1) fifth
+    assert read_pvar(tmp_path / "b.pgen") == [("1", "rs1", "10", "A", "G"), ("2", "rs2", "20", "T", "C")]
+    (tmp_path / "a.psam").write_text("#IID\tSEX\ni1\t1\ni2\tNA\n")
+    assert read_psam(tmp_path / "a.pgen") == [("0", "i1"), ("0", "i2")]  # plink2 --make-bed's FID
+    (tmp_path / "b.psam").write_text("#FID\tIID\tPAT\tMAT\nf1\ti1\t0\t0\n")
+    assert read_psam(tmp_path / "b.pgen") == [("f1", "i1")]
+    (tmp_path / "c.psam").write_text("f1 i1 0 0 1 -9\nf2 i2 0 0 2 -9\n")  # as a .fam
+    assert read_psam(tmp_path / "c.pgen") == [("f1", "i1"), ("f2", "i2")]
+    (tmp_path / "d.pvar").write_text("#CHROM\tPOS\tREF\tALT\n1\t10\tA\tG\n")
+    with pytest.raises(ValueError, match=r"d.pvar: line 1: the header has no ID column"):
+        read_pvar(tmp_path / "d.pgen")
+
+
 def test_a_pgen_without_its_pvar_or_psam_is_refused_naming_it(tmp_path):
     write_bed(tmp_path / "x.bed", simulated_sites((10,), 20, seed=1)[0])
     bed_to_pgen(tmp_path / "x.bed", tmp_path / "x.pgen")
@@ -105,10 +124,20 @@ def test_a_pgen_without_its_pvar_or_psam_is_refused_naming_it(tmp_path):
 
 
 def test_a_pgen_with_a_multiallelic_variant_or_without_pgenlib_is_refused_in_one_line(tmp_path, monkeypatch):
+    """Also: a ``.psam`` or ``.pvar`` short of a line."""
     write_bed(tmp_path / "x.bed", simulated_sites((10,), 20, seed=1)[0])
     bed_to_pgen(tmp_path / "x.bed", tmp_path / "x.pgen")
-    pvar = tmp_path / "x.pvar"
+    pvar, psam = tmp_path / "x.pvar", tmp_path / "x.psam"
+    people = psam.read_text()
+    psam.write_text(people.rsplit("\n", 2)[0] + "\n")
+    with pytest.raises(ValueError, match=r"^file '.*x.pgen': is not a readable PLINK 2 .pgen file \(with 9 people in "
+                                         r"its .psam\): .*raw_sample_ct == 9, but .*x.pgen contains 10 samples.$"):
+        open_samples(tmp_path / "x.pgen")
+    psam.write_text(people)
     lines = pvar.read_text().splitlines()
+    pvar.write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(ValueError, match=r"x.pgen': holds 20 variants, but its .pvar lists 19$"):
+        open_samples(tmp_path / "x.pgen")
     pvar.write_text("\n".join(lines[:4] + [lines[4] + ",T"] + lines[5:]) + "\n")
     with pytest.raises(ValueError, match=r"x.pvar: line 5: variant \S+ has 2 ALT alleles .*plink2 --max-alleles 2"):
         open_samples(tmp_path / "x.pgen")

@@ -133,6 +133,14 @@ def _codes_buffer(shape: tuple[int, int]) -> np.ndarray:
     return np.frombuffer(mapped, dtype=np.uint8).reshape(shape)
 
 
+def _reason(exc: Exception) -> str:
+    """pgenlib's message (bytes in its exceptions) as one line of text."""
+    reason = exc.args[0] if exc.args else ""
+    if isinstance(reason, bytes):
+        reason = reason.decode("utf-8", "replace")
+    return " ".join(str(reason).split()) or type(exc).__name__
+
+
 def _pgenlib():
     try:
         import pgenlib
@@ -174,12 +182,16 @@ def read_pgen(path: Path, where: str) -> BedVariants:
         reader = pgenlib.PgenReader(bytes(path), raw_sample_ct=people)
     except Exception as exc:  # pgenlib raises RuntimeError for a file it cannot read
         raise ValueError(f"{where}: is not a readable PLINK 2 .pgen file (with {people} people in its .psam): "
-                         f"{str(exc).strip() or type(exc).__name__}") from None
+                         f"{_reason(exc)}") from None
     try:
         if reader.get_variant_ct() != variants:
             raise ValueError(f"{where}: holds {reader.get_variant_ct()} variants, but its .pvar lists {variants}")
         width = (people + 3) // 4
-        raw = _codes_buffer((variants, width))
+        try:
+            raw = _codes_buffer((variants, width))
+        except OSError as exc:
+            raise ValueError(f"{where}: no room for its {variants * width} bytes of decoded calls in the temporary "
+                             f"folder {tempfile.gettempdir()!r} (set TMPDIR): {exc.strerror or exc}") from None
         step = min(variants, max(1, _READ_BYTES // people))
         calls = np.full((step, 4 * width), 2, dtype=np.int8)  # a last byte's padding calls: code 00
         unpadded = None if people % 4 == 0 else np.empty((step, people), dtype=np.int8)
@@ -197,7 +209,7 @@ def read_pgen(path: Path, where: str) -> BedVariants:
     except ValueError:
         raise
     except Exception as exc:
-        raise ValueError(f"{where}: cannot be read: {str(exc).strip() or type(exc).__name__}") from None
+        raise ValueError(f"{where}: cannot be read: {_reason(exc)}") from None
     finally:
         reader.close()
     raw.flags.writeable = False
