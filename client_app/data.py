@@ -2,7 +2,7 @@
 
 One data source per node, chosen by its node config:
 
-* ``data-path`` names a local ``.npy`` / ``.csv`` / ``.npz`` / ``.bed`` file whose rows are samples
+* ``data-path`` names a local ``.npy`` / ``.csv`` / ``.npz`` / ``.bed`` / ``.pgen`` file whose rows are samples
   (``flower-supernode --node-config 'partition-id=0 data-path="rows.npy"'``):
   opened by :func:`fl_strategies.files.data_files.open_samples` and kept as
   stored (a ``.npy`` memory-mapped in its dtype), once per process; the
