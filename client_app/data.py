@@ -2,7 +2,7 @@
 
 One data source per node, chosen by its node config:
 
-* ``data-path`` names a local ``.npy`` / ``.csv`` / ``.npz`` / ``.bed`` file whose rows are samples
+* ``data-path`` names a local ``.npy`` / ``.csv`` / ``.npz`` / ``.bed`` / ``.pgen`` file whose rows are samples
   (``flower-supernode --node-config 'partition-id=0 data-path="rows.npy"'``):
   opened by :func:`fl_strategies.files.data_files.open_samples` and kept as
   stored (a ``.npy`` memory-mapped in its dtype), once per process; the
@@ -60,7 +60,7 @@ from typing import Any, Mapping
 import numpy as np
 from flwr.common import ConfigRecord
 
-from fl_strategies.files.data_files import file_fingerprint, is_data_file, open_samples
+from fl_strategies.files.data_files import file_fingerprint, is_data_file, is_genotype_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
 from fl_strategies.files.variants import decode_variants, read_bim, site_alignment
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_power
@@ -265,10 +265,10 @@ class NodeData:
 
     @property
     def bim(self) -> list[tuple[str, str, str, str, str]] | None:
-        """The variants of the node's ``.bed`` file (:func:`~fl_strategies.files.variants.read_bim`), ``None`` for
-        other data."""
+        """The variants of the node's ``.bed`` (or ``.pgen``) file (:func:`~fl_strategies.files.variants.read_bim`),
+        ``None`` for other data."""
         file = self._file()
-        if file is None or not file[0].lower().endswith(".bed"):
+        if file is None or not is_genotype_file(file[0]):
             return None
         return _bim_cached(file[0], _version(file[0]))
 
@@ -283,7 +283,8 @@ class NodeData:
     def align(self, variants: bytes) -> None:
         """Use the run's variant list from now on: kept in the node's state, the ``.bed`` read as its columns."""
         if self.bim is None:
-            raise ValueError(f"{self.source}: the server sent a variant list, but the node's data are no .bed file")
+            raise ValueError(f"{self.source}: the server sent a variant list, but the node's data are no .bed/.pgen "
+                             "file")
         if self.state is None:
             raise ValueError(f"{self.source}: the node has no state to keep the run's variant list in")
         from flwr.app import ConfigRecord
@@ -435,8 +436,8 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
                              "the federation's allele frequencies: that needs center = true in a noise-free run "
                              "whose row sums and call counts are summed at discovery (in the clear, or through "
                              "SecAgg+ with power or ssi)")
-        log.info("partition %d: %s %r: %d people x %d variants (PLINK .bed, read in variant blocks)", pid, what, path,
-                 X.num_rows, X.dimension)
+        log.info("partition %d: %s %r: %d people x %d variants (PLINK %s, read in variant blocks)", pid, what, path,
+                 X.num_rows, X.dimension, Path(path).suffix)
         if not (cfg["row-normalize"] or cfg.get("clip-norm", 0.0) > 0):
             if column_scaling(cfg.get("scale", False)) == "hwe" and X.code_counts[:, MISSING_CODE].any():
                 return X.weighted(X.missingness_weights())  # plink2's correction for missingness
@@ -455,7 +456,7 @@ def _aligned_cached(path: str, version, variants: bytes, label: str) -> BedVaria
     """The ``.bed`` at ``path`` as the columns of ``variants`` (the run's list), its swapped alleles flipped."""
     X = _read_cached(path, version, label)
     if not isinstance(X, BedVariants):
-        raise ValueError(f"{label}: the server sent a variant list, but the file is no .bed")
+        raise ValueError(f"{label}: the server sent a variant list, but the file is no .bed/.pgen")
     try:
         own = [(vid, a1, a2) for _, vid, _, a1, a2 in _bim_cached(path, version)]
         listed = decode_variants(variants)

@@ -6,7 +6,8 @@ scikit-learn's ``PCA.transform`` (after ``StandardScaler.transform`` when the ru
 all ones otherwise), after the same row normalisation as the run (:func:`fl_strategies.files.pca.transform`).
 A ``.bed`` is read as the model's variants (by ID, A1/A2 exchanged flipped, when its ``.bim`` lists them
 otherwise); with ``--out site.eigenvec`` its people's scores are written on plink2's eigenvector scale (over the
-model's singular values) in plink2's layout with the ``.fam``'s FID and IID
+model's singular values) in plink2's layout with the ``.fam``'s FID and IID (a ``.pgen``: likewise, with its
+``.pvar`` and ``.psam``)
 (:mod:`fl_strategies.files.plink_outputs`), and ``site.eigenvec.png`` draws PC1 against PC2 and PC3.
 
 Nothing the user owns is written over: ``--out`` may never be the ``--data`` or ``--model`` file, an existing
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_strategies.files.data_files import open_samples
+from fl_strategies.files.data_files import is_genotype_file, open_samples
 from fl_strategies.kernels.rows import BedVariants
 from fl_strategies.files.pca import load_model, transform
 from fl_strategies.files.plain_files import refuse_overwrite, write_file
@@ -54,15 +55,15 @@ def main(argv: list[str] | None = None, prog: str = "python -m client_app.transf
     parser = ArgumentParser(prog=prog, description="Apply a run's PCA model to rows on this node (the rows never "
                             "leave it).", epilog=EXAMPLES.format(prog=prog))
     parser.add_argument("--model", required=True, help="the run's pca.npz")
-    parser.add_argument("--data", required=True, help="a .npy/.csv/.npz/.bed file of rows (samples) on this node")
+    parser.add_argument("--data", required=True, help="a .npy/.csv/.npz/.bed/.pgen file of rows (samples) on this node")
     parser.add_argument("--out", required=True, help="where to write the scores (.npy; a new file, mode 600), or "
-                        "for a .bed the samples' plink2 eigenvectors (.eigenvec, with a picture beside it)")
+                        "for a .bed/.pgen the samples' plink2 eigenvectors (.eigenvec, with a picture beside it)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out (never --data or --model)")
     args = parser.parse_args(argv)
     try:
         eigenvec = args.out.lower().endswith(".eigenvec")
-        if not (args.out.lower().endswith(".npy") or eigenvec and args.data.lower().endswith(".bed")):
-            raise ValueError(f"--out {args.out!r}: must name a .npy file (or a .eigenvec file for a .bed --data)")
+        if not (args.out.lower().endswith(".npy") or eigenvec and is_genotype_file(args.data)):
+            raise ValueError(f"--out {args.out!r}: must name a .npy file (or a .eigenvec file for a .bed/.pgen --data)")
         picture = f"{args.out}.png"
         refuse_overwrite(args.out, "--out", {"--data": args.data, "--model": args.model}, args.force)
         if eigenvec:

@@ -265,10 +265,10 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
     """Read every node's file (as its client will) and check them together against the run config.
 
     Each file must pass :func:`fl_strategies.files.data_files.open_samples` (a ``.npy`` read without pickles or a
-    numeric ``.csv``; 2-D, non-empty, finite), all must have one width (PLINK ``.bed`` files, never mixed with
-    others (:func:`fl_strategies.files.harness.node_files`): their variant lists must agree or align as the server
-    will align them, :func:`fl_strategies.files.variants.align_variants`, and the run's width is the variants they
-    share), and that width and the rows over all files must fit the run config
+    numeric ``.csv``; 2-D, non-empty, finite), all must have one width (PLINK ``.bed`` or ``.pgen`` files, of one
+    format and never mixed with others (:func:`fl_strategies.files.harness.node_files`): their variant lists must
+    agree or align as the server will align them, :func:`fl_strategies.files.variants.align_variants`, and the
+    run's width is the variants they share), and that width and the rows over all files must fit the run config
     (:func:`fl_strategies.settings.config.check_against_data`).
 
     Parameters
@@ -293,7 +293,7 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
         One line naming the option, the partition and the file, or the key.
     """
     from fl_strategies.settings.config import ConfigError, check_against_data
-    from fl_strategies.files.data_files import open_samples
+    from fl_strategies.files.data_files import is_genotype_file, open_samples
     from fl_strategies.files.harness import widths_listed
 
     widths: dict[int, list[str]] = {}
@@ -306,7 +306,7 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
         widths.setdefault(X.shape[1], []).append(f"partition {pid} ({Path(path).name})")
         rows += X.shape[0]
         del X
-    if all(Path(path).suffix.lower() == ".bed" for path in files):  # a mix is node_files' refusal
+    if all(is_genotype_file(path) for path in files):  # one format: a mix is node_files' refusal
         d = _shared_variants(files, option, where)
     elif len(widths) > 1:
         raise ArgumentError(f"{option}: the files of {where} disagree on the number of columns: "
@@ -321,7 +321,7 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
 
 
 def _shared_variants(files: list[Path], option: str, where: str) -> int:
-    """The number of variants the ``.bed`` files' ``.bim`` lists share, as the server will align them before
+    """The number of variants the genotype files' variant lists (``.bim``, ``.pvar``) share, as the server will align them before
     round 1 (:meth:`fl_strategies.protocol.base.FederatedStrategy._agree_on_variants`: lists that agree are used as
     they are; others by :func:`fl_strategies.files.variants.align_variants`)."""
     from fl_strategies.files.variants import align_variants, read_bim, variant_digest
@@ -339,7 +339,7 @@ def _shared_variants(files: list[Path], option: str, where: str) -> int:
     try:
         return len(align_variants(lists)[0])
     except ValueError as ex:
-        raise ArgumentError(f"{option}: the .bed files of {where}: {ex}") from None
+        raise ArgumentError(f"{option}: the genotype files of {where}: {ex}") from None
 
 
 OUTPUT_KEYS = ("results-dir", "checkpoint-dir")

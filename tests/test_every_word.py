@@ -251,8 +251,9 @@ def test_bed_files_beside_npy_files_are_refused_before_flower_starts(nothing_sta
     """They were refused only after Flower started (about 28 s, naming Flower's node ids)."""
     folder = _bed_sites(tmp_path / "data", (D, D))
     np.save(folder / "partition_2.npy", np.ones((12, D)))
-    _refused_by_every_command(tmp_path, capsys, folder, 3, "mixes PLINK .bed files (partition 0 (partition_0.bed), "
-                              "partition 1 (partition_1.bed)) with other data (partition 2 (partition_2.npy))")
+    _refused_by_every_command(tmp_path, capsys, folder, 3, "mixes kinds of node file (PLINK .bed: partition 0 "
+                              "(partition_0.bed), partition 1 (partition_1.bed); other data: partition 2 "
+                              "(partition_2.npy))")
 
 
 def test_bim_files_without_ids_that_must_be_aligned_are_refused_before_flower_starts(nothing_starts, capsys,

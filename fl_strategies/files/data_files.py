@@ -9,7 +9,9 @@ without a header; a ``.npz`` file is a scipy sparse matrix (``scipy.sparse.save_
 PLINK 1 variant-major genotype file (with its ``.fam`` and ``.bim`` beside it, which give its people and
 variants): people are rows, variants columns, the A1 allele counted 0/1/2, memory-mapped and decoded block by
 block of variants in the file's order (:class:`~fl_strategies.kernels.rows.BedVariants`); a missing call is
-kept (the eigenspace products impute it with the federation's mean, :mod:`fl_strategies.kernels.standardize`).
+kept (the eigenspace products impute it with the federation's mean, :mod:`fl_strategies.kernels.standardize`); a
+``.pgen`` file (PLINK 2, with its ``.pvar`` and ``.psam``) is decoded once into a ``.bed``'s codes and read as one
+(:mod:`fl_strategies.files.pgen`).
 
 :func:`open_samples` gives the data as stored (a ``.npy`` file memory-mapped in its own dtype, int8 genotypes
 included; a sparse matrix as it is; a ``.bed`` file as :class:`~fl_strategies.kernels.rows.BedVariants`),
@@ -31,16 +33,25 @@ import numpy as np
 from ..kernels.rows import BLOCK_BYTES, BedVariants, clip_rows, normalize_rows
 from .plain_files import check_input
 
-__all__ = ["clip_rows", "FILE_SUFFIXES", "is_data_file", "open_samples", "read_samples", "normalize_rows",
-           "FINGERPRINT", "file_fingerprint"]
+__all__ = ["clip_rows", "FILE_SUFFIXES", "GENOTYPE_SUFFIXES", "is_data_file", "is_genotype_file", "open_samples",
+           "read_samples", "normalize_rows", "FINGERPRINT", "file_fingerprint"]
 
-FILE_SUFFIXES = (".npy", ".csv", ".npz", ".bed")
+FILE_SUFFIXES = (".npy", ".csv", ".npz", ".bed", ".pgen")
 """File suffixes accepted as files of samples."""
+
+GENOTYPE_SUFFIXES = (".bed", ".pgen")
+"""The PLINK genotype files among them (read as :class:`~fl_strategies.kernels.rows.BedVariants`, their variants
+and people in the files beside them: :func:`fl_strategies.files.variants.read_bim`, ``read_fam``)."""
 
 
 def is_data_file(name: object) -> bool:
     """Whether ``name`` is a string ending in one of :data:`FILE_SUFFIXES` (case-insensitive)."""
     return isinstance(name, str) and name.lower().endswith(FILE_SUFFIXES)
+
+
+def is_genotype_file(name: object) -> bool:
+    """Whether ``name`` (a str or Path) ends in one of :data:`GENOTYPE_SUFFIXES` (case-insensitive)."""
+    return isinstance(name, (str, Path)) and str(name).lower().endswith(GENOTYPE_SUFFIXES)
 
 
 def open_samples(path: str | Path, label: str = "file"):
@@ -71,11 +82,11 @@ def open_samples(path: str | Path, label: str = "file"):
     path = Path(path)
     where = f"{label} {str(path)!r}"
     if not is_data_file(str(path)):
-        raise ValueError(f"{where}: must be a .npy or .csv file (or a scipy sparse .npz, a PLINK .bed) whose rows "
-                         "are samples")
+        raise ValueError(f"{where}: must be a .npy or .csv file (or a scipy sparse .npz, a PLINK .bed or .pgen) "
+                         "whose rows are samples")
     check_input(path, where)  # missing, or a FIFO, a device, a directory: named as what it is
     suffix = path.suffix.lower()
-    readers = {".npy": _read_npy, ".npz": _read_npz, ".bed": _read_bed}
+    readers = {".npy": _read_npy, ".npz": _read_npz, ".bed": _read_bed, ".pgen": _read_pgen}
     X = readers.get(suffix, _read_csv)(path, where)
     _validate_matrix(X, where)
     return X
@@ -182,6 +193,13 @@ def _read_bed(path: Path, where: str) -> BedVariants:
             raise ValueError(f"{where}: holds genotype calls beyond the {people} people its .fam lists (is the .fam "
                              "short of people?)")
     return X
+
+
+def _read_pgen(path: Path, where: str) -> BedVariants:
+    """The ``.pgen`` file as the codes of a ``.bed`` (:func:`fl_strategies.files.pgen.read_pgen`)."""
+    from .pgen import read_pgen
+
+    return read_pgen(path, where)
 
 
 def _read_csv(path: Path, where: str) -> np.ndarray:

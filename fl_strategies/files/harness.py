@@ -35,7 +35,7 @@ from typing import Any, Mapping, Protocol
 
 import numpy as np
 
-from .data_files import FILE_SUFFIXES
+from .data_files import FILE_SUFFIXES, GENOTYPE_SUFFIXES, is_genotype_file
 
 __all__ = ["ENTRY_POINT_GROUP", "NODE_DATA", "Harness", "ServerData", "find_harness", "partition_file",
            "partition_files", "is_partition_folder", "node_files", "folder_partitions", "widths_listed", "on_nodes"]
@@ -128,8 +128,8 @@ def node_files(folder: str | Path, count: int, where: str) -> list[Path]:
     ValueError
         One line, with a hint that keeps every owner: :func:`partition_files`' refusals; no node file; numbers
         with a gap (``partition_0, _2, _3``: rename to ``0 .. N-1`` or add the missing partition's file); another
-        number of files than ``count`` (set ``num-clients`` to it); PLINK ``.bed`` files beside other formats
-        (a run reads one kind).
+        number of files than ``count`` (set ``num-clients`` to it); PLINK ``.bed`` or ``.pgen`` files beside
+        another format (a run reads one kind).
     """
     files = partition_files(folder)
     if not files:
@@ -146,14 +146,15 @@ def node_files(folder: str | Path, count: int, where: str) -> list[Path]:
     if n != count:
         raise ValueError(f"num-clients = {count}, but {where} holds {n} per-client file(s) (partition_0 .. "
                          f"partition_{n - 1}): set num-clients = {n}, one client per file")
-    beds = [path for path in files.values() if path.suffix == ".bed"]
-    if beds and len(beds) != n:
-        kinds = {".bed": [], "other": []}
-        for pid, path in files.items():
-            kinds[".bed" if path.suffix == ".bed" else "other"].append(f"partition {pid} ({path.name})")
-        raise ValueError(f"{where} mixes PLINK .bed files ({', '.join(kinds['.bed'][:4])}) with other data "
-                         f"({', '.join(kinds['other'][:4])}): a run reads one kind of file at every node; convert "
-                         "them to one format")
+    kinds: dict[str, list[str]] = {}  # each PLINK format a kind of its own, the matrices (.npy, .csv, .npz) one
+    for pid, path in files.items():
+        kind = path.suffix.lower() if is_genotype_file(path) else "other"
+        kinds.setdefault(kind, []).append(f"partition {pid} ({path.name})")
+    if len(kinds) > 1 and set(kinds) & set(GENOTYPE_SUFFIXES):
+        held = "; ".join(f"{'PLINK ' + kind if kind != 'other' else 'other data'}: {', '.join(names[:4])}"
+                         for kind, names in sorted(kinds.items()))
+        raise ValueError(f"{where} mixes kinds of node file ({held}): a run reads one kind of file at every node; "
+                         "convert them to one format (plink2 --make-bed or --make-pgen converts genotypes)")
     return [files[pid] for pid in range(n)]
 
 

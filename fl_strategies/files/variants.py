@@ -1,4 +1,5 @@
-"""The variants of a PLINK ``.bed`` file (its ``.bim``), and how sites whose lists differ are aligned.
+"""The variants of a PLINK ``.bed`` file (its ``.bim``; a ``.pgen``'s ``.pvar``), and how sites whose lists differ
+are aligned.
 
 Before round 1 every site holding a ``.bed`` sends a digest of its variant list (:func:`variant_digest`: SHA-256
 of each variant's chromosome, ID, position and alleles A1 / A2, in file order). Where all digests agree the sites
@@ -43,7 +44,12 @@ use them."""
 
 
 def read_bim(bed_path: str | Path) -> list[tuple[str, str, str, str, str]]:
-    """The ``.bim`` beside a ``.bed``: ``(chromosome, ID, position, A1, A2)`` per variant, in file order."""
+    """The ``.bim`` beside a ``.bed``: ``(chromosome, ID, position, A1, A2)`` per variant, in file order; for a
+    ``.pgen`` its ``.pvar``, ALT as A1 (:func:`fl_strategies.files.pgen.read_pvar`)."""
+    if str(bed_path).lower().endswith(".pgen"):
+        from .pgen import read_pvar
+
+        return read_pvar(bed_path)
     rows = []
     with open(Path(bed_path).with_suffix(".bim"), encoding="utf-8") as handle:
         for line in handle:
@@ -57,7 +63,12 @@ def read_bim(bed_path: str | Path) -> list[tuple[str, str, str, str, str]]:
 
 
 def read_fam(bed_path: str | Path) -> list[tuple[str, str]]:
-    """The ``.fam`` beside a ``.bed``: ``(FID, IID)`` per person, in file order."""
+    """The ``.fam`` beside a ``.bed``: ``(FID, IID)`` per person, in file order; for a ``.pgen`` its ``.psam``
+    (:func:`fl_strategies.files.pgen.read_psam`)."""
+    if str(bed_path).lower().endswith(".pgen"):
+        from .pgen import read_psam
+
+        return read_psam(bed_path)
     with open(Path(bed_path).with_suffix(".fam"), encoding="utf-8") as handle:
         return [tuple(line.split()[:2]) for line in handle if line.strip()]
 

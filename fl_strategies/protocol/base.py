@@ -422,7 +422,7 @@ class FederatedStrategy(Strategy):
             ("maf-min", maf_min, maf_min > 0), ("geno-max", geno_max, geno_max < 1)) if active)
         if self.variants is None:
             raise ConfigError(f"{keys}: the variant filters apply to PLINK .bed data (variants with allele counts "
-                              "and missing calls), and the nodes' data are no .bed files; set maf-min = 0 and "
+                              "and missing calls), and the nodes' data are no .bed/.pgen files; set maf-min = 0 and "
                               "geno-max = 1")
         if not row_sums_at_discovery(self.cfg):  # under SecAgg+: from the secure sums, after this (secure_power)
             return None
@@ -466,8 +466,9 @@ class FederatedStrategy(Strategy):
         if not any(isinstance(v, str) for v in digests.values()):
             return answers
         if not all(isinstance(v, str) for v in digests.values()):
-            raise ConfigError("some nodes hold a PLINK .bed file and others other data: "
-                              + ", ".join(f"node {cid}: {'.bed' if v else 'no .bed'}" for cid, v in digests.items()))
+            raise ConfigError("some nodes hold a PLINK .bed/.pgen file and others other data: "
+                              + ", ".join(f"node {cid}: {'genotypes' if v else 'no .bed/.pgen'}"
+                                          for cid, v in digests.items()))
         usable = sorted((proxy for proxy, props in answers if hasattr(props, "keys")),
                         key=lambda proxy: dict(answers)[proxy].get("partition-id", 0))
         agree = len(set(digests.values())) == 1

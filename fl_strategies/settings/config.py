@@ -89,8 +89,8 @@ KEYS: dict[str, Key] = {
     for k in [
         _key("strategy", str, "algorithm to run", choices=STRATEGY_NAMES),
         _key("dataset", str, "nodes: every node's own data-path file (the server holds no data); a folder holding "
-             "partition_0.npy ... partition_<m-1>.npy (or .csv, scipy sparse .npz, PLINK .bed): client i reads only its own "
-             "file "
+             "partition_0.npy ... partition_<m-1>.npy (or .csv, scipy sparse .npz, PLINK .bed or .pgen): client i "
+             "reads only its own file "
              "(a .npy in its stored dtype, memory-mapped); in simulation a "
              "named generator or bundled set (fedpower-model1, fedpower-model1-lazy (per partition, for large "
              "populations), fedpower-model2, digits, faps-geometric, faps-arithmetic, mf-synthetic, mf-step, "

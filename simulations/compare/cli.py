@@ -472,7 +472,7 @@ def ancestry_picture(job: Job, model_path: Path) -> bytes | None:
     scale, one colour a partition) when the run's data set is a folder of ``.bed`` files; ``None`` otherwise."""
     import io
 
-    from fl_strategies.files.data_files import open_samples
+    from fl_strategies.files.data_files import is_genotype_file, open_samples
     from fl_strategies.files.harness import partition_file
     from fl_strategies.files.pca import load_model, transform
     from fl_strategies.files.plink_outputs import draw_ancestry, plink2_eigenvectors
@@ -480,7 +480,7 @@ def ancestry_picture(job: Job, model_path: Path) -> bytes | None:
 
     cfg = job.run_config
     files = [partition_file(cfg["dataset"], i) for i in range(cfg["num-clients"])]
-    if any(file is None or not str(file).lower().endswith(".bed") for file in files):
+    if any(file is None or not is_genotype_file(file) for file in files):
         return None
     model = load_model(model_path)
     if model["components"].shape[0] < 2:
