@@ -53,6 +53,8 @@ from ..settings.strategies import PcaSettings
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
 from ..kernels.standardize import between_sum_of_squares, constant_columns, pooled_mean, pooled_variance, scales
 from ..kernels.variant_qc import variant_filter
+from ..kernels.ld_prune import parse_indep_pairwise
+from .ld_exchange import federated_prune
 
 __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 
@@ -183,6 +185,7 @@ class FederatedStrategy(Strategy):
         self._col_sq_sums: dict[str, np.ndarray] = {}
         self._call_counts: dict[str, np.ndarray] = {}  # non-missing calls per variant, from nodes with missing calls
         self.variants: list[tuple[str, str, str]] | None = None  # (ID, A1, A2) of a run over .bed files, by discovery
+        self.prune: dict[str, list[str]] | None = None  # indep-pairwise's prune_in / prune_out IDs, by discovery
         self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
         self.scale: np.ndarray | None = None  # the columns' pooled standard deviations (scale = true), at discovery
         self.total_variance: float | None = None  # tr(C) from the nodes' sq-sum (noise-free), set at discovery
@@ -388,12 +391,40 @@ class FederatedStrategy(Strategy):
             checked = self._checked(answers)
             kept = self._variant_filter(checked)
             if kept is not None:  # the variants the filters keep: every node answers again in their columns
-                self.variants, self.d = kept, len(kept)
-                self._row_sums, self._col_sq_sums, self._call_counts = {}, {}, {}
-                usable = [proxy for proxy, info in checked if isinstance(info, tuple)]
-                again = dict(ask_some({"variant-align": encode_variants(kept)}, usable))
-                checked = self._checked([(proxy, again.get(proxy, props)) for proxy, props in answers])
+                checked = self._realign(kept, checked, answers, ask_some)
+            kept = self._ld_prune(checked, ask_some)
+            if kept is not None:  # the variants indep-pairwise keeps: the same again
+                checked = self._realign(kept, checked, answers, ask_some)
         return checked
+
+    def _realign(self, kept: list[tuple[str, str, str]], checked: list[tuple[ClientProxy, Any]],
+                 answers: list[tuple[ClientProxy, Any]], ask_some) -> list[tuple[ClientProxy, Any]]:
+        """Make ``kept`` the run's variants: sent to every usable node (``variant-align``), whose discovery answers
+        in its columns replace ``answers``; returns them checked."""
+        self.variants, self.d = kept, len(kept)
+        self._row_sums, self._col_sq_sums, self._call_counts = {}, {}, {}
+        usable = [proxy for proxy, info in checked if isinstance(info, tuple)]
+        again = dict(ask_some({"variant-align": encode_variants(kept)}, usable))
+        return self._checked([(proxy, again.get(proxy, props)) for proxy, props in answers])
+
+    def _ld_prune(self, checked: list[tuple[ClientProxy, Any]], ask_some) -> list[tuple[str, str, str]] | None:
+        """The variants ``indep-pairwise`` keeps (:mod:`fl_strategies.protocol.ld_exchange`), from the usable nodes'
+        pair sums; ``None`` when it is off. Sets :attr:`prune` (``prune.in`` and ``prune.out`` IDs)."""
+        value = getattr(self.settings, "indep_pairwise", "") if isinstance(self.settings, PcaSettings) else ""
+        window = parse_indep_pairwise(value) if value else None
+        if window is None:
+            return None
+        if self.variants is None:
+            raise ConfigError(f"indep-pairwise = {value!r}: LD pruning applies to PLINK .bed data, and the nodes' "
+                              "data are no .bed files; set indep-pairwise = ''")
+        usable = sorted(((proxy, info) for proxy, info in checked if isinstance(info, tuple)), key=lambda x: x[1][0])
+        proxies = [proxy for proxy, _ in usable]
+        keep, prune_in, prune_out = federated_prune(self.variants, proxies, proxies[0], ask_some, window)
+        if len(prune_in) < self.r:
+            raise ConfigError(f"indep-pairwise = {value!r} keeps {len(prune_in)} of the {self.d} variants, fewer "
+                              f"than iteration-rank = {self.r}: raise its r^2 threshold")
+        self.prune = {"prune_in": prune_in, "prune_out": prune_out}
+        return [variant for variant, kept_it in zip(self.variants, keep) if kept_it]
 
     def _checked(self, answers: list[tuple[ClientProxy, Any]]) -> list[tuple[ClientProxy, Any]]:
         """``(proxy, (partition id, rows) or reason)`` of the nodes' discovery answers; keeps their properties, ``d``
