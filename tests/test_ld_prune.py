@@ -277,6 +277,46 @@ def test_a_run_prunes_as_the_rule_on_the_pooled_file_and_fits_the_model_of_the_p
     cut = compare_sites(tmp_path / "cut", 4, scale='"hwe"', rank=2, rounds=40)
     for key in ("mean", "scale", "components", "explained_variance"):
         np.testing.assert_allclose(model[key], cut[key], rtol=0, atol=1e-10)
+    from fl_strategies.files.data_files import open_samples
+    from fl_strategies.files.pca import transform
+    from fl_strategies.files.variants import as_variants
+
+    full = tmp_path / "data" / "partition_1.bed"  # transform reads a site's whole file as the model's variants
+    scores = transform(model, as_variants(open_samples(full), full, model["variants"]))
+    expected = transform(cut, open_samples(tmp_path / "cut" / "data" / "partition_1.bed"))
+    np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-10)
+
+
+def test_pruning_data_without_variants_or_down_to_fewer_than_the_rank_is_refused(tmp_path):
+    from simulations.compare import run_comparison
+    from tests.test_genotype_bed import compare_sites
+
+    sites = ld_sites((30, 30), 40, seed=7, copy=0.97)
+    chrom, bp = ["1"] * 40, np.arange(40) + 1
+    (tmp_path / "bed" / "data").mkdir(parents=True)
+    for i, S in enumerate(sites):
+        write_site(tmp_path / "bed" / "data" / f"partition_{i}.bed", S, chrom, bp)
+    with pytest.raises(Exception, match=r"indep-pairwise = '40 1 0.01' keeps \d+ of the 40 variants, fewer than "
+                                        r"iteration-rank = 8"):
+        compare_sites(tmp_path / "bed", 2, rank=6, extra='indep-pairwise = "40 1 0.01"')
+    folder = tmp_path / "npy"
+    folder.mkdir()
+    for i, S in enumerate(sites):
+        np.save(folder / f"partition_{i}.npy", np.nan_to_num(S).astype(np.int8))
+    (tmp_path / "n.toml").write_text(f'''title = "int8"
+[defaults]
+dataset = "{folder}"
+num-clients = 2
+rank = 2
+num-server-rounds = 3
+center = true
+indep-pairwise = "50 5 0.2"
+[[runs]]
+name = "fedpower"
+strategy = "fedpower"
+''')
+    with pytest.raises(Exception, match="indep-pairwise = '50 5 0.2': LD pruning applies to PLINK .bed data"):
+        run_comparison(tmp_path / "n.toml", out=tmp_path / "out_npy")
 
 
 @needs_plink2

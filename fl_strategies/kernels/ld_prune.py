@@ -30,6 +30,7 @@ twice as a haploid and sets haploid heterozygous calls missing).
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -171,7 +172,7 @@ def variant_sums(counts: np.ndarray) -> np.ndarray:
     return np.stack([called.sum(1), g.sum(1), (g * g).sum(1)], axis=1)
 
 
-def pair_sums(read, spans: np.ndarray, start: int, stop: int, block: int = 512) -> np.ndarray:
+def pair_sums(read, spans: np.ndarray, start: int, stop: int, block: int | None = None) -> np.ndarray:
     """The :data:`PAIR_SUMS` of the pairs of variants ``start .. stop - 1`` (:func:`pair_index` order), (P, 6)
     int64, computed block by block as products of the calls' indicator, counts and squares.
 
@@ -184,10 +185,12 @@ def pair_sums(read, spans: np.ndarray, start: int, stop: int, block: int = 512) 
         :func:`pair_spans`.
     start, stop : int
         The first variants of the pairs.
-    block : int
-        First variants per product.
+    block : int, optional
+        First variants per product (default: the longest span, at least 64: a product then computes about twice
+        the pairs it keeps).
     """
     spans = np.asarray(spans, dtype=np.int64)
+    block = block or max(64, int(spans[start:stop].max(initial=0)))
     parts = []
     for a in range(start, stop, block):
         b = min(a + block, stop)
@@ -247,14 +250,12 @@ def indep_pairwise(vsums: np.ndarray, exceeds: np.ndarray, spans: np.ndarray, pi
         Base-pair positions (a kb window).
     """
     vsums = np.asarray(vsums, dtype=np.int64)
-    d = len(vsums)
-    removed = np.zeros(d, dtype=bool)
-    constant = vsums[:, 0] * vsums[:, 2] - vsums[:, 1] ** 2 == 0
-    major = major_frequency(vsums)
-    offset = pair_index(spans)
+    constant = (vsums[:, 0] * vsums[:, 2] - vsums[:, 1] ** 2 == 0).tolist()
+    state = _Greedy(bytearray(len(vsums)), np.asarray(exceeds, dtype=bool).tobytes(),
+                    (pair_index(spans)[:-1] - np.arange(len(vsums)) - 1).tolist(), major_frequency(vsums).tolist())
     bp = None if positions is None else np.asarray(positions, dtype=np.int64)
     for start, stop in pieces:
-        unchecked = np.arange(start, stop) + 1 - start  # by local index: the first later variant not yet compared
+        unchecked = list(range(start + 1, stop + 1))  # by index minus start: the first later variant not yet met
         if window.kb:
             end = start + 1
             while end < stop and bp[end] <= bp[start] + window.size:
@@ -263,9 +264,10 @@ def indep_pairwise(vsums: np.ndarray, exceeds: np.ndarray, spans: np.ndarray, pi
             end = min(start + window.size, stop)
         first, loaded = start, start
         while True:
-            removed[loaded:end] |= constant[loaded:end]
+            for v in range(loaded, end):
+                state.removed[v] |= constant[v]
             loaded = end
-            _prune_window(first, end, start, removed, unchecked, exceeds, offset, major)
+            state.window(first, end, start, unchecked)
             if end == stop:
                 break
             if window.kb:
@@ -280,33 +282,51 @@ def indep_pairwise(vsums: np.ndarray, exceeds: np.ndarray, spans: np.ndarray, pi
             else:
                 first += window.step
                 end = min(first + window.size, stop)
-    return removed
+    return np.frombuffer(bytes(state.removed), dtype=np.uint8).astype(bool)
 
 
-def _prune_window(first: int, end: int, start: int, removed: np.ndarray, unchecked: np.ndarray,
-                  exceeds: np.ndarray, offset: np.ndarray, major: np.ndarray) -> None:
-    """One window ``first .. end - 1`` of the greedy rule, passes until none removes a variant (``removed`` and
-    ``unchecked``, by index minus ``start``, updated in place)."""
-    members = [v for v in range(first, end) if not removed[v]]
-    while True:
-        before = int(removed[first:end].sum())
-        for a, i in enumerate(members):
-            if removed[i]:
-                continue
-            later = [j for j in members[a + 1:] if not removed[j]]
-            todo = [k for k, j in enumerate(later) if j - start >= unchecked[i - start]]
-            if not todo:
-                continue
-            for k in range(todo[0], len(later)):
-                j = later[k]
-                if exceeds[offset[i] + j - i - 1]:
-                    if major[i] > major[j] * (1 + SMALL_EPSILON):
-                        removed[i] = True
-                    else:
-                        removed[j] = True
-                        unchecked[i - start] = (later[k + 1] if k + 1 < len(later) else end) - start
-                    break
-            else:
-                unchecked[i - start] = end - start
-        if int(removed[first:end].sum()) == before:
-            return
+@dataclass
+class _Greedy:
+    """The greedy rule's state in plain Python objects (one window is a short loop): ``removed`` (d,) flags,
+    ``exceeds`` (P,) bytes, ``base[i]`` with pair ``(i, j)`` at ``base[i] + j``, ``major`` (d,)."""
+
+    removed: bytearray
+    exceeds: bytes
+    base: list
+    major: list
+
+    def window(self, first: int, end: int, start: int, unchecked: list) -> None:
+        """One window ``first .. end - 1``: passes until one removes nothing (``removed`` and ``unchecked``, the
+        first later variant each has not met, by index minus ``start``, updated in place)."""
+        removed, exceeds, major = self.removed, self.exceeds, self.major
+        members = [v for v in range(first, end) if not removed[v]]
+        count = len(members)
+        changed = True
+        while changed:
+            changed = False
+            for a in range(count):
+                i = members[a]
+                if removed[i]:
+                    continue
+                k = bisect_left(members, unchecked[i - start], a + 1)
+                while k < count and removed[members[k]]:
+                    k += 1
+                if k == count:
+                    continue
+                base = self.base[i]
+                while k < count:
+                    j = members[k]
+                    if not removed[j] and exceeds[base + j]:
+                        changed = True
+                        if major[i] > major[j] * (1 + SMALL_EPSILON):
+                            removed[i] = 1
+                        else:
+                            removed[j] = 1
+                            k += 1
+                            while k < count and removed[members[k]]:
+                                k += 1
+                            unchecked[i - start] = members[k] if k < count else end
+                        break
+                    k += 1
+                else:
+                    unchecked[i - start] = end
