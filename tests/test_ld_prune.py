@@ -240,9 +240,9 @@ def test_a_bad_value_or_a_run_it_cannot_serve_is_refused_in_one_line():
         validate_run_config({**base, "strategy": "fedlrgd", "indep-pairwise": "50 5 0.2"})
 
 
-def pruned_run(tmp_path, seed=5):
-    """A ``compare`` run over four ``.bed`` sites with missing calls and ``indep-pairwise = "50 5 0.2"``; the
-    pooled genotypes, the ``.bim`` columns and the written model."""
+def pruned_run(tmp_path, seed=5, extra=""):
+    """A ``compare`` run over four ``.bed`` sites with missing calls and ``indep-pairwise = "50 5 0.2"`` (``extra``:
+    more keys); the sites' genotypes, the ``.bim`` columns and the written model."""
     from tests.test_genotype_bed import compare_sites
 
     sites = ld_sites((60, 45, 50, 35), 300, seed=seed)
@@ -250,7 +250,8 @@ def pruned_run(tmp_path, seed=5):
     (tmp_path / "data").mkdir()
     for i, G in enumerate(sites):
         write_site(tmp_path / "data" / f"partition_{i}.bed", G, chrom, bp)
-    model = compare_sites(tmp_path, 4, scale='"hwe"', rank=2, rounds=40, extra='indep-pairwise = "50 5 0.2"')
+    model = compare_sites(tmp_path, 4, scale='"hwe"', rank=2, rounds=40,
+                          extra='indep-pairwise = "50 5 0.2"\n' + extra)
     return sites, chrom, bp, model
 
 
@@ -299,6 +300,8 @@ def test_pruning_data_without_variants_or_down_to_fewer_than_the_rank_is_refused
     with pytest.raises(Exception, match=r"indep-pairwise = '40 1 0.01' keeps \d+ of the 40 variants, fewer than "
                                         r"iteration-rank = 8"):
         compare_sites(tmp_path / "bed", 2, rank=6, extra='indep-pairwise = "40 1 0.01"')
+    with pytest.raises(Exception, match=r"exclude-range = '.*nowhere.txt': '.*nowhere.txt' cannot be read"):
+        compare_sites(tmp_path / "bed", 2, rank=2, extra=f'exclude-range = "{tmp_path / "nowhere.txt"}"')
     folder = tmp_path / "npy"
     folder.mkdir()
     for i, S in enumerate(sites):
@@ -320,11 +323,38 @@ strategy = "fedpower"
 
 
 @needs_plink2
-def test_a_runs_prune_in_is_plink2s_on_the_pooled_file(tmp_path):
-    """Four sites with missing calls: the run's prune.in and prune.out are plink2's on the pooled ``.bed``."""
-    sites, chrom, bp, _ = pruned_run(tmp_path, seed=6)
-    theirs_in, theirs_out = plink2_prune(tmp_path, np.vstack(sites), chrom, bp, "50 5 0.2")
+def test_a_runs_prune_in_is_plink2s_on_the_pooled_file_with_its_exclude_range(tmp_path):
+    """Four sites with missing calls, a range file (``chr`` prefixes, a label, a comment): the run's prune.in and
+    prune.out are ``plink2 --exclude range <file> --indep-pairwise 50 5 0.2``'s on the pooled ``.bed``."""
+    ranges = tmp_path / "ranges.txt"
+    ranges.write_text("# long-range LD, made up\nchr1 200000 700000 first\n3 1 60000 second\n")
+    sites, chrom, bp, model = pruned_run(tmp_path, seed=6, extra=f'exclude-range = "{ranges}"')
+    write_site(tmp_path / "pooled.bed", np.vstack(sites), chrom, bp)
+    subprocess.run(["plink2", "--bfile", str(tmp_path / "pooled"), "--exclude", "range", str(ranges),
+                    "--indep-pairwise", "50", "5", "0.2", "--threads", "1", "--out", str(tmp_path / "pooled")],
+                   check=True, capture_output=True)
+    theirs_in = (tmp_path / "pooled.prune.in").read_text().split()
+    theirs_out = (tmp_path / "pooled.prune.out").read_text().split()
     (prune_in,) = (tmp_path / "out" / "estimates").glob("*.prune.in")
     (prune_out,) = (tmp_path / "out" / "estimates").glob("*.prune.out")
     assert prune_in.read_text().split() == theirs_in and prune_out.read_text().split() == theirs_out
-    assert 50 < len(theirs_in) < 280
+    assert [vid for vid, _, _ in model["variants"]] == theirs_in
+    excluded = {f"v{j}" for j in range(len(chrom)) if (chrom[j] == "1" and 200000 <= bp[j] <= 700000)
+                or (chrom[j] == "3" and bp[j] <= 60000)}
+    assert 20 < len(excluded) and not excluded & (set(theirs_in) | set(theirs_out))
+    assert 50 < len(theirs_in) < 250
+
+
+def test_ranges_are_read_as_plink2_reads_them(tmp_path):
+    from fl_strategies.files.ranges import in_ranges, read_ranges
+
+    path = tmp_path / "r.txt"
+    path.write_text("# comment\n\nchr6 25000000 33500000 MHC\n8 8000000 12000000\nchrX 10 20 x\n")
+    ranges = read_ranges(path)
+    assert ranges == [("6", 25000000, 33500000), ("8", 8000000, 12000000), ("X", 10, 20)]
+    inside = in_ranges(["6", "6", "chr8", "8", "23", "X", "1"], [25000000, 33500001, 12000000, 7999999, 15, 21, 9],
+                       ranges)
+    assert inside.tolist() == [True, False, True, False, True, False, False]
+    path.write_text("6 25000000\n")
+    with pytest.raises(ValueError, match="r.txt' line 1 is not 'chromosome first-bp last-bp"):
+        read_ranges(path)

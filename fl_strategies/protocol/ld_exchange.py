@@ -26,7 +26,7 @@ import numpy as np
 from ..kernels.ld_prune import (PruneWindow, indep_pairwise, ld_exceeds, pair_index, pair_spans, subcontigs)
 from ..settings.config import ConfigError
 
-__all__ = ["MAX_PAIRS", "chunks", "federated_prune", "decode_map"]
+__all__ = ["MAX_PAIRS", "chunks", "variant_map", "federated_prune", "decode_map"]
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +63,23 @@ def _int64(props: Any, key: str, shape: tuple[int, int], who: str) -> np.ndarray
     return np.frombuffer(value, dtype="<i8").reshape(shape)
 
 
-def federated_prune(variants: list[tuple[str, str, str]], proxies: list, first: Any,
-                    ask: Callable[[dict, list], list[tuple[Any, Any]]], window: PruneWindow) \
-        -> tuple[np.ndarray, list[str], list[str]]:
+def variant_map(first: Any, ask: Callable[[dict, list], list[tuple[Any, Any]]], d: int) \
+        -> tuple[list[str], np.ndarray]:
+    """``(chromosomes, positions)`` of the run's ``d`` variants from the ``.bim`` of node ``first`` (the lowest
+    partition): its ``ld-map``; a ``ConfigError`` in one line when it sends none that fits."""
+    [(_, props)] = ask({"ld-map": True}, [first])
+    value = props.get("ld-map") if hasattr(props, "get") else None
+    if not isinstance(value, bytes):
+        raise ConfigError(f"node {first.cid} sent no ld-map ({props if isinstance(props, str) else ''})")
+    try:
+        return decode_map(value, d)
+    except ValueError as ex:
+        raise ConfigError(f"node {first.cid}: {ex}") from None
+
+
+def federated_prune(variants: list[tuple[str, str, str]], proxies: list, chromosomes: list[str],
+                    positions: np.ndarray, ask: Callable[[dict, list], list[tuple[Any, Any]]],
+                    window: PruneWindow) -> tuple[np.ndarray, list[str], list[str]]:
     """Prune the run's ``variants`` over the nodes ``proxies`` (module docstring).
 
     Parameters
@@ -74,8 +88,8 @@ def federated_prune(variants: list[tuple[str, str, str]], proxies: list, first: 
         The run's variants (after the filters), d of them.
     proxies : list
         The usable nodes.
-    first : proxy
-        The node whose ``.bim`` gives the chromosomes and positions (the lowest partition).
+    chromosomes, positions : list of str, ndarray of int, shape (d,)
+        The variants' chromosomes and positions (:func:`variant_map`).
     ask : callable
         ``ask(config, proxies) -> [(proxy, properties or reason)]``.
     window : PruneWindow
@@ -88,15 +102,10 @@ def federated_prune(variants: list[tuple[str, str, str]], proxies: list, first: 
         Their IDs, and the removed ones', in the run's order (chromosome 0 in neither, as plink2).
     """
     d = len(variants)
-    [(_, props)] = ask({"ld-map": True}, [first])
-    value = props.get("ld-map") if hasattr(props, "get") else None
-    if not isinstance(value, bytes):
-        raise ConfigError(f"node {first.cid} sent no ld-map ({props if isinstance(props, str) else ''})")
     try:
-        chromosomes, positions = decode_map(value, d)
         pieces = subcontigs(chromosomes, positions, window)
     except ValueError as ex:
-        raise ConfigError(f"indep-pairwise = '{window}': node {first.cid}: {ex}") from None
+        raise ConfigError(f"indep-pairwise = '{window}': {ex}") from None
     spans = pair_spans(chromosomes, positions, window)
     vsums = np.zeros((d, 3), dtype=np.int64)
     exceeds = []

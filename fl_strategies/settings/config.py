@@ -308,6 +308,11 @@ KEYS: dict[str, Key] = {
              "the .bim positions); the PCA uses the variants kept, written as prune.in / prune.out beside the "
              "model; '' = no pruning; needs center = true in a noise-free run without secure-aggregation",
              allowed="'' or plink2's '<window>[kb] [<step>] <r^2>'", absent_means=""),
+        _key("exclude-range", str, "PLINK .bed data: a file on the server of base-pair ranges in plink2's "
+             "--exclude range format (chromosome, first bp, last bp, label per line), e.g. the long-range LD regions; "
+             "the variants inside leave the run before indep-pairwise, as plink2 --exclude range; '' = none; needs "
+             "center = true in a noise-free run without secure-aggregation",
+             allowed="'' or a file path", absent_means=""),
         _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
              "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
              "width and center / scale settings must be the run's; '' = a random start",
@@ -656,23 +661,25 @@ def _check_variant_qc(cfg: dict[str, Any], noisy: bool) -> None:
 
 
 def _check_ld_prune(cfg: dict[str, Any], noisy: bool) -> None:
-    """``indep-pairwise``: plink2's arguments (:func:`fl_strategies.kernels.ld_prune.parse_indep_pairwise`); the
-    pair sums come at discovery in the clear, so a noise-free centred run of a PCA strategy without SecAgg+ (the
-    sums add up over sites: their secure sum is not built yet)."""
+    """``indep-pairwise`` (plink2's arguments, :func:`fl_strategies.kernels.ld_prune.parse_indep_pairwise`) and
+    ``exclude-range`` (read by the server at discovery): the pair sums and the variants' positions come at
+    discovery in the clear, so a noise-free centred run of a PCA strategy without SecAgg+ (the sums add up over
+    sites: their secure sum is not built yet)."""
     from ..kernels.ld_prune import parse_indep_pairwise
 
-    value = cfg["indep-pairwise"]
+    value = cfg.get("indep-pairwise", "")
     try:
         parse_indep_pairwise(value)
     except ValueError as ex:
         raise ConfigError(f"indep-pairwise = {value!r}: {ex}") from None
+    keys = " and ".join(f"{key} = {cfg[key]!r}" for key in ("indep-pairwise", "exclude-range") if cfg.get(key))
     if not spec(cfg["strategy"]).pca:
-        raise ConfigError(f"indep-pairwise applies to the strategies that write a PCA model of PLINK .bed data "
+        raise ConfigError(f"{keys}: LD pruning applies to the strategies that write a PCA model of PLINK .bed data "
                           f"(fedpower, power, ssi, localpower, faps, covariance), not {cfg['strategy']!r}")
     if noisy or not cfg.get("center") or not row_sums_at_discovery(cfg):
-        raise ConfigError(f"indep-pairwise = {value!r} needs center = true in a noise-free run without "
-                          "secure-aggregation: the pair sums are sent at discovery in the clear (their SecAgg+ "
-                          "sum is not built yet)")
+        raise ConfigError(f"{keys} needs center = true in a noise-free run without secure-aggregation: the pair "
+                          "sums and positions are sent at discovery in the clear (their SecAgg+ sum is not built "
+                          "yet)")
 
 
 def column_scaling(value: Any) -> str:
@@ -730,7 +737,7 @@ def _check_pca(cfg: dict[str, Any]) -> None:
                           f"{cfg['init-from']!r}")
     if variant_qc(cfg):
         _check_variant_qc(cfg, noisy)
-    if cfg.get("indep-pairwise", ""):
+    if cfg.get("indep-pairwise", "") or cfg.get("exclude-range", ""):
         _check_ld_prune(cfg, noisy)
     if row_sums_at_discovery(cfg) and cfg["discovery"] == "engine":
         raise ConfigError('center = true needs discovery = "ask": the clients send their row sums at discovery')

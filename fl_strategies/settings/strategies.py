@@ -92,6 +92,7 @@ class PcaSettings:
     maf_min: float
     geno_max: float
     indep_pairwise: str
+    exclude_range: str
 
 
 @dataclass(frozen=True, kw_only=True)
