@@ -8,6 +8,7 @@ counts and sums, never a row.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,12 @@ def ld_reply(data, config: dict[str, Any]) -> dict[str, Any]:
     if config.get("ld-map"):
         place = {vid: (chrom, pos) for chrom, vid, pos, _, _ in bim}
         ids = [vid for _, vid, _, _, _ in bim] if listed is None else [v[0] for v in decode_variants(listed)]
+        twice = sorted(vid for vid, count in Counter(vid for _, vid, _, _, _ in bim).items() if count > 1
+                       and vid in set(ids))
+        if twice:
+            raise ValueError(f"{where}: its .bim lists variant ID(s) {', '.join(twice[:5])} more than once; LD "
+                             "pruning needs unique IDs, as plink2 --indep-pairwise (plink2 --set-all-var-ids and/or "
+                             "--rm-dup may help)")
         return {"partition-id": data.partition_id,
                 "ld-map": "".join(f"{place[vid][0]}\t{place[vid][1]}\n" for vid in ids).encode("utf-8")}
     X = data.stored_rows()

@@ -358,3 +358,18 @@ def test_ranges_are_read_as_plink2_reads_them(tmp_path):
     path.write_text("6 25000000\n")
     with pytest.raises(ValueError, match="r.txt' line 1 is not 'chromosome first-bp last-bp"):
         read_ranges(path)
+
+
+def test_a_site_whose_bim_lists_an_id_twice_is_refused_naming_it(tmp_path):
+    from client_app.data import NodeData
+    from client_app.ld_replies import ld_reply
+    from fl_strategies.settings.config import default_run_config
+
+    G = ld_sites((12,), 6, seed=8)[0]
+    path = write_site(tmp_path / "g.bed", G, ["1"] * 6, np.arange(6) + 1)
+    bim = (tmp_path / "g.bim").read_text().replace("\tv3\t", "\tv1\t")
+    (tmp_path / "g.bim").write_text(bim)
+    cfg = {**default_run_config(), "num-clients": 1, "dataset": "nodes", "center": True}
+    data = NodeData(cfg, {"partition-id": 0, "data-path": path})
+    with pytest.raises(ValueError, match="partition 0: its .bim lists variant ID\\(s\\) v1 more than once"):
+        ld_reply(data, {"ld-map": True})
