@@ -18,6 +18,8 @@ from fl_strategies.files.data_files import FINGERPRINT
 from fl_strategies.files.pca import MISSINGNESS_DIAGONAL
 from fl_strategies.files.variants import encode_variants, variant_digest
 
+from .ld_replies import asks_ld, ld_reply
+
 __all__ = ["discovery_properties", "fingerprint_property", "summary_reply"]
 
 
@@ -57,6 +59,8 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool,
         for a ``.bed``, or ``variant-list`` (bytes) alone when asked for it.
     """
     config = config or {}
+    if asks_ld(config):  # indep-pairwise's exchange (client_app.ld_replies)
+        return ld_reply(data, config)
     bim = getattr(data, "bim", None)
     if config.get("variant-list"):
         if bim is None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from fl_strategies.settings.config import (RESULT_FILES, ConfigError, check_results_dir, column_scaling,
                                            writable_directory)
-from fl_strategies.files.pca import save_model
+from fl_strategies.files.pca import prune_text, save_model
 from fl_strategies.files.plink_outputs import afreq_text, eigenval_text, score_command, score_text
 from fl_strategies.files.plain_files import UnsafeDestination, append_file, check_destination, plain_cell, write_file
 
@@ -120,6 +120,11 @@ class ResultsWriter:
         path = save_model(self.dir / "pca.npz", model, run_config,
                           privacy=model.get("privacy") or {"epsilon": 0.0, "note": "no noise"})
         log.info("PCA model written to %s", path.resolve())
+        if model.get("prune_in") is not None:  # indep-pairwise: plink2's two lists beside the model
+            for key, name in (("prune_in", "prune.in"), ("prune_out", "prune.out")):
+                write_file(self.dir / name, prune_text(model[key]))
+            log.info("indep-pairwise's variant lists written beside it: prune.in (%d), prune.out (%d)",
+                     len(model["prune_in"]), len(model["prune_out"]))
         if model.get("variants") is not None and run_config.get("center") and \
                 column_scaling(run_config.get("scale", False)) == "hwe":  # plink2 --pca's model: what plink2 reads
             write_file(self.dir / "pca.eigenval", eigenval_text(model))

@@ -177,6 +177,11 @@ def choose_rank(ratios: np.ndarray, target: float) -> int:
     return int(reached[0]) + 1 if reached.size else len(ratios)
 
 
+def prune_text(ids) -> str:
+    """Variant IDs one per line, as plink2 writes ``prune.in`` and ``prune.out``."""
+    return "".join(f"{vid}\n" for vid in ids)
+
+
 def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[str, Any],
                privacy: Mapping[str, Any] | None = None) -> Path:
     """Write ``model`` to ``path`` (``.npz``, :func:`fl_strategies.files.plain_files.write_file`) with the run config.
@@ -184,7 +189,8 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
     The run config travels as JSON (``run_config``), with the privacy spent (``privacy``), ``centered`` (whether
     ``mean`` is the rows' mean or zero: the uncentred model), ``row_normalize`` and ``clip_norm``, which
     :func:`transform` applies to new rows as the run did; a run over ``.bed`` files adds ``variants``, one
-    ``ID\tA1\tA2`` line per column (A1 the allele counted).
+    ``ID\tA1\tA2`` line per column (A1 the allele counted), and with ``indep-pairwise`` ``prune_in`` and
+    ``prune_out`` (:func:`prune_text`: the IDs kept, the model's, and removed).
     """
     fields = dict(**{key: np.asarray(model[key]) for key in MODEL_KEYS},
              centered=np.asarray(bool(run_config.get("center", False))),
@@ -194,6 +200,9 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
              privacy=np.asarray(json.dumps(dict(privacy or {}), sort_keys=True, default=str)))
     if model.get("variants") is not None:  # the .bed variants of the columns: ID, A1 (counted), A2 per line
         fields["variants"] = np.asarray(encode_variants(model["variants"]).decode("utf-8"))
+    for key in ("prune_in", "prune_out"):  # indep-pairwise: the IDs kept and removed, one per line
+        if model.get(key) is not None:
+            fields[key] = np.asarray(prune_text(model[key]))
     return write_file(path, lambda handle: np.savez(handle, **fields))
 
 

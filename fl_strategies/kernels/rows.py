@@ -242,6 +242,9 @@ _BYTE_COUNTS = np.ascontiguousarray(np.nan_to_num(BED_COUNTS, nan=0.0).astype(np
 MISSING_CODE = 1
 """The 2-bit code of a missing call."""
 
+_CALL_COUNTS = np.array([2, -1, 1, 0], dtype=np.int8)
+"""Allele count of each 2-bit code as int8, a missing call -1 (:meth:`BedVariants.column_counts`)."""
+
 _FLIPPED_BYTES = np.ascontiguousarray(np.where((_CODES == 0) | (_CODES == 3), 3 - _CODES, _CODES)
                                       @ (1 << (2 * np.arange(4)))).astype(np.uint8)
 """Each byte with its homozygous codes exchanged (``00`` and ``11``): the calls of the other allele, (256,)."""
@@ -706,6 +709,24 @@ class BedVariants:
         weights = np.ones(self.num_rows) if self.row_weights is None else self.row_weights
         product = self.right(Y * weights[:, None], mean, scale).reshape(Z.shape)
         return product, float(weights @ squares), parts
+
+    def column_counts(self, start: int, stop: int) -> np.ndarray:
+        """The allele counts of columns ``start .. stop - 1`` (of the run's list where :meth:`aligned` gave one),
+        variant-major: (stop - start, s) int8, a missing call -1 (a flipped variant counted ``2 - g``)."""
+        stop = min(int(stop), self.dimension)
+        if self.columns is None:
+            raw = np.asarray(self.rows[start:stop])
+        else:
+            rows = np.full(self.dimension, -1, dtype=np.int64)
+            held = np.flatnonzero(self.columns >= 0)
+            rows[self.columns[held]] = held
+            wanted = rows[start:stop]
+            raw = np.asarray(self.rows[wanted])
+            flip = self.flip[wanted]
+            if flip.any():
+                raw[flip] = _FLIPPED_BYTES[raw[flip]]
+        codes = np.take(_BYTE_CODES, raw).view(np.uint8).reshape(raw.shape[0], -1)[:, :self.num_rows]
+        return _CALL_COUNTS[codes]
 
     def call_counts(self) -> np.ndarray:
         """Non-missing calls per variant, shape (d,) float64."""

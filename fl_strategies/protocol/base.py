@@ -53,6 +53,9 @@ from ..settings.strategies import PcaSettings
 from .replies import check_array, check_origin, check_properties, decode_arrays, scalar_metric
 from ..kernels.standardize import between_sum_of_squares, constant_columns, pooled_mean, pooled_variance, scales
 from ..kernels.variant_qc import variant_filter
+from ..kernels.ld_prune import parse_indep_pairwise
+from .ld_exchange import federated_prune, variant_map
+from ..files.ranges import in_ranges, read_ranges
 
 __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 
@@ -183,6 +186,7 @@ class FederatedStrategy(Strategy):
         self._col_sq_sums: dict[str, np.ndarray] = {}
         self._call_counts: dict[str, np.ndarray] = {}  # non-missing calls per variant, from nodes with missing calls
         self.variants: list[tuple[str, str, str]] | None = None  # (ID, A1, A2) of a run over .bed files, by discovery
+        self.prune: dict[str, list[str]] | None = None  # indep-pairwise's prune_in / prune_out IDs, by discovery
         self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
         self.scale: np.ndarray | None = None  # the columns' pooled standard deviations (scale = true), at discovery
         self.total_variance: float | None = None  # tr(C) from the nodes' sq-sum (noise-free), set at discovery
@@ -388,12 +392,66 @@ class FederatedStrategy(Strategy):
             checked = self._checked(answers)
             kept = self._variant_filter(checked)
             if kept is not None:  # the variants the filters keep: every node answers again in their columns
-                self.variants, self.d = kept, len(kept)
-                self._row_sums, self._col_sq_sums, self._call_counts = {}, {}, {}
-                usable = [proxy for proxy, info in checked if isinstance(info, tuple)]
-                again = dict(ask_some({"variant-align": encode_variants(kept)}, usable))
-                checked = self._checked([(proxy, again.get(proxy, props)) for proxy, props in answers])
+                checked = self._realign(kept, checked, answers, ask_some)
+            checked = self._ld_prune(checked, answers, ask_some)
         return checked
+
+    def _realign(self, kept: list[tuple[str, str, str]], checked: list[tuple[ClientProxy, Any]],
+                 answers: list[tuple[ClientProxy, Any]], ask_some) -> list[tuple[ClientProxy, Any]]:
+        """Make ``kept`` the run's variants: sent to every usable node (``variant-align``), whose discovery answers
+        in its columns replace ``answers``; returns them checked."""
+        self.variants, self.d = kept, len(kept)
+        self._row_sums, self._col_sq_sums, self._call_counts = {}, {}, {}
+        usable = [proxy for proxy, info in checked if isinstance(info, tuple)]
+        again = dict(ask_some({"variant-align": encode_variants(kept)}, usable))
+        return self._checked([(proxy, again.get(proxy, props)) for proxy, props in answers])
+
+    def _ld_prune(self, checked: list[tuple[ClientProxy, Any]], answers: list[tuple[ClientProxy, Any]],
+                  ask_some) -> list[tuple[ClientProxy, Any]]:
+        """``exclude-range``, then ``indep-pairwise`` (:mod:`fl_strategies.protocol.ld_exchange`): the variants in
+        the ranges leave the run, then those the pruning removes; each change of the run's variants sent to the
+        nodes (:meth:`_realign`), whose answers are returned checked. Sets :attr:`prune` (the ``prune.in`` and
+        ``prune.out`` IDs)."""
+        settings = self.settings if isinstance(self.settings, PcaSettings) else None
+        value = getattr(settings, "indep_pairwise", "") or ""
+        exclude = getattr(settings, "exclude_range", "") or ""
+        if not value and not exclude:
+            return checked
+        keys = " and ".join(f"{key} = {v!r}" for key, v in (("indep-pairwise", value), ("exclude-range", exclude))
+                            if v)
+        if self.variants is None:
+            raise ConfigError(f"{keys}: LD pruning applies to PLINK .bed data, and the nodes' data are no .bed "
+                              "files; set indep-pairwise = '' and exclude-range = ''")
+        usable = sorted(((proxy, info) for proxy, info in checked if isinstance(info, tuple)), key=lambda x: x[1][0])
+        proxies = [proxy for proxy, _ in usable]
+        chromosomes, positions = variant_map(proxies[0], ask_some, self.d)
+        if exclude:
+            try:
+                inside = in_ranges(chromosomes, positions, read_ranges(exclude))
+            except ValueError as ex:
+                raise ConfigError(f"exclude-range = {exclude!r}: {ex}") from None
+            log.info("exclude-range %s: %d of %d variants inside its ranges leave the run", exclude,
+                     int(inside.sum()), self.d)
+            if len(inside) - int(inside.sum()) < self.r:
+                raise ConfigError(f"exclude-range = {exclude!r} leaves {len(inside) - int(inside.sum())} of the "
+                                  f"{self.d} variants, fewer than iteration-rank = {self.r}")
+            if inside.any():
+                kept = [variant for variant, out in zip(self.variants, inside) if not out]
+                checked = self._realign(kept, checked, answers, ask_some)
+                chromosomes = [c for c, out in zip(chromosomes, inside) if not out]
+                positions = positions[~inside]
+        if not value:
+            return checked
+        window = parse_indep_pairwise(value)
+        keep, prune_in, prune_out = federated_prune(self.variants, proxies, chromosomes, positions, ask_some, window)
+        if len(prune_in) < self.r:
+            raise ConfigError(f"indep-pairwise = {value!r} keeps {len(prune_in)} of the {self.d} variants, fewer "
+                              f"than iteration-rank = {self.r}: raise its r^2 threshold")
+        self.prune = {"prune_in": prune_in, "prune_out": prune_out}
+        if keep.all():
+            return checked
+        return self._realign([variant for variant, kept_it in zip(self.variants, keep) if kept_it], checked,
+                             answers, ask_some)
 
     def _checked(self, answers: list[tuple[ClientProxy, Any]]) -> list[tuple[ClientProxy, Any]]:
         """``(proxy, (partition id, rows) or reason)`` of the nodes' discovery answers; keeps their properties, ``d``

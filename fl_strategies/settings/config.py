@@ -302,6 +302,17 @@ KEYS: dict[str, Key] = {
              "--geno, from the federation's call counts at discovery (SecAgg+ sums with secure-aggregation); 1 = no "
              "filter; needs center = true in a noise-free run",
              lambda v: 0 <= v <= 1, "a number in [0, 1]", absent_means=1.0),
+        _key("indep-pairwise", str, "PLINK .bed data: prune variants in LD as plink2 --indep-pairwise on the "
+             "pooled file, after maf-min / geno-max, from the per-window pair sums the nodes send at discovery: "
+             "plink2's arguments, '50 5 0.2' (window in variants, step, r^2) or '500kb 1 0.2' (window in kb from "
+             "the .bim positions); the PCA uses the variants kept, written as prune.in / prune.out beside the "
+             "model; '' = no pruning; needs center = true in a noise-free run without secure-aggregation",
+             allowed="'' or plink2's '<window>[kb] [<step>] <r^2>'", absent_means=""),
+        _key("exclude-range", str, "PLINK .bed data: a file on the server of base-pair ranges in plink2's "
+             "--exclude range format (chromosome, first bp, last bp, label per line), e.g. the long-range LD regions; "
+             "the variants inside leave the run before indep-pairwise, as plink2 --exclude range; '' = none; needs "
+             "center = true in a noise-free run without secure-aggregation",
+             allowed="'' or a file path", absent_means=""),
         _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
              "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
              "width and center / scale settings must be the run's; '' = a random start",
@@ -653,6 +664,28 @@ def _check_variant_qc(cfg: dict[str, Any], noisy: bool) -> None:
                           "counts the nodes send at discovery, in the clear or through SecAgg+")
 
 
+def _check_ld_prune(cfg: dict[str, Any], noisy: bool) -> None:
+    """``indep-pairwise`` (plink2's arguments, :func:`fl_strategies.kernels.ld_prune.parse_indep_pairwise`) and
+    ``exclude-range`` (read by the server at discovery): the pair sums and the variants' positions come at
+    discovery in the clear, so a noise-free centred run of a PCA strategy without SecAgg+ (the sums add up over
+    sites: their secure sum is not built yet)."""
+    from ..kernels.ld_prune import parse_indep_pairwise
+
+    value = cfg.get("indep-pairwise", "")
+    try:
+        parse_indep_pairwise(value)
+    except ValueError as ex:
+        raise ConfigError(f"indep-pairwise = {value!r}: {ex}") from None
+    keys = " and ".join(f"{key} = {cfg[key]!r}" for key in ("indep-pairwise", "exclude-range") if cfg.get(key))
+    if not spec(cfg["strategy"]).pca:
+        raise ConfigError(f"{keys}: LD pruning applies to the strategies that write a PCA model of PLINK .bed data "
+                          f"(fedpower, power, ssi, localpower, faps, covariance), not {cfg['strategy']!r}")
+    if noisy or not cfg.get("center") or not row_sums_at_discovery(cfg):
+        raise ConfigError(f"{keys} needs center = true in a noise-free run without secure-aggregation: the pair "
+                          "sums and positions are sent at discovery in the clear (their SecAgg+ sum is not built "
+                          "yet)")
+
+
 def column_scaling(value: Any) -> str:
     """The ``scale`` setting as one of its choices, ``"false"``, ``"true"`` or ``"hwe"`` (a boolean as true/false)."""
     if isinstance(value, bool) or type(value).__name__ == "bool_":
@@ -708,6 +741,8 @@ def _check_pca(cfg: dict[str, Any]) -> None:
                           f"{cfg['init-from']!r}")
     if variant_qc(cfg):
         _check_variant_qc(cfg, noisy)
+    if cfg.get("indep-pairwise", "") or cfg.get("exclude-range", ""):
+        _check_ld_prune(cfg, noisy)
     if row_sums_at_discovery(cfg) and cfg["discovery"] == "engine":
         raise ConfigError('center = true needs discovery = "ask": the clients send their row sums at discovery')
 
@@ -960,7 +995,8 @@ def writable_directory(directory: str | Path, key: str) -> Path:
     return path
 
 
-RESULT_FILES = ("rounds.csv", "estimate.npy", "pca.npz", "pca.eigenval", "pca.score", "pca.afreq")
+RESULT_FILES = ("rounds.csv", "estimate.npy", "pca.npz", "pca.eigenval", "pca.score", "pca.afreq", "prune.in",
+                "prune.out")
 """What a run writes to its ``results-dir``."""
 
 

@@ -91,6 +91,8 @@ class PcaSettings:
     variance_target: float
     maf_min: float
     geno_max: float
+    indep_pairwise: str
+    exclude_range: str
 
 
 @dataclass(frozen=True, kw_only=True)

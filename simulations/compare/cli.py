@@ -689,6 +689,9 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
                 if (workdir / job.stem / f"pca.{suffix}").exists():
                     write_file(stage / "estimates" / f"{job.stem}.{suffix}",
                                (workdir / job.stem / f"pca.{suffix}").read_bytes())
+            for name in ("prune.in", "prune.out"):  # indep-pairwise: plink2's variant lists
+                if (workdir / job.stem / name).exists():
+                    write_file(stage / "estimates" / f"{job.stem}.{name}", (workdir / job.stem / name).read_bytes())
             if (workdir / job.stem / "pca.eigenval").exists():
                 picture = ancestry_picture(job, workdir / job.stem / "pca.npz")
                 if picture is not None:

@@ -371,6 +371,8 @@ class EigenspaceStrategy(FederatedStrategy):
         self.model["summary_bytes"] = summary_bytes
         if self.variants is not None:  # a run over .bed files: the variants of the components' columns
             self.model["variants"] = self.variants
+            if self.prune is not None:  # indep-pairwise: the variants kept (the model's) and removed
+                self.model.update(self.prune)
         if privacy is not None:
             self.model["privacy"] = privacy
         ratio = float(self.model["explained_variance_ratio"].sum())

@@ -1,0 +1,131 @@
+"""Federated LD pruning at discovery: the server's side of ``indep-pairwise`` (:mod:`fl_strategies.kernels.ld_prune`).
+
+After the variant lists are aligned and ``maf-min`` / ``geno-max`` applied (plink2 applies ``--maf`` / ``--geno``
+before ``--indep-pairwise``), the server
+
+1. asks the lowest partition for the chromosome and position of every variant of the run's list (``ld-map``:
+   ``chromosome\\tposition`` per line; the pooled file's ``.bim`` is that site's, as the alignment orders it);
+2. derives the pairs each variant is compared with (:func:`~fl_strategies.kernels.ld_prune.pair_spans`) and asks
+   every node, block by block of first variants (at most :data:`MAX_PAIRS` pairs a message), for their sums
+   (``ld-sums-start``, ``ld-spans``: int64 bytes; the reply ``ld-pair-sums`` (P, 6) and ``ld-variant-sums``
+   (b, 3), int64 bytes): counts and sums of integers over the node's people, which add up over nodes;
+3. pools them, applies plink2's rule (:func:`~fl_strategies.kernels.ld_prune.indep_pairwise`) and returns the
+   variants kept (``prune.in``) and removed (``prune.out``); the caller sends the kept list to every node as the
+   run's variants (``variant-align``).
+
+What a node reveals beyond the alignment: per pair of nearby variants the counts and sums above (never a row).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import numpy as np
+
+from ..kernels.ld_prune import (PruneWindow, indep_pairwise, ld_exceeds, pair_index, pair_spans, subcontigs)
+from ..settings.config import ConfigError
+
+__all__ = ["MAX_PAIRS", "chunks", "variant_map", "federated_prune", "decode_map"]
+
+log = logging.getLogger(__name__)
+
+MAX_PAIRS = 1 << 18
+"""Pairs per message at most (6 int64 each: 12 MiB)."""
+
+
+def decode_map(data: bytes, d: int) -> tuple[list[str], np.ndarray]:
+    """``(chromosomes, positions)`` of an ``ld-map`` of ``d`` lines; a ``ValueError`` for another shape."""
+    rows = [line.split("\t") for line in data.decode("utf-8").splitlines()]
+    if len(rows) != d or any(len(row) != 2 or not row[1].lstrip("-").isdigit() for row in rows):
+        raise ValueError(f"its ld-map is not {d} lines of chromosome and position")
+    return [row[0] for row in rows], np.array([int(row[1]) for row in rows], dtype=np.int64)
+
+
+def chunks(spans: np.ndarray, most: int = MAX_PAIRS) -> list[tuple[int, int]]:
+    """Consecutive ranges ``(a, b)`` of first variants covering all of them, each with at most ``most`` pairs (or
+    one variant)."""
+    offset = pair_index(spans)
+    out, a, d = [], 0, len(spans)
+    while a < d:
+        b = int(np.searchsorted(offset, offset[a] + most, side="right")) - 1
+        b = min(max(b, a + 1), d)
+        out.append((a, b))
+        a = b
+    return out
+
+
+def _int64(props: Any, key: str, shape: tuple[int, int], who: str) -> np.ndarray:
+    value = props.get(key) if hasattr(props, "get") else None
+    if not isinstance(value, bytes) or len(value) != 8 * shape[0] * shape[1]:
+        raise ConfigError(f"{who} sent no {key} of {shape[0]} x {shape[1]} integers "
+                          f"({props if isinstance(props, str) else 'indep-pairwise'})")
+    return np.frombuffer(value, dtype="<i8").reshape(shape)
+
+
+def variant_map(first: Any, ask: Callable[[dict, list], list[tuple[Any, Any]]], d: int) \
+        -> tuple[list[str], np.ndarray]:
+    """``(chromosomes, positions)`` of the run's ``d`` variants from the ``.bim`` of node ``first`` (the lowest
+    partition): its ``ld-map``; a ``ConfigError`` in one line when it sends none that fits."""
+    [(_, props)] = ask({"ld-map": True}, [first])
+    value = props.get("ld-map") if hasattr(props, "get") else None
+    if not isinstance(value, bytes):
+        raise ConfigError(f"node {first.cid} sent no ld-map ({props if isinstance(props, str) else ''})")
+    try:
+        return decode_map(value, d)
+    except ValueError as ex:
+        raise ConfigError(f"node {first.cid}: {ex}") from None
+
+
+def federated_prune(variants: list[tuple[str, str, str]], proxies: list, chromosomes: list[str],
+                    positions: np.ndarray, ask: Callable[[dict, list], list[tuple[Any, Any]]],
+                    window: PruneWindow) -> tuple[np.ndarray, list[str], list[str]]:
+    """Prune the run's ``variants`` over the nodes ``proxies`` (module docstring).
+
+    Parameters
+    ----------
+    variants : list of (ID, A1, A2)
+        The run's variants (after the filters), d of them.
+    proxies : list
+        The usable nodes.
+    chromosomes, positions : list of str, ndarray of int, shape (d,)
+        The variants' chromosomes and positions (:func:`variant_map`).
+    ask : callable
+        ``ask(config, proxies) -> [(proxy, properties or reason)]``.
+    window : PruneWindow
+
+    Returns
+    -------
+    keep : ndarray of shape (d,), bool
+        The variants in ``prune.in``.
+    prune_in, prune_out : list of str
+        Their IDs, and the removed ones', in the run's order (chromosome 0 in neither, as plink2).
+    """
+    d = len(variants)
+    try:
+        pieces = subcontigs(chromosomes, positions, window)
+    except ValueError as ex:
+        raise ConfigError(f"indep-pairwise = '{window}': {ex}") from None
+    spans = pair_spans(chromosomes, positions, window)
+    vsums = np.zeros((d, 3), dtype=np.int64)
+    exceeds = []
+    parts = chunks(spans)
+    for a, b in parts:
+        config = {"ld-sums-start": int(a), "ld-spans": spans[a:b].astype("<i8").tobytes()}
+        pairs = int(spans[a:b].sum())
+        total = np.zeros((pairs, 6), dtype=np.int64)
+        for proxy, props in ask(config, proxies):
+            total += _int64(props, "ld-pair-sums", (pairs, 6), f"node {proxy.cid}")
+            vsums[a:b] += _int64(props, "ld-variant-sums", (b - a, 3), f"node {proxy.cid}")
+        exceeds.append(ld_exceeds(total, window.r2))
+    removed = indep_pairwise(vsums, np.concatenate(exceeds) if exceeds else np.zeros(0, dtype=bool), spans,
+                             pieces, window, positions)
+    chr0 = np.array([c == "0" for c in chromosomes], dtype=bool)
+    keep = ~removed & ~chr0
+    ids = [vid for vid, _, _ in variants]
+    prune_in = [ids[j] for j in np.flatnonzero(keep)]
+    prune_out = [ids[j] for j in np.flatnonzero(removed)]
+    log.info("indep-pairwise %s over %d node(s): %d of %d variants kept (prune.in), %d removed (prune.out)%s; "
+             "%d pair(s) in %d message(s) per node", window, len(proxies), len(prune_in), d, len(prune_out),
+             f", {int(chr0.sum())} on chromosome 0 left out" if chr0.any() else "", int(spans.sum()), len(parts))
+    return keep, prune_in, prune_out
