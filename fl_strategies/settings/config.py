@@ -959,7 +959,8 @@ def writable_directory(directory: str | Path, key: str) -> Path:
     return path
 
 
-RESULT_FILES = ("rounds.csv", "estimate.npy", "pca.npz", "pca.eigenval", "pca.score", "pca.afreq")
+RESULT_FILES = ("rounds.csv", "estimate.npy", "pca.npz", "pca.eigenval", "pca.eigenvec.allele", "pca.score",
+                "pca.afreq")
 """What a run writes to its ``results-dir``."""
 
 
