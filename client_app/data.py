@@ -62,7 +62,7 @@ from flwr.common import ConfigRecord
 
 from fl_strategies.files.data_files import file_fingerprint, is_data_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
-from fl_strategies.files.keep import keep_file, site_keep
+from fl_strategies.files.keep import founders_of, keep_file, site_keep
 from fl_strategies.files.variants import decode_variants, read_bim, site_alignment
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_power
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
@@ -228,6 +228,24 @@ class NodeData:
         if not isinstance(rows, BedVariants) or not rows.code_counts[:, MISSING_CODE].any():
             return None
         return rows.call_counts()
+
+    @property
+    def founder_sums(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(allele sums, calls)`` per variant, both (d,) float64, over the founders among the people in the fit
+        (plink2's rule for the allele frequencies: :func:`fl_strategies.files.keep.founders_of`), what a node
+        reports as ``founder-sum`` and ``founder-count`` at discovery; ``None`` with ``nonfounders = true``, for
+        data other than a ``.bed``, or when every person in the fit is a founder (the row sums say the same)."""
+        rows, file = self.operator().rows, self._file()
+        if self.cfg.get("nonfounders", False) or not isinstance(rows, BedVariants) or file is None:
+            return None
+        founders = founders_of(file[0])
+        chosen = np.arange(rows.file_rows) if rows.people is None else rows.people
+        if founders is None or founders[chosen].all():
+            return None
+        if not founders[chosen].any():
+            return np.zeros(rows.dimension), np.zeros(rows.dimension)
+        alone = rows.subset(chosen[founders[chosen]])  # one read of the file: their code counts
+        return alone.stats()[0], alone.call_counts()
 
     def column_sq_sums(self) -> np.ndarray:
         """``sum_j (x_j - m_i)^2`` per column about the rows' own mean ``m_i``, shape (d,).

@@ -53,7 +53,9 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool,
         ``secure-aggregation = true`` for power, ssi, fedpower, localpower: there the row count is summed by
         SecAgg+), and
         ``row-sum`` / ``col-sq-sum`` (``d`` float64 as bytes each) / ``sq-sum`` (float) as above; ``call-count``
-        (``d`` float64) beside ``row-sum`` when the node's genotypes have missing calls; ``variant-digest`` (str)
+        (``d`` float64) beside ``row-sum`` when the node's genotypes have missing calls; ``founder-sum`` and
+        ``founder-count`` (``d`` float64 each) beside them when plink2's founders rule applies
+        (:attr:`~client_app.data.NodeData.founder_sums`); ``variant-digest`` (str)
         for a ``.bed``, or ``variant-list`` (bytes) alone when asked for it.
     """
     config = config or {}
@@ -73,6 +75,9 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool,
         props["num-examples"] = s
     if row_sums_at_discovery(cfg):
         props["row-sum"] = data.row_sum.astype("<f8").tobytes()
+        founders = getattr(data, "founder_sums", None)
+        if founders is not None:  # plink2's founders rule: the allele frequencies from the founders alone
+            props["founder-sum"], props["founder-count"] = (v.astype("<f8").tobytes() for v in founders)
         counts = getattr(data, "call_counts", None)
         if counts is not None:  # genotypes with missing calls: the row sum is over each variant's calls
             props["call-count"] = counts.astype("<f8").tobytes()

@@ -322,3 +322,59 @@ def test_the_documented_king_cutoff_writes_the_sites_keep(tmp_path):
     assert keep.read_text().startswith("#FID\tIID\n") and unknown == 0 and total == 60
     assert len(people) == 57 and len({10, 11} - set(people)) == len({20, 21} - set(people)) == 1
     assert len({30, 31} - set(people)) == 1
+
+
+def with_parents(bed, parents):
+    """Give the people ``parents`` maps (position -> (father, mother)) those parents in the ``.fam`` beside ``bed``;
+    the founders (father and mother ``0``), (s,) bool."""
+    fam = bed.with_suffix(".fam")
+    lines = [line.split() for line in fam.read_text().splitlines()]
+    for j, (father, mother) in parents.items():
+        lines[j][2:4] = [father, mother]
+    fam.write_text("".join(" ".join(fields) + "\n" for fields in lines))
+    return np.array([f[2] == "0" and f[3] == "0" for f in lines])
+
+
+@pytest.mark.plink2
+@pytest.mark.skipif(shutil.which("plink2") is None, reason="plink2 is not installed")
+@pytest.mark.parametrize("nonfounders", [False, True])
+def test_the_frequencies_come_from_the_founders_as_plink2s(tmp_path, nonfounders):
+    """``.fam`` files with parents (a parent in the file, one not in it, a mother alone), a ``.keep`` at one site,
+    ``maf-min = 0.1``: the mean is the founders' among the people in the fit (every person's with ``nonfounders =
+    true``), and the variants kept and the ``.eigenval`` are those of plink2 ``--keep ... --maf 0.1 --pca`` on the
+    pooled file (with ``--nonfounders`` for ``nonfounders = true``)."""
+    sites = simulated_sites((60, 50, 70), 800, missing=0.0, seed=26, populations=4)
+    rng = np.random.default_rng(7)
+    keeps = [rng.choice(60, 54, replace=False), None, None]
+    write_sites(tmp_path, sites, keeps)
+    family = {j: (f"iid{j - 9}", "0") for j in range(10, 30)} | {j: ("nobody", "0") for j in range(30, 35)} | \
+        {j: ("0", f"iid{j - 34}") for j in range(35, 40)}
+    founders = [with_parents(tmp_path / "data" / f"partition_{i}.bed", family) for i in range(3)]
+    model = compare_sites(tmp_path, 3, scale='"hwe"', rank=3, rounds=60,
+                          extra=f"maf-min = 0.1\nnonfounders = {str(nonfounders).lower()}")
+    ids, kept = pooled_files(tmp_path, sites)
+    fitted = np.vstack(sites)[kept]
+    chosen = np.concatenate(founders)[kept] | nonfounders
+    listed = [vid for vid, _, _ in model["variants"]]
+    columns = [int(vid[3:]) - 1 for vid in listed]
+    np.testing.assert_allclose(model["mean"], fitted[chosen][:, columns].mean(axis=0), rtol=0, atol=1e-12)
+    (tmp_path / "pooled.fam").write_text("".join((tmp_path / "data" / f"partition_{i}.fam").read_text()
+                                                 for i in range(3)))  # the sites' people with their parents
+    plink2("--bfile", tmp_path / "pooled", "--keep", tmp_path / "kept.txt", "--maf", 0.1, "--pca", 3,
+           "--write-snplist", *(["--nonfounders"] if nonfounders else []), "--out", tmp_path / "ref")
+    assert listed == (tmp_path / "ref.snplist").read_text().split()
+    values = np.loadtxt(next((tmp_path / "out" / "estimates").glob("*.eigenval")))
+    np.testing.assert_allclose(values, np.loadtxt(tmp_path / "ref.eigenval"), rtol=1e-5)  # 6 printed digits
+
+
+def test_under_secure_aggregation_a_fam_with_parents_stops_the_run_naming_nonfounders(tmp_path):
+    """SecAgg+ sums no founders' sums apart: a site with parents in its ``.fam`` stops the run with the reason and
+    the key that takes every person's frequencies, rather than give a mean plink2 would not."""
+    from conftest import run_aborted
+
+    sites = simulated_sites((40, 50, 45), 200, missing=0.0, seed=27)
+    write_sites(tmp_path, sites, [None, None, None])
+    with_parents(tmp_path / "data" / "partition_1.bed", {3: ("iid1", "0")})
+    run_aborted(match=r"partition 1: its .fam has people with parents.*set nonfounders = true", strategy="power",
+                dataset=str(tmp_path / "data"), num_clients=3, rank=2, iteration_rank=3, num_server_rounds=5,
+                center=True, scale="hwe", row_normalize=False, secure_aggregation="true", secagg_clip=1e12)

@@ -23,7 +23,8 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["KEEP_SUFFIX", "GENOTYPE_SUFFIXES", "keep_file", "read_keep", "kept_people", "samples_of", "site_keep"]
+__all__ = ["KEEP_SUFFIX", "GENOTYPE_SUFFIXES", "keep_file", "read_keep", "kept_people", "samples_of", "founders_of",
+           "site_keep"]
 
 KEEP_SUFFIX = ".keep"
 """The suffix of a site's list of the people who enter the fit, beside its genotype file."""
@@ -51,6 +52,17 @@ def samples_of(data_path: str | Path) -> list[tuple[str, str]] | None:
 
         return read_fam(data_path)
     return None
+
+
+def founders_of(data_path: str | Path) -> np.ndarray | None:
+    """Which of a genotype file's people are founders, plink2's rule: a ``.fam`` line whose father and mother
+    (its third and fourth fields) are both ``0``, whether or not the parents named are in the file (checked against
+    plink2 v2.00a3.5); (s_file,) bool, ``None`` for a file without sample IDs (:func:`samples_of`)."""
+    if not str(data_path).lower().endswith(".bed"):
+        return None
+    with open(Path(data_path).with_suffix(".fam"), encoding="utf-8") as handle:
+        fields = [line.split() for line in handle if line.strip()]
+    return np.array([len(f) < 4 or (f[2] == "0" and f[3] == "0") for f in fields], dtype=bool)
 
 
 def site_keep(data_path: str | Path) -> tuple[Path, np.ndarray, int, int] | None:

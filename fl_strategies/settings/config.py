@@ -302,6 +302,10 @@ KEYS: dict[str, Key] = {
              "--geno, from the federation's call counts at discovery (SecAgg+ sums with secure-aggregation); 1 = no "
              "filter; needs center = true in a noise-free run",
              lambda v: 0 <= v <= 1, "a number in [0, 1]", absent_means=1.0),
+        _key("nonfounders", bool, "PLINK .bed data: true = the allele frequencies (the mean, scale = hwe and "
+             "maf-min) from every person in the fit, as plink2 --nonfounders; false = from the founders alone (a .fam "
+             "line with father and mother 0), plink2's default; the fit itself is over every person either way",
+             absent_means=False),
         _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
              "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
              "width and center / scale settings must be the run's; '' = a random start",

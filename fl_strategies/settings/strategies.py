@@ -91,6 +91,7 @@ class PcaSettings:
     variance_target: float
     maf_min: float
     geno_max: float
+    nonfounders: bool
 
 
 @dataclass(frozen=True, kw_only=True)
