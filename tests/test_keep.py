@@ -378,3 +378,22 @@ def test_under_secure_aggregation_a_fam_with_parents_stops_the_run_naming_nonfou
     run_aborted(match=r"partition 1: its .fam has people with parents.*set nonfounders = true", strategy="power",
                 dataset=str(tmp_path / "data"), num_clients=3, rank=2, iteration_rank=3, num_server_rounds=5,
                 center=True, scale="hwe", row_normalize=False, secure_aggregation="true", secagg_clip=1e12)
+
+
+def test_a_deployed_node_finds_the_keep_beside_its_data_path_and_fingerprints_both(tmp_path):
+    """A node started with ``data-path = "site.bed"`` fits on the people of ``site.keep`` beside it; its data
+    fingerprint (which a resume compares) changes with the ``.keep``."""
+    from client_app.data import NodeData
+    from simulations.engines import fused_run_config
+
+    G = simulated_sites((30,), 80, missing=0.02, seed=28)[0]
+    write_bed(tmp_path / "site.bed", G)
+    cfg = fused_run_config({"num-clients": 1, "center": True, "dataset": "nodes"})
+    node = {"partition-id": 0, "data-path": str(tmp_path / "site.bed")}
+    before = NodeData(cfg, node).fingerprint
+    assert NodeData(cfg, node).num_rows == 30
+    (tmp_path / "site.keep").write_text("".join(f"0 iid{j + 1}\n" for j in range(0, 30, 3)))
+    data = NodeData(cfg, node)
+    assert data.num_rows == 10 and data.fingerprint != before
+    np.testing.assert_array_equal(data.row_sum, np.nansum(G[::3], axis=0))
+    np.testing.assert_array_equal(data.call_counts, (~np.isnan(G[::3])).sum(axis=0))
