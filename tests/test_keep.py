@@ -397,3 +397,18 @@ def test_a_deployed_node_finds_the_keep_beside_its_data_path_and_fingerprints_bo
     assert data.num_rows == 10 and data.fingerprint != before
     np.testing.assert_array_equal(data.row_sum, np.nansum(G[::3], axis=0))
     np.testing.assert_array_equal(data.call_counts, (~np.isnan(G[::3])).sum(axis=0))
+
+
+def test_with_secure_aggregation_and_krylov_the_kept_people_are_the_sums(tmp_path):
+    """``.keep`` files under SecAgg+ (``krylov``): the secure sums are the kept people's (row count, mean over
+    their calls)."""
+    from conftest import run_app
+
+    sites = simulated_sites((60, 50, 70), 300, seed=29)
+    rng = np.random.default_rng(8)
+    G = write_sites(tmp_path, sites, [rng.choice(60, 54, replace=False), None, rng.choice(70, 49, replace=False)])
+    secure = run_app(strategy="krylov", dataset=str(tmp_path / "data"), num_clients=3, rank=2, iteration_rank=3,
+                     num_server_rounds=10, center=True, row_normalize=False, secure_aggregation="true",
+                     secagg_clip=1e12)
+    assert secure.num_rows == 54 + 50 + 49
+    np.testing.assert_allclose(secure.mean, np.nanmean(G, axis=0), rtol=0, atol=1e-12)
