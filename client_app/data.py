@@ -62,6 +62,7 @@ from flwr.common import ConfigRecord
 
 from fl_strategies.files.data_files import file_fingerprint, is_data_file, is_genotype_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
+from fl_strategies.files.keep import founders_of, keep_file, site_keep
 from fl_strategies.files.variants import decode_variants, read_bim, site_alignment
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_power
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
@@ -158,13 +159,16 @@ class NodeData:
     @property
     def fingerprint(self) -> str | None:
         """SHA-256 (hex) of the file the node's rows come from: its ``data-path``, its dataset folder file or
-        the run's dataset file; ``None`` for generated data (the run config, which a resume compares, fixes them).
+        the run's dataset file (with a ``.keep`` beside a genotype file: of both files' fingerprints); ``None`` for
+        generated data (the run config, which a resume compares, fixes them).
         """
         folder_file = partition_file(self.cfg.get("dataset"), self.partition_id)
-        if "data-path" in self.node_config:
-            return file_fingerprint(str(self.node_config["data-path"]))
-        if folder_file is not None:
-            return file_fingerprint(folder_file)
+        if "data-path" in self.node_config or folder_file is not None:
+            path = str(self.node_config.get("data-path", folder_file))
+            keep = keep_file(path)  # the people who enter the fit are part of the data
+            if keep is None:
+                return file_fingerprint(path)
+            return hashlib.sha256(f"{file_fingerprint(path)} {file_fingerprint(keep)}".encode()).hexdigest()
         return file_fingerprint(self.cfg["dataset"]) if is_data_file(self.cfg.get("dataset")) else None
 
     @property
@@ -224,6 +228,24 @@ class NodeData:
         if not isinstance(rows, BedVariants) or not rows.code_counts[:, MISSING_CODE].any():
             return None
         return rows.call_counts()
+
+    @property
+    def founder_sums(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(allele sums, calls)`` per variant, both (d,) float64, over the founders among the people in the fit
+        (plink2's rule for the allele frequencies: :func:`fl_strategies.files.keep.founders_of`), what a node
+        reports as ``founder-sum`` and ``founder-count`` at discovery; ``None`` with ``nonfounders = true``, for
+        data other than a ``.bed``, or when every person in the fit is a founder (the row sums say the same)."""
+        rows, file = self.operator().rows, self._file()
+        if self.cfg.get("nonfounders", False) or not isinstance(rows, BedVariants) or file is None:
+            return None
+        founders = founders_of(file[0])
+        chosen = np.arange(rows.file_rows) if rows.people is None else rows.people
+        if founders is None or founders[chosen].all():
+            return None
+        if not founders[chosen].any():
+            return np.zeros(rows.dimension), np.zeros(rows.dimension)
+        alone = rows.subset(chosen[founders[chosen]])  # one read of the file: their code counts
+        return alone.stats()[0], alone.call_counts()
 
     def column_sq_sums(self) -> np.ndarray:
         """``sum_j (x_j - m_i)^2`` per column about the rows' own mean ``m_i``, shape (d,).
@@ -296,7 +318,7 @@ class NodeData:
         file = self._file()
         if file is not None:
             variants = self.run_variants
-            return ("file", file[0], _version(file[0]), bool(self.cfg["row-normalize"]),
+            return ("file", file[0], _version(file[0]), _keep_version(file[0]), bool(self.cfg["row-normalize"]),
                     float(self.cfg.get("clip-norm", 0.0)), column_scaling(self.cfg.get("scale", False)),
                     None if variants is None else hashlib.sha256(variants).hexdigest())
         return ("harness", tuple(sorted(self.cfg.items())), self.partition_id)
@@ -425,6 +447,8 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
     X = _read_cached(path, _version(path), f"partition {pid}: {what}")
     if variants is not None:
         X = _aligned_cached(path, _version(path), variants, f"partition {pid}: {what} {path!r}")
+    if hasattr(X, "subset") and keep_file(path) is not None:  # only the people of the .keep beside it
+        X = _kept_cached(path, _version(path), _keep_version(path), variants, pid, what)
     if not on_nodes(cfg) and cfg["dimension"] > 0 and X.shape[1] != cfg["dimension"]:
         raise ValueError(f"partition {pid}: {what} {path!r}: has {X.shape[1]} columns, but the "
                          f"run's data have dimension d = {cfg['dimension']}")
@@ -444,6 +468,33 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
             return X
         X = next(X.blocks())  # rows scaled one by one: the decoded counts in memory
     return RowBlocks(X, normalize=bool(cfg["row-normalize"]), clip=cfg.get("clip-norm", 0.0))
+
+
+def _keep_version(path: str):
+    """The ``.keep`` beside ``path`` and its version (:func:`_version`), ``None`` without one: part of the keys of
+    a node file's caches, so that a new or changed ``.keep`` is read again."""
+    keep = keep_file(path)
+    return None if keep is None else (str(keep), _version(str(keep)))
+
+
+@lru_cache(maxsize=16)
+def _kept_cached(path: str, version, keep_version, variants: bytes | None, pid: int, what: str) -> BedVariants:
+    """The genotype file at ``path`` (as the run's ``variants`` when given) restricted to the people of the
+    ``.keep`` beside it (:func:`fl_strategies.files.keep.site_keep`); the count of its IDs the file does not list
+    logged as a warning (plink2 ``--keep`` leaves them out silently)."""
+    X = _read_cached(path, version, f"partition {pid}: {what}")
+    if variants is not None:
+        X = _aligned_cached(path, version, variants, f"partition {pid}: {what} {path!r}")
+    try:
+        keep, people, unknown, total = site_keep(path)
+    except ValueError as ex:
+        raise ValueError(f"partition {pid}: {what} {path!r}: its .keep {ex}") from None
+    if unknown:
+        log.warning("partition %d: %s %r: %d of the people its .keep %r lists are not in the file (left out, as "
+                    "plink2 --keep leaves them)", pid, what, path, unknown, keep.name)
+    log.info("partition %d: %s %r: fitting on the %d of its %d people that %r lists", pid, what, path, people.size,
+             total, keep.name)
+    return X.subset(people)
 
 
 @lru_cache(maxsize=64)

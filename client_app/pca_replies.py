@@ -55,7 +55,9 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool,
         ``secure-aggregation = true`` for power, ssi, fedpower, localpower: there the row count is summed by
         SecAgg+), and
         ``row-sum`` / ``col-sq-sum`` (``d`` float64 as bytes each) / ``sq-sum`` (float) as above; ``call-count``
-        (``d`` float64) beside ``row-sum`` when the node's genotypes have missing calls; ``variant-digest`` (str)
+        (``d`` float64) beside ``row-sum`` when the node's genotypes have missing calls; ``founder-sum`` and
+        ``founder-count`` (``d`` float64 each) beside them when plink2's founders rule applies
+        (:attr:`~client_app.data.NodeData.founder_sums`); ``variant-digest`` (str)
         for a ``.bed``, or ``variant-list`` (bytes) alone when asked for it.
     """
     config = config or {}
@@ -72,11 +74,18 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool,
         data.align(config["variant-align"])
         dimension = data.operator().shape[0]
     s = data.num_rows
+    founders = getattr(data, "founder_sums", None) if cfg.get("center") else None
+    if founders is not None and (noisy or not row_sums_at_discovery(cfg)) and not secure_power(cfg):
+        raise ValueError(f"partition {data.partition_id}: its .fam has people with parents, whose allele frequencies "
+                         "plink2 leaves out (founders only), which only a noise-free run without secure aggregation "
+                         "sends apart (in the clear): set nonfounders = true to take every person's")
     props: dict[str, Any] = {"partition-id": data.partition_id, "dimension": dimension}
     if not secure_power(cfg):  # under SecAgg+ the row count goes only through the secure sum of the counts
         props["num-examples"] = s
     if row_sums_at_discovery(cfg):
         props["row-sum"] = data.row_sum.astype("<f8").tobytes()
+        if founders is not None:  # plink2's founders rule: the allele frequencies from the founders alone
+            props["founder-sum"], props["founder-count"] = (v.astype("<f8").tobytes() for v in founders)
         counts = getattr(data, "call_counts", None)
         if counts is not None:  # genotypes with missing calls: the row sum is over each variant's calls
             props["call-count"] = counts.astype("<f8").tobytes()

@@ -67,6 +67,10 @@ class SecurePowerClient(FedPowerClient):
         t = self.data.row_sum
         counts = self.data.call_counts
         calls = np.full(self.d, float(s)) if counts is None else counts
+        if phase == "discovery-sums" and self.data.founder_sums is not None:
+            raise ValueError(f"partition {self.partition_id}: its .fam has people with parents, whose allele "
+                             "frequencies plink2 leaves out (founders only), which secure aggregation does not sum "
+                             "apart yet: set nonfounders = true to take every person's")
         if phase == "discovery-sums":
             return [t, calls, [s]]
         if isinstance(config.get("variant-align"), bytes):  # the variants maf-min / geno-max keep, from now on

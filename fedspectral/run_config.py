@@ -265,10 +265,12 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
     """Read every node's file (as its client will) and check them together against the run config.
 
     Each file must pass :func:`fl_strategies.files.data_files.open_samples` (a ``.npy`` read without pickles or a
-    numeric ``.csv``; 2-D, non-empty, finite), all must have one width (PLINK ``.bed`` or ``.pgen`` files, of one
-    format and never mixed with others (:func:`fl_strategies.files.harness.node_files`): their variant lists must
-    agree or align as the server will align them, :func:`fl_strategies.files.variants.align_variants`, and the
-    run's width is the variants they share), and that width and the rows over all files must fit the run config
+    numeric ``.csv``; 2-D, non-empty, finite), a ``.keep`` beside a genotype file must keep some of its people
+    (:func:`fl_strategies.files.keep.site_keep`; they are the file's rows), all must have one width (PLINK ``.bed``
+    or ``.pgen`` files, of one format and never mixed with others (:func:`fl_strategies.files.harness.node_files`):
+    their variant lists must agree or align as the server will align them,
+    :func:`fl_strategies.files.variants.align_variants`, and the run's width is the variants they share), and that
+    width and the rows over all files must fit the run config
     (:func:`fl_strategies.settings.config.check_against_data`).
 
     Parameters
@@ -295,6 +297,7 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
     from fl_strategies.settings.config import ConfigError, check_against_data
     from fl_strategies.files.data_files import is_genotype_file, open_samples
     from fl_strategies.files.harness import widths_listed
+    from fl_strategies.files.keep import site_keep
 
     widths: dict[int, list[str]] = {}
     rows = 0
@@ -304,7 +307,11 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
         except ValueError as ex:
             raise ArgumentError(f"{option}: {ex}") from None
         widths.setdefault(X.shape[1], []).append(f"partition {pid} ({Path(path).name})")
-        rows += X.shape[0]
+        try:  # a .keep beside a genotype file: only its people enter the fit (fl_strategies.files.keep)
+            kept = site_keep(path)
+        except ValueError as ex:
+            raise ArgumentError(f"{option}: partition {pid}: {label} {str(path)!r}: its .keep {ex}") from None
+        rows += X.shape[0] if kept is None else kept[1].size
         del X
     if all(is_genotype_file(path) for path in files):  # one format: a mix is node_files' refusal
         d = _shared_variants(files, option, where)

@@ -14,7 +14,8 @@ import numpy as np
 from fl_strategies.settings.config import (RESULT_FILES, ConfigError, check_results_dir, column_scaling,
                                            writable_directory)
 from fl_strategies.files.pca import prune_text, save_model
-from fl_strategies.files.plink_outputs import afreq_text, eigenval_text, score_command, score_text
+from fl_strategies.files.plink_outputs import (afreq_text, allele_score_command, eigenval_text,
+                                               eigenvec_allele_text, score_text)
 from fl_strategies.files.plain_files import UnsafeDestination, append_file, check_destination, plain_cell, write_file
 
 __all__ = ["ResultsWriter", "csv_cell"]
@@ -116,7 +117,7 @@ class ResultsWriter:
     def write_model(self, model: dict, run_config: dict) -> None:
         """Write the run's PCA model to ``pca.npz`` (:func:`fl_strategies.files.pca.save_model`); for a run over
         ``.bed`` files with ``center = true`` and ``scale = "hwe"`` (plink2's PCA) also ``pca.eigenval``,
-        ``pca.score`` and ``pca.afreq`` (:mod:`fl_strategies.files.plink_outputs`)."""
+        ``pca.eigenvec.allele``, ``pca.score`` and ``pca.afreq`` (:mod:`fl_strategies.files.plink_outputs`)."""
         path = save_model(self.dir / "pca.npz", model, run_config,
                           privacy=model.get("privacy") or {"epsilon": 0.0, "note": "no noise"})
         log.info("PCA model written to %s", path.resolve())
@@ -128,10 +129,12 @@ class ResultsWriter:
         if model.get("variants") is not None and run_config.get("center") and \
                 column_scaling(run_config.get("scale", False)) == "hwe":  # plink2 --pca's model: what plink2 reads
             write_file(self.dir / "pca.eigenval", eigenval_text(model))
+            write_file(self.dir / "pca.eigenvec.allele", eigenvec_allele_text(model))
             write_file(self.dir / "pca.score", score_text(model))
             write_file(self.dir / "pca.afreq", afreq_text(model))
-            log.info("plink2 files written beside it: pca.eigenval, and pca.score with pca.afreq for %s",
-                     " ".join(score_command("SITE", "pca", len(model["explained_variance"]), "SITE_scores")))
+            log.info("plink2 files written beside it: pca.eigenval, pca.score, and pca.eigenvec.allele with pca.afreq "
+                     "for %s (PCk_AVG: the .eigenvec values)",
+                     " ".join(allele_score_command("SITE", "pca", len(model["explained_variance"]), "SITE")))
 
     def restore(self, records: list[dict], iterates: list[np.ndarray]) -> None:
         """A resumed run: write the checkpoint's rows if ``rounds.csv`` does not have them.

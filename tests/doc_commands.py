@@ -188,8 +188,10 @@ QC_SITES = ("python -c \"\nimport numpy as np, os, bed_reader; rng = np.random.d
             "    G = rng.binomial(2, p, size=(55, 1500)).astype(np.float32)\n"
             "    G[rng.random(G.shape) < 0.01] = np.nan; G[:, 150:300][rng.random((55, 150)) < 0.1] = np.nan\n"
             "    bed_reader.to_bed(f'sites/partition_{i}.bed', G)\"\n")
-PLINK2_SCORE = ("plink2 --bfile site --read-freq pca.afreq --score pca.score 1 2 header-read variance-standardize \\\n"
-                "  no-mean-imputation cols=+scoresums --score-col-nums 3-<k+2> --out site\n")
+PLINK2_SCORE = ("plink2 --bfile site --read-freq pca.afreq --score pca.eigenvec.allele 1 4 header-read "
+                "no-mean-imputation \\\n  variance-standardize --score-col-nums 5-<k+4> --out site\n")
+KING_CUTOFF = ("plink2 --bfile partition_0 --king-cutoff 0.0884 --out partition_0\n"
+               "mv partition_0.king.cutoff.in.id partition_0.keep\n")
 
 ENTRIES: tuple[Entry, ...] = (
     Entry("quick start: the main job", (QUICK_START,), marks=("ray",),
@@ -251,9 +253,11 @@ ENTRIES: tuple[Entry, ...] = (
            "--missing 0.01\n",), marks=("slow",),
           subs=(("--dimension 20000 --sites 500 500 500 500", "--dimension 2000 --sites 60 60 60 60"),)),
     Entry("genotypes: plink2 applies the weights", (PLINK2_SCORE,),
-          by="tests/test_variant_alignment.py::test_plink2_score_with_the_runs_weights_gives_transforms_eigenvectors "
-             "(fl_strategies.files.plink_outputs.score_command; test_docs.py::"
+          by="tests/test_keep.py::test_everyone_is_scored_and_plink2_projects_the_people_left_out_alike "
+             "(fl_strategies.files.plink_outputs.allele_score_command; test_docs.py::"
              "test_the_documented_plink2_command_is_the_one_the_tests_run)"),
+    Entry("genotypes: a site's relatives left out of the fit", (KING_CUTOFF,),
+          by="tests/test_keep.py::test_the_documented_king_cutoff_writes_the_sites_keep"),
     Entry("genotypes: against scikit-learn",
           ("python -m simulations.benchmarks.bench_genotype --dimension 100000 --sites 500 500 500 500\n",),
           marks=("slow",),

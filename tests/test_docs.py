@@ -73,12 +73,12 @@ def test_ci_runs_the_readmes_test_command():
 
 
 def test_the_documented_plink2_command_is_the_one_the_tests_run():
-    """docs/genotypes.md's ``plink2 --score`` is ``score_command``, which test_variant_alignment.py runs."""
-    from fl_strategies.files.plink_outputs import score_command
+    """docs/genotypes.md's ``plink2 --score`` is ``allele_score_command``, which test_keep.py runs."""
+    from fl_strategies.files.plink_outputs import allele_score_command
 
-    (block,) = [b.text for b in bash_blocks(ROOT / "docs" / "genotypes.md") if b.text.startswith("plink2")]
+    (block,) = [b.text for b in bash_blocks(ROOT / "docs" / "genotypes.md") if "--score" in b.text]
     typed = " ".join(block.replace("\\\n", " ").split())
-    assert typed.replace("<k+2>", "5") == " ".join(score_command("site", "pca", 3, "site"))
+    assert typed.replace("<k+4>", "7") == " ".join(allele_score_command("site", "pca", 3, "site"))
 
 
 # -- links and the site ------------------------------------------------------------------------------------------

@@ -15,6 +15,17 @@ over person ``i``'s non-missing calls: with ``w_k = v_k / sigma_k`` that is ``u_
 missingness (``d / c_i``, ``c_i`` the person's calls: ``ALLELE_CT / 2`` of the same output), which a
 ``.eigenvec`` written by ``transform`` includes. (plink2 2.00a3.5 with mean imputation scores a missing call as
 ``+2 p / sqrt(2 p (1 - p))`` rather than 0; ``no-mean-imputation`` gives the documented mean imputation's sum.)
+
+No hand rescaling: the allele weights of :func:`eigenvec_allele_text` (plink2's ``.eigenvec.allele`` layout) are
+``d v_k / sigma_k``, so that ``plink2 --score`` with them (:func:`allele_score_command`) gives as ``PCk_AVG`` (the
+sum over ``ALLELE_CT = 2 c_i``) the ``.eigenvec`` value itself, the correction ``d / c_i`` included, for every
+person: those in the fit and those outside it alike.
+
+plink2's own weights. ``plink2 --pca allele-wts`` writes ``v_k / (2 sqrt(lambda_k))`` (``lambda_k`` its
+``.eigenval``), so that ``--score`` with plink2's own file gives ``sqrt(lambda_k) / 2`` times the ``.eigenvec``
+scale, of the other sign in plink2 v2.00a3.5 (for a person in the fit, without missing calls: ``-sqrt(lambda_k) / 2
+u_ik``): fedspectral's file is plink2's times ``-2 / sqrt(lambda_k)`` per PC
+(``tests/test_keep.py``, marker ``plink2``).
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from typing import IO, Any, Mapping, Sequence
 import numpy as np
 
 __all__ = ["plink2_eigenvalues", "plink2_eigenvectors", "eigenval_text", "eigenvec_text", "score_text", "afreq_text",
-           "score_command", "draw_ancestry"]
+           "score_command", "eigenvec_allele_text", "allele_score_command", "draw_ancestry"]
 
 
 def plink2_eigenvalues(model: Mapping[str, Any]) -> np.ndarray:
@@ -85,6 +96,40 @@ def score_command(bfile: str, prefix: str, k: int, out: str) -> list[str]:
     return ["plink2", "--bfile", bfile, "--read-freq", f"{prefix}.afreq", "--score", f"{prefix}.score", "1", "2",
             "header-read", "variance-standardize", "no-mean-imputation", "cols=+scoresums", "--score-col-nums",
             f"3-{k + 2}", "--out", out]
+
+
+def eigenvec_allele_text(model: Mapping[str, Any]) -> str:
+    """Allele weights in plink2's ``.eigenvec.allele`` layout, as ``plink2 --pca allele-wts vcols=ref,alt`` writes
+    it (the model keeps no chromosome): ``#ID REF ALT A1 PC1 .. PCk``, tab-separated, REF the ``.bim``'s A2 and ALT
+    its A1, two lines a variant (REF's, then ALT's) of opposite weights; every number exact (``repr``).
+
+    The weights on A1 (the allele counted) are ``d v_k / sigma_k`` (module docstring): plink2 ``--score``
+    (:func:`allele_score_command`) then gives the ``.eigenvec`` values of ``transform`` as ``PCk_AVG``. A variant
+    monomorphic in the fit (frequency 0 or 1, scale 1) has the line of its absent allele alone, of weight 0:
+    plink2's ``variance-standardize`` refuses an allele of frequency 1, and its calls still count in ``ALLELE_CT``
+    as in ``c_i``; plink2 refuses the file at a site where someone carries that allele (as it refuses its own).
+    """
+    components = np.asarray(model["components"], dtype=np.float64)
+    k, d = components.shape
+    weights = d * plink2_eigenvectors(components.T, model)  # (d, k)
+    frequency = np.asarray(model["mean"], dtype=np.float64) / 2
+    lines = ["\t".join(["#ID", "REF", "ALT", "A1"] + [f"PC{j + 1}" for j in range(k)])]
+    for (vid, a1, a2), row, p in zip(model["variants"], weights, frequency):
+        if p * (1 - p) > 0:
+            lines.append("\t".join([vid, a2, a1, a2] + [repr(float(-w)) for w in row]))
+            lines.append("\t".join([vid, a2, a1, a1] + [repr(float(w)) for w in row]))
+        else:
+            lines.append("\t".join([vid, a2, a1, a1 if p <= 0 else a2] + ["0.0"] * k))
+    return "\n".join(lines) + "\n"
+
+
+def allele_score_command(bfile: str, prefix: str, k: int, out: str) -> list[str]:
+    """The ``plink2`` command that applies ``<prefix>.eigenvec.allele`` (:func:`eigenvec_allele_text`) with
+    ``<prefix>.afreq`` to ``<bfile>.bed``, writing ``<out>.sscore`` whose ``PC1_AVG .. PCk_AVG`` are the
+    ``.eigenvec`` values (plink2's documented projection with allele weights, for the layout without ``#CHROM``)."""
+    return ["plink2", "--bfile", bfile, "--read-freq", f"{prefix}.afreq", "--score", f"{prefix}.eigenvec.allele",
+            "1", "4", "header-read", "no-mean-imputation", "variance-standardize", "--score-col-nums", f"5-{k + 4}",
+            "--out", out]
 
 
 def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] | None = None,

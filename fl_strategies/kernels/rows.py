@@ -332,7 +332,7 @@ class BedVariants:
     raw : ndarray of shape (d, ceil(s / 4)), uint8
         The file's bytes after its 3-byte header, one row per variant (a read-only memory map).
     num_rows : int
-        ``s``, people (the ``.fam``'s lines).
+        People in the file (the ``.fam``'s lines).
     block_bytes : int
         Target size of one float64 block of decoded allele counts when whole columns are read (counting codes,
         :meth:`blocks`).
@@ -340,14 +340,17 @@ class BedVariants:
     Attributes
     ----------
     num_rows, dimension : int
-        ``s`` and ``d``.
+        ``s`` and ``d``: the people of the products (all the file's, or those :meth:`subset` keeps) and variants.
+    people : ndarray of shape (s,), int64, or None
+        The file's people (positions in the ``.fam``, ascending) the products, counts and rows are of
+        (:meth:`subset`); ``None``: all of them.
     code_counts : ndarray of shape (d, 4), int64
         How many people carry each 2-bit code at each variant (counted once, when the file is opened).
     person_calls : ndarray of shape (s,), int64
         Each person's non-missing calls.
     missing_ptr : ndarray of shape (d_file + 1,), int64
         The missing calls of the file's variant ``j`` (in file order, before any :meth:`aligned` list) are people
-        ``missing_people[missing_ptr[j]:missing_ptr[j + 1]]``.
+        ``missing_people[missing_ptr[j]:missing_ptr[j + 1]]`` (positions in the file, whatever :meth:`subset`).
     missing_people : ndarray of shape (missing calls,), uint16 (int32 above 65,536 people)
     row_weights : ndarray of shape (s,) or None
         ``omega``: the products are those of ``X^T diag(omega) X`` (:meth:`weighted`); ``None``: all ones.
@@ -365,6 +368,8 @@ class BedVariants:
     def __init__(self, raw: np.ndarray, num_rows: int, block_bytes: int = BLOCK_BYTES) -> None:
         self.rows = raw
         self.num_rows, self.dimension = int(num_rows), int(raw.shape[0])
+        self.file_rows = self.num_rows  # the file's people, whatever subset() keeps
+        self.people: np.ndarray | None = None
         self.shape = (self.num_rows, self.dimension)
         self.block = max(1, int(block_bytes) // (8 * max(self.num_rows, 1)))
         self.product_block = max(1, PRODUCT_BLOCK_BYTES // (32 * max(int(raw.shape[1]), 1)))
@@ -379,9 +384,14 @@ class BedVariants:
         threads: per variant, the four code counts of each byte (:data:`_PACKED_CODE_COUNTS`, four 8-bit lanes in
         one uint32) summed 63 bytes at a time without a lane overflowing; per person, the missing flags of each
         byte's four people (:data:`_PACKED_MISSING`) summed over at most 255 variants at a time; a last byte's
-        padding codes are left out. Reading the file itself (not :meth:`aligned`), also where its missing calls
-        are (:attr:`missing_ptr`, :attr:`missing_people`)."""
-        s, d_file, width = self.num_rows, self.rows.shape[0], self.rows.shape[1]
+        padding codes are left out. Of a :meth:`subset`, the codes of the people it leaves out are counted apart
+        and taken off. When the file is opened, also where its missing calls are (:attr:`missing_ptr`,
+        :attr:`missing_people`, over all its people)."""
+        s, d_file, width = self.file_rows, self.rows.shape[0], self.rows.shape[1]
+        locate = not hasattr(self, "missing_ptr")  # the file's own missing calls: found once, when it is opened
+        out = np.ones(s, dtype=bool)
+        out[self.chosen()] = False
+        out = np.flatnonzero(out)  # the people a subset leaves out (none without one)
         full = s // 4  # bytes of four people; a last partial byte is decoded
         counts = np.zeros((self.dimension, 4), dtype=np.int64)
         # about 4 MiB of uint32 a block, at most 255 variants
@@ -408,9 +418,13 @@ class BedVariants:
                     codes = _CODES[raw[:, full], : s - 4 * full]
                     counts[columns] += np.stack([np.count_nonzero(codes == code, axis=1) for code in range(4)],
                                                 axis=1)
+                if out.size:
+                    codes = _CODES[raw[:, out // 4], out % 4]
+                    counts[columns] -= np.stack([np.count_nonzero(codes == code, axis=1) for code in range(4)],
+                                                axis=1)
                 flags = np.take(_PACKED_MISSING, raw, out=packed[:b]).sum(axis=0, dtype=np.uint32)  # b <= 255
                 missing += flags.view(np.uint8).astype(np.int64)
-                if self.columns is None:
+                if locate:
                     found.append((start, *_missing_calls(raw, people_dtype)))
             return missing, found
 
@@ -420,8 +434,10 @@ class BedVariants:
             with ThreadPoolExecutor(threads) as pool:
                 parts = [done.result() for done in [pool.submit(work, w) for w in range(threads)]]
         missing = sum(part[0] for part in parts)[:s]
+        if self.people is not None:
+            missing = missing[self.people]
         self.code_counts, self.person_calls = counts, self.dimension - missing
-        if self.columns is None:
+        if locate:
             found = sorted((f for part in parts for f in part[1]), key=lambda f: f[0])  # in file order
             parts = None
             self.missing_ptr = np.zeros(d_file + 1, dtype=np.int64)
@@ -462,6 +478,36 @@ class BedVariants:
         other.__dict__.update(self.__dict__)
         other.row_weights = np.asarray(row_weights, dtype=np.float64)
         return other
+
+    def subset(self, people: np.ndarray) -> "BedVariants":
+        """The same file restricted to some of its people (a shallow copy; one read to count their codes).
+
+        Every product, count and row of the copy is of those people alone, as if the file held only them: the
+        code counts (so the allele frequencies), each person's calls, :attr:`num_rows`, the decoded rows
+        (:meth:`blocks`, ``__array__``) and the products (each decoded block's columns of those people, taken after
+        its missing calls are imputed: :meth:`_passes`). Composes with :meth:`aligned` either way round.
+
+        Parameters
+        ----------
+        people : ndarray of shape (s,), int
+            Positions in the file (the ``.fam``'s lines, from 0), ascending and distinct, at least one.
+        """
+        people = np.asarray(people, dtype=np.int64).ravel()
+        if people.size == 0 or np.any(np.diff(people) <= 0) or people[0] < 0 or people[-1] >= self.file_rows:
+            raise ValueError(f"a subset of the file's {self.file_rows} people must be distinct positions in "
+                             "0 .. people - 1, ascending, at least one")
+        other = object.__new__(BedVariants)
+        other.__dict__.update(self.__dict__)
+        other.people = None if people.size == self.file_rows else people
+        other.num_rows = int(people.size)
+        other.shape = (other.num_rows, self.dimension)
+        other.row_weights = None
+        other._count_codes()
+        return other
+
+    def chosen(self) -> slice | np.ndarray:
+        """The columns of a decoded block (one per person of the file and padding) that are :attr:`people`."""
+        return slice(0, self.file_rows) if self.people is None else self.people
 
     def missingness_weights(self) -> np.ndarray:
         """``omega_i = (d / c_i)^2`` with ``c_i`` person ``i``'s non-missing calls (0 without a call), (s,).
@@ -507,7 +553,7 @@ class BedVariants:
     def _codes(self) -> Iterator[tuple[slice | np.ndarray, np.ndarray]]:
         """``(columns, codes)`` of consecutive variant blocks in file order; ``codes`` (b, s) uint8 in 0..3."""
         for columns, raw in self._raw_blocks():
-            yield columns, np.take(_BYTE_CODES, raw).view(np.uint8).reshape(raw.shape[0], -1)[:, :self.num_rows]
+            yield columns, np.take(_BYTE_CODES, raw).view(np.uint8).reshape(raw.shape[0], -1)[:, self.chosen()]
 
     def _counts_blocks(self) -> Iterator[tuple[slice | np.ndarray, np.ndarray]]:
         """``(columns, G_J)`` of consecutive variant blocks in file order: ``G_J`` (b, s) float64 the allele counts
@@ -518,7 +564,7 @@ class BedVariants:
             if buffer is None:
                 buffer = _scratch((min(self.block, self.rows.shape[0]), self.num_rows))
             out = buffer[:b]
-            np.copyto(out, np.take(_BYTE_COUNTS, raw).view(np.int8).reshape(b, -1)[:, :self.num_rows],
+            np.copyto(out, np.take(_BYTE_COUNTS, raw).view(np.int8).reshape(b, -1)[:, self.chosen()],
                       casting="unsafe")
             yield columns, out
 
@@ -527,12 +573,13 @@ class BedVariants:
         decoded), ``D_J`` (b, s) float64 the variants' allele counts with each missing call given ``fill`` of its
         column (``None``: 0): one ``np.take`` of the 256 byte values' four counts (:data:`_BYTE_COUNTS`, the same
         table for every variant), a cast to float64, and the block's missing calls (found when the file was
-        opened, :attr:`missing_ptr`) set to their column's ``fill``; each byte of the memory-mapped file read once,
-        never a whole decoded copy. Centring and scaling are the callers' (:meth:`left`, :meth:`right`): with
-        ``fill`` the mean, ``(D_J - mean) / scale`` is ``X_J``, a missing call 0. Worker ``w`` of ``threads``
+        opened, :attr:`missing_ptr`) set to their column's ``fill``, then the columns of :attr:`people` alone
+        (a :meth:`subset`); each byte of the memory-mapped file read once, never a whole decoded copy. Centring
+        and scaling are the callers' (:meth:`left`, :meth:`right`): with ``fill`` the mean, ``(D_J - mean) /
+        scale`` is ``X_J``, a missing call 0. Worker ``w`` of ``threads``
         (default :attr:`threads`, else :func:`product_threads`) takes blocks ``w, w + threads, ...`` of
         :attr:`product_block` variants in file order, with one BLAS thread each when there are several."""
-        s, d_file, width = self.num_rows, self.rows.shape[0], self.rows.shape[1]
+        d_file, width, chosen = self.rows.shape[0], self.rows.shape[1], self.chosen()
         b = max(1, min(d_file, self.product_block))
         threads = self.threads if threads is None else threads
         threads = max(1, min(product_threads() if threads is None else int(threads), -(-d_file // b)))
@@ -559,7 +606,7 @@ class BedVariants:
                         keep = kept[start + rows]  # a dropped variant's calls are not in the block
                         rows, people = before[start + rows[keep]] - before[start], people[keep]
                     np.put(block, rows * (4 * width) + people, fill[columns][rows])
-                step(worker, columns, block[:, :s])
+                step(worker, columns, block[:, chosen])  # a subset's people: a copy of their columns
 
         if threads == 1:
             work(0)
@@ -712,7 +759,8 @@ class BedVariants:
 
     def column_counts(self, start: int, stop: int) -> np.ndarray:
         """The allele counts of columns ``start .. stop - 1`` (of the run's list where :meth:`aligned` gave one),
-        variant-major: (stop - start, s) int8, a missing call -1 (a flipped variant counted ``2 - g``)."""
+        variant-major: (stop - start, s) int8 over :attr:`people` (a ``.keep``'s), a missing call -1 (a flipped
+        variant counted ``2 - g``)."""
         stop = min(int(stop), self.dimension)
         if self.columns is None:
             raw = np.asarray(self.rows[start:stop])
@@ -725,7 +773,7 @@ class BedVariants:
             flip = self.flip[wanted]
             if flip.any():
                 raw[flip] = _FLIPPED_BYTES[raw[flip]]
-        codes = np.take(_BYTE_CODES, raw).view(np.uint8).reshape(raw.shape[0], -1)[:, :self.num_rows]
+        codes = np.take(_BYTE_CODES, raw).view(np.uint8).reshape(raw.shape[0], -1)[:, self.chosen()]
         return _CALL_COUNTS[codes]
 
     def call_counts(self) -> np.ndarray:

@@ -185,6 +185,7 @@ class FederatedStrategy(Strategy):
         self._row_sums: dict[str, np.ndarray] = {}
         self._col_sq_sums: dict[str, np.ndarray] = {}
         self._call_counts: dict[str, np.ndarray] = {}  # non-missing calls per variant, from nodes with missing calls
+        self._founder_sums: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # (allele sums, calls) of the founders
         self.variants: list[tuple[str, str, str]] | None = None  # (ID, A1, A2) of a run over .bed files, by discovery
         self.prune: dict[str, list[str]] | None = None  # indep-pairwise's prune_in / prune_out IDs, by discovery
         self.mean: np.ndarray | None = None  # the global mean (zeros without centring), set at discovery
@@ -283,9 +284,13 @@ class FederatedStrategy(Strategy):
         self.scale = None
         if self.center_at_discovery:  # the global mean from the registered nodes' row sums and counts
             sizes, row_sums = self._sizes_and_sums(self._row_sums)
-            self.mean = pooled_mean(sizes, row_sums)
+            self.mean = pooled_mean(*self._frequency_sums(sizes, row_sums))
             n = self.num_rows
             log.info("center = true: the mean of %d rows, from the clients' row sums", n)
+            if self._founder_sums:
+                log.info("allele frequencies from the founders alone at %d node(s) whose .fam has people with "
+                         "parents (plink2's default; nonfounders = true takes every person's)",
+                         len(self._founder_sums))
             if self._call_counts:
                 calls = sum(sizes)
                 log.info("missing genotype calls at %d node(s): %.4g %% of the calls missing, %d variant(s) without a "
@@ -322,6 +327,16 @@ class FederatedStrategy(Strategy):
                      "keep scale 1)", source, int(np.sum(constant_columns(variance, self.mean, calls))))
         called = np.asarray(calls, dtype=np.float64) / n  # a missing call adds 0 to C's diagonal
         self.total_variance = float(np.sum(variance * called / self.scale ** 2))  # tr(C) in the scaled space
+
+    def _frequency_sums(self, sizes: list, row_sums: list[np.ndarray]) -> tuple[list, list[np.ndarray]]:
+        """The counts and allele sums the federation's mean (its allele frequencies) comes from: a node's
+        ``founder-count`` and ``founder-sum`` where it sent them (plink2's founders rule), else its own (in the order
+        of :meth:`_sizes_and_sums`)."""
+        if not self._founder_sums:
+            return sizes, row_sums
+        pairs = [self._founder_sums.get(proxy.cid, (total, size)) for proxy, size, total
+                 in zip(self.proxies.values(), sizes, row_sums)]
+        return [calls for _, calls in pairs], [total for total, _ in pairs]
 
     def _sizes_and_sums(self, vectors: dict[str, np.ndarray]) -> tuple[list, list[np.ndarray]]:
         """The registered nodes' row counts (their non-missing calls per column, (d,), for a node with missing
@@ -402,6 +417,7 @@ class FederatedStrategy(Strategy):
         in its columns replace ``answers``; returns them checked."""
         self.variants, self.d = kept, len(kept)
         self._row_sums, self._col_sq_sums, self._call_counts = {}, {}, {}
+        self._founder_sums = {}
         usable = [proxy for proxy, info in checked if isinstance(info, tuple)]
         again = dict(ask_some({"variant-align": encode_variants(kept)}, usable))
         return self._checked([(proxy, again.get(proxy, props)) for proxy, props in answers])
@@ -487,18 +503,30 @@ class FederatedStrategy(Strategy):
         usable = [(proxy, info) for proxy, info in checked if isinstance(info, tuple)]
         n = sum(int(size) for _, (_, size) in usable)
         calls = sum(self._call_counts.get(proxy.cid, np.full(self.d, float(size))) for proxy, (_, size) in usable)
-        keep = self.variants_kept(calls, sum(self._row_sums[proxy.cid] for proxy, _ in usable), n,
-                                  f"{len(usable)} node(s), from their call counts and allele sums")
+        sums = sum(self._row_sums[proxy.cid] for proxy, _ in usable)
+        frequency = None
+        if self._founder_sums:  # maf-min from the founders' frequencies (plink2's rule), geno-max over everyone
+            pairs = [self._founder_sums.get(proxy.cid, (self._row_sums[proxy.cid], self._call_counts.get(
+                proxy.cid, np.full(self.d, float(size))))) for proxy, (_, size) in usable]
+            frequency = (sum(c for _, c in pairs), sum(t for t, _ in pairs))
+        keep = self.variants_kept(calls, sums, n, f"{len(usable)} node(s), from their call counts and allele sums",
+                                  frequency)
         return None if keep is None else [variant for variant, kept_it in zip(self.variants, keep) if kept_it]
 
-    def variants_kept(self, calls: np.ndarray, allele_sums: np.ndarray, n: int, source: str) -> np.ndarray | None:
+    def variants_kept(self, calls: np.ndarray, allele_sums: np.ndarray, n: int, source: str,
+                      frequency: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray | None:
         """The mask (d,) of the variants ``maf-min`` and ``geno-max`` keep, from the federation's call counts and
         allele sums over ``n`` people (logged with ``source``, where they come from); ``None`` when every variant
-        is kept. A ``ConfigError`` in one line when fewer than ``iteration-rank`` are."""
+        is kept. A ``ConfigError`` in one line when fewer than ``iteration-rank`` are. ``frequency``: ``(calls,
+        allele sums)`` of the founders, which ``maf-min`` then reads (plink2's founders rule)."""
         maf_min, geno_max = float(self.settings.maf_min), float(self.settings.geno_max)
         keys = ", ".join(f"{key} = {value:g}" for key, value, active in (
             ("maf-min", maf_min, maf_min > 0), ("geno-max", geno_max, geno_max < 1)) if active)
-        keep, by_geno, by_maf = variant_filter(calls, allele_sums, n, maf_min, geno_max)
+        keep, by_geno, by_maf = variant_filter(calls, allele_sums, n, 0.0 if frequency else maf_min, geno_max)
+        if frequency is not None:
+            by_frequency, _, _ = variant_filter(frequency[0], frequency[1], n, maf_min, 1.0)
+            by_maf = int(np.sum(keep & ~by_frequency))
+            keep = keep & by_frequency
         kept = int(np.sum(keep))
         log.info("variant filters (%s) over the %d people of %s: %d of %d variants kept; geno-max dropped %d "
                  "(missing-call rate above %g), maf-min %d more (minor allele frequency below %g)", keys, n, source,
@@ -582,6 +610,15 @@ class FederatedStrategy(Strategy):
             if not np.all((counts >= 0) & (counts <= info[1]) & (counts == np.round(counts))):
                 return f"its call-count is not whole numbers in 0..{info[1]}"
             self._call_counts[proxy.cid] = counts
+        founders = [props.get(key) for key in ("founder-sum", "founder-count")]
+        if founders != [None, None]:  # plink2's founders rule at this node: its founders' sums, for the frequencies
+            if not all(isinstance(v, bytes) and len(v) == 8 * self.d for v in founders):
+                return f"its founder-sum and founder-count are not {self.d} numbers each"
+            total, calls = (np.frombuffer(v, dtype="<f8").astype(np.float64) for v in founders)
+            if not (np.all((calls >= 0) & (calls <= info[1]) & (calls == np.round(calls)))
+                    and np.all((total >= 0) & (total <= 2 * calls))):
+                return f"its founder-count is not whole numbers in 0..{info[1]} with founder-sum in 0..2 counts"
+            self._founder_sums[proxy.cid] = (total, calls)
         for (_, _, store), vector in zip(wanted, found):
             store[proxy.cid] = vector
         return info

@@ -313,6 +313,10 @@ KEYS: dict[str, Key] = {
              "the variants inside leave the run before indep-pairwise, as plink2 --exclude range; '' = none; needs "
              "center = true in a noise-free run without secure-aggregation",
              allowed="'' or a file path", absent_means=""),
+        _key("nonfounders", bool, "PLINK .bed data: true = the allele frequencies (the mean, scale = hwe and "
+             "maf-min) from every person in the fit, as plink2 --nonfounders; false = from the founders alone (a .fam "
+             "line with father and mother 0), plink2's default; the fit itself is over every person either way",
+             absent_means=False),
         _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
              "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
              "width and center / scale settings must be the run's; '' = a random start",
@@ -995,8 +999,8 @@ def writable_directory(directory: str | Path, key: str) -> Path:
     return path
 
 
-RESULT_FILES = ("rounds.csv", "estimate.npy", "pca.npz", "pca.eigenval", "pca.score", "pca.afreq", "prune.in",
-                "prune.out")
+RESULT_FILES = ("rounds.csv", "estimate.npy", "pca.npz", "pca.eigenval", "pca.eigenvec.allele", "pca.score",
+                "pca.afreq", "prune.in", "prune.out")
 """What a run writes to its ``results-dir``."""
 
 

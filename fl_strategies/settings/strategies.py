@@ -93,6 +93,7 @@ class PcaSettings:
     geno_max: float
     indep_pairwise: str
     exclude_range: str
+    nonfounders: bool
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -685,7 +685,7 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
             write_file(stage / "estimates" / f"{job.stem}.npy", (workdir / job.stem / "estimate.npy").read_bytes())
             if (workdir / job.stem / "pca.npz").exists():  # the PCA model of a noise-free eigenspace run
                 write_file(stage / "estimates" / f"{job.stem}.pca.npz", (workdir / job.stem / "pca.npz").read_bytes())
-            for suffix in ("eigenval", "score", "afreq"):  # a run over .bed files: what plink2 reads
+            for suffix in ("eigenval", "eigenvec.allele", "score", "afreq"):  # a run over .bed files: plink2's
                 if (workdir / job.stem / f"pca.{suffix}").exists():
                     write_file(stage / "estimates" / f"{job.stem}.{suffix}",
                                (workdir / job.stem / f"pca.{suffix}").read_bytes())
