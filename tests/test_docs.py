@@ -117,16 +117,75 @@ def test_the_site_builds_without_a_warning(tmp_path):
     assert (tmp_path / "site" / "reference" / "run-config" / "index.html").is_file()
 
 
-def test_a_broken_anchor_fails_the_site(tmp_path):
-    """The strict build is not vacuous: a link to a heading that does not exist stops it."""
+def _build_with(tmp_path: Path, planted: str) -> subprocess.CompletedProcess:
+    """``mkdocs build --strict`` of a copy of docs/ and mkdocs.yml whose first page ends with ``planted``."""
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "docs", copy / "docs", ignore=shutil.ignore_patterns("_incoming"))
     shutil.copy(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
     page = copy / "docs" / "index.md"
-    page.write_text(page.read_text() + "\nSee [nothing](simulation.md#no-such-heading).\n")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=copy, capture_output=True, text=True, timeout=300)
+    page.write_text(page.read_text() + f"\n{planted}\n")
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=copy, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
+
+
+def test_a_broken_anchor_fails_the_site(tmp_path):
+    """The strict build is not vacuous: a link to a heading that does not exist stops it."""
+    done = _build_with(tmp_path, "See [nothing](simulation.md#no-such-heading).")
     assert done.returncode != 0 and "no-such-heading" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("target", ["../README.md", "../simulations/benchmarks/README.md#what-the-engines-cost",
+                                    "../simulations/experiments/fedpower/fedpower_model1.toml",
+                                    "../simulations/experiments/", "/simulations/benchmarks/README.md"])
+def test_a_link_the_site_cannot_follow_fails_the_site(tmp_path, target):
+    """A link out of docs/ (a file of the checkout, which the site does not hold: the README, a committed result, a
+    folder) or an absolute one is a dead link on the built site: the strict build stops, naming it."""
+    done = _build_with(tmp_path, f"See [there]({target}).")
+    log = done.stdout + done.stderr
+    assert done.returncode != 0 and target in log and "WARNING" in log, log[-2000:]
+
+
+def test_the_guides_link_only_to_pages_of_the_site():
+    """Every relative link of docs/ stays in docs/ and names a page (what the built site can follow); a file of the
+    checkout outside docs/ is named as code text (`simulations/benchmarks/README.md`), not linked."""
+    outside = []
+    for path in documents()[1:]:
+        for target in LINK.findall(FENCE.sub("", path.read_text())):
+            file = target.partition("#")[0]
+            if re.match(r"[a-z]+:", target) or not file:
+                continue
+            dest = (path.parent / file).resolve()
+            if ROOT / "docs" not in dest.parents or dest.suffix != ".md":
+                outside.append(f"{path.relative_to(ROOT)}: {target}")
+    assert not outside, "links the site cannot follow:\n" + "\n".join(outside)
+
+
+def test_the_sites_first_page_has_the_readmes_installation():
+    """docs/index.md, the site's first page, installs as the README does: the same two commands, the same needs."""
+    import tomllib
+
+    from doc_commands import QUICK_START
+
+    for path in (ROOT / "README.md", ROOT / "docs" / "index.md"):
+        blocks = [b.text for b in bash_blocks(path)]
+        assert blocks[:2] == [QUICK_START, TEST_COMMAND], path
+        assert "Python 3.11+ (only the package index is needed online)" in path.read_text(), path
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert requires == ">=3.11"
+
+
+PATH_TEXT = re.compile(r"`((?:simulations|fl_strategies|client_app|server_app|fedspectral|tests|docs)/[\w./-]+)`")
+
+
+def test_every_file_of_the_checkout_the_guides_name_exists():
+    """A file the site cannot link to is named as code text (`simulations/benchmarks/README.md`): it exists."""
+    missing = []
+    for path in documents()[1:]:
+        for name in PATH_TEXT.findall(FENCE.sub("", path.read_text())):
+            if not (ROOT / name.rstrip("/")).exists():
+                missing.append(f"{path.relative_to(ROOT)}: {name}")
+    assert not missing, "named files that are not in the checkout:\n" + "\n".join(missing)
 
 
 # -- the commands, run -------------------------------------------------------------------------------------------
