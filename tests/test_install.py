@@ -37,7 +37,7 @@ def test_compare_imports_only_main_dependencies():
                 modules.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 modules.add(node.module.split(".")[0])
-    own = {"fl_strategies", "client_app", "server_app", "simulations"}
+    own = {"fl_strategies", "client_app", "server_app", "simulations", "fedspectral"}
     third_party = modules - own - set(sys.stdlib_module_names)
     assert {"matplotlib", "tqdm"} <= third_party  # the plots and the progress bar
     dists = packages_distributions()
