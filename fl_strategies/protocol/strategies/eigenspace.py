@@ -295,16 +295,19 @@ class EigenspaceStrategy(FederatedStrategy):
                 and self.settings.center and column_scaling(self.settings.scale) == "hwe")
 
     def aggregate_summary(self, results: list[tuple[ClientProxy, FitRes]], failures: list) -> dict[str, Any] | None:
-        """The PCA model from the summary replies (every registered client must answer); ``on_model`` gets it at
-        the end of a run that did not fail (:meth:`finish`)."""
+        """The PCA model from the summary replies (every registered client must answer, else the run fails naming
+        the partitions that did not, :meth:`abort`); ``on_model`` gets it at the end of a run that did not fail
+        (:meth:`finish`)."""
         Z = self._summary_Z
         diagonal = self.plink2_diagonal
         valid, rejected = self.collect_replies(len(self.records), results, set(self.proxies),
                                                [(self.d, self.r)] + [(self.r, self.r)] * diagonal,
                                                ("trace",) + ("diagonal",) * diagonal, broadcast=Z)
-        if len(valid) < len(self.proxies):
-            log.warning("summary: %d of %d clients answered (%d rejected, %d failed); no PCA model is written",
-                        len(valid), len(self.proxies), rejected, len(failures))
+        if len(valid) < len(self.proxies):  # the model is of every client's rows, or there is none: a failed run
+            silent = sorted(set(self.proxies) - set(valid))
+            self.abort(f"summary: partition(s) {', '.join(map(str, silent))} did not answer ({len(valid)} of "
+                       f"{len(self.proxies)} answered, {rejected} rejected, {len(failures)} failed); no PCA model "
+                       "was written")  # after the last round, whose row is held: finish() still writes it
             return None
         n = sum(self.sizes[pid] for pid in valid)
         CZ = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
