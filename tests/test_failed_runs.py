@@ -147,3 +147,19 @@ def test_a_deployment_that_lost_a_supernode_exits_1_naming_its_partition(tmp_pat
     assert not (out / "pca.npz").exists()
     assert list(pd.read_csv(rounds)["round"]) == [0, 1, 2, 3, 4]
     assert tagged_flower_processes(flower_processes) == []
+
+
+def test_rows_of_a_lower_numerical_rank_than_rank_are_reported_in_the_log(tmp_path, caplog):
+    """Rows in a plane of 10 columns (12 rows, rank 2): rank = 4 passes the row count, but components 3 and 4 are
+    arbitrary directions of no variance; the log says the numerical rank."""
+    folder = tmp_path / "plane"
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    basis = np.linalg.qr(rng.standard_normal((10, 2)))[0]
+    for i in range(2):
+        np.save(folder / f"partition_{i}.npy", rng.standard_normal((6, 2)) * [3.0, 1.0] @ basis.T)
+    with caplog.at_level("WARNING", logger="flwr"):
+        run_app(strategy="power", dataset=str(folder), num_clients=2, rank=4,
+                iteration_rank=4, num_server_rounds=3, results_dir=str(tmp_path / "out"))
+    assert ("PCA model: the data's numerical rank is 2 (explained variance above 1e-12 of the first), below the 4 "
+            "component(s) kept: components 3..4 explain no variance") in caplog.text

@@ -1036,7 +1036,8 @@ def check_against_data(cfg: Mapping[str, Any], dimension: int, num_rows: int) ->
             raise ConfigError(f"{name} must be at most the data dimension d = {dimension}, got {cfg[name]}")
     centred = bool(cfg.get("center")) and cfg["strategy"] in (readers("center") or STRATEGY_NAMES)
     most = num_rows - centred
-    if cfg["rank"] > most and not cfg.get("variance-target") and cfg["strategy"] in (readers("rank") or STRATEGY_NAMES):
+    reads_rank = cfg["strategy"] in (readers("rank") or STRATEGY_NAMES)
+    if cfg["rank"] > most and not cfg.get("variance-target") and reads_rank:
         raise ConfigError(f"rank = {cfg['rank']} is above the rank of the data: {num_rows} rows "
                           + ("centred have at most " if centred else "have at most ") + f"{most} independent "
                           f"direction(s), so components beyond them would be arbitrary; set rank <= {most}")

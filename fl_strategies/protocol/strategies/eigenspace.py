@@ -76,6 +76,11 @@ STREAM_INIT = 0
 CONVERGED_CHANGE = 1e-3
 
 
+NUMERICAL_RANK_TOLERANCE = 1e-12
+"""A component whose explained variance is at most this share of the first's counts as beyond the data's numerical
+rank (rounding of a zero eigenvalue of ``C`` in float64 is about ``1e-16`` of the largest)."""
+
+
 class EigenspaceStrategy(FederatedStrategy):
     """Base class of the strategies that estimate a ``d x r`` orthonormal basis (``reference``: a
     :class:`fl_strategies.kernels.metrics.Reference`)."""
@@ -379,6 +384,13 @@ class EigenspaceStrategy(FederatedStrategy):
         ratio = float(self.model["explained_variance_ratio"].sum())
         if np.isfinite(ratio):
             log.info("PCA model: %d component(s) explain %.4g of the variance (%d rows)", k, ratio, n)
+            variance = self.model["explained_variance"]
+            numerical = int(np.sum(variance > NUMERICAL_RANK_TOLERANCE * max(float(variance[0]), 0.0)))
+            if numerical < k:  # rows of lower rank than asked: the components beyond it are arbitrary directions
+                log.warning("PCA model: the data's numerical rank is %d (explained variance above %g of the "
+                            "first), below the %d component(s) kept: components %d..%d explain no variance and are "
+                            "arbitrary directions; a smaller rank keeps only the meaningful ones", numerical,
+                            NUMERICAL_RANK_TOLERANCE, k, numerical + 1, k)
         else:
             log.info("PCA model: %d component(s), explained variance %s (%d rows; total variance not released)", k,
                      np.array2string(self.model["explained_variance"], precision=4), n)
