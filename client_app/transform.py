@@ -77,9 +77,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m client_app.transf
         if not isinstance(X, BedVariants):
             X = X.toarray() if hasattr(X, "toarray") else np.asarray(X, dtype=np.float64)
         try:
-            scores = transform(model, X)
+            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, in one line
+                scores = transform(model, X)
         except ValueError as ex:
             raise ValueError(f"--data {args.data!r}: {ex}") from None
+        if not np.all(np.isfinite(scores)):  # the model is checked; rows far beyond its scale can still overflow
+            raise ValueError(f"--data {args.data!r}: its scores under --model {args.model!r} are not all finite "
+                             "(rows too large for the model's mean and scale)")
         if eigenvec:
             vectors = plink2_eigenvectors(scores, model)
             out = write_file(args.out, eigenvec_text(read_fam(args.data), vectors), private=True)

@@ -71,6 +71,7 @@ from fedspectral.run_config import (ArgumentError, ArgumentParser, check_node_fi
                                     checked_run_config, config_word, listed, parse_run_config)
 from fedspectral.run_config import app_dir as default_app_dir
 from fedspectral.credentials import write_node_keys, write_tls_files, written_names
+from fedspectral.outcome import missing_model, model_stamp
 from simulations.data.federated_data import federated_dataset
 from fedspectral.run import absolute_paths, flower_env, run_status, stream_run, terminate
 
@@ -325,6 +326,7 @@ class LocalDeployment:
         self.extra_node_config = dict(node_config or {})
         self.credentials = workdir / "credentials"
         self.processes: list[subprocess.Popen] = []
+        self.nodes: dict[int, subprocess.Popen] = {}  # the SuperNode process of each partition (start_node)
         self.warm_clientapp, self.forkserver_dir = warm_clientapp, None
         self.supernode_poll = supernode_poll
         self.env = flower_env()
@@ -446,7 +448,14 @@ class LocalDeployment:
                     str(private_key or self.keys[pid])]
         else:
             cmd.append("--insecure")
-        return self._start(name or f"supernode_{pid}", cmd)
+        proc = self._start(name or f"supernode_{pid}", cmd)
+        self.nodes[pid] = proc
+        return proc
+
+    def lost_nodes(self) -> dict[int, int]:
+        """The partitions whose SuperNode process (:meth:`start_node`, the latest of each) has ended, with its
+        exit status (negative: killed by that signal); call before :meth:`stop`, which ends them all."""
+        return {pid: proc.returncode for pid, proc in sorted(self.nodes.items()) if proc.poll() is not None}
 
     def _run_cmd(self, run_config: str | list[str], results_dir: Path, stream: bool) -> list[str]:
         cmd = ["flwr", "run", str(self.app_dir), CONNECTION, *(["--stream"] if stream else [])]
@@ -557,7 +566,8 @@ examples:
 
   (mydata holds one file per SuperNode, partition_<i>.npy or .csv; it never leaves its SuperNode)
 
-exit status: 0 the run finished, 1 it failed (its status and where the results went are printed last), 2 a
+exit status: 0 the run finished, 1 it failed (its status and where the results went are printed last; a
+SuperNode that stopped during the run, or a PCA model the strategy writes and did not, is named after it), 2 a
 bad argument, node file or run config (one line, before any process starts)
 """
 
@@ -687,17 +697,25 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     results = Path(absolute.get("results-dir") or cfg.get("results-dir") or out)
     run_config = [args.run_config, " ".join(config_word(key, value) for key, value in absolute.items()
                                             if key != "results-dir") + (" overwrite=true" if args.force else "")]
+    before = model_stamp(results)  # an earlier run's pca.npz is not this run's result
     try:
         with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=node_config,
                              warm_clientapp=args.warm_clientapp, supernode_poll=args.supernode_poll) as deployment:
             status = deployment.run(run_config, results)
+            lost = deployment.lost_nodes()  # before the deployment stops them all
     except (RuntimeError, OSError) as ex:
         print(f"{parser.prog}: error: {ex}", file=sys.stderr)
         return 1
     written = (results / "rounds.csv").is_file()
     print(f"deployment run status: {status}; " + (f"results in {results / 'rounds.csv'}" if written
                                                   else f"no results were written to {results}"))
-    return 0 if status == "finished:completed" else 1
+    problems = [f"the SuperNode of partition {pid} stopped during the run (exit status {code}; its log: "
+                f"{out / 'logs' / f'supernode_{pid}.log'})" for pid, code in lost.items()]
+    missing = missing_model(cfg, results, before)
+    problems += [missing] if missing else []
+    for problem in problems:
+        print(f"{parser.prog}: {problem}", file=sys.stderr)
+    return 0 if status == "finished:completed" and not problems else 1
 
 
 if __name__ == "__main__":

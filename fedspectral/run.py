@@ -57,6 +57,7 @@ import urllib.request
 from pathlib import Path
 
 from fedspectral.app_bundle import default_flower_home
+from fedspectral.outcome import missing_model, model_stamp
 from fedspectral.run_config import (ArgumentError, ArgumentParser, app_dir, check_output_dirs, checked_run_config,
                                     config_word, parse_run_config)
 
@@ -296,8 +297,9 @@ examples:
 
   (mydata holds one file per client, partition_<i>.npy or .csv; out receives rounds.csv and pca.npz)
 
-exit status: 0 the run finished, 1 it failed (Flower's final status is printed last), 2 a bad argument or
-run config (one line, before Flower starts)
+exit status: 0 the run finished, 1 it failed (Flower's final status is printed last; also a run that wrote no
+pca.npz to its results-dir where its strategy writes one), 2 a bad argument or run config (one line, before
+Flower starts)
 """
 
 
@@ -340,6 +342,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
         except ArgumentError as ex:
             print(f"{parser.prog}: error: --run-config: {ex}", file=sys.stderr)
             return 2
+    results = absolute.get("results-dir") or cfg["results-dir"]
+    before = model_stamp(results)  # an earlier run's pca.npz is not this run's result
     status = "not started"
     try:
         for attempt in (1, 2):
@@ -361,7 +365,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
         if started_here and not args.keep_superlink:
             stop_superlink(env)
     print(f"flwr run status: {status}")
-    return 0 if status == "finished:completed" else 1
+    missing = missing_model(cfg, results, before) if status == "finished:completed" else None
+    if missing:  # Flower's status says the ServerApp returned; the result it should have left is not there
+        print(f"{parser.prog}: {missing}", file=sys.stderr)
+    return 0 if status == "finished:completed" and not missing else 1
 
 
 if __name__ == "__main__":

@@ -38,17 +38,16 @@ scaling ``scale`` is all ones.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from ..kernels.rows import BedVariants
-from ..settings.config import column_scaling
 from .data_files import clip_rows, normalize_rows
+from .model_checks import MODEL_KEYS, checked_model
 from .plain_files import write_file
-from .variants import decode_variants, encode_variants
+from .variants import encode_variants
 
 __all__ = ["MODEL_KEYS", "pca_model", "sklearn_signs", "released_product_model", "choose_rank", "save_model",
            "load_model", "transform"]
@@ -57,8 +56,6 @@ MISSINGNESS_DIAGONAL = "missingness-diagonal"
 """Summary-config key: the server asks every site for its part of plink2's diagonal (a run over ``.bed`` files with
 missing calls and ``scale = "hwe"``; :func:`pca_model`'s ``diagonal``)."""
 
-MODEL_KEYS = ("components", "mean", "scale", "explained_variance", "explained_variance_ratio", "singular_values",
-              "n_samples")
 
 
 def sklearn_signs(components: np.ndarray) -> np.ndarray:
@@ -207,59 +204,17 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
 
 
 def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
-    """Read a model written by :func:`save_model`; ``what`` names the path in the messages (an option or key).
+    """Read a model written by :func:`save_model`, every field checked before any use
+    (:func:`fl_strategies.files.model_checks.checked_model`, which lists the checks); ``what`` names the path in the
+    messages (an option or key).
 
     Raises
     ------
     ValueError
-        If the file is not such a model (missing keys, shapes that do not fit, a non-numeric or non-finite field).
+        One line naming the field that fails a check (a missing key, a shape that does not fit, a non-finite
+        value, components that are not orthonormal, a scale out of range, an array larger than its bound, ...).
     """
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            model = {key: f[key] for key in f.files}
-    except Exception as ex:  # noqa: BLE001  (corrupt file, not an npz, ...)
-        raise ValueError(f"{what} {str(path)!r} is not a readable pca.npz: {ex}") from None
-    missing = [key for key in MODEL_KEYS if key not in model and key != "scale"]
-    if missing:
-        raise ValueError(f"{what} {str(path)!r} lacks {', '.join(missing)}: not a fedspectral pca.npz")
-    components, mean = model["components"], model["mean"]
-    model.setdefault("scale", np.ones(mean.shape))  # a model written before scale existed: unscaled
-    if components.ndim != 2 or mean.shape != (components.shape[1],):
-        raise ValueError(f"{what} {str(path)!r}: components {components.shape} and mean {mean.shape} do not fit")
-    k = components.shape[0]
-    for key in MODEL_KEYS:
-        value = model[key]
-        if value.dtype == np.bool_ or not np.issubdtype(value.dtype, np.number) or np.iscomplexobj(value):
-            raise ValueError(f"{what} {str(path)!r}: {key} has dtype {value.dtype}; real numbers are required")
-        want = {"components": components.shape, "mean": mean.shape, "scale": mean.shape, "n_samples": ()}.get(key, (k,))
-        if value.shape != want:
-            raise ValueError(f"{what} {str(path)!r}: {key} has shape {value.shape}, expected {want}")
-        unknown = key == "explained_variance_ratio" and np.all(np.isnan(value))  # a model without tr(C)
-        if not (unknown or np.all(np.isfinite(value))):
-            raise ValueError(f"{what} {str(path)!r}: {key} has non-finite entries (NaN/inf)")
-    if not np.all(model["scale"] > 0):
-        raise ValueError(f"{what} {str(path)!r}: its scale has entries that are not > 0")
-    if k < 1 or model["n_samples"] < 1 or model["n_samples"] != int(model["n_samples"]):
-        raise ValueError(f"{what} {str(path)!r}: {k} components and n_samples {model['n_samples']}: not a model")
-    model["n_samples"] = int(model["n_samples"])
-    if "variants" in model:
-        try:
-            model["variants"] = decode_variants(str(model["variants"]).encode("utf-8"))
-        except ValueError as ex:
-            raise ValueError(f"{what} {str(path)!r}: its variants: {ex}") from None
-        if len(model["variants"]) != mean.shape[0]:
-            raise ValueError(f"{what} {str(path)!r}: {len(model['variants'])} variants for {mean.shape[0]} columns")
-    if "centered" not in model:  # a file written before the field: the run config says
-        config = json.loads(str(model["run_config"])) if "run_config" in model else {}
-        model["centered"] = bool(config.get("center", bool(np.any(mean))))
-    model["centered"] = bool(model["centered"])
-    config = json.loads(str(model["run_config"])) if "run_config" in model else {}
-    model["scaling"] = column_scaling(config.get("scale", False))
-    model["row_normalize"] = bool(model.get("row_normalize", False))
-    model["clip_norm"] = float(model.get("clip_norm", 0.0))
-    if not (math.isfinite(model["clip_norm"]) and model["clip_norm"] >= 0):
-        raise ValueError(f"{what} {str(path)!r}: clip_norm {model['clip_norm']} is not a finite number >= 0")
-    return model
+    return checked_model(path, what)
 
 
 def transform(model: Mapping[str, Any], X: np.ndarray) -> np.ndarray:

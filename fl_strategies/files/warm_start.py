@@ -10,8 +10,9 @@ reproducible and, like a random start, has a component along every direction
 outside the model's span.
 
 Everything is checked on the server before round 1 and refused with one line
-naming ``init-from`` and the file: a missing or unreadable file, a model with
-non-finite numbers, a model fitted with other ``center`` / ``scale`` settings
+naming ``init-from`` and the file: a missing or unreadable file, a model that fails a check of
+:func:`fl_strategies.files.model_checks.checked_model` (non-finite numbers, components that are not
+orthonormal, a scale out of range, ...), a model fitted with other ``center`` / ``scale`` settings
 than the run's (its components live in another space; a model whose fields cannot tell is refused naming the
 field it lacks), and (once ``d`` is
 known) a width other than the run's ``d``.
@@ -41,7 +42,8 @@ def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     Raises
     ------
     ConfigError
-        If the file cannot be read as a ``pca.npz``, holds NaN or inf, or was fitted with ``center`` / ``scale``
+        If the file cannot be read as a ``pca.npz``, fails a check of
+        :func:`~fl_strategies.files.model_checks.checked_model`, or was fitted with ``center`` / ``scale``
         settings other than the run's, or (``scale = true``) lacks the ``run_config`` that would tell.
     """
     path = cfg.get("init-from", "")
@@ -51,10 +53,6 @@ def load_start(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
         model = load_model(path, what="init-from")
     except ValueError as ex:
         raise ConfigError(str(ex)) from None
-    for key in ("components", "mean", "scale"):
-        if not np.all(np.isfinite(model[key])):
-            raise ConfigError(f"init-from {path!r}: the model's {key} has non-finite values (NaN or inf); fit it "
-                              "again or start from a random basis (init-from = '')")
     for key in ("center", "scale"):
         then, why = _fitted_with(model, key)
         now = column_scaling(cfg.get(key, False)) if key == "scale" else str(bool(cfg.get(key, False))).lower()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -803,9 +804,9 @@ def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
     except (ValueError, ArithmeticError) as ex:
         raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}, dp-calibration = "
                           f"{calibration!r}): {ex}") from None
-    if not math.isfinite(2.0 * math.sqrt(cfg["iteration-rank"]) * sigma_g):
-        raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too small: "
-                          f"Theorem 6's noise standard deviation over T = {T} steps is not a finite number")
+    _check_noise_variance(cfg, 2.0 * math.sqrt(cfg["iteration-rank"]) * sigma_g,
+                          f"Theorem 6's noise standard deviation over T = {T} steps (2 sqrt(r) sigma_g, a client "
+                          "of one row)")
     spent = epsilon_spent(sigma_g, T, cfg["delta"], calibration)
     if not (sigma_g > 0 and math.isfinite(spent)):
         raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too large: the "
@@ -814,9 +815,24 @@ def _check_fedpower_privacy(cfg: dict[str, Any], T: int) -> None:
     _check_measurable(cfg, sigma_g, T)
     if cfg["center"]:  # the mean and the T steps, calibrated together
         try:
-            centred_releases(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], T)
+            releases = centred_releases(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"], T)
         except (ValueError, ArithmeticError) as ex:
             raise ConfigError(f"epsilon = {cfg['epsilon']!r} with center = true: {ex}") from None
+        _check_noise_variance(cfg, max(releases.multipliers.values()), "the noise multiplier of its centred releases")
+
+
+MAX_NOISE_STD = math.sqrt(sys.float_info.max)
+"""The largest noise standard deviation whose variance is a finite float64 (about 1.34e154)."""
+
+
+def _check_noise_variance(cfg: Mapping[str, Any], std: float, what: str) -> None:
+    """Refuse an ``epsilon`` whose noise standard deviation ``std`` (``what`` says which) is not finite or whose
+    variance ``std^2`` overflows: its noise would make every estimate, and the variances of the model, meaningless
+    (``epsilon = 1e-300`` wrote variances near 1e298)."""
+    if not (math.isfinite(std) and std <= MAX_NOISE_STD):
+        raise ConfigError(f"epsilon = {cfg['epsilon']!r} (with delta = {cfg['delta']!r}) is too small: {what} is "
+                          f"{std:.3g}, whose variance is not a finite number (the standard deviation must be at most "
+                          f"{MAX_NOISE_STD:.3g}); raise epsilon")
 
 
 def _check_measurable(cfg: dict[str, Any], sigma: float, releases: int) -> None:
@@ -928,6 +944,8 @@ def _check_covariance(cfg: dict[str, Any]) -> None:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:
             raise ConfigError(f"epsilon = {cfg['epsilon']!r} (delta = {cfg['delta']!r}): {ex}") from None
+        _check_noise_variance(cfg, max(releases.multipliers.values()), "its noise multiplier (the noise standard "
+                              "deviation per unit of sensitivity)")
     if cfg["clip-norm"] > 0:
         try:
             check_row_bound(cfg["clip-norm"], releases, cfg["center"])
@@ -965,6 +983,8 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
             raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
         except (ValueError, ArithmeticError) as ex:
             raise ConfigError(str(ex)) from None
+        _check_noise_variance(cfg, c.sigma, "its noise multiplier sigma (the noise standard deviation per unit of "
+                              "sensitivity)")
         _check_measurable(cfg, c.sigma, cfg["num-server-rounds"])
     if cfg["dp-channel"] == "secagg":
         if not 2 <= cfg["num-clients"] <= MAX_SECAGG_CLIENTS:
@@ -1048,12 +1068,20 @@ def check_against_data(cfg: Mapping[str, Any], dimension: int, num_rows: int) ->
     Raises
     ------
     ConfigError
-        If ``rank`` or ``iteration-rank`` exceeds ``d`` or ``num-clients``
-        exceeds ``n``.
+        If ``rank`` or ``iteration-rank`` exceeds ``d``, ``rank`` exceeds the rank the rows can have (``n``, or
+        ``n - 1`` with ``center``: more components would be arbitrary directions of no variance; for the
+        strategies that read ``rank``, unless ``variance-target`` chooses it), or ``num-clients`` exceeds ``n``.
     """
     for name in ("rank", "iteration-rank"):
         if cfg[name] > dimension:
             raise ConfigError(f"{name} must be at most the data dimension d = {dimension}, got {cfg[name]}")
+    centred = bool(cfg.get("center")) and cfg["strategy"] in (readers("center") or STRATEGY_NAMES)
+    most = num_rows - centred
+    reads_rank = cfg["strategy"] in (readers("rank") or STRATEGY_NAMES)
+    if cfg["rank"] > most and not cfg.get("variance-target") and reads_rank:
+        raise ConfigError(f"rank = {cfg['rank']} is above the rank of the data: {num_rows} rows "
+                          + ("centred have at most " if centred else "have at most ") + f"{most} independent "
+                          f"direction(s), so components beyond them would be arbitrary; set rank <= {most}")
     if cfg["num-clients"] > num_rows:
         raise ConfigError(f"num-clients must be at most the number of rows n = {num_rows}, "
                           f"got {cfg['num-clients']}")

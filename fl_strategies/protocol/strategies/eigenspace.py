@@ -76,6 +76,11 @@ STREAM_INIT = 0
 CONVERGED_CHANGE = 1e-3
 
 
+NUMERICAL_RANK_TOLERANCE = 1e-12
+"""A component whose explained variance is at most this share of the first's counts as beyond the data's numerical
+rank (rounding of a zero eigenvalue of ``C`` in float64 is about ``1e-16`` of the largest)."""
+
+
 class EigenspaceStrategy(FederatedStrategy):
     """Base class of the strategies that estimate a ``d x r`` orthonormal basis (``reference``: a
     :class:`fl_strategies.kernels.metrics.Reference`)."""
@@ -295,16 +300,19 @@ class EigenspaceStrategy(FederatedStrategy):
                 and self.settings.center and column_scaling(self.settings.scale) == "hwe")
 
     def aggregate_summary(self, results: list[tuple[ClientProxy, FitRes]], failures: list) -> dict[str, Any] | None:
-        """The PCA model from the summary replies (every registered client must answer); ``on_model`` gets it at
-        the end of a run that did not fail (:meth:`finish`)."""
+        """The PCA model from the summary replies (every registered client must answer, else the run fails naming
+        the partitions that did not, :meth:`abort`); ``on_model`` gets it at the end of a run that did not fail
+        (:meth:`finish`)."""
         Z = self._summary_Z
         diagonal = self.plink2_diagonal
         valid, rejected = self.collect_replies(len(self.records), results, set(self.proxies),
                                                [(self.d, self.r)] + [(self.r, self.r)] * diagonal,
                                                ("trace",) + ("diagonal",) * diagonal, broadcast=Z)
-        if len(valid) < len(self.proxies):
-            log.warning("summary: %d of %d clients answered (%d rejected, %d failed); no PCA model is written",
-                        len(valid), len(self.proxies), rejected, len(failures))
+        if len(valid) < len(self.proxies):  # the model is of every client's rows, or there is none: a failed run
+            silent = sorted(set(self.proxies) - set(valid))
+            self.abort(f"summary: partition(s) {', '.join(map(str, silent))} did not answer ({len(valid)} of "
+                       f"{len(self.proxies)} answered, {rejected} rejected, {len(failures)} failed); no PCA model "
+                       "was written")  # after the last round, whose row is held: finish() still writes it
             return None
         n = sum(self.sizes[pid] for pid in valid)
         CZ = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
@@ -378,6 +386,13 @@ class EigenspaceStrategy(FederatedStrategy):
         ratio = float(self.model["explained_variance_ratio"].sum())
         if np.isfinite(ratio):
             log.info("PCA model: %d component(s) explain %.4g of the variance (%d rows)", k, ratio, n)
+            variance = self.model["explained_variance"]
+            numerical = int(np.sum(variance > NUMERICAL_RANK_TOLERANCE * max(float(variance[0]), 0.0)))
+            if numerical < k:  # rows of lower rank than asked: the components beyond it are arbitrary directions
+                log.warning("PCA model: the data's numerical rank is %d (explained variance above %g of the "
+                            "first), below the %d component(s) kept: components %d..%d explain no variance and are "
+                            "arbitrary directions; a smaller rank keeps only the meaningful ones", numerical,
+                            NUMERICAL_RANK_TOLERANCE, k, numerical + 1, k)
         else:
             log.info("PCA model: %d component(s), explained variance %s (%d rows; total variance not released)", k,
                      np.array2string(self.model["explained_variance"], precision=4), n)
