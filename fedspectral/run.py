@@ -19,6 +19,13 @@ wrong on a machine without internet; this wrapper does them:
   read back with ``flwr ls`` and turned into the exit code;
 * the local SuperLink that ``flwr run`` starts outlives it; the wrapper stops
   it again (unless it was already running before, or ``--keep-superlink``);
+* ``results-dir`` and ``checkpoint-dir`` are this command's from before Flower starts until it ended: a second
+  ``fedspectral run`` (or ``compare``, ``deploy``) on one of them, or one a ServerApp writes now, is refused in one
+  line naming the holder (:mod:`fl_strategies.files.folder_lock`);
+* Ctrl-C, SIGTERM or SIGHUP stop the run, not only this command: the run is stopped with ``flwr stop``, then the
+  local SuperLink it started and every process below it (the simulation process, Ray) are stopped; one line
+  says so, the exit status is 128 + the signal's number, and a run with ``resume = true`` continues from the
+  checkpoint (:func:`stop_flower_run`, :func:`stop_superlink`);
 * the simulation runs with ``OPENBLAS_NUM_THREADS=1`` unless set (:func:`simulation_env`), and a run whose
   simulation process stopped before the ServerApp logged a line is started again, once, with a line saying so
   (:data:`APP_LINE`).
@@ -53,8 +60,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from fedspectral.run_config import (APP_DIR, ArgumentError, ArgumentParser, check_output_dirs, checked_run_config,
-                                    parse_run_config)
+from fedspectral.run_config import (APP_DIR, OUTPUT_KEYS, ArgumentError, ArgumentParser, check_output_dirs,
+                                    checked_run_config, parse_run_config)
+from fl_strategies.files.folder_lock import FolderInUse, own_folders
+from fl_strategies.files.plain_files import UnsafeDestination
+from fl_strategies.settings.command_line import interruption, stop_signals
 
 SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py), unless the variable below is set
 PORT_VARIABLE = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"
@@ -103,16 +113,59 @@ def superlink_running(env: dict[str, str] | None = None) -> bool:
 
 
 def stop_superlink(env: dict[str, str] | None = None) -> None:
-    """Stop the local SuperLink that ``flwr run`` started for ``env``, and its SuperExec; return once they exited.
+    """Stop the local SuperLink that ``flwr run`` started for ``env`` and every process it started; return once
+    they exited.
 
+    That is its SuperExec, the simulation process (``flwr-simulation``) of a run still going, and that one's Ray
+    processes (GCS, raylet, workers): every descendant of the SuperLink, and of a SuperExec whose parent it was,
+    found before the first signal (a killed parent's children are re-parented and could not be found after).
     Only the SuperLink on that port whose state lives in that ``FLWR_HOME`` is stopped: another project's
-    local SuperLink is left alone. SIGTERM first; what still runs after 15 s gets SIGKILL.
+    local SuperLink is left alone. SIGTERM first (Flower's processes then exit within 5 s); what still runs after
+    15 s gets SIGKILL.
     """
     env = flower_env() if env is None else env
     links, processes = _own_superlinks(env)
     helpers = [pid for pid, args in processes if "flower-superexec" in args
                and any(f"--parent-pid {link} " in args + " " for link in links)]
-    terminate(links + helpers, term_wait=15.0)
+    terminate(descendants(links + helpers), term_wait=15.0)
+
+
+def descendants(pids: list[int]) -> list[int]:
+    """``pids`` and every process below them (children, their children, ...), read from ``/proc`` now."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parent[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = list(dict.fromkeys(pids)), list(pids)
+    while frontier:
+        node = frontier.pop()
+        for pid, ppid in parent.items():
+            if ppid == node and pid not in found:
+                found.append(pid)
+                frontier.append(pid)
+    return found
+
+
+def stop_flower_run(run_id: str, env: dict[str, str], connection: str | None = None, wait: float = 20.0,
+                    until_finished: bool = True) -> str:
+    """``flwr stop`` a run on the SuperLink of ``env`` and (``until_finished``) wait until it has finished; its
+    final status (``"unknown"`` when not waited for).
+
+    Flower's simulation (or ServerApp) process of the run exits on that (within about 10 s), and so do its Ray
+    processes. Every write of a run is whole (the checkpoint by a rename, a row of ``rounds.csv`` by one
+    append): what it wrote up to then is consistent, and a run with ``resume = true`` continues from its last
+    checkpoint.
+    """
+    try:
+        subprocess.run(["flwr", "stop", run_id, *([connection] if connection else [])], env=env, cwd=APP_DIR,
+                       capture_output=True, text=True, timeout=wait)
+    except subprocess.TimeoutExpired:
+        return "unknown"
+    return run_status(run_id, env, wait=wait, connection=connection) if until_finished else "unknown"
 
 
 def _own_superlinks(env: dict[str, str]) -> tuple[list[int], list[tuple[int, str]]]:
@@ -223,11 +276,13 @@ APP_LINE = re.compile(r"fedspectral: ")
 """A line the ServerApp logs (every one of its lines starts so; the first names the strategy): the app started."""
 
 
-def stream_run(cmd: list[str], env: dict[str, str], app_lines: list[str] | None = None) -> str | None:
+def stream_run(cmd: list[str], env: dict[str, str], app_lines: list[str] | None = None,
+               run_ids: list[str] | None = None) -> str | None:
     """Run a ``flwr run ... --stream`` command, echo its output, and return the run id it started.
 
     ``app_lines``, when given, receives the streamed lines the ServerApp logged (:data:`APP_LINE`): empty after a
-    run whose simulation process stopped before the app started.
+    run whose simulation process stopped before the app started. ``run_ids``, when given, receives the run id as
+    soon as Flower prints it (an interrupted caller can stop that run).
 
     Flower's misleading lines about the federation's size (:data:`MISLEADING_LINES`) are not echoed.
 
@@ -245,6 +300,8 @@ def stream_run(cmd: list[str], env: dict[str, str], app_lines: list[str] | None 
                 app_lines.append(line)
             match = re.search(r"Successfully started run (\d+)", line)
             run_id = match.group(1) if match else run_id
+            if match and run_ids is not None:
+                run_ids.append(run_id)
         proc.wait()
     except BaseException:
         proc.terminate()
@@ -288,7 +345,8 @@ examples:
   (mydata holds one file per client, partition_<i>.npy or .csv; out receives rounds.csv and pca.npz)
 
 exit status: 0 the run finished, 1 it failed (Flower's final status is printed last), 2 a bad argument or
-run config (one line, before Flower starts)
+run config, or a results-dir / checkpoint-dir in use (one line, before Flower starts), 130 (143) stopped by
+Ctrl-C (SIGTERM): the run and every process it started are stopped, resume = true continues it
 """
 
 
@@ -305,21 +363,40 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
                         "for `flwr run --run-config`")
     parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
     args = parser.parse_args(argv)
+    with stop_signals() as signals:  # SIGTERM and SIGHUP stop the run as Ctrl-C does
+        try:
+            return _run(args, parser.prog, signals)
+        except KeyboardInterrupt as ex:  # before Flower started: nothing to stop
+            print(f"{parser.prog}: interrupted ({interruption(ex).name}) before the run started; nothing was "
+                  "started", file=sys.stderr)
+            return interruption(ex).status
+
+
+def _run(args, prog: str, signals) -> int:
+    """:func:`main` after its arguments were parsed, with the stop signals raising :class:`Interrupted`."""
     try:  # the fused run config is validated (and checked against its data) before Flower starts anything
         cfg = checked_run_config(parse_run_config(args.run_config))
         check_output_dirs(cfg)  # results-dir, checkpoint-dir: created and test-written here, one line if not
-    except ArgumentError as ex:
-        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        # the folders are this command's until it ends, and a ServerApp (a plain `flwr run .`) writing one is refused
+        folders = own_folders({key: cfg[key] for key in OUTPUT_KEYS}, what=f"{prog} {args.run_config}".strip())
+    except (ArgumentError, FolderInUse, UnsafeDestination) as ex:
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
+    with folders:
+        return _run_flower(args, prog, signals, cfg)
+
+
+def _run_flower(args, prog: str, signals, cfg: dict) -> int:
+    """Start the run in Flower and report its status; on a stop signal, stop it and everything it started."""
     num_clients = int(cfg["num-clients"])
     env = simulation_env()
     try:  # never join (and later lose) another FLWR_HOME's local SuperLink
         note = claim_superlink_port(env)
     except ArgumentError as ex:
-        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
     if note:
-        print(f"{parser.prog}: {note}", file=sys.stderr)
+        print(f"{prog}: {note}", file=sys.stderr)
     started_here = not superlink_running(env)
     cmd = ["flwr", "run", str(APP_DIR), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
     if args.run_config:
@@ -328,10 +405,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     if absolute:  # Flower's processes resolve relative paths against the SuperLink's directory, not this one
         cmd += ["--run-config", " ".join(f"{key}={json.dumps(value)}" for key, value in absolute.items())]
     status = "not started"
+    run_ids: list[str] = []
+    stopped = None
     try:
         for attempt in (1, 2):
             app_lines: list[str] = []
-            run_id = stream_run(cmd, env, app_lines)
+            run_id = stream_run(cmd, env, app_lines, run_ids)
             if run_id is not None:
                 status = run_status(run_id, env)
             if status != "finished:failed" or app_lines or attempt == 2:
@@ -339,14 +418,27 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
             # Flower's simulation process sometimes stops before the ServerApp starts (seen under load: Ray's
             # start-up in Flower's engine thread ends after its GCS, with no raylet); nothing of the app has run
             # and nothing was written, so the run is started again, once, and the user is told.
-            print(f"{parser.prog}: run {run_id} failed before the ServerApp started (Flower's simulation process "
+            print(f"{prog}: run {run_id} failed before the ServerApp started (Flower's simulation process "
                   f"stopped; its SuperLink's log: {Path(env['FLWR_HOME']) / 'local-superlink' / 'superlink.log'}); "
                   "starting it again, once", file=sys.stderr)
-    except KeyboardInterrupt:
-        status = "interrupted"
+    except KeyboardInterrupt as ex:  # Ctrl-C, SIGTERM, SIGHUP: the run is stopped, not left running
+        stopped = interruption(ex)
+        with signals.deferred():  # a second Ctrl-C does not interrupt the stop
+            kill = started_here and not args.keep_superlink  # then whatever still runs is stopped below
+            if run_ids:
+                stop_flower_run(run_ids[-1], env, until_finished=not kill)
+            if kill:
+                stop_superlink(env)
     finally:
-        if started_here and not args.keep_superlink:
-            stop_superlink(env)
+        if stopped is None and started_here and not args.keep_superlink:
+            with signals.deferred():
+                stop_superlink(env)
+    if stopped is not None:
+        print(f"{prog}: stopped by {stopped.name}: " + (f"run {run_ids[-1]}" if run_ids else "the run")
+              + " and the processes it started were stopped" + (
+                  f"; resume = true continues it from {Path(cfg['checkpoint-dir']) / 'checkpoint.npz'}"
+                  if cfg["checkpoint-dir"] else ""), file=sys.stderr)
+        return stopped.status
     print(f"flwr run status: {status}")
     return 0 if status == "finished:completed" else 1
 
