@@ -22,10 +22,12 @@ wrong on a machine without internet; this wrapper does them:
 * ``results-dir`` and ``checkpoint-dir`` are this command's from before Flower starts until it ended: a second
   ``fedspectral run`` (or ``compare``, ``deploy``) on one of them, or one a ServerApp writes now, is refused in one
   line naming the holder (:mod:`fl_strategies.files.folder_lock`);
-* Ctrl-C, SIGTERM or SIGHUP stop the run, not only this command: the run is stopped with ``flwr stop``, then the
-  local SuperLink it started and every process below it (the simulation process, Ray) are stopped; one line
-  says so, the exit status is 128 + the signal's number, and a run with ``resume = true`` continues from the
-  checkpoint (:func:`stop_flower_run`, :func:`stop_superlink`);
+* Ctrl-C, SIGTERM or SIGHUP stop the run, not only this command: the simulation process below the local
+  SuperLink it started gets SIGTERM (its ServerApp ends before its next round, and Ray is stopped with it:
+  :func:`stop_simulations`), then that SuperLink and every process below it are stopped
+  (:func:`stop_superlink`); on a SuperLink it did not start (or kept) the run is stopped with ``flwr stop``
+  (:func:`stop_flower_run`). One line says so, the exit status is 128 + the signal's number, and a run with
+  ``resume = true`` continues from the checkpoint;
 * the simulation runs with ``OPENBLAS_NUM_THREADS=1`` unless set (:func:`simulation_env`), and a run whose
   simulation process stopped before the ServerApp logged a line is started again, once, with a line saying so
   (:data:`APP_LINE`).
@@ -130,6 +132,25 @@ def stop_superlink(env: dict[str, str] | None = None) -> None:
     terminate(descendants(links + helpers), term_wait=15.0)
 
 
+def stop_simulations(env: dict[str, str]) -> None:
+    """Stop the simulation processes (``flwr-simulation``) below the local SuperLink of ``env`` and their Ray
+    processes; return once they exited.
+
+    SIGINT, as Flower's own stop does (its SIGTERM handler is replaced by Ray's, which leaves the ServerApp's
+    thread running): Flower's exit handler then asks the ServerApp to end before its next round
+    (:mod:`fl_strategies.protocol.stop_request`), reports the run's end to the SuperLink and stops Ray. What
+    still runs after 12 s (the simulation process, or a Ray process it left) gets SIGTERM, then SIGKILL.
+    """
+    links, processes = _own_superlinks(env)
+    helpers = [pid for pid, args in processes if "flower-superexec" in args
+               and any(f"--parent-pid {link} " in args + " " for link in links)]
+    names = dict(processes)
+    simulations = [pid for pid in descendants(links + helpers) if "flwr-simulation" in names.get(pid, "")]
+    below = descendants(simulations)  # Ray's processes, found before their parent exits
+    terminate(simulations, term_wait=12.0, first=signal.SIGINT)
+    terminate(below)
+
+
 def descendants(pids: list[int]) -> list[int]:
     """``pids`` and every process below them (children, their children, ...), read from ``/proc`` now."""
     parent = {}
@@ -215,9 +236,14 @@ def claim_superlink_port(env: dict[str, str]) -> str | None:
             f"SuperLink uses port {new} ({PORT_VARIABLE})")
 
 
-def terminate(pids: list[int], term_wait: float = 5.0, kill_wait: float = 5.0) -> None:
-    """SIGTERM every process of ``pids``; SIGKILL those still running after ``term_wait`` s; wait for them."""
-    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, kill_wait)):
+def terminate(pids: list[int], term_wait: float = 5.0, kill_wait: float = 5.0,
+              first: signal.Signals = signal.SIGTERM) -> None:
+    """Send ``first`` (SIGTERM) to every process of ``pids``; SIGKILL those still running after ``term_wait`` s
+    (with another ``first``, SIGTERM after ``term_wait`` s and SIGKILL after another 5 s); wait for them."""
+    steps = [(first, term_wait), (signal.SIGKILL, kill_wait)]
+    if first != signal.SIGTERM:
+        steps.insert(1, (signal.SIGTERM, 5.0))
+    for sig, wait in steps:
         if not any(_running(pid) for pid in pids):
             return
         for pid in pids:
@@ -424,10 +450,11 @@ def _run_flower(args, prog: str, signals, cfg: dict) -> int:
     except KeyboardInterrupt as ex:  # Ctrl-C, SIGTERM, SIGHUP: the run is stopped, not left running
         stopped = interruption(ex)
         with signals.deferred():  # a second Ctrl-C does not interrupt the stop
-            kill = started_here and not args.keep_superlink  # then whatever still runs is stopped below
-            if run_ids:
-                stop_flower_run(run_ids[-1], env, until_finished=not kill)
-            if kill:
+            if started_here:  # its simulation process is found below this SuperLink: stopped directly
+                stop_simulations(env)
+            if run_ids and not (started_here and not args.keep_superlink):
+                stop_flower_run(run_ids[-1], env)
+            if started_here and not args.keep_superlink:
                 stop_superlink(env)
     finally:
         if stopped is None and started_here and not args.keep_superlink:

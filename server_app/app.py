@@ -33,6 +33,7 @@ from fl_strategies.files.folder_lock import FolderLocks, folder_locks
 from fl_strategies.protocol.base import RunFailed
 from fl_strategies.files.harness import ServerData, find_harness, on_nodes
 from fl_strategies.settings.registry import load_class, spec
+from fl_strategies.protocol import stop_request
 from fl_strategies.protocol.checkpoint import checkpoint_for
 from fl_strategies.protocol.round_exchange import simulated_grid
 from fl_strategies.protocol.server_loop import StoppingServer
@@ -244,9 +245,18 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Flower's entry point; its last log line says whether the run completed (``flwr run`` exits 0 either way)."""
+    """Flower's entry point; its last log line says whether the run completed (``flwr run`` exits 0 either way).
+
+    When Flower stops the process (Ctrl-C, SIGTERM, ``flwr stop``), the run ends before its next round and says
+    so (:mod:`fl_strategies.protocol.stop_request`).
+    """
+    stop_request.install()
     try:
-        run_server(grid, context)
+        with stop_request.running():
+            run_server(grid, context)
+    except stop_request.RunStopped as ex:
+        _failed(f"fedspectral: run STOPPED: {ex}", explained=True)
+        raise
     except (RunFailed, ConfigError) as ex:
         _failed(f"fedspectral: run FAILED: {ex}", explained=True)
         raise
