@@ -544,7 +544,12 @@ class LocalDeployment:
         self.processes = []
 
     def stop(self) -> None:
-        """Terminate every process started here (their whole process groups), then kill what remains."""
+        """Terminate every process started here (their whole process groups), then kill what remains.
+
+        A ServerApp still running (Ctrl-C, SIGTERM) is stopped first, while its SuperLink and SuperNodes still
+        answer: it ends its run between two rounds (:mod:`fl_strategies.protocol.stop_request`).
+        """
+        terminate([pid for pid, args in self._helpers() if "flwr-serverapp" in args], term_wait=10.0)
         self._stop_processes()
         if self.forkserver_dir is not None:
             shutil.rmtree(self.forkserver_dir, ignore_errors=True)

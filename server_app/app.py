@@ -254,8 +254,8 @@ def main(grid: Grid, context: Context) -> None:
     try:
         with stop_request.running():
             run_server(grid, context)
-    except stop_request.RunStopped as ex:
-        _failed(f"fedspectral: run STOPPED: {ex}", explained=True)
+    except stop_request.RunStopped as ex:  # the command that stopped it says so: one line there, not here
+        log.info("fedspectral: run STOPPED: %s", ex)
         raise
     except (RunFailed, ConfigError) as ex:
         _failed(f"fedspectral: run FAILED: {ex}", explained=True)

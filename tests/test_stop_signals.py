@@ -112,3 +112,30 @@ def test_ctrl_c_of_deploy_stops_every_process_in_one_line(tmp_path, flower_proce
                           "ServerApp were stopped")
     assert tagged_processes(flower_processes) == []
     assert not (out / ".fedspectral.lock").exists()  # released
+
+
+def test_a_stop_of_the_serverapps_process_ends_the_run_between_rounds_and_resume_continues_it(tmp_path):
+    """What Flower's exit handler asks (stop_request.install): no round after the stop, no model, the folders
+    released, and the checkpoint continues the run exactly (in-process, no Ray)."""
+    from fl_strategies.files.folder_lock import holder
+    from fl_strategies.protocol import stop_request
+
+    out = tmp_path / "out"
+    over = dict(num_clients=3, num_server_rounds=8, seed=4, results_dir=str(out), checkpoint_dir=str(out))
+
+    def stop_in_round_3(server_round, pid, Z, arrays):
+        if server_round == 3:
+            stop_request.request()
+
+    try:
+        with pytest.raises(stop_request.RunStopped, match="stopped before round 4"):
+            run_app(observer=stop_in_round_3, **over)
+    finally:
+        stop_request.reset()
+    assert pd.read_csv(out / "rounds.csv")["round"].tolist() == [0, 1, 2, 3]  # round 3 finished, none after
+    assert not (out / "pca.npz").exists() and holder(out, writer=True) is None
+    resumed = run_app(resume=True, **over)
+    whole = run_app(**{**over, "results_dir": str(tmp_path / "whole"), "checkpoint_dir": ""})
+    np.testing.assert_array_equal(resumed.iterates[-1], whole.iterates[-1])
+    table = [pd.read_csv(d / "rounds.csv").drop(columns="wall_time") for d in (out, tmp_path / "whole")]
+    pd.testing.assert_frame_equal(*table)

@@ -8,7 +8,9 @@ the first exit handler asks the run to stop (:func:`requested`) and waits, at mo
 ServerApp has left its run (:func:`running`): the server loop (:class:`fl_strategies.protocol.server_loop.StoppingServer`)
 raises :class:`RunStopped` before its next round, so the last round written is the last checkpointed one, no
 model is written, and the run's folders are released. Anywhere else (the in-process engines, a comparison)
-nothing is installed and nothing changes.
+nothing is installed; an in-process Ray run that is interrupted (:func:`simulations.engines.ray.run_ray`) calls
+:func:`abandon`, and its ServerApp's thread then leaves at once the round it waits in (:func:`check_waiting`),
+or the process could not end.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["RunStopped", "WAIT_SECONDS", "check", "install", "requested", "running"]
+__all__ = ["RunStopped", "WAIT_SECONDS", "abandon", "check", "check_waiting", "install", "request", "requested",
+           "reset", "running"]
 
-WAIT_SECONDS = 8.0
-"""How long Flower's exit waits for the ServerApp to leave its run (a round of a large run may take longer: the
-process then ends as before, and the checkpoint of the last round is the one to resume from)."""
+WAIT_SECONDS = 5.0
+"""How long Flower's exit waits for the ServerApp to finish the round in flight; then it leaves the round
+(:func:`check_waiting`) and the checkpoint of the round before is the one to resume from."""
 FLOWER_PROCESSES = ("flwr-simulation", "flwr-serverapp")
 """The programs in which Flower runs a ServerApp as a process of its own."""
 
@@ -30,6 +33,9 @@ _requested = threading.Event()
 _idle = threading.Event()
 _idle.set()
 _installed = False
+
+
+_abandoned = threading.Event()
 
 
 class RunStopped(RuntimeError):
@@ -48,6 +54,31 @@ def check(server_round: int) -> None:
                          "stop); a run with resume = true continues from its last checkpoint")
 
 
+def request() -> None:
+    """Ask the run to end before its next round (what Flower's exit does through :func:`install`)."""
+    _requested.set()
+
+
+def abandon() -> None:
+    """The engine that delivers the messages is gone (an in-process Ray run was interrupted): the ServerApp's
+    thread leaves the round it waits in at once (:func:`check_waiting`), not only before its next round."""
+    _abandoned.set()
+    _requested.set()
+
+
+def reset() -> None:
+    """Forget a stop asked for before (a new in-process run starts)."""
+    _abandoned.clear()
+    _requested.clear()
+
+
+def check_waiting() -> None:
+    """Raise :class:`RunStopped` while waiting for replies that no engine will deliver any more."""
+    if _abandoned.is_set():
+        raise RunStopped("stopped while waiting for the round's replies (the simulation was interrupted); a run "
+                         "with resume = true continues from its last checkpoint")
+
+
 @contextmanager
 def running():
     """The ServerApp's run: a stop of the process waits for its end (at most :data:`WAIT_SECONDS`)."""
@@ -59,8 +90,10 @@ def running():
 
 
 def _on_exit() -> None:
-    _requested.set()
-    _idle.wait(timeout=WAIT_SECONDS)
+    request()
+    if not _idle.wait(timeout=WAIT_SECONDS):  # a round still waits for replies that may never come
+        _abandoned.set()
+        _idle.wait(timeout=2.0)
 
 
 def install() -> bool:

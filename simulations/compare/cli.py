@@ -71,6 +71,7 @@ from fl_strategies.protocol.base import RunFailed
 from fl_strategies.settings.registry import STRATEGY_NAMES, spec
 from fl_strategies.files.plain_files import UnsafeDestination, check_destination, plain_frame, write_file
 
+from fl_strategies.settings.command_line import interruption, stop_signals
 from simulations.engines import ArgumentParser, fused_run_config
 from simulations.compare.report import plot_metric, summarize, write_summary_markdown
 
@@ -767,7 +768,8 @@ examples:
   writes OUT/results.csv, OUT/summary.md, OUT/<metric>.png and OUT/estimates/
 
 exit status: 0 every run finished, 1 a run failed (kept in the results, marked FAILED), 2 a bad file or
-argument (one line file:line: message, nothing run), 130 interrupted (earlier results unchanged)
+argument (one line file:line: message, nothing run), 130 (143) stopped by Ctrl-C (SIGTERM): earlier results
+unchanged
 """
 
 
@@ -794,16 +796,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.compa
 
         logging.getLogger("flwr").setLevel(logging.WARNING)
     try:
-        if args.report_only:
-            results = report_only(args.config, args.out)
-        else:
-            results = run_comparison(args.config, engine=args.engine, out=args.out)
+        with stop_signals():  # SIGTERM and SIGHUP as Ctrl-C: the staging directory and Ray are cleaned up
+            if args.report_only:
+                results = report_only(args.config, args.out)
+            else:
+                results = run_comparison(args.config, engine=args.engine, out=args.out)
     except (ComparisonError, ConfigError) as ex:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted: the earlier results in {args.out} are unchanged", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as ex:
+        stopped = interruption(ex)
+        print(f"{prog}: stopped by {stopped.name}: the earlier results in {args.out} are unchanged",
+              file=sys.stderr)
+        return stopped.status
     except (RuntimeError, OSError) as ex:
         print(f"{prog}: error: {ex}; the earlier results in {args.out} are unchanged", file=sys.stderr)
         return 1
