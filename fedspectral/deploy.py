@@ -72,7 +72,7 @@ from fedspectral.run_config import (APP_DIR, ArgumentError, ArgumentParser, chec
 from fedspectral.credentials import write_node_keys, write_tls_files, written_names
 from simulations.data.federated_data import federated_dataset
 from fedspectral.run import absolute_paths, flower_env, run_status, stream_run, terminate
-from fl_strategies.files.folder_lock import FolderInUse, own_folders
+from fl_strategies.files.folder_lock import own_folders
 from fl_strategies.settings.command_line import interruption, stop_signals
 
 __all__ = ["LocalDeployment", "find_node_files", "check_secret_files", "secret_files", "write_node_files",
@@ -699,7 +699,7 @@ def _deploy(args, prog: str, held: list) -> int:
         folders = own_folders({"--out": out, "results-dir": absolute.get("results-dir") or cfg["results-dir"],
                                "checkpoint-dir": absolute.get("checkpoint-dir") or cfg["checkpoint-dir"]},
                               what=f"{prog} --out {args.out}")
-    except (FolderInUse, UnsafeDestination) as ex:
+    except (ConfigError, UnsafeDestination) as ex:
         return refuse(str(ex))
     held.append(folders)  # released by main once the deployment has stopped, however it ended
     record_outputs(out, planned)

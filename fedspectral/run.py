@@ -64,7 +64,8 @@ from pathlib import Path
 
 from fedspectral.run_config import (APP_DIR, OUTPUT_KEYS, ArgumentError, ArgumentParser, check_output_dirs,
                                     checked_run_config, parse_run_config)
-from fl_strategies.files.folder_lock import FolderInUse, own_folders
+from fl_strategies.files.folder_lock import own_folders
+from fl_strategies.settings.errors import ConfigError
 from fl_strategies.files.plain_files import UnsafeDestination
 from fl_strategies.settings.command_line import interruption, stop_signals
 
@@ -405,7 +406,7 @@ def _run(args, prog: str, signals) -> int:
         check_output_dirs(cfg)  # results-dir, checkpoint-dir: created and test-written here, one line if not
         # the folders are this command's until it ends, and a ServerApp (a plain `flwr run .`) writing one is refused
         folders = own_folders({key: cfg[key] for key in OUTPUT_KEYS}, what=f"{prog} {args.run_config}".strip())
-    except (ArgumentError, FolderInUse, UnsafeDestination) as ex:
+    except (ArgumentError, ConfigError, UnsafeDestination) as ex:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
     with folders:

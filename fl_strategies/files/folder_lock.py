@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from ..settings.errors import ConfigError
-from .plain_files import open_file
+from .plain_files import UnsafeDestination, open_file
 
 __all__ = ["OWNER_LOCK", "WRITER_LOCK", "FolderInUse", "FolderLock", "FolderLocks", "holder", "own_folders"]
 
@@ -109,10 +109,8 @@ class FolderLock:
         A lock this object holds already is kept (``with`` on a taken lock releases it at the end)."""
         if self._handle is not None:
             return self
-        if not self.file:
-            self.path.mkdir(parents=True, exist_ok=True)
         for _ in range(100):
-            handle = open_file(self.lock_path)
+            handle = self._open()
             if not _lock_soon(handle):
                 text = handle.read(400).decode("utf-8", "replace").strip()
                 handle.close()
@@ -132,6 +130,19 @@ class FolderLock:
         handle.flush()
         self._handle = handle
         return self
+
+    def _open(self):
+        """The lock file, open (created if missing, with the folder); :class:`ConfigError` naming the folder if
+        it cannot be (as :func:`fl_strategies.settings.config.writable_directory`)."""
+        try:
+            if not self.file:
+                self.path.mkdir(parents=True, exist_ok=True)
+            return open_file(self.lock_path)
+        except UnsafeDestination:
+            raise
+        except OSError as ex:
+            what = "its folder is not writable" if self.file else "is not a writable directory"
+            raise ConfigError(f"{self.label} = {str(self.path)!r} {what}: {type(ex).__name__}: {ex}") from None
 
     @property
     def held(self) -> bool:
