@@ -723,10 +723,11 @@ def _deploy(args, prog: str, held: list) -> int:
         return 1
     except KeyboardInterrupt as ex:
         stopped = interruption(ex)
+        checkpoint = Path(absolute.get("checkpoint-dir") or cfg["checkpoint-dir"]) / "checkpoint.npz"
         print(f"{prog}: stopped by {stopped.name}: the deployment's SuperLink, SuperNodes and ServerApp were "
               f"stopped; what the run wrote is in {results}" + (
-                  f", and resume = true continues it from {Path(absolute.get('checkpoint-dir') or cfg['checkpoint-dir']) / 'checkpoint.npz'}"
-                  if cfg["checkpoint-dir"] else ""), file=sys.stderr)
+                  f", and resume = true continues it from {checkpoint}" if cfg["checkpoint-dir"] else ""),
+              file=sys.stderr)
         return stopped.status
     written = (results / "rounds.csv").is_file()
     print(f"deployment run status: {status}; " + (f"results in {results / 'rounds.csv'}" if written

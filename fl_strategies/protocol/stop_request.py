@@ -1,16 +1,18 @@
 """A stop of the process the ServerApp runs in ends the run between two rounds, not in the middle of one.
 
-Flower's ``flwr-simulation`` and ``flwr-serverapp`` processes turn SIGINT, SIGTERM and ``flwr stop`` into
-``flwr_exit`` (``flwr/supercore/exit``), which runs the registered exit handlers, then ends the process; the
-ServerApp's thread would go on writing rounds until the process is ended 5 s later
-(``FORCE_EXIT_TIMEOUT_SECONDS``), wherever it is. With :func:`install` (called by the ServerApp in those processes)
-the first exit handler asks the run to stop (:func:`requested`) and waits, at most :data:`WAIT_SECONDS`, until the
-ServerApp has left its run (:func:`running`): the server loop (:class:`fl_strategies.protocol.server_loop.StoppingServer`)
-raises :class:`RunStopped` before its next round, so the last round written is the last checkpointed one, no
-model is written, and the run's folders are released. Anywhere else (the in-process engines, a comparison)
-nothing is installed; an in-process Ray run that is interrupted (:func:`simulations.engines.ray.run_ray`) calls
-:func:`abandon`, and its ServerApp's thread then leaves at once the round it waits in (:func:`check_waiting`),
-or the process could not end.
+Flower's ``flwr-simulation`` and ``flwr-serverapp`` processes turn a stop signal into ``flwr_exit``
+(``flwr/supercore/exit``): SIGINT in both, SIGTERM in ``flwr-serverapp`` (in ``flwr-simulation`` Ray replaces
+that handler by its own, which only ends the main thread: ``fedspectral run`` sends SIGINT). ``flwr_exit`` runs
+the registered exit handlers, then ends the process; the ServerApp's thread would go on writing rounds until the
+process is ended 5 s later (``FORCE_EXIT_TIMEOUT_SECONDS``), wherever it is. With :func:`install` (called by the
+ServerApp in those processes) the first exit handler asks the run to stop (:func:`request`) and waits, at most
+:data:`WAIT_SECONDS`, until the ServerApp has left its run (:func:`running`): the server loop
+(:class:`fl_strategies.protocol.server_loop.StoppingServer`) raises :class:`RunStopped` before its next round, so
+the last round written is the last checkpointed one, no model is written, and the run's folders are released (a
+round that does not end in that time is left: :func:`abandon`). Anywhere else (the in-process engines, a
+comparison) nothing is installed; an in-process Ray run that is interrupted
+(:func:`simulations.engines.ray.run_ray`) calls :func:`abandon`, and its ServerApp's thread then leaves at once
+the round it waits in (:func:`check_waiting`), or the process could not end.
 """
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ class StopSignals:
     A command then stops the same way whether Ctrl-C was pressed or it was sent SIGTERM (a ``kill``, a job
     scheduler, a test's timeout): its ``finally`` blocks stop what it started and release what it holds. Only the
     first signal is raised: a further one (a second Ctrl-C) does not interrupt the stop, nor one inside
-    :meth:`deferred`; it is only remembered (:attr:`pending`). A SIGINT that was ignored when the command started (a background job of a shell script) stays ignored.
+    :meth:`deferred`; it is only remembered (:attr:`pending`). A SIGINT that was ignored when the command
+    started (a background job of a shell script) stays ignored.
     Outside the main thread nothing is installed.
     """
 
