@@ -105,7 +105,7 @@ def install() -> bool:
     if _installed or Path(sys.argv[0] if sys.argv else "").name not in FLOWER_PROCESSES:
         return _installed
     try:
-        from flwr.supercore.exit import add_exit_handler
+        from fl_strategies.protocol.flower_compat import add_exit_handler
     except ImportError:  # another Flower: its exit ends the process as before
         return False
     add_exit_handler(_on_exit, run_before_force_exit=True)
