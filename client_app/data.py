@@ -63,7 +63,7 @@ from flwr.common import ConfigRecord
 from fl_strategies.files.data_files import file_fingerprint, is_data_file, is_genotype_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
 from fl_strategies.files.keep import founders_of, keep_file, site_keep
-from fl_strategies.files.variants import decode_variants, read_bim, site_alignment
+from fl_strategies.files.variants import check_unique_ids, decode_variants, read_bim, site_alignment
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_power
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import MISSING_CODE, BedVariants, RowBlocks
@@ -522,6 +522,8 @@ def _aligned_cached(path: str, version, variants: bytes, label: str) -> BedVaria
 @lru_cache(maxsize=64)  # a client is rebuilt at every message; a changed file (mtime, size) is read again
 def _read_cached(path: str, version, label: str):
     X = open_samples(path, label)
+    if isinstance(X, BedVariants):  # a variant or a person listed twice: refused naming them
+        check_unique_ids(path, label)
     if isinstance(X, np.ndarray) and not isinstance(X, np.memmap):
         X.setflags(write=False)
     return X

@@ -272,9 +272,10 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
     (:func:`fl_strategies.files.keep.site_keep`; they are the file's rows), all must have one width (PLINK ``.bed``
     or ``.pgen`` files, of one format and never mixed with others (:func:`fl_strategies.files.harness.node_files`):
     their variant lists must agree or align as the server will align them,
-    :func:`fl_strategies.files.variants.align_variants`, and the run's width is the variants they share), and that
-    width and the rows over all files must fit the run config
-    (:func:`fl_strategies.settings.config.check_against_data`).
+    :func:`fl_strategies.files.variants.align_variants`, and the run's width is the variants they share; no file
+    may list a variant or a person twice), a secure power / krylov run over other data needs a public bound
+    (``secagg-clip``, ``row-normalize`` or ``clip-norm``: genotypes carry their own), and that width and the rows
+    over all files must fit the run config (:func:`fl_strategies.settings.config.check_against_data`).
 
     Parameters
     ----------
@@ -297,7 +298,7 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
     ArgumentError
         One line naming the option, the partition and the file, or the key.
     """
-    from fl_strategies.settings.config import ConfigError, check_against_data
+    from fl_strategies.settings.config import SECURE_BOUND_NEEDED, ConfigError, check_against_data, secure_power
     from fl_strategies.files.data_files import is_genotype_file, open_samples
     from fl_strategies.files.harness import widths_listed
     from fl_strategies.files.keep import site_keep
@@ -317,7 +318,9 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
         rows += X.shape[0] if kept is None else kept[1].size
         del X
     if all(is_genotype_file(path) for path in files):  # one format: a mix is node_files' refusal
-        d = _shared_variants(files, option, where)
+        d = _shared_variants(files, option, where, bool(cfg.get("drop-ambiguous", False)))
+    elif secure_power(cfg) and not (cfg["secagg-clip"] > 0 or cfg["row-normalize"] or cfg["clip-norm"] > 0):
+        raise ArgumentError(f"{option}: {SECURE_BOUND_NEEDED}")  # genotypes carry their own bound; these do not
     elif len(widths) > 1:
         raise ArgumentError(f"{option}: the files of {where} disagree on the number of columns: "
                             f"{widths_listed(widths)}")
@@ -330,24 +333,27 @@ def check_node_files(cfg: dict, files: list[Path], option: str, label: str, wher
     return d
 
 
-def _shared_variants(files: list[Path], option: str, where: str) -> int:
-    """The number of variants the genotype files' variant lists (``.bim``, ``.pvar``) share, as the server will align them before
-    round 1 (:meth:`fl_strategies.protocol.base.FederatedStrategy._agree_on_variants`: lists that agree are used as
-    they are; others by :func:`fl_strategies.files.variants.align_variants`)."""
-    from fl_strategies.files.variants import align_variants, read_bim, variant_digest
+def _shared_variants(files: list[Path], option: str, where: str, drop_ambiguous: bool = False) -> int:
+    """The number of variants the genotype files' variant lists (``.bim``, ``.pvar``) share, as the server will
+    align them before round 1 (:meth:`fl_strategies.protocol.base.FederatedStrategy._agree_on_variants`: lists that
+    agree are used as they are, less the strand-ambiguous variants with ``drop-ambiguous``; others by
+    :func:`fl_strategies.files.variants.align_variants`). A file listing a variant ID twice, or a person (FID IID)
+    twice, is refused naming them (:func:`fl_strategies.files.variants.check_unique_ids`)."""
+    from fl_strategies.files.variants import align_variants, check_unique_ids, is_ambiguous, read_bim, variant_digest
 
     lists, digests = {}, set()
     for pid, path in enumerate(files):
         try:
             bim = read_bim(path)
+            check_unique_ids(path, "genotype file")
         except (OSError, ValueError) as ex:
             raise ArgumentError(f"{option}: partition {pid}: {getattr(ex, 'strerror', None) or ex}") from None
         lists[pid] = [(vid, a1, a2) for _, vid, _, a1, a2 in bim]
         digests.add(variant_digest(bim))
-    if len(digests) == 1:
+    if len(digests) == 1 and not (drop_ambiguous and any(is_ambiguous(a1, a2) for _, a1, a2 in lists[0])):
         return len(lists[0])
     try:
-        return len(align_variants(lists)[0])
+        return len(align_variants(lists, drop_ambiguous)[0])
     except ValueError as ex:
         raise ArgumentError(f"{option}: the genotype files of {where}: {ex}") from None
 

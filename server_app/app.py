@@ -186,7 +186,23 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
         release_folders(strategy)
     if getattr(strategy, "failure", None):
         raise RunFailed(strategy.failure, strategy)
+    log_last_round(strategy, components.config.num_rounds)
     return strategy
+
+
+def log_last_round(strategy, num_rounds: int) -> None:
+    """After a run its stopping rule ended early, say in which round (``rounds_run``, set by the server loops), after
+    Flower's own summary line ("Run finished N round(s)", which counts the ``num-server-rounds`` allowed, not the
+    rounds run)."""
+    ran = getattr(strategy, "rounds_run", None)
+    if not getattr(strategy, "stopped", False) or getattr(strategy, "failure", None) or not ran:
+        return
+    records = getattr(strategy, "records", None) or [{}]
+    model = records[-1].get("round")  # the estimate the model is built from
+    stop_tol = getattr(strategy, "stop_tol", 0.0) or 0.0
+    log.info("fedspectral: the run stopped in round %d of num-server-rounds = %d (%s): %d round(s) ran%s", ran,
+             num_rounds, f"stopping rule, stop-tol = {stop_tol:g}" if stop_tol > 0 else "the strategy's stopping rule",
+             ran, "" if model is None else f", the model is round {model}'s estimate")
 
 
 def set_round_timeout(strategy, config: ServerConfig, real_nodes: bool) -> None:

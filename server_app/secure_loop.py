@@ -140,6 +140,7 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
         timer = StageTimer(grid)
         for current_round in range(1, num_rounds + 1) if not strategy.stopped else ():
             cfg[Key.CURRENT_ROUND] = current_round
+            strategy.rounds_run = current_round  # the last round that ran (server_app.app.log_last_round)
             began = timeit.default_timer()
             workflow(timer, legacy)
             if current_round not in strategy.aggregated and not strategy.stopped:

@@ -29,7 +29,8 @@ def write_site(path, G, ids, alleles) -> None:
 
 def disagreeing_sites(folder, sites, d):
     """Site 0 as it is; site 1 in another order with every third variant's A1/A2 exchanged (its calls counted
-    ``2 - g``); site 2 without variants 5..9. Returns the variants every site holds, in site 0's order."""
+    ``2 - g``); site 2 without variants 5..9. Returns the variants the run keeps, in site 0's order: those every
+    site holds, less the strand-ambiguous ones (A/T, C/G) site 1 lists the other way round."""
     ids = [f"rs{100 + j}" for j in range(d)]
     alleles = [ALLELES[j % len(ALLELES)] for j in range(d)]
     write_site(folder / "partition_0.bed", sites[0], ids, alleles)
@@ -39,9 +40,9 @@ def disagreeing_sites(folder, sites, d):
     G1[:, swapped] = 2 - G1[:, swapped]  # NaN stays NaN
     write_site(folder / "partition_1.bed", G1, [ids[j] for j in order],
                [alleles[j][::-1] if j % 3 == 0 else alleles[j] for j in order])
-    kept = [j for j in range(d) if not 5 <= j < 10]
-    write_site(folder / "partition_2.bed", sites[2][:, kept], [ids[j] for j in kept], [alleles[j] for j in kept])
-    return kept
+    held = [j for j in range(d) if not 5 <= j < 10]
+    write_site(folder / "partition_2.bed", sites[2][:, held], [ids[j] for j in held], [alleles[j] for j in held])
+    return [j for j in held if not (j % 3 == 0 and set(alleles[j]) in ({"A", "T"}, {"C", "G"}))]
 
 
 def run(tmp_path, sites, d):
@@ -56,7 +57,7 @@ def test_sites_in_another_order_with_swapped_alleles_and_missing_variants_are_al
     sites = simulated_sites((50, 60, 45), 300, seed=11)
     model, kept = run(tmp_path, sites, 300)
     G = np.vstack([S[:, kept] for S in sites])  # the aligned pooled genotypes, counting site 0's A1
-    assert model["components"].shape[1] == len(kept) == 295
+    assert model["components"].shape[1] == len(kept) == 295 - 40  # 40 ambiguous ones swapped at site 1 dropped
     np.testing.assert_allclose(model["mean"], np.nanmean(G, axis=0), rtol=0, atol=1e-12)
     X = imputed_reference(G, "hwe")
     weights = (G.shape[1] / (~np.isnan(G)).sum(axis=1)) ** 2  # plink2's correction for missingness, d / c_i
@@ -79,11 +80,28 @@ def test_alignment_keeps_the_shared_variants_flips_swapped_alleles_and_drops_mis
     lists = {0: [("a", "A", "G"), ("b", "C", "T"), ("c", "A", "T"), ("d", "G", "T"), ("e", "A", "C")],
              1: [("e", "C", "A"), ("c", "T", "A"), ("b", "C", "T"), ("a", "A", "G"), ("d", "G", "C")]}
     variants, report = align_variants(lists)
-    assert variants == [("a", "A", "G"), ("b", "C", "T"), ("c", "A", "T"), ("e", "A", "C")]
-    assert report["mismatched"] == 1 and report["flipped"] == {0: 0, 1: 2} and report["ambiguous"] == 1
+    assert variants == [("a", "A", "G"), ("b", "C", "T"), ("e", "A", "C")]  # c: A/T read T/A, a swap or a flip
+    assert report["mismatched"] == 1 and report["flipped"] == {0: 0, 1: 1}
+    assert report["ambiguous"] == 0 and report["ambiguous-dropped"] == 1
     columns, flip = site_alignment(lists[1], variants)
-    np.testing.assert_array_equal(columns, [3, 2, 1, 0, -1])
-    np.testing.assert_array_equal(flip, [True, True, False, False, False])
+    np.testing.assert_array_equal(columns, [2, -1, 1, 0, -1])
+    np.testing.assert_array_equal(flip, [True, False, False, False, False])
+
+
+def test_strand_ambiguous_variants_are_kept_only_in_one_order_and_all_dropped_with_drop_ambiguous():
+    """A/T and C/G: listed in the same order at every site they are kept (and counted); listed the other way round
+    at a site they are dropped, as a strand flip cannot be told from a swap; ``drop_ambiguous`` drops them all."""
+    lists = {0: [("s1", "A", "T"), ("s2", "c", "g"), ("s3", "G", "C"), ("s4", "A", "G")],
+             1: [("s1", "A", "T"), ("s2", "g", "c"), ("s3", "G", "C"), ("s4", "G", "A")],
+             2: [("s4", "A", "G"), ("s3", "G", "C"), ("s2", "c", "g"), ("s1", "A", "T")]}
+    plain = [("s5", "A", "G"), ("s6", "C", "T"), ("s7", "A", "C"), ("s8", "G", "T")]
+    lists = {pid: variants + plain for pid, variants in lists.items()}
+    variants, report = align_variants(lists)
+    assert variants == [("s1", "A", "T"), ("s3", "G", "C"), ("s4", "A", "G")] + plain
+    assert report["ambiguous"] == 2 and report["ambiguous-dropped"] == 1 and report["flipped"] == {0: 0, 1: 1, 2: 0}
+    variants, report = align_variants(lists, drop_ambiguous=True)
+    assert variants == [("s4", "A", "G")] + plain
+    assert report["ambiguous"] == 0 and report["ambiguous-dropped"] == 3
 
 
 @pytest.mark.plink2

@@ -13,9 +13,14 @@ chromosome, position or any genotype) and the server computes the list all sites
   (:meth:`~fl_strategies.kernels.rows.BedVariants.aligned`), a missing call staying missing;
 * every other variant (missing at some site, listed twice at a site, alleles that differ otherwise) is dropped
   at every site and counted;
-* strand-ambiguous variants (alleles A/T or C/G) are kept and aligned by their allele labels like any other: the
-  sites must report alleles on the same strand (the same reference build); no strand flip is attempted, so a
-  site whose A/G variant reads T/C elsewhere loses that variant as a mismatch;
+* strand-ambiguous variants (alleles A/T or C/G, whose complements are the same pair, so that a strand flip cannot
+  be told from an allele swap) are kept only where every site lists them in the same order (A1/A2 as the lowest
+  partition's); one listed the other way round at some site is dropped at every site and counted
+  (``ambiguous-dropped``), as meta-analysis QC and array merges drop them. ``drop-ambiguous = true`` drops every
+  strand-ambiguous variant whatever the order (common before merging data from different arrays), also when the
+  sites' lists agree. No strand flip is attempted for other variants either: the sites must report alleles on the
+  same strand (the same reference build), and a site whose A/G variant reads T/C elsewhere loses that variant as a
+  mismatch;
 * the run is refused when the variants kept are fewer than :data:`MIN_SHARED` of some site's (a site whose
   variants have no ID, ``.``, is named: such lists cannot be aligned). A command (``run``, ``deploy``) makes the
   same alignment of the sites' files before any Flower process starts.
@@ -30,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["MIN_SHARED", "read_bim", "read_fam", "variant_digest", "encode_variants", "decode_variants",
-           "align_variants", "site_alignment", "as_variants", "AMBIGUOUS"]
+           "align_variants", "site_alignment", "as_variants", "AMBIGUOUS", "is_ambiguous", "duplicate_ids",
+           "check_unique_ids"]
 
 MIN_SHARED = 0.5
 """The smallest share of a site's variants that every site must hold for a run over aligned variant lists."""
@@ -97,13 +103,49 @@ def decode_variants(data: bytes) -> list[tuple[str, str, str]]:
     return out
 
 
-def align_variants(lists: dict[int, list[tuple[str, str, str]]]) -> tuple[list[tuple[str, str, str]], dict]:
+def is_ambiguous(a1: str, a2: str) -> bool:
+    """Whether alleles ``a1`` / ``a2`` are strand-ambiguous (A/T or C/G, either case)."""
+    return {a1.upper(), a2.upper()} in AMBIGUOUS
+
+
+def duplicate_ids(ids, limit: int = 5) -> str:
+    """The IDs listed more than once in ``ids`` (in first-seen order), ``""`` when none: up to ``limit`` named,
+    then how many more, e.g. ``"rs7 (2 times), rs9 (3 times)"``; IDs in :data:`NO_ID` are not counted."""
+    counts = Counter(i for i in ids if i not in NO_ID)
+    twice = [(i, k) for i, k in counts.items() if k > 1]
+    named = ", ".join(f"{' '.join(i) if isinstance(i, tuple) else i} ({k} times)" for i, k in twice[:limit])
+    return named + (f" and {len(twice) - limit} more" if len(twice) > limit else "")
+
+
+def check_unique_ids(bed_path: str | Path, label: str = "file") -> None:
+    """Refuse a genotype file whose ``.bim`` / ``.pvar`` lists a variant ID twice, or whose ``.fam`` / ``.psam``
+    lists a person (FID IID) twice: variants are aligned by ID and people kept by ID, which a repeated ID leaves
+    ambiguous (plink2 allows repeated variant IDs in some commands; ``.`` IDs are not counted here).
+
+    Raises
+    ------
+    ValueError
+        One line: ``label``, the path, what is repeated and the IDs (:func:`duplicate_ids`).
+    """
+    for what, ids in (("variant IDs", [vid for _, vid, _, _, _ in read_bim(bed_path)]),
+                      ("people (FID IID)", read_fam(bed_path))):
+        twice = duplicate_ids(ids)
+        if twice:
+            raise ValueError(f"{label} {str(bed_path)!r} lists {what} more than once: {twice}; each must be listed "
+                             "once (plink2 --rm-dup force-first or --set-all-var-ids for variants; one line per "
+                             "person)")
+
+
+def align_variants(lists: dict[int, list[tuple[str, str, str]]], drop_ambiguous: bool = False) \
+        -> tuple[list[tuple[str, str, str]], dict]:
     """The variant list every site uses (module docstring), and what was dropped or flipped.
 
     Parameters
     ----------
     lists : dict of int to list of (ID, A1, A2)
         Each site's variants by partition id, in its file order.
+    drop_ambiguous : bool
+        ``drop-ambiguous``: drop every strand-ambiguous variant, not only those listed in another order.
 
     Returns
     -------
@@ -111,7 +153,9 @@ def align_variants(lists: dict[int, list[tuple[str, str, str]]]) -> tuple[list[t
         The variants kept, in the lowest partition's order, with its alleles.
     report : dict
         ``missing`` (IDs not at every site), ``duplicated``, ``mismatched`` (other alleles), ``ambiguous`` (kept
-        strand-ambiguous variants), ``flipped`` (partition id to the variants it counts the other way round).
+        strand-ambiguous variants), ``ambiguous-dropped`` (strand-ambiguous variants dropped: listed in another
+        order at some site, or all of them with ``drop_ambiguous``), ``flipped`` (partition id to the variants it
+        counts the other way round).
 
     Raises
     ------
@@ -123,7 +167,7 @@ def align_variants(lists: dict[int, list[tuple[str, str, str]]]) -> tuple[list[t
     missing = {vid for vid in set().union(*per_site) - duplicated if any(vid not in found for found in per_site)}
     alleles = [{vid: (a1, a2) for vid, a1, a2 in variants} for variants in lists.values()]
     report = {"missing": len(missing), "duplicated": len(duplicated), "mismatched": 0, "ambiguous": 0,
-              "flipped": {pid: 0 for pid in lists}}
+              "ambiguous-dropped": 0, "flipped": {pid: 0 for pid in lists}}
     kept = []
     for vid, a1, a2 in lists[min(lists)]:
         if vid in duplicated or vid in missing:
@@ -131,9 +175,14 @@ def align_variants(lists: dict[int, list[tuple[str, str, str]]]) -> tuple[list[t
         if a1 == a2 or any(set(found[vid]) != {a1, a2} for found in alleles):
             report["mismatched"] += 1
             continue
-        for pid, found in zip(lists, alleles):
-            report["flipped"][pid] += found[vid] != (a1, a2)
-        report["ambiguous"] += {a1.upper(), a2.upper()} in AMBIGUOUS
+        swapped = [found[vid] != (a1, a2) for found in alleles]
+        if is_ambiguous(a1, a2):
+            if drop_ambiguous or any(swapped):  # a swap cannot be told from a strand flip: not aligned
+                report["ambiguous-dropped"] += 1
+                continue
+            report["ambiguous"] += 1
+        for pid, flipped in zip(lists, swapped):
+            report["flipped"][pid] += flipped
         kept.append((vid, a1, a2))
     if len(kept) < MIN_SHARED * max(len(variants) for variants in lists.values()):
         sizes = ", ".join(f"partition {pid}: {len(variants)}" for pid, variants in sorted(lists.items()))
@@ -144,7 +193,9 @@ def align_variants(lists: dict[int, list[tuple[str, str, str]]]) -> tuple[list[t
             "plink2 --set-all-var-ids '@:#:$r:$a' at every site")
         raise ValueError(f"the sites share {len(kept)} variants (same ID and alleles), fewer than {MIN_SHARED:g} of "
                          f"a site's ({sizes}; {report['missing']} not at every site, {report['mismatched']} with "
-                         f"other alleles, {report['duplicated']} listed twice at a site): refusing to run on so few"
+                         f"other alleles, {report['duplicated']} listed twice at a site"
+                         + (f", {report['ambiguous-dropped']} strand-ambiguous dropped" if report['ambiguous-dropped']
+                            else "") + "): refusing to run on so few"
                          + hint)
     return kept, report
 

@@ -46,7 +46,7 @@ from .iterates import Iterates
 from ..settings.config import ConfigError, check_against_data, column_scaling, round_timeout, row_sums_at_discovery
 from ..files.data_files import FINGERPRINT
 from ..files.harness import on_nodes, widths_listed
-from ..files.variants import align_variants, decode_variants, encode_variants
+from ..files.variants import align_variants, decode_variants, encode_variants, is_ambiguous
 from ..settings.participation import Participation
 from ..settings.registry import settings_for, spec
 from ..settings.strategies import PcaSettings
@@ -566,18 +566,21 @@ class FederatedStrategy(Strategy):
                 lists[int(props.get("partition-id", -1))] = decode_variants(props["variant-list"])
             except (ValueError, UnicodeDecodeError) as ex:
                 raise ConfigError(f"node {proxy.cid}: its variant list is unreadable: {ex}") from None
-        if agree:
+        drop_ambiguous = bool(getattr(self.settings, "drop_ambiguous", False))
+        if agree and not (drop_ambiguous and any(is_ambiguous(a1, a2) for _, a1, a2 in next(iter(lists.values())))):
             self.variants = next(iter(lists.values()))
             log.info("the %d nodes' variant lists agree (their digests): %d variants", len(usable), len(self.variants))
             return answers
         try:
-            self.variants, report = align_variants(lists)
+            self.variants, report = align_variants(lists, drop_ambiguous)
         except ValueError as ex:
             raise ConfigError(str(ex)) from None
-        log.info("the nodes' variant lists differ: %d variants shared by every node (in partition %d's order); dropped "
-                 "%d not at every node, %d with other alleles, %d listed twice at a node; A1/A2 exchanged (flipped) "
-                 "at %s; %d strand-ambiguous (A/T, C/G) kept as their alleles read", len(self.variants), min(lists),
-                 report["missing"], report["mismatched"], report["duplicated"],
+        log.info("the nodes' variant lists %s: %d variants shared by every node (in partition %d's order); dropped "
+                 "%d not at every node, %d with other alleles, %d listed twice at a node, %d strand-ambiguous (A/T, "
+                 "C/G) %s; A1/A2 exchanged (flipped) at %s; %d strand-ambiguous kept (listed in the same order "
+                 "everywhere)", "agree" if agree else "differ", len(self.variants), min(lists), report["missing"],
+                 report["mismatched"], report["duplicated"], report["ambiguous-dropped"],
+                 "(drop-ambiguous = true)" if drop_ambiguous else "(their alleles in another order at some node)",
                  ", ".join(f"partition {pid}: {k}" for pid, k in sorted(report["flipped"].items())),
                  report["ambiguous"])
         aligned = dict(ask({"variant-align": encode_variants(self.variants)}, usable))

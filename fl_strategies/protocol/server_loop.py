@@ -89,6 +89,7 @@ class StoppingServer(Server):
         for current_round in range(first, num_rounds + 1):
             stop_request.check(current_round)  # Flower is stopping this process: end between two rounds
             began, timing = timeit.default_timer(), {}
+            self.strategy.rounds_run = current_round  # the last round that ran (server_app.app.log_last_round)
             # only the aggregate is kept: the round's replies (their serialised arrays, d x r each) are freed now,
             # not held through the next round
             aggregated = (self.fit_round(server_round=current_round, timeout=timeout, timing=timing) or (None,))[0]

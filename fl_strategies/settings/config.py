@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 
 from ..files.data_files import is_data_file
 from .errors import ConfigError
-from ..files.harness import is_partition_folder, node_files
+from ..files.harness import NODE_DATA, is_partition_folder, node_files
 from ..privacy.dp_sensitivity import SENSITIVITIES
 from ..privacy.dp_power_noise import privacy_plan
 from ..privacy.noise import NOISE_SOURCES
@@ -236,7 +236,8 @@ KEYS: dict[str, Key] = {
              "2C/2^22); 0 = derived from the public bound s_i + 8 nu of row-normalised data; power, ssi, fedpower, "
              "localpower, krylov: the public bound "
              "on each uploaded value that fixes the exact fixed-point scale (0 = n (c + ||mean||)^2 r for rows of norm <= "
-             "c: row-normalize or clip-norm)",
+             "c: row-normalize or clip-norm; over PLINK genotypes derived from allele counts in [0, 2] and the "
+             "federation's mean and scale)",
              lambda v: v >= 0, "a finite number >= 0"),
         _key("secagg-num-shares", int, "dp-power, covariance, power, ssi, fedpower, localpower, krylov with SecAgg+: "
              "shares of each client's keys (0 = all clients up to 7, "
@@ -315,6 +316,11 @@ KEYS: dict[str, Key] = {
              "the variants inside leave the run before indep-pairwise, as plink2 --exclude range; '' = none; needs "
              "center = true in a noise-free run without secure-aggregation",
              allowed="'' or a file path", absent_means=""),
+        _key("drop-ambiguous", bool, "PLINK .bed data: true = drop every strand-ambiguous variant (alleles A/T or "
+             "C/G) at discovery, whatever the order the sites list their alleles in, as before merging data from "
+             "different arrays; false = keep those every site lists in the same A1/A2 order (one listed the other way "
+             "round at some site is dropped either way: a strand flip cannot be told from an allele swap)",
+             absent_means=False),
         _key("nonfounders", bool, "PLINK .bed data: true = the allele frequencies (the mean, scale = hwe and "
              "maf-min) from every person in the fit, as plink2 --nonfounders; false = from the founders alone (a .fam "
              "line with father and mother 0), plink2's default; the fit itself is over every person either way",
@@ -904,6 +910,30 @@ def secure_power(cfg: Mapping[str, Any]) -> bool:
     return cfg["strategy"] in SECURE_SUM_STRATEGIES and cfg.get("secure-aggregation") == "true"
 
 
+SECURE_BOUND_NEEDED = ("secagg-clip must be set (> 0) when neither row-normalize nor clip-norm is set and the "
+                       "data are no PLINK .bed/.pgen genotypes: without bounded rows the server has no public bound on "
+                       "the values the clients upload, which fixes their scale")
+"""The refusal of a secure power / krylov run without a public bound on its uploads (genotypes carry their own:
+allele counts 0..2, :meth:`fl_strategies.protocol.strategies.secure_power.SecurePowerStrategy.upload_bound`)."""
+
+
+def genotype_data(cfg: Mapping[str, Any]) -> bool | None:
+    """Whether the run's data are PLINK genotype files: ``True`` for a folder of ``.bed`` / ``.pgen`` node files,
+    ``False`` for other data, ``None`` when only the nodes know (``dataset = "nodes"``, or a folder
+    :func:`~fl_strategies.files.harness.node_files` refuses: its own message follows)."""
+    from ..files.data_files import is_genotype_file
+
+    if cfg["dataset"] == NODE_DATA:
+        return None
+    if not is_partition_folder(cfg["dataset"]):
+        return False
+    try:
+        files = node_files(cfg["dataset"], cfg["num-clients"], "the dataset folder")
+    except ValueError:
+        return None
+    return all(is_genotype_file(path) for path in files)
+
+
 def _check_secure_power(cfg: dict[str, Any]) -> None:
     """``secure-aggregation = true``: refused where the server needs a site's own reply; for power and ssi a
     SecAgg+ set-up with every client in every round and a public bound on the uploads."""
@@ -923,10 +953,9 @@ def _check_secure_power(cfg: dict[str, Any]) -> None:
         raise ConfigError("secure-aggregation = true needs every client in every round (clients-per-round = 0, "
                           "round-policy = \"all\", dropout = 0): SecAgg+ sums the products of the clients it set "
                           "up, once each")
-    if cfg["secagg-clip"] == 0 and not cfg["row-normalize"] and not cfg["clip-norm"] > 0:
-        raise ConfigError("secagg-clip must be set (> 0) when neither row-normalize nor clip-norm is set: without "
-                          "bounded rows the server has no public bound on the values the clients upload, which "
-                          "fixes their scale")
+    if cfg["secagg-clip"] == 0 and not cfg["row-normalize"] and not cfg["clip-norm"] > 0 \
+            and genotype_data(cfg) is False:
+        raise ConfigError(SECURE_BOUND_NEEDED)
     if cfg["secagg-num-shares"] > m:
         raise ConfigError(f"secagg-num-shares must be at most num-clients = {m}, got {cfg['secagg-num-shares']}")
     if cfg["checkpoint-dir"]:

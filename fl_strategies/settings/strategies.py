@@ -94,6 +94,7 @@ class PcaSettings:
     indep_pairwise: str
     exclude_range: str
     nonfounders: bool
+    drop_ambiguous: bool
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,7 +34,11 @@ within ``m 2^-(f+1)`` of the float sum, ``2^-f <= 2^(2 - bL) B`` for the public 
 ``bL >= 63`` bits (87 for 4 clients). The plain run sums the same float64 products in float64, so the two runs'
 estimates agree to float64 round-off in every round.
 
-The scale. ``B`` is public: ``secagg-clip`` when set, else (rows of norm at most ``c``: 1 with ``row-normalize``,
+The scale. ``B`` is public: ``secagg-clip`` when set; over PLINK genotypes without ``row-normalize`` or ``clip-norm``
+``n R^2 r`` with ``R^2`` the bound on a row's (weighted) squared norm that allele counts in ``[0, 2]`` give with the
+broadcast mean and scale (:meth:`SecurePowerStrategy.genotype_row_bound`; the summary with plink2's diagonal a wider
+one, :meth:`SecurePowerStrategy.summary_bound`), so that genotypes need no ``secagg-clip``; else (rows of norm at
+most ``c``: 1 with ``row-normalize``,
 ``clip-norm`` when set; centred ones within ``c + ||mu||`` of 0, scaled ones within ``(c + ||mu||) / min scale``)
 ``n ((c + ||mu||) / min scale)^2 r``
 (``scale`` 1 without ``scale``; ``mu`` 0 before the mean is known), which bounds every entry of ``s_i A_i Z`` (``s_i ||A_i||_2 sqrt(r)``),
@@ -62,7 +66,8 @@ from ...kernels.standardize import pooled_mean
 from ...privacy.analyze_gauss import row_bound
 from ...privacy.fixed_point import LimbCode, limb_code
 from ...files.variants import encode_variants
-from ...settings.config import ConfigError, check_against_data, secure_power, variant_qc
+from ...settings.config import (SECURE_BOUND_NEEDED, ConfigError, check_against_data, secure_power,
+                                variant_qc)
 from ..base import log, uploaded_bytes
 from ..secure_sum import secure_sum
 from .fedpower import FedPowerStrategy
@@ -104,6 +109,9 @@ class SecurePowerStrategy(FedPowerStrategy):
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters:
         """Discovery and ``Z_0``; under SecAgg+ the limb code from the public bound (module docstring)."""
         parameters = super().initialize_parameters(client_manager)
+        if self.secure and not (self.settings.secagg_clip > 0 or self.settings.row_normalize
+                                or self.settings.clip_norm > 0 or self.variants is not None):
+            raise ConfigError(SECURE_BOUND_NEEDED)  # dataset = "nodes": only the nodes knew their data are no .bed
         if self.secure:
             self.code = limb_code(ROWS_BOUND, self.m)  # the row counts first: integers, exact
             log.info("%s: SecAgg+ with %d limbs of %d bits per value; the row counts first (each below 2^52), then "
@@ -128,15 +136,50 @@ class SecurePowerStrategy(FedPowerStrategy):
         return max(self.upload_bound(), 4.0 * self.num_rows)
 
     def upload_bound(self) -> float:
-        """``B``, the public bound on every value a client uploads (module docstring)."""
+        """``B``, the public bound on every value a client uploads (module docstring); over genotypes without
+        ``secagg-clip``, ``row-normalize`` or ``clip-norm``, ``n R^2 r`` with :meth:`genotype_row_bound`'s ``R^2``."""
         n = float(self.num_rows)
         if self.settings.secagg_clip > 0:
             return max(self.settings.secagg_clip, n)
+        genotypes = self.genotype_row_bound()
+        if genotypes is not None:
+            return n * genotypes * self.r
         radius = row_bound(self.settings.clip_norm) + (float(np.linalg.norm(self.mean)) if self.mean is not None
                                                        else 0.0)
         if self.scale is not None:
             radius /= float(np.min(self.scale))
         return n * radius * radius * self.r
+
+    def genotype_row_bound(self) -> float | None:
+        """``R^2``, the public bound on a genotype row's weighted squared norm ``omega_i ||x_i||^2``, from the
+        broadcast mean and scale alone; ``None`` unless the data are ``.bed`` / ``.pgen`` genotypes (the server
+        holds their variant list) with neither ``row-normalize`` nor ``clip-norm``.
+
+        An allele count lies in ``[0, 2]``; centred and scaled, entry ``j`` of a row lies within
+        ``b_j = max(mu_j, 2 - mu_j) / scale_j`` of 0 (``2 / scale_j`` before the mean is known; a missing call is
+        0 after centring), so ``||x_i||^2 <= sum_j b_j^2``. With plink2's missingness weights
+        ``omega_i = (d / c_i)^2`` (``scale = "hwe"`` with missing calls) a row of ``c_i`` calls has
+        ``omega_i ||x_i||^2 <= d^2 max_j b_j^2 / c_i <= d^2 max_j b_j^2``.
+        """
+        if self.variants is None or self.settings.row_normalize or self.settings.clip_norm > 0:
+            return None
+        b = np.full(self.d, 2.0) if self.mean is None else np.maximum(np.abs(self.mean), np.abs(2.0 - self.mean))
+        if self.scale is not None:
+            b = b / self.scale
+        if self.plink2_diagonal:
+            return float(self.d) ** 2 * float(np.max(b)) ** 2
+        return float(b @ b)
+
+    def summary_bound(self) -> float:
+        """The public bound on the summary's values: ``B``, and with plink2's diagonal over genotypes (its
+        ``vec(S_i)`` sums ``|delta_i| omega_i ||x_i Z||^2 <= d^3 max_j b_j^4`` a person, ``|delta_i| =
+        ||x_i||^2 |1 / c_i - d / c_i^2| <= d max_j b_j^2``) ``n d R^2 max_j b_j^2`` if larger, in the terms of
+        :meth:`genotype_row_bound`."""
+        bound = self.upload_bound()
+        if self.plink2_diagonal and self.settings.secagg_clip == 0 and self.genotype_row_bound() is not None:
+            bmax2 = self.genotype_row_bound() / float(self.d) ** 2
+            bound = max(bound, float(self.num_rows) * float(self.d) ** 3 * bmax2 * bmax2)
+        return bound
 
     # -- discovery sums ----------------------------------------------------------------------------------
     @property
@@ -256,6 +299,7 @@ class SecurePowerStrategy(FedPowerStrategy):
         elif server_round > self.num_rounds:
             instructions = self.configure_summary()
             self._pending = {"start": time.perf_counter()}
+            self.code = limb_code(self.summary_bound(), self.m)  # plink2's diagonal may need a wider range
         else:
             if self._first_basis is not None:  # Z_0 in the dimension the variant filters left
                 parameters, self._first_basis = ndarrays_to_parameters([self._first_basis]), None
