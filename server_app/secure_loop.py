@@ -129,7 +129,12 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
         cfg = ConfigRecord()
         legacy.state.config_records[MAIN_CONFIGS_RECORD] = cfg
         cfg[Key.START_TIME] = timeit.default_timer()
-        for current_round in getattr(strategy, "discovery_rounds", ()):  # discovery sums, before round 1
+        current_round = None
+        while True:  # discovery sums, before round 1; the list read again after each (it may shrink: secure_power)
+            later = [r for r in getattr(strategy, "discovery_rounds", ()) if current_round is None or r > current_round]
+            if not later:
+                break
+            current_round = later[0]
             cfg[Key.CURRENT_ROUND] = current_round
             workflow(grid, legacy)
             if current_round not in strategy.aggregated and strategy.failure is None:
