@@ -18,8 +18,12 @@ Every exchange in which a plain run gets each site's own reply goes through Flow
   sum is ``n`` (``discovery-rows``, exact integers under the public bound :data:`ROWS_BOUND`: every later bound
   depends on ``n`` only, never on a site's ``s_i``); with ``center`` ``[t_i, c_i, s_i]`` (row sum, non-missing
   calls per column: ``s_i`` in every column unless a ``.bed`` site has missing calls), whose sum gives the mean
-  ``mu = sum_i t_i / sum_i c_i``; then ``q_i = sum_calls (x - mu)^2`` per column (the client's own sums of squares
-  about its own mean plus ``c_i (t_i / c_i - mu)^2``, as Chan et al.'s pairwise update), whose sum over
+  ``mu = sum_i t_i / sum_i c_i`` (over ``.bed`` data with ``nonfounders = false`` also ``[ft_i, fc_i]``, the
+  founders' allele sums and calls, the site's own sums where everyone is a founder: ``mu`` from their sums,
+  plink2's founders rule); with ``indep-pairwise``, per chunk of first variants, the pair sums and variant sums
+  (``discovery-ld``: integers, :mod:`~fl_strategies.protocol.ld_exchange`), from whose sums the server prunes
+  (:meth:`SecurePowerStrategy.prune_later`); then ``q_i = sum_calls (x - mu)^2`` per column (the client's own
+  sums of squares about its own mean plus ``c_i (t_i / c_i - mu)^2``, as Chan et al.'s pairwise update), whose sum over
   ``sum_i c_i`` is the variance that gives ``scale`` and ``tr(C)`` as the plain discovery's
   :func:`~fl_strategies.kernels.standardize.pooled_variance` does (:meth:`~..base.FederatedStrategy.standardize`);
 * **the summary** (one more SecAgg+ exchange after the last round, no row of its own): ``[vec(s_i A_i Z),
