@@ -72,7 +72,7 @@ class SecurePowerClient(FedPowerClient):
         counts = self.data.call_counts
         calls = np.full(self.d, float(s)) if counts is None else counts
         if phase == "discovery-sums":
-            if getattr(self.data, "bim", None) is None or self.cfg.get("nonfounders", False):
+            if getattr(self.data, "bim", None) is None or self.settings.nonfounders:
                 return [t, calls, [s]]
             founders = self.data.founder_sums  # None where every person in the fit is a founder: its own sums
             return [t, calls, [s]] + list(founders if founders is not None else (t, calls))

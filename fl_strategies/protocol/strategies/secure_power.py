@@ -190,7 +190,7 @@ class SecurePowerStrategy(FedPowerStrategy):
         """Whether ``discovery-sums`` carries the founders' allele sums and calls too (``.bed`` data with
         ``nonfounders = false``: plink2's founders rule; a site whose people are all founders sends its own sums
         again, so that no site says whether its ``.fam`` has parents)."""
-        return self.variants is not None and not self.cfg.get("nonfounders", False)
+        return self.variants is not None and not self.settings.nonfounders
 
     def _configure_discovery(self, server_round: int) -> list[tuple[ClientProxy, FitIns]]:
         phase = self._phase(server_round)
