@@ -5,7 +5,8 @@ Flower's ``SecAggPlusWorkflow`` works only inside its legacy ``DefaultWorkflow``
 ``DefaultWorkflow`` always runs every round; this loop is the same sequence (initial parameters and evaluation,
 then per round the SecAgg+ fit workflow and the server-side evaluation) but ends the run when the strategy sets
 ``stopped`` or when SecAgg+ halted without calling ``aggregate_fit`` (too few clients answered a stage), runs a
-strategy's discovery sums (``discovery_rounds``, numbered up to 0) before round 1 and its summary exchange
+strategy's discovery sums (``discovery_rounds``, numbered up to 0, read again after each: a list that may drop
+rounds it reserved, as secure ``indep-pairwise`` does) before round 1 and its summary exchange
 (``secure_summary``) as one more SecAgg+ round numbered ``num_rounds + 1`` (with no evaluation), and calls
 ``strategy.finish()`` at the end, like :class:`fl_strategies.protocol.server_loop.StoppingServer`.
 

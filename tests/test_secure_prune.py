@@ -129,3 +129,18 @@ def test_the_founders_frequencies_under_secure_aggregation_are_the_plain_runs(tm
     G = np.vstack(sites)[np.concatenate(founders)]
     columns = [int(vid[1:]) for vid, _, _ in secure.variants]
     np.testing.assert_allclose(secure.mean, np.nanmean(G[:, columns], axis=0), rtol=0, atol=1e-12)
+
+
+def test_secure_pruning_down_to_fewer_variants_than_the_rank_stops_the_run_in_one_line(tmp_path):
+    """As the plain run refuses it: the SecAgg+ sums keep fewer variants than ``iteration-rank``, and the run stops
+    naming the key, with no model."""
+    from conftest import run_aborted
+
+    sites = ld_sites((30, 30), 40, seed=7, copy=0.97)
+    (tmp_path / "data").mkdir()
+    for i, S in enumerate(sites):
+        write_site(tmp_path / "data" / f"partition_{i}.bed", S, ["1"] * 40, np.arange(40) + 1)
+    secure = run_aborted(match=r"indep-pairwise = '40 1 0.01' keeps \d+ of the 40 variants, fewer than "
+                               r"iteration-rank = 3", **dict(config(tmp_path), num_clients=2,
+                                                             indep_pairwise="40 1 0.01"), secure_aggregation="true")
+    assert secure.model is None
