@@ -36,7 +36,7 @@ def pruned_sites(tmp_path, keeps=True, seed=5, d=300):
 
 def config(tmp_path, strategy="power", **extra):
     return dict(dict(strategy=strategy, dataset=str(tmp_path / "data"), num_clients=4, rank=2, iteration_rank=3,
-                     num_server_rounds=40, center=True, scale="hwe", row_normalize=False, secagg_clip=1e12,
+                     num_server_rounds=15, center=True, scale="hwe", row_normalize=False, secagg_clip=1e12,
                      indep_pairwise="50 5 0.2"), **extra)
 
 
