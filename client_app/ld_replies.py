@@ -17,7 +17,7 @@ from fl_strategies.files.variants import decode_variants
 from fl_strategies.kernels.ld_prune import pair_sums, variant_sums
 from fl_strategies.kernels.rows import BedVariants
 
-__all__ = ["asks_ld", "ld_reply"]
+__all__ = ["asks_ld", "ld_reply", "ld_sums"]
 
 
 def asks_ld(config: dict[str, Any]) -> bool:
@@ -44,11 +44,24 @@ def ld_reply(data, config: dict[str, Any]) -> dict[str, Any]:
                              "--rm-dup may help)")
         return {"partition-id": data.partition_id,
                 "ld-map": "".join(f"{place[vid][0]}\t{place[vid][1]}\n" for vid in ids).encode("utf-8")}
+    pairs, vsums = ld_sums(data, int(config["ld-sums-start"]), config.get("ld-spans", b""))
+    return {"partition-id": data.partition_id, "ld-pair-sums": pairs.astype("<i8").tobytes(),
+            "ld-variant-sums": vsums.astype("<i8").tobytes()}
+
+
+def ld_sums(data, start: int, spans: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """The node's pair sums (P, 6) and variant sums (b, 3), int64, of the pairs of first variants ``start ..
+    start + b - 1`` (``spans``: their int64 :func:`~fl_strategies.kernels.ld_prune.pair_spans`), over its own
+    people; what it sends in the clear (:func:`ld_reply`) or, under SecAgg+, as limbs
+    (:class:`client_app.secure_power_client.SecurePowerClient`). A ``ValueError`` naming the partition when the
+    request does not fit its data."""
+    where = f"partition {data.partition_id}"
+    if getattr(data, "bim", None) is None:
+        raise ValueError(f"{where}: the server asks for LD pruning's sums, but the node's data are no .bed file")
     X = data.stored_rows()
     if not isinstance(X, BedVariants):
         raise ValueError(f"{where}: LD pruning reads the .bed's calls, not rows scaled by row-normalize or clip-norm")
-    start = int(config["ld-sums-start"])
-    spans = np.frombuffer(config.get("ld-spans", b""), dtype="<i8")
+    spans = np.frombuffer(spans, dtype="<i8")
     stop = start + spans.size
     if not 0 <= start < stop <= X.dimension or np.any(spans < 0) or np.any(np.arange(start, stop) + spans >=
                                                                            X.dimension):
@@ -56,6 +69,4 @@ def ld_reply(data, config: dict[str, Any]) -> dict[str, Any]:
                          f"{X.dimension} variants")
     full = np.zeros(X.dimension, dtype=np.int64)
     full[start:stop] = spans
-    sums = pair_sums(X.column_counts, full, start, stop)
-    return {"partition-id": data.partition_id, "ld-pair-sums": sums.astype("<i8").tobytes(),
-            "ld-variant-sums": variant_sums(X.column_counts(start, stop)).astype("<i8").tobytes()}
+    return pair_sums(X.column_counts, full, start, stop), variant_sums(X.column_counts(start, stop))

@@ -7,7 +7,10 @@ A fit instruction that carries the limb code (``secagg-exponent``, ``secagg-clie
 
 * discovery: ``[s_i]``, its row count (``discovery-rows``; it never reports one in the clear), then
   ``[t_i, c_i, s_i]`` (``discovery-sums``: its row sum, its non-missing calls per column, ``s_i`` in
-  every column unless its genotypes have missing calls, and its rows), or ``q_i``, the per-column sums of squares
+  every column unless its genotypes have missing calls, and its rows; over a ``.bed`` with ``nonfounders = false``
+  also its founders' allele sums and calls, its own sums again where every person is a founder), then with
+  ``indep-pairwise`` its pair sums and variant sums per chunk (``discovery-ld``:
+  :func:`client_app.ld_replies.ld_sums`, integers), or ``q_i``, the per-column sums of squares
   about the broadcast mean over the calls (``discovery-squares``: about its own mean, plus
   ``c_i (t_i / c_i - mu)^2``; where the server's variant filters drop variants it sends the kept list with this
   exchange, and the client reads its ``.bed`` as those variants from then on);
@@ -33,6 +36,7 @@ from fl_strategies.kernels.standardize import between_sum_of_squares
 from fl_strategies.privacy.fixed_point import LimbCode
 
 from .fedpower_client import FedPowerClient
+from .ld_replies import ld_sums
 
 __all__ = ["SecurePowerClient"]
 
@@ -46,7 +50,7 @@ class SecurePowerClient(FedPowerClient):
             return super().fit(parameters, config)
         code = LimbCode(int(config["secagg-clients"]), int(config["secagg-exponent"]))
         phase = config.get("phase")
-        if phase in ("discovery-rows", "discovery-sums", "discovery-squares"):
+        if phase in ("discovery-rows", "discovery-sums", "discovery-ld", "discovery-squares"):
             values = self.discovery_values(phase, config)
         else:
             values = self.fit_values(parameters, config)
@@ -67,12 +71,17 @@ class SecurePowerClient(FedPowerClient):
         t = self.data.row_sum
         counts = self.data.call_counts
         calls = np.full(self.d, float(s)) if counts is None else counts
-        if phase == "discovery-sums" and self.data.founder_sums is not None:
-            raise ValueError(f"partition {self.partition_id}: its .fam has people with parents, whose allele "
-                             "frequencies plink2 leaves out (founders only), which secure aggregation does not sum "
-                             "apart yet: set nonfounders = true to take every person's")
         if phase == "discovery-sums":
-            return [t, calls, [s]]
+            if getattr(self.data, "bim", None) is None or self.settings.nonfounders:
+                return [t, calls, [s]]
+            founders = self.data.founder_sums  # None where every person in the fit is a founder: its own sums
+            return [t, calls, [s]] + list(founders if founders is not None else (t, calls))
+        if phase == "discovery-ld":  # the pair sums of indep-pairwise, in the kept variants' columns
+            if isinstance(config.get("variant-align"), bytes):
+                self.data.align(config["variant-align"])
+                self.d = self.data.operator().shape[0]
+            pairs, sums = ld_sums(self.data, int(config["ld-sums-start"]), config["ld-spans"])
+            return [pairs.ravel().astype(np.float64), sums.ravel().astype(np.float64)]
         if isinstance(config.get("variant-align"), bytes):  # the variants maf-min / geno-max keep, from now on
             self.data.align(config["variant-align"])
             self.d = self.data.operator().shape[0]

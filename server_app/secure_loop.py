@@ -5,7 +5,8 @@ Flower's ``SecAggPlusWorkflow`` works only inside its legacy ``DefaultWorkflow``
 ``DefaultWorkflow`` always runs every round; this loop is the same sequence (initial parameters and evaluation,
 then per round the SecAgg+ fit workflow and the server-side evaluation) but ends the run when the strategy sets
 ``stopped`` or when SecAgg+ halted without calling ``aggregate_fit`` (too few clients answered a stage), runs a
-strategy's discovery sums (``discovery_rounds``, numbered up to 0) before round 1 and its summary exchange
+strategy's discovery sums (``discovery_rounds``, numbered up to 0, read again after each: a list that may drop
+rounds it reserved, as secure ``indep-pairwise`` does) before round 1 and its summary exchange
 (``secure_summary``) as one more SecAgg+ round numbered ``num_rounds + 1`` (with no evaluation), and calls
 ``strategy.finish()`` at the end, like :class:`fl_strategies.protocol.server_loop.StoppingServer`.
 
@@ -129,7 +130,12 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
         cfg = ConfigRecord()
         legacy.state.config_records[MAIN_CONFIGS_RECORD] = cfg
         cfg[Key.START_TIME] = timeit.default_timer()
-        for current_round in getattr(strategy, "discovery_rounds", ()):  # discovery sums, before round 1
+        current_round = None
+        while True:  # discovery sums, before round 1; the list read again after each (it may shrink: secure_power)
+            later = [r for r in getattr(strategy, "discovery_rounds", ()) if current_round is None or r > current_round]
+            if not later:
+                break
+            current_round = later[0]
             cfg[Key.CURRENT_ROUND] = current_round
             workflow(grid, legacy)
             if current_round not in strategy.aggregated and strategy.failure is None:

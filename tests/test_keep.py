@@ -369,17 +369,20 @@ def test_the_frequencies_come_from_the_founders_as_plink2s(tmp_path, nonfounders
     np.testing.assert_allclose(values, np.loadtxt(tmp_path / "ref.eigenval"), rtol=1e-5)  # 6 printed digits
 
 
-def test_under_secure_aggregation_a_fam_with_parents_stops_the_run_naming_nonfounders(tmp_path):
-    """SecAgg+ sums no founders' sums apart: a site with parents in its ``.fam`` stops the run with the reason and
-    the key that takes every person's frequencies, rather than give a mean plink2 would not."""
-    from conftest import run_aborted
+def test_under_secure_aggregation_a_fam_with_parents_gives_the_founders_frequencies(tmp_path):
+    """SecAgg+ sums the founders' allele sums and calls apart (every site sends them, its own sums where everyone is
+    a founder): the mean is the founders' and the model the plain run's (tests/test_secure_prune.py prunes too)."""
+    from conftest import run_app
 
     sites = simulated_sites((40, 50, 45), 200, missing=0.0, seed=27)
     write_sites(tmp_path, sites, [None, None, None])
-    with_parents(tmp_path / "data" / "partition_1.bed", {3: ("iid1", "0")})
-    run_aborted(match=r"partition 1: its .fam has people with parents.*set nonfounders = true", strategy="power",
-                dataset=str(tmp_path / "data"), num_clients=3, rank=2, iteration_rank=3, num_server_rounds=5,
-                center=True, scale="hwe", row_normalize=False, secure_aggregation="true", secagg_clip=1e12)
+    founders = with_parents(tmp_path / "data" / "partition_1.bed", {3: ("iid1", "0"), 7: ("0", "iid2")})
+    cfg = dict(strategy="power", dataset=str(tmp_path / "data"), num_clients=3, rank=2, iteration_rank=3,
+               num_server_rounds=30, center=True, scale="hwe", row_normalize=False, secagg_clip=1e12)
+    plain, secure = run_app(**cfg), run_app(**cfg, secure_aggregation="true")
+    chosen = np.concatenate([np.ones(40, bool), founders, np.ones(45, bool)])
+    np.testing.assert_allclose(secure.mean, np.vstack(sites)[chosen].mean(axis=0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(secure.model["explained_variance"], plain.model["explained_variance"], rtol=1e-10)
 
 
 def test_a_deployed_node_finds_the_keep_beside_its_data_path_and_fingerprints_both(tmp_path):

@@ -234,8 +234,11 @@ def test_a_bad_value_or_a_run_it_cannot_serve_is_refused_in_one_line():
             validate_run_config({**base, "indep-pairwise": value})
     with pytest.raises(ConfigError, match="needs center = true"):
         validate_run_config({**base, "center": False, "indep-pairwise": "50 5 0.2"})
-    with pytest.raises(ConfigError, match="without secure-aggregation"):
-        validate_run_config({**base, "strategy": "power", "secure-aggregation": True, "indep-pairwise": "50 5 0.2"})
+    with pytest.raises(ConfigError, match="with secure-aggregation, a strategy of power"):  # secure Gram matrices
+        validate_run_config({**base, "strategy": "covariance", "secure-aggregation": "true",
+                             "indep-pairwise": "50 5 0.2"})
+    validate_run_config({**base, "strategy": "power", "secure-aggregation": "true", "secagg-clip": 1e12,
+                         "indep-pairwise": "50 5 0.2"})  # SecAgg+ sums of the pair sums (tests/test_secure_prune.py)
     with pytest.raises(ConfigError, match="not 'fedlrgd'"):
         validate_run_config({**base, "strategy": "fedlrgd", "indep-pairwise": "50 5 0.2"})
 

@@ -459,6 +459,8 @@ class FederatedStrategy(Strategy):
         if not value:
             return checked
         window = parse_indep_pairwise(value)
+        if self.prune_later(chromosomes, positions, window):  # under SecAgg+: from the secure sums (secure_power)
+            return checked
         keep, prune_in, prune_out = federated_prune(self.variants, proxies, chromosomes, positions, ask_some, window)
         if len(prune_in) < self.r:
             raise ConfigError(f"indep-pairwise = {value!r} keeps {len(prune_in)} of the {self.d} variants, fewer "
@@ -468,6 +470,12 @@ class FederatedStrategy(Strategy):
             return checked
         return self._realign([variant for variant, kept_it in zip(self.variants, keep) if kept_it], checked,
                              answers, ask_some)
+
+    def prune_later(self, chromosomes: list[str], positions: np.ndarray, window) -> bool:
+        """Whether ``indep-pairwise`` prunes after this discovery, from sums the strategy forms itself (SecAgg+:
+        :class:`~.strategies.secure_power.SecurePowerStrategy`), given the run's variants' map; ``False`` here: the
+        plain exchange of :func:`~fl_strategies.protocol.ld_exchange.federated_prune` prunes now."""
+        return False
 
     def _checked(self, answers: list[tuple[ClientProxy, Any]]) -> list[tuple[ClientProxy, Any]]:
         """``(proxy, (partition id, rows) or reason)`` of the nodes' discovery answers; keeps their properties, ``d``

@@ -14,6 +14,10 @@ before ``--indep-pairwise``), the server
    run's variants (``variant-align``).
 
 What a node reveals beyond the alignment: per pair of nearby variants the counts and sums above (never a row).
+With ``secure-aggregation = true`` step 2's sums go through SecAgg+ instead (the server learns only the pooled
+sums: :mod:`fl_strategies.protocol.strategies.secure_power`); step 1's map is sent in the clear in both runs: the
+chromosome and position of variants whose IDs and alleles the server already holds (public map data, the same at
+every site that holds the variant, no person's data).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import numpy as np
 from ..kernels.ld_prune import (PruneWindow, indep_pairwise, ld_exceeds, pair_index, pair_spans, subcontigs)
 from ..settings.config import ConfigError
 
-__all__ = ["MAX_PAIRS", "chunks", "variant_map", "federated_prune", "decode_map"]
+__all__ = ["MAX_PAIRS", "chunks", "variant_map", "federated_prune", "decode_map", "prune_spans", "prune_decision"]
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +106,7 @@ def federated_prune(variants: list[tuple[str, str, str]], proxies: list, chromos
         Their IDs, and the removed ones', in the run's order (chromosome 0 in neither, as plink2).
     """
     d = len(variants)
-    try:
-        pieces = subcontigs(chromosomes, positions, window)
-    except ValueError as ex:
-        raise ConfigError(f"indep-pairwise = '{window}': {ex}") from None
-    spans = pair_spans(chromosomes, positions, window)
+    spans = prune_spans(chromosomes, positions, window)
     vsums = np.zeros((d, 3), dtype=np.int64)
     exceeds = []
     parts = chunks(spans)
@@ -118,6 +118,46 @@ def federated_prune(variants: list[tuple[str, str, str]], proxies: list, chromos
             total += _int64(props, "ld-pair-sums", (pairs, 6), f"node {proxy.cid}")
             vsums[a:b] += _int64(props, "ld-variant-sums", (b - a, 3), f"node {proxy.cid}")
         exceeds.append(ld_exceeds(total, window.r2))
+    return prune_decision(variants, chromosomes, positions, window, spans, vsums, exceeds,
+                          f"over {len(proxies)} node(s)", len(parts))
+
+
+def prune_spans(chromosomes: list[str], positions: np.ndarray, window: PruneWindow) -> np.ndarray:
+    """:func:`~fl_strategies.kernels.ld_prune.pair_spans`, (d,) int64; a ``ConfigError`` in one line for a map the
+    window cannot read (a kb window over unsorted positions)."""
+    try:
+        subcontigs(chromosomes, positions, window)
+    except ValueError as ex:
+        raise ConfigError(f"indep-pairwise = '{window}': {ex}") from None
+    return pair_spans(chromosomes, positions, window)
+
+
+def prune_decision(variants: list[tuple[str, str, str]], chromosomes: list[str], positions: np.ndarray,
+                   window: PruneWindow, spans: np.ndarray, vsums: np.ndarray, exceeds: list[np.ndarray],
+                   source: str, messages: int) -> tuple[np.ndarray, list[str], list[str]]:
+    """plink2's rule on the federation's pooled sums (the plain exchange's, :func:`federated_prune`, or the SecAgg+
+    sums of :class:`~fl_strategies.protocol.strategies.secure_power.SecurePowerStrategy`), logged.
+
+    Parameters
+    ----------
+    variants : list of (ID, A1, A2), chromosomes, positions : shape (d,)
+    window : PruneWindow
+    spans : ndarray of shape (d,)
+        :func:`prune_spans`.
+    vsums : ndarray of shape (d, 3), int
+        The pooled ``ld-variant-sums``.
+    exceeds : list of ndarray of bool
+        Per message, in order, whether each of its pairs is in LD (:func:`~fl_strategies.kernels.ld_prune.ld_exceeds`
+        of the pooled pair sums).
+    source : str
+        Where the sums came from, for the log; ``messages``: how many exchanges carried them.
+
+    Returns
+    -------
+    keep, prune_in, prune_out : as :func:`federated_prune`.
+    """
+    d = len(variants)
+    pieces = subcontigs(chromosomes, positions, window)
     removed = indep_pairwise(vsums, np.concatenate(exceeds) if exceeds else np.zeros(0, dtype=bool), spans,
                              pieces, window, positions)
     chr0 = np.array([c == "0" for c in chromosomes], dtype=bool)
@@ -125,7 +165,7 @@ def federated_prune(variants: list[tuple[str, str, str]], proxies: list, chromos
     ids = [vid for vid, _, _ in variants]
     prune_in = [ids[j] for j in np.flatnonzero(keep)]
     prune_out = [ids[j] for j in np.flatnonzero(removed)]
-    log.info("indep-pairwise %s over %d node(s): %d of %d variants kept (prune.in), %d removed (prune.out)%s; "
-             "%d pair(s) in %d message(s) per node", window, len(proxies), len(prune_in), d, len(prune_out),
-             f", {int(chr0.sum())} on chromosome 0 left out" if chr0.any() else "", int(spans.sum()), len(parts))
+    log.info("indep-pairwise %s %s: %d of %d variants kept (prune.in), %d removed (prune.out)%s; "
+             "%d pair(s) in %d message(s) per node", window, source, len(prune_in), d, len(prune_out),
+             f", {int(chr0.sum())} on chromosome 0 left out" if chr0.any() else "", int(spans.sum()), messages)
     return keep, prune_in, prune_out

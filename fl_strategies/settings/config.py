@@ -309,12 +309,13 @@ KEYS: dict[str, Key] = {
              "pooled file, after maf-min / geno-max, from the per-window pair sums the nodes send at discovery: "
              "plink2's arguments, '50 5 0.2' (window in variants, step, r^2) or '500kb 1 0.2' (window in kb from "
              "the .bim positions); the PCA uses the variants kept, written as prune.in / prune.out beside the "
-             "model; '' = no pruning; needs center = true in a noise-free run without secure-aggregation",
+             "model; '' = no pruning; needs center = true in a noise-free run (with secure-aggregation = true the "
+             "pair sums go through SecAgg+)",
              allowed="'' or plink2's '<window>[kb] [<step>] <r^2>'", absent_means=""),
         _key("exclude-range", str, "PLINK .bed data: a file on the server of base-pair ranges in plink2's "
              "--exclude range format (chromosome, first bp, last bp, label per line), e.g. the long-range LD regions; "
              "the variants inside leave the run before indep-pairwise, as plink2 --exclude range; '' = none; needs "
-             "center = true in a noise-free run without secure-aggregation",
+             "center = true in a noise-free run",
              allowed="'' or a file path", absent_means=""),
         _key("drop-ambiguous", bool, "PLINK .bed data: true = drop every strand-ambiguous variant (alleles A/T or "
              "C/G) at discovery, whatever the order the sites list their alleles in, as before merging data from "
@@ -678,9 +679,9 @@ def _check_variant_qc(cfg: dict[str, Any], noisy: bool) -> None:
 
 def _check_ld_prune(cfg: dict[str, Any], noisy: bool) -> None:
     """``indep-pairwise`` (plink2's arguments, :func:`fl_strategies.kernels.ld_prune.parse_indep_pairwise`) and
-    ``exclude-range`` (read by the server at discovery): the pair sums and the variants' positions come at
-    discovery in the clear, so a noise-free centred run of a PCA strategy without SecAgg+ (the sums add up over
-    sites: their secure sum is not built yet)."""
+    ``exclude-range`` (read by the server at discovery): the pair sums come at discovery, in the clear
+    (:func:`row_sums_at_discovery`) or as SecAgg+ sums (:func:`secure_power`), so a noise-free centred run of a PCA
+    strategy with one of them; the variants' positions (public map data) come in the clear."""
     from ..kernels.ld_prune import parse_indep_pairwise
 
     value = cfg.get("indep-pairwise", "")
@@ -692,10 +693,10 @@ def _check_ld_prune(cfg: dict[str, Any], noisy: bool) -> None:
     if not spec(cfg["strategy"]).pca:
         raise ConfigError(f"{keys}: LD pruning applies to the strategies that write a PCA model of PLINK .bed data "
                           f"(fedpower, power, ssi, localpower, faps, covariance), not {cfg['strategy']!r}")
-    if noisy or not cfg.get("center") or not row_sums_at_discovery(cfg):
-        raise ConfigError(f"{keys} needs center = true in a noise-free run without secure-aggregation: the pair "
-                          "sums and positions are sent at discovery in the clear (their SecAgg+ sum is not built "
-                          "yet)")
+    if noisy or not cfg.get("center") or not (row_sums_at_discovery(cfg) or secure_power(cfg)):
+        raise ConfigError(f"{keys} needs center = true in a noise-free run (with secure-aggregation, a strategy of "
+                          f"{', '.join(SECURE_SUM_STRATEGIES)}): the pair sums are sent at discovery, in the clear "
+                          "or through SecAgg+")
 
 
 def column_scaling(value: Any) -> str:

@@ -18,8 +18,12 @@ Every exchange in which a plain run gets each site's own reply goes through Flow
   sum is ``n`` (``discovery-rows``, exact integers under the public bound :data:`ROWS_BOUND`: every later bound
   depends on ``n`` only, never on a site's ``s_i``); with ``center`` ``[t_i, c_i, s_i]`` (row sum, non-missing
   calls per column: ``s_i`` in every column unless a ``.bed`` site has missing calls), whose sum gives the mean
-  ``mu = sum_i t_i / sum_i c_i``; then ``q_i = sum_calls (x - mu)^2`` per column (the client's own sums of squares
-  about its own mean plus ``c_i (t_i / c_i - mu)^2``, as Chan et al.'s pairwise update), whose sum over
+  ``mu = sum_i t_i / sum_i c_i`` (over ``.bed`` data with ``nonfounders = false`` also ``[ft_i, fc_i]``, the
+  founders' allele sums and calls, the site's own sums where everyone is a founder: ``mu`` from their sums,
+  plink2's founders rule); with ``indep-pairwise``, per chunk of first variants, the pair sums and variant sums
+  (``discovery-ld``: integers, :mod:`~fl_strategies.protocol.ld_exchange`), from whose sums the server prunes
+  (:meth:`SecurePowerStrategy.prune_later`); then ``q_i = sum_calls (x - mu)^2`` per column (the client's own
+  sums of squares about its own mean plus ``c_i (t_i / c_i - mu)^2``, as Chan et al.'s pairwise update), whose sum over
   ``sum_i c_i`` is the variance that gives ``scale`` and ``tr(C)`` as the plain discovery's
   :func:`~fl_strategies.kernels.standardize.pooled_variance` does (:meth:`~..base.FederatedStrategy.standardize`);
 * **the summary** (one more SecAgg+ exchange after the last round, no row of its own): ``[vec(s_i A_i Z),
@@ -66,6 +70,8 @@ from ...kernels.standardize import pooled_mean
 from ...privacy.analyze_gauss import row_bound
 from ...privacy.fixed_point import LimbCode, limb_code
 from ...files.variants import encode_variants
+from ...kernels.ld_prune import ld_exceeds
+from ..ld_exchange import MAX_PAIRS, prune_decision, prune_spans
 from ...settings.config import (SECURE_BOUND_NEEDED, ConfigError, check_against_data, secure_power,
                                 variant_qc)
 from ..base import log, uploaded_bytes
@@ -101,6 +107,7 @@ class SecurePowerStrategy(FedPowerStrategy):
         self.rows_total: int | None = None  # n, from the SecAgg+ sum of the row counts (sizes stays empty)
         self._variant_align: bytes | None = None  # the variants maf-min / geno-max keep, sent to the nodes
         self._first_basis: np.ndarray | None = None  # Z_0 drawn again in their dimension, for round 1
+        self._ld: dict[str, Any] | None = None  # indep-pairwise from SecAgg+ sums: map, window, chunks, pooled sums
 
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + (", secagg)" if self.secure else ")")
@@ -184,33 +191,127 @@ class SecurePowerStrategy(FedPowerStrategy):
     # -- discovery sums ----------------------------------------------------------------------------------
     @property
     def discovery_phases(self) -> list[str]:
-        """The SecAgg+ discovery exchanges: the row counts, the row sums (with ``center``), then the sums of
+        """The SecAgg+ discovery exchanges: the row counts, the row sums (with ``center``), the pair sums of
+        ``indep-pairwise`` (one exchange per chunk, as many as reserved: :meth:`prune_later`), then the sums of
         squares."""
-        return ["discovery-rows"] + (["discovery-sums"] if self.settings.center else []) + ["discovery-squares"]
+        ld = ["discovery-ld"] * (self._ld["reserved"] if self._ld is not None else 0)
+        return ["discovery-rows"] + (["discovery-sums"] if self.settings.center else []) + ld + ["discovery-squares"]
 
     @property
     def discovery_rounds(self) -> list[int]:
-        """Their SecAgg+ round numbers, up to 0 (none without SecAgg+)."""
-        k = len(self.discovery_phases)
-        return list(range(1 - k, 1)) if self.secure else []
+        """Their SecAgg+ round numbers, up to 0 (none without SecAgg+); once the pair sums' chunks are known (after
+        the variant filters), the reserved pruning rounds beyond them are no longer listed (the loop skips them)."""
+        if not self.secure:
+            return []
+        phases = self.discovery_phases
+        rounds = list(range(1 - len(phases), 1))
+        if self._ld is None or self._ld.get("chunks") is None:
+            return rounds
+        first = rounds[phases.index("discovery-ld")]
+        return [r for r, phase in zip(rounds, phases) if phase != "discovery-ld" or r - first < len(self._ld["chunks"])]
+
+    def _phase(self, server_round: int) -> str:
+        """The discovery exchange of SecAgg+ round ``server_round`` (<= 0)."""
+        phases = self.discovery_phases
+        return phases[server_round - (1 - len(phases))]
+
+    def prune_later(self, chromosomes: list[str], positions: np.ndarray, window) -> bool:
+        """Under SecAgg+ ``indep-pairwise`` prunes from SecAgg+ sums of the pair sums, after the secure variant
+        filters (plink2 applies ``--maf`` / ``--geno`` first): keep the map and reserve the exchanges. Every chunk
+        holds the pairs of at most ``MAX_PAIRS // longest span`` first variants, so that the filters, which only
+        shorten the spans, never need more chunks than reserved here."""
+        if not self.secure:
+            return False
+        spans = prune_spans(chromosomes, positions, window)
+        per = max(1, MAX_PAIRS // max(1, int(spans.max(initial=0))))
+        self._ld = {"chromosomes": list(chromosomes), "positions": np.asarray(positions), "window": window,
+                    "per": per, "reserved": max(1, -(-len(spans) // per)), "chunks": None}
+        return True
+
+    @property
+    def sends_founders(self) -> bool:
+        """Whether ``discovery-sums`` carries the founders' allele sums and calls too (``.bed`` data with
+        ``nonfounders = false``: plink2's founders rule; a site whose people are all founders sends its own sums
+        again, so that no site says whether its ``.fam`` has parents)."""
+        return self.variants is not None and not self.settings.nonfounders
 
     def _configure_discovery(self, server_round: int) -> list[tuple[ClientProxy, FitIns]]:
-        phase = self.discovery_phases[server_round - self.discovery_rounds[0]]
+        phase = self._phase(server_round)
         self._pending = {"start": time.perf_counter(), "phase": phase}
         config = {"phase": phase, **self.center_config()}
+        if phase == "discovery-ld":
+            index = server_round - (1 - len(self.discovery_phases)) - self.discovery_phases.index("discovery-ld")
+            a, b = self._ld["chunks"][index]
+            self._pending["chunk"] = index
+            config.update({"ld-sums-start": int(a), "ld-spans": self._ld["spans"][a:b].astype("<i8").tobytes()})
+            if index == 0 and self._variant_align is not None:
+                config["variant-align"] = self._variant_align  # the variants the filters keep, from now on
         if phase == "discovery-squares" and self._variant_align is not None:
-            config["variant-align"] = self._variant_align  # the variants the filters keep, from now on
+            config["variant-align"] = self._variant_align  # the variants the filters (and pruning) keep
         ins = FitIns(ndarrays_to_parameters([]), config)
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
+
+    def _keep_variants(self, keep: np.ndarray) -> None:
+        """Make the variants of ``keep`` (d,) bool the run's: the mean and calls cut to them, the list sent with the
+        next exchange, ``Z_0`` drawn again in their dimension."""
+        self.variants = [variant for variant, kept in zip(self.variants, keep) if kept]
+        self.d, self.calls, self.mean = len(self.variants), self.calls[keep], self.mean[keep]
+        self._variant_align = encode_variants(self.variants)
+        self._first_basis = self.starting_basis()
+        if self._held is not None:  # round 0's row (written before these sums) stands for the new Z_0
+            self._held = (self._held[0], self._first_basis)
+        if self._ld is not None and self._ld.get("chunks") is None:  # the map follows the filters' variants
+            self._ld["chromosomes"] = [c for c, kept in zip(self._ld["chromosomes"], keep) if kept]
+            self._ld["positions"] = self._ld["positions"][keep]
+
+    def _start_pruning(self) -> None:
+        """The chunks of the pair sums over the variants the filters kept (at most the reserved number)."""
+        ld = self._ld
+        ld["spans"] = prune_spans(ld["chromosomes"], ld["positions"], ld["window"])
+        ld["chunks"] = [(a, min(a + ld["per"], self.d)) for a in range(0, self.d, ld["per"])]
+        ld["vsums"], ld["exceeds"] = np.zeros((self.d, 3), dtype=np.int64), []
+
+    def _aggregate_pairs(self, server_round: int, values: np.ndarray, a: int, b: int) -> None:
+        """One chunk's SecAgg+ sum ``[vec(pair sums) (P, 6), vec(variant sums) (b - a, 3)]``; after the last,
+        plink2's rule (:func:`~fl_strategies.protocol.ld_exchange.prune_decision`) and the kept variants."""
+        ld = self._ld
+        whole = np.rint(values)
+        if np.any(whole != values) or np.any(whole < 0):
+            self.abort_round(server_round, "the SecAgg+ sum of the pair sums is not whole numbers >= 0")
+            return
+        whole = whole.astype(np.int64)
+        pairs = int(ld["spans"][a:b].sum())
+        ld["exceeds"].append(ld_exceeds(whole[: 6 * pairs].reshape(pairs, 6), ld["window"].r2))
+        ld["vsums"][a:b] = whole[6 * pairs:].reshape(b - a, 3)
+        if len(ld["exceeds"]) < len(ld["chunks"]):
+            return
+        keep, prune_in, prune_out = prune_decision(
+            self.variants, ld["chromosomes"], ld["positions"], ld["window"], ld["spans"], ld["vsums"], ld["exceeds"],
+            f"over {self.m} node(s), from the SecAgg+ sums of their pair sums", len(ld["chunks"]))
+        if len(prune_in) < self.r:
+            self.abort_round(server_round, f"indep-pairwise = '{self.settings.indep_pairwise}' keeps "
+                                           f"{len(prune_in)} of the {self.d} variants, fewer than iteration-rank = "
+                                           f"{self.r}: raise its r^2 threshold")
+            return
+        self.prune = {"prune_in": prune_in, "prune_out": prune_out}
+        if not keep.all():
+            self._keep_variants(keep)
 
     def _aggregate_discovery(self, server_round: int, results, failures) -> None:
         """``n`` (``discovery-rows``), the mean and the call counts (``discovery-sums``), or ``scale`` and
         ``tr(C)`` (``discovery-squares``), from the sums."""
         phase = self._pending["phase"]
         d, n = self.d, self.num_rows
-        size = {"discovery-rows": 1, "discovery-sums": 2 * d + 1}.get(phase, d)
+        if phase == "discovery-ld":
+            a, b = self._ld["chunks"][self._pending["chunk"]]
+            size = 6 * int(self._ld["spans"][a:b].sum()) + 3 * (b - a)
+        else:
+            size = {"discovery-rows": 1, "discovery-sums": (4 if self.sends_founders else 2) * d + 1}.get(phase, d)
         values = self._decoded(server_round, results, failures, size, require_all=True)
         if values is None:
+            return
+        if phase == "discovery-ld":
+            self._aggregate_pairs(server_round, values, a, b)
             return
         if phase == "discovery-rows":
             total = float(values[0])
@@ -232,26 +333,41 @@ class SecurePowerStrategy(FedPowerStrategy):
             return
         if phase == "discovery-sums":
             calls = values[d: 2 * d]
-            if values[-1] != n or np.any((calls < 0) | (calls > n)) or np.any(calls != np.round(calls)):
-                self.abort_round(server_round, f"the clients' rows sum to {values[-1]:.0f} and their calls to "
+            if values[2 * d] != n or np.any((calls < 0) | (calls > n)) or np.any(calls != np.round(calls)):
+                self.abort_round(server_round, f"the clients' rows sum to {values[2 * d]:.0f} and their calls to "
                                                f"{calls.min():.0f}..{calls.max():.0f} per column, not the n = {n} "
                                                "of their row counts' sum")
                 return
+            frequency = None  # plink2's founders rule: (calls, allele sums) of the founders, where they differ
+            if self.sends_founders:
+                totals, counts = values[2 * d + 1: 3 * d + 1], values[3 * d + 1:]
+                if np.any(counts != np.round(counts)) or np.any((counts < 0) | (counts > calls)) or \
+                        np.any((totals < 0) | (totals > 2 * counts)):
+                    self.abort_round(server_round, "the SecAgg+ sums of the founders' calls and allele sums are not "
+                                                   "whole numbers within the calls' sums")
+                    return
+                if not (np.array_equal(counts, calls) and np.array_equal(totals, values[:d])):
+                    frequency = (counts, totals)
+                    log.info("allele frequencies from the founders alone (plink2's default; nonfounders = true takes "
+                             "every person's), from the SecAgg+ sums of the founders' calls and allele sums")
             self.calls = calls
-            self.mean = pooled_mean([calls], [values[:d]])
+            self.mean = pooled_mean(*([[frequency[0]], [frequency[1]]] if frequency else [[calls], [values[:d]]]))
             try:
                 keep = None if not variant_qc(self.cfg) else self.variants_kept(
-                    calls, values[:d], n, f"{self.m} node(s), from the SecAgg+ sums of their call counts and allele sums")
+                    calls, values[:d], n, f"{self.m} node(s), from the SecAgg+ sums of their call counts and allele "
+                    "sums", frequency)
             except ConfigError as ex:
                 self.abort_round(server_round, str(ex))
                 return
             if keep is not None:  # the nodes read the kept variants from the next exchange on; Z_0 drawn again
-                self.variants = [variant for variant, kept in zip(self.variants, keep) if kept]
-                self.d, self.calls, self.mean, calls = len(self.variants), calls[keep], self.mean[keep], calls[keep]
-                self._variant_align = encode_variants(self.variants)
-                self._first_basis = self.starting_basis()
-                if self._held is not None:  # round 0's row (written before these sums) stands for the new Z_0
-                    self._held = (self._held[0], self._first_basis)
+                self._keep_variants(keep)
+                calls = self.calls
+            if self._ld is not None:
+                try:
+                    self._start_pruning()
+                except ConfigError as ex:
+                    self.abort_round(server_round, str(ex))
+                    return
             self.code = limb_code(self.discovery_bound(), self.m)
             log.info("center = true: the mean of %d rows, from the SecAgg+ sum of the clients' row sums", n)
             if np.any(calls < n):
