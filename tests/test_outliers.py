@@ -1,0 +1,121 @@
+"""Outliers as smartpca removes them (``fl_strategies/kernels/outliers.py``): each site flags its own people from
+the federation's score sums, they leave the fit (as a ``.keep`` leaves people out), the fit is run again."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fl_strategies.files.data_files import open_samples
+from fl_strategies.files.pca import pca_model, transform
+from fl_strategies.kernels.outliers import (federation_moments, flagged, outlier_passes, outlier_pcs,
+                                            pooled_outliers, score_sums, site_outliers)
+
+bed_reader = pytest.importorskip("bed_reader")
+
+from test_genotype_bed import simulated_sites, write_bed  # noqa: E402
+
+
+def sites_with_outliers(tmp_path, seed=8, d=300):
+    """Three ``.bed`` sites (1 % missing calls) with one person of a distant population at sites 0 and 2 (each
+    of their own: each one a PC of their own); the genotypes (s_i, d) and the opened files."""
+    rng = np.random.default_rng(seed)
+    sites = simulated_sites((50, 40, 45), d, seed=seed)
+    for i in (0, 2):
+        far = rng.uniform(0.02, 0.98, d)  # allele frequencies of a population none of the others resembles
+        G = rng.binomial(2, far, (1, d)).astype(float)
+        sites[i] = np.vstack([sites[i][:10], G, sites[i][10:]])
+    files = [open_samples(write_bed(tmp_path / f"site{i}.bed", G)) for i, G in enumerate(sites)]
+    return sites, files
+
+
+def federated_fit(files, k=4):
+    """A fit of the sites' ``people`` from sums alone (call counts, allele sums, each site's ``X_i^T X_i``), the
+    mean-imputed centred rows as the runs fit them: the model of :func:`pca_model`."""
+    def fit(people):
+        kept = [X.subset(p) for X, p in zip(files, people)]
+        mean = sum(S.stats()[0] for S in kept) / sum(S.call_counts() for S in kept)
+        d = mean.size
+        gram = sum((lambda L: L.T @ L)(S.left(np.eye(d), mean)) for S in kept)
+        n = sum(S.num_rows for S in kept)
+        C = gram / n
+        values, vectors = np.linalg.eigh(C)
+        Z = vectors[:, ::-1][:, :k + 2]
+        return pca_model(Z, C @ Z, float(np.trace(C)), n, mean, k)
+
+    def scores(i, model, people):
+        return transform(model, files[i].subset(people))
+
+    return fit, scores
+
+
+def smartpca_numpy(G, sigma, iterations, pcs, k):
+    """smartpca's loop on the pooled genotypes (n, d) (NaN missing): fit the people left (mean-imputed centred
+    rows, SVD), z-scores about the mean with divisor n on the top min(pcs, k, n - 1) PCs, remove |z| > sigma, up to
+    ``iterations`` times or until none is removed; the kept rows (bool) and the final components (k, d)."""
+    keep = np.ones(len(G), dtype=bool)
+
+    def fit():
+        mean = np.nanmean(G[keep], axis=0)
+        X = np.nan_to_num(G[keep] - mean, nan=0.0)
+        U, s, Vt = np.linalg.svd(X, full_matrices=False)
+        return U[:, :k] * s[:k], Vt[:k]
+
+    scores, components = fit()
+    for _ in range(iterations):
+        y = scores[:, :min(pcs, k, keep.sum() - 1)]
+        z = (y - y.mean(axis=0)) / np.sqrt(((y - y.mean(axis=0)) ** 2).mean(axis=0))
+        bad = np.any(np.abs(z) > sigma, axis=1)
+        if not bad.any():
+            break
+        keep[np.flatnonzero(keep)[bad]] = False
+        scores, components = fit()
+    return keep, components
+
+
+@pytest.mark.parametrize("sigma,iterations,pcs", [(6.0, 5, 10), (2.0, 3, 4), (2.2, 5, 3)])
+def test_the_sites_remove_the_people_smartpcas_rule_removes_from_the_pooled_data(tmp_path, sigma, iterations, pcs,
+                                                                                 caplog):
+    """Sums only (each site's count, score sums and squares; the server learns per-site counts): the same people
+    removed as smartpca's rule on the pooled genotypes, the same final model to 1e-10, each pass's counts logged."""
+    sites, files = sites_with_outliers(tmp_path)
+    fit, scores = federated_fit(files)
+    with caplog.at_level("INFO", logger="flwr.fedspectral"):
+        model, people, passes = outlier_passes(fit, scores, [np.arange(len(G)) for G in sites], sigma, iterations,
+                                               pcs)
+    keep, components = smartpca_numpy(np.vstack(sites), sigma, iterations, pcs, k=4)
+    offsets = np.cumsum([0] + [len(G) for G in sites[:-1]])
+    pooled_kept = np.concatenate([o + p for o, p in zip(offsets, people)])
+    np.testing.assert_array_equal(pooled_kept, np.flatnonzero(keep))
+    assert (~keep).sum() >= 1 and (sigma < 6 or not keep[10] or not keep[51 + 40 + 10])  # a distant person
+    assert 1 <= len(passes) <= iterations and passes[0]["pcs"] == min(pcs, 4)
+    signs = np.sign(np.sum(model["components"] * components, axis=1))
+    np.testing.assert_allclose(model["components"], components * signs[:, None], rtol=0, atol=1e-10)
+    assert model["n_samples"] == keep.sum()
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("outliers, pass")]
+    assert len(logged) == len(passes)
+    assert logged[0].endswith("(per site: " + ", ".join(map(str, passes[0]["counts"])) + ")")
+    # every site recomputes its own list from the recorded passes alone
+    for i, G in enumerate(sites):
+        removed = site_outliers(lambda m, p, i=i: scores(i, m, p), np.arange(len(G)), passes, sigma)
+        np.testing.assert_array_equal(np.sort(removed), np.setdiff1d(np.arange(len(G)), people[i]))
+    if sigma == 2:  # removals on every pass allowed: the loop stops after outlier-iterations of them
+        assert len(passes) == iterations and all(sum(p["counts"]) for p in passes)
+
+
+def test_the_moments_are_those_of_the_pooled_scores_and_the_rule_is_strict():
+    """The federation's mean and standard deviation (divisor n, about the mean) from per-site sums equal numpy's
+    on the pooled scores; ``|z| > sigma`` strictly; a PC of zero spread flags nobody; fewer than 3 people none."""
+    rng = np.random.default_rng(1)
+    parts = [rng.standard_normal((s, 3)) * [1, 5, 0.1] + [2, -1, 0] for s in (7, 11, 4)]
+    n, mean, sd = federation_moments([score_sums(y) for y in parts])
+    pooled = np.vstack(parts)
+    assert n == 22
+    np.testing.assert_allclose(mean, pooled.mean(axis=0), rtol=1e-13)
+    np.testing.assert_allclose(sd, pooled.std(axis=0, ddof=0), rtol=1e-12)
+    y = np.array([[0.0], [2.0], [-2.0], [1.0]])
+    np.testing.assert_array_equal(flagged(y, np.zeros(1), np.ones(1), 2.0), [False, False, False, False])
+    np.testing.assert_array_equal(flagged(y, np.zeros(1), np.ones(1), 1.5), [False, True, True, False])
+    np.testing.assert_array_equal(flagged(np.ones((4, 1)), np.ones(1), np.zeros(1), 0.5), [False] * 4)
+    assert not pooled_outliers(np.array([[0.0], [100.0]]), 0.1).any()
+    assert outlier_pcs(10, 4, 100) == 4 and outlier_pcs(10, 20, 6) == 5 and outlier_pcs(3, 20, 100) == 3
