@@ -119,3 +119,90 @@ def test_the_moments_are_those_of_the_pooled_scores_and_the_rule_is_strict():
     np.testing.assert_array_equal(flagged(np.ones((4, 1)), np.ones(1), np.zeros(1), 0.5), [False] * 4)
     assert not pooled_outliers(np.array([[0.0], [100.0]]), 0.1).any()
     assert outlier_pcs(10, 4, 100) == 4 and outlier_pcs(10, 20, 6) == 5 and outlier_pcs(3, 20, 100) == 3
+
+
+def run_outliers(tmp_path, sites, extra, strategy="covariance", rank=4):
+    """``compare`` with one run over the sites as ``data/partition_<i>.bed`` with ``extra`` run-config lines; the
+    model's path."""
+    from simulations.compare import run_comparison
+
+    (tmp_path / "data").mkdir(parents=True)
+    for i, G in enumerate(sites):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    (tmp_path / "c.toml").write_text(f'''title = "outliers"
+[defaults]
+dataset = "{tmp_path / 'data'}"
+num-clients = {len(sites)}
+rank = {rank}
+iteration-rank = {rank + 2}
+num-server-rounds = 30
+local-steps = 2
+center = true
+scale = false
+row-normalize = false
+{extra}
+[[runs]]
+name = "{strategy}"
+strategy = "{strategy}"
+''')
+    run_comparison(tmp_path / "c.toml", out=tmp_path / "out")
+    (path,) = sorted((tmp_path / "out" / "estimates").glob("*.pca.npz"))
+    return path
+
+
+@pytest.mark.parametrize("sigma,iterations,pcs", [(6.0, 5, 4), (2.2, 3, 3)])
+def test_a_run_removes_smartpcas_outliers_and_transform_lists_them_at_each_site(tmp_path, sigma, iterations, pcs,
+                                                                               caplog):
+    """A run (covariance: exact) with outlier-sigma: its model is the pooled fit without the people smartpca's
+    rule removes from the pooled genotypes (components to 1e-10), each pass's per-site counts are logged, and
+    ``transform`` writes each site's removed people (FID IID) beside its ``.eigenvec`` from the model alone."""
+    from client_app.transform import main as transform_main
+    from fl_strategies.files.pca import load_model
+    from fl_strategies.files.variants import read_fam
+
+    sites, _ = sites_with_outliers(tmp_path)
+    with caplog.at_level("INFO", logger="flwr.fedspectral"):
+        path = run_outliers(tmp_path / "run", sites, f"outlier-sigma = {sigma}\noutlier-iterations = {iterations}\n"
+                            f"outlier-pcs = {pcs}")
+    model = load_model(path)
+    keep, components = smartpca_numpy(np.vstack(sites), sigma, iterations, pcs, k=4)
+    assert (~keep).sum() >= 1 and model["n_samples"] == keep.sum()
+    signs = np.sign(np.sum(model["components"] * components, axis=1))
+    np.testing.assert_allclose(model["components"], components * signs[:, None], rtol=0, atol=1e-10)
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("outliers, pass")]
+    assert logged and all("per site: partition 0 " in m for m in logged)
+    offsets = np.cumsum([0] + [len(G) for G in sites[:-1]])
+    for i, G in enumerate(sites):
+        bed = tmp_path / "run" / "data" / f"partition_{i}.bed"
+        out = str(tmp_path / f"s{i}.eigenvec")
+        assert transform_main(["--model", str(path), "--data", str(bed), "--out", out]) == 0
+        fam = read_fam(bed)
+        listed = [tuple(line.split()) for line in (tmp_path / f"s{i}.outliers").read_text().splitlines()]
+        expected = [tuple(fam[j][:2]) for j in range(len(G)) if not keep[offsets[i] + j]]
+        assert listed == expected
+
+
+def test_outlier_keys_are_refused_where_they_cannot_apply(tmp_path):
+    """outlier-pcs beyond rank, a noisy or uncentred run, secure aggregation: one ConfigError naming the key."""
+    from fl_strategies.settings.config import ConfigError, default_run_config, validate_run_config
+
+    base = {**default_run_config(), "strategy": "fedpower", "center": True, "dataset": "nodes", "outlier-sigma": 6.0,
+            "rank": 4, "iteration-rank": 6}
+    assert validate_run_config({**base, "outlier-pcs": 4})["outlier-sigma"] == 6.0
+    for extra, match in (({}, "outlier-pcs = 10 exceeds rank = 4"), ({"center": False, "outlier-pcs": 2}, "center"),
+                         ({"secure-aggregation": True, "outlier-pcs": 2}, "secure-aggregation"),
+                         ({"outlier-sigma": -1.0}, "outlier-sigma"), ({"outlier-iterations": 0}, "outlier-iterations")):
+        with pytest.raises(ConfigError, match=match):
+            validate_run_config({**base, **extra})
+
+
+def test_rows_without_people_ids_are_refused_by_the_site(tmp_path):
+    """A site with .npy rows cannot list its people: the outlier pass is refused there, naming why."""
+    from client_app.data import NodeData
+    from client_app.outlier_replies import OutlierClient
+
+    np.save(tmp_path / "rows.npy", np.random.default_rng(0).standard_normal((10, 5)))
+    data = NodeData({"dataset": "nodes", "num-clients": 1},
+                    {"partition-id": 0, "data-path": str(tmp_path / "rows.npy")})
+    with pytest.raises(ValueError, match="outlier-sigma needs PLINK genotype files"):
+        OutlierClient(data).fit([np.eye(5)[:2]], {"phase": "outlier-scores"})

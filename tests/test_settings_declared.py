@@ -60,7 +60,8 @@ BEFORE = {
         'secagg-num-shares', 'slow-factor', 'slow-fraction'],
 }
 for _name in ("fedpower", "power", "krylov", "ssi", "localpower", "faps", "covariance"):  # added with PcaSettings since
-    BEFORE[_name] = BEFORE[_name] + ["maf-min", "geno-max", "nonfounders", "indep-pairwise", "exclude-range"]
+    BEFORE[_name] = BEFORE[_name] + ["maf-min", "geno-max", "nonfounders", "indep-pairwise", "exclude-range",
+                                    "outlier-sigma", "outlier-iterations", "outlier-pcs"]
 COMMON_BEFORE = {"strategy", "dataset", "partitioner", "dirichlet-alpha", "num-clients", "seed", "data-seed",
                  "num-samples", "dimension", "results-dir", "overwrite", "round-timeout", "xi", "kappa", "mf-noise",
                  "evaluation", "discovery", "strict"}

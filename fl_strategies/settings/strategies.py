@@ -94,6 +94,9 @@ class PcaSettings:
     indep_pairwise: str
     exclude_range: str
     nonfounders: bool
+    outlier_sigma: float
+    outlier_iterations: int
+    outlier_pcs: int
 
 
 @dataclass(frozen=True, kw_only=True)
