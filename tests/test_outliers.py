@@ -49,11 +49,12 @@ def federated_fit(files, k=4):
     return fit, scores
 
 
-def smartpca_numpy(G, sigma, iterations, pcs, k):
+def smartpca_numpy(G, sigma, iterations, pcs, k, start=None):
     """smartpca's loop on the pooled genotypes (n, d) (NaN missing): fit the people left (mean-imputed centred
     rows, SVD), z-scores about the mean with divisor n on the top min(pcs, k, n - 1) PCs, remove |z| > sigma, up to
-    ``iterations`` times or until none is removed; the kept rows (bool) and the final components (k, d)."""
-    keep = np.ones(len(G), dtype=bool)
+    ``iterations`` times or until none is removed, from the rows ``start`` (bool, all by default); the kept rows
+    (bool) and the final components (k, d)."""
+    keep = np.ones(len(G), dtype=bool) if start is None else start.copy()
 
     def fit():
         mean = np.nanmean(G[keep], axis=0)
@@ -121,14 +122,19 @@ def test_the_moments_are_those_of_the_pooled_scores_and_the_rule_is_strict():
     assert outlier_pcs(10, 4, 100) == 4 and outlier_pcs(10, 20, 6) == 5 and outlier_pcs(3, 20, 100) == 3
 
 
-def run_outliers(tmp_path, sites, extra, strategy="covariance", rank=4):
-    """``compare`` with one run over the sites as ``data/partition_<i>.bed`` with ``extra`` run-config lines; the
-    model's path."""
+def run_outliers(tmp_path, sites, extra, strategy="covariance", rank=4, keeps=None):
+    """``compare`` with one run over the sites as ``data/partition_<i>.bed`` (with a ``.keep`` of the positions
+    ``keeps[i]`` where given) with ``extra`` run-config lines; the model's path."""
+    from fl_strategies.files.variants import read_fam
     from simulations.compare import run_comparison
 
     (tmp_path / "data").mkdir(parents=True)
     for i, G in enumerate(sites):
-        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+        bed = write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+        if keeps is not None and keeps[i] is not None:
+            fam = read_fam(bed)
+            (tmp_path / "data" / f"partition_{i}.keep").write_text("".join(f"{fam[j][0]} {fam[j][1]}\n"
+                                                                           for j in keeps[i]))
     (tmp_path / "c.toml").write_text(f'''title = "outliers"
 [defaults]
 dataset = "{tmp_path / 'data'}"
@@ -150,23 +156,28 @@ strategy = "{strategy}"
     return path
 
 
-@pytest.mark.parametrize("sigma,iterations,pcs", [(6.0, 5, 4), (2.2, 3, 3)])
+@pytest.mark.parametrize("sigma,iterations,pcs,strategy", [(6.0, 5, 4, "covariance"), (2.2, 3, 3, "covariance"),
+                                                           (2.2, 2, 3, "krylov")])
 def test_a_run_removes_smartpcas_outliers_and_transform_lists_them_at_each_site(tmp_path, sigma, iterations, pcs,
-                                                                               caplog):
-    """A run (covariance: exact) with outlier-sigma: its model is the pooled fit without the people smartpca's
-    rule removes from the pooled genotypes (components to 1e-10), each pass's per-site counts are logged, and
-    ``transform`` writes each site's removed people (FID IID) beside its ``.eigenvec`` from the model alone."""
+                                                                               strategy, caplog):
+    """A run with outlier-sigma, site 1 fitting on the people of its ``.keep``: its model is the pooled fit
+    without the people smartpca's rule removes from the pooled kept genotypes (components to 1e-10), each pass's
+    per-site counts are logged, and ``transform`` writes each site's removed people (FID IID) beside its
+    ``.eigenvec`` from the model alone (the people outside the ``.keep`` are no outliers)."""
     from client_app.transform import main as transform_main
     from fl_strategies.files.pca import load_model
     from fl_strategies.files.variants import read_fam
 
     sites, _ = sites_with_outliers(tmp_path)
+    kept_1 = np.setdiff1d(np.arange(40), [3, 17, 30])
     with caplog.at_level("INFO", logger="flwr.fedspectral"):
         path = run_outliers(tmp_path / "run", sites, f"outlier-sigma = {sigma}\noutlier-iterations = {iterations}\n"
-                            f"outlier-pcs = {pcs}")
+                            f"outlier-pcs = {pcs}", strategy=strategy, keeps=[None, kept_1, None])
     model = load_model(path)
-    keep, components = smartpca_numpy(np.vstack(sites), sigma, iterations, pcs, k=4)
-    assert (~keep).sum() >= 1 and model["n_samples"] == keep.sum()
+    start = np.ones(sum(len(G) for G in sites), dtype=bool)
+    start[51 + np.array([3, 17, 30])] = False
+    keep, components = smartpca_numpy(np.vstack(sites), sigma, iterations, pcs, k=4, start=start)
+    assert (start & ~keep).sum() >= 1 and model["n_samples"] == keep.sum()
     signs = np.sign(np.sum(model["components"] * components, axis=1))
     np.testing.assert_allclose(model["components"], components * signs[:, None], rtol=0, atol=1e-10)
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("outliers, pass")]
@@ -178,7 +189,7 @@ def test_a_run_removes_smartpcas_outliers_and_transform_lists_them_at_each_site(
         assert transform_main(["--model", str(path), "--data", str(bed), "--out", out]) == 0
         fam = read_fam(bed)
         listed = [tuple(line.split()) for line in (tmp_path / f"s{i}.outliers").read_text().splitlines()]
-        expected = [tuple(fam[j][:2]) for j in range(len(G)) if not keep[offsets[i] + j]]
+        expected = [tuple(fam[j][:2]) for j in range(len(G)) if start[offsets[i] + j] and not keep[offsets[i] + j]]
         assert listed == expected
 
 
