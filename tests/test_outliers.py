@@ -122,7 +122,7 @@ def test_the_moments_are_those_of_the_pooled_scores_and_the_rule_is_strict():
     assert outlier_pcs(10, 4, 100) == 4 and outlier_pcs(10, 20, 6) == 5 and outlier_pcs(3, 20, 100) == 3
 
 
-def run_outliers(tmp_path, sites, extra, strategy="covariance", rank=4, keeps=None):
+def run_outliers(tmp_path, sites, extra, strategy="covariance", rank=4, keeps=None, scale="false"):
     """``compare`` with one run over the sites as ``data/partition_<i>.bed`` (with a ``.keep`` of the positions
     ``keeps[i]`` where given) with ``extra`` run-config lines; the model's path."""
     from fl_strategies.files.variants import read_fam
@@ -144,7 +144,7 @@ iteration-rank = {rank + 2}
 num-server-rounds = 30
 local-steps = 2
 center = true
-scale = false
+scale = "{scale}"
 row-normalize = false
 {extra}
 [[runs]]
@@ -217,3 +217,51 @@ def test_rows_without_people_ids_are_refused_by_the_site(tmp_path):
                     {"partition-id": 0, "data-path": str(tmp_path / "rows.npy")})
     with pytest.raises(ValueError, match="outlier-sigma needs PLINK genotype files"):
         OutlierClient(data).fit([np.eye(5)[:2]], {"phase": "outlier-scores"})
+
+
+SMARTPCA = "/usr/lib/eigensoft/smartpca"  # the program; /usr/bin/smartpca is Debian's perl wrapper of it
+
+
+@pytest.mark.smartpca
+@pytest.mark.skipif(not __import__("os").access(SMARTPCA, __import__("os").X_OK), reason="eigensoft not installed")
+@pytest.mark.parametrize("sigma,pcs", [(6.0, 4), (3.0, 3)])
+def test_the_people_removed_are_those_smartpca_removes(tmp_path, sigma, pcs):
+    """eigensoft's smartpca on the pooled file (``numoutlieriter`` 5, ``numoutlierevec``, ``outliersigmathresh``)
+    and a run over the sites with ``scale = "hwe"``: the same people removed (smartpca's ``REMOVED outlier``
+    lines, the sites' ``.outliers``)."""
+    import re
+    import subprocess
+
+    from client_app.transform import main as transform_main
+
+    sites, _ = sites_with_outliers(tmp_path)
+    path = run_outliers(tmp_path / "run", sites, f"outlier-sigma = {sigma}\noutlier-iterations = 5\noutlier-pcs = {pcs}",
+                        scale="hwe")
+    removed = []
+    for i in range(len(sites)):
+        bed = tmp_path / "run" / "data" / f"partition_{i}.bed"
+        out = str(tmp_path / f"s{i}.eigenvec")
+        assert transform_main(["--model", str(path), "--data", str(bed), "--out", out]) == 0
+        removed += [(i, line.split()[1]) for line in (tmp_path / f"s{i}.outliers").read_text().splitlines()]
+    pooled = tmp_path / "pooled"
+    write_bed(pooled.with_suffix(".bed"), np.vstack(sites))
+    # smartpca wants chromosomes 1-22 with positions, and column 6 of the .fam a phenotype it does not ignore
+    bim = pooled.with_suffix(".bim")
+    bim.write_text("".join(f"1\t{f[1]}\t0\t{10000 * (j + 1)}\t{f[4]}\t{f[5]}\n"
+                           for j, f in enumerate(line.split() for line in bim.read_text().splitlines())))
+    owner = [i for i, G in enumerate(sites) for _ in range(len(G))]
+    fam = pooled.with_suffix(".fam")
+    iids = [line.split()[1] for line in fam.read_text().splitlines()]
+    fam.write_text("".join(f"F{j}\t{iid}\t0\t0\t0\t1\n" for j, iid in enumerate(iids)))
+    (tmp_path / "par.txt").write_text(
+        f"genotypename: {pooled}.bed\nsnpname: {bim}\nindivname: {fam}\nevecoutname: {pooled}.evec\n"
+        f"evaloutname: {pooled}.eval\nnumoutevec: 4\nnumoutlieriter: 5\nnumoutlierevec: {pcs}\n"
+        f"outliersigmathresh: {sigma}\noutlieroutname: {pooled}.outliers\nnumthreads: 1\n")
+    subprocess.run([SMARTPCA, "-p", str(tmp_path / "par.txt")], check=True, capture_output=True, cwd=tmp_path,
+                   timeout=300)
+    text = pooled.with_suffix(".outliers").read_text()
+    smartpca = [int(j) for j in re.findall(r"REMOVED outlier F(\d+):", text)]
+    # the site files' IIDs restart at each site: name each removed person by (site, IID) on both sides
+    site_iids = [line.split()[1] for i in range(len(sites))
+                 for line in (tmp_path / "run" / "data" / f"partition_{i}.fam").read_text().splitlines()]
+    assert smartpca and sorted((owner[j], site_iids[j]) for j in smartpca) == sorted(removed)
