@@ -235,8 +235,8 @@ def test_the_people_removed_are_those_smartpca_removes(tmp_path, sigma, pcs):
     from client_app.transform import main as transform_main
 
     sites, _ = sites_with_outliers(tmp_path)
-    path = run_outliers(tmp_path / "run", sites, f"outlier-sigma = {sigma}\noutlier-iterations = 5\noutlier-pcs = {pcs}",
-                        scale="hwe")
+    path = run_outliers(tmp_path / "run", sites, f"outlier-sigma = {sigma}\noutlier-iterations = 5\n"
+                        f"outlier-pcs = {pcs}", scale="hwe")
     removed = []
     for i in range(len(sites)):
         bed = tmp_path / "run" / "data" / f"partition_{i}.bed"
@@ -265,3 +265,39 @@ def test_the_people_removed_are_those_smartpca_removes(tmp_path, sigma, pcs):
     site_iids = [line.split()[1] for i in range(len(sites))
                  for line in (tmp_path / "run" / "data" / f"partition_{i}.fam").read_text().splitlines()]
     assert smartpca and sorted((owner[j], site_iids[j]) for j in smartpca) == sorted(removed)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(400)
+def test_fedspectral_run_removes_the_outliers_on_flowers_engine(tmp_path, flower_processes):
+    """``fedspectral run`` (Flower's Ray engine: each node keeps its removed people in its state between messages)
+    over a folder of ``.bed`` sites: the model is the pooled fit without smartpca's outliers, and each site's
+    ``.outliers`` lists its people that the pooled rule removes."""
+    import subprocess
+    import sys
+
+    from client_app.transform import main as transform_main
+    from fl_strategies.files.pca import load_model
+
+    sites, _ = sites_with_outliers(tmp_path)
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(sites):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    done = subprocess.run([sys.executable, "-m", "fedspectral", "run", "--run-config",
+                           f'dataset="{tmp_path / "data"}" num-clients=3 center=true row-normalize=false '
+                           'strategy="covariance" rank=4 iteration-rank=6 results-dir="pca-out" outlier-sigma=2.2 '
+                           'outlier-iterations=3 outlier-pcs=3'], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=380)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    keep, components = smartpca_numpy(np.vstack(sites), 2.2, 3, 3, k=4)
+    model = load_model(tmp_path / "pca-out" / "pca.npz")
+    assert model["n_samples"] == keep.sum() < len(keep)
+    signs = np.sign(np.sum(model["components"] * components, axis=1))
+    np.testing.assert_allclose(model["components"], components * signs[:, None], rtol=0, atol=1e-10)
+    offsets = np.cumsum([0] + [len(G) for G in sites[:-1]])
+    for i, G in enumerate(sites):
+        out = str(tmp_path / f"s{i}.eigenvec")
+        bed = str(tmp_path / "data" / f"partition_{i}.bed")
+        assert transform_main(["--model", str(tmp_path / "pca-out" / "pca.npz"), "--data", bed, "--out", out]) == 0
+        listed = [line.split()[1] for line in (tmp_path / f"s{i}.outliers").read_text().splitlines()]
+        assert len(listed) == int((~keep[offsets[i]:offsets[i] + len(G)]).sum())
