@@ -182,6 +182,11 @@ def test_a_run_removes_smartpcas_outliers_and_transform_lists_them_at_each_site(
     np.testing.assert_allclose(model["components"], components * signs[:, None], rtol=0, atol=1e-10)
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("outliers, pass")]
     assert logged and all("per site: partition 0 " in m for m in logged)
+    import csv  # every fit's rounds in turn, each from round 0: one fit more than the passes that removed somebody
+
+    with open(tmp_path / "run" / "out" / "results.csv", newline="") as handle:
+        starts = sum(row["round"] == "0" for row in csv.DictReader(handle))
+    assert starts == 1 + sum(int(m.split(": ")[1].split(" of ")[0]) > 0 for m in logged)
     offsets = np.cumsum([0] + [len(G) for G in sites[:-1]])
     for i, G in enumerate(sites):
         bed = tmp_path / "run" / "data" / f"partition_{i}.bed"

@@ -232,7 +232,10 @@ class FederatedStrategy(Strategy):
 
     def restart(self, state: dict[str, Any]) -> None:
         """Start the fit again from ``state`` (:meth:`initial_state`): discovery, the mean, the scale and every
-        round are redone (after an outlier pass: without the people the sites removed)."""
+        round are redone (after an outlier pass: without the people the sites removed). The fit's last held row is
+        written first: the rows of every fit are written in turn, each from round 0."""
+        if self._held is not None:
+            self._write(*self._held)
         self.__dict__.update({key: value if key in self.SHARED_ON_RESTART else copy.deepcopy(value)
                               for key, value in state.items()})
 
