@@ -8,7 +8,9 @@ A ``.bed`` is read as the model's variants (by ID, A1/A2 exchanged flipped, when
 otherwise); with ``--out site.eigenvec`` its people's scores are written on plink2's eigenvector scale (over the
 model's singular values) in plink2's layout with the ``.fam``'s FID and IID (a ``.pgen``: likewise, with its
 ``.pvar`` and ``.psam``)
-(:mod:`fl_strategies.files.plink_outputs`), and ``site.eigenvec.png`` draws PC1 against PC2 and PC3.
+(:mod:`fl_strategies.files.plink_outputs`), and ``site.eigenvec.png`` draws PC1 against PC2 and PC3; after a run with
+``outlier-sigma``, ``site.outliers`` lists the site's people removed as outliers (FID IID, recomputed from the model:
+:func:`client_app.outlier_replies.removed_people`).
 
 Nothing the user owns is written over: ``--out`` may never be the ``--data`` or ``--model`` file, an existing
 ``--out`` is refused unless ``--force``, a link at ``--out`` is refused even with ``--force``, and the scores are

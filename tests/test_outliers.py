@@ -196,10 +196,17 @@ def test_a_run_removes_smartpcas_outliers_and_transform_lists_them_at_each_site(
         listed = [tuple(line.split()) for line in (tmp_path / f"s{i}.outliers").read_text().splitlines()]
         expected = [tuple(fam[j][:2]) for j in range(len(G)) if start[offsets[i] + j] and not keep[offsets[i] + j]]
         assert listed == expected
+    # an existing list is never written over without --force (the .eigenvec and its picture gone: nothing written)
+    for name in ("s0.eigenvec", "s0.eigenvec.png"):
+        (tmp_path / name).unlink()
+    bed = str(tmp_path / "run" / "data" / "partition_0.bed")
+    assert transform_main(["--model", str(path), "--data", bed, "--out", str(tmp_path / "s0.eigenvec")]) == 2
+    assert not (tmp_path / "s0.eigenvec").exists()
 
 
 def test_outlier_keys_are_refused_where_they_cannot_apply(tmp_path):
-    """outlier-pcs beyond rank, a noisy or uncentred run, secure aggregation: one ConfigError naming the key."""
+    """outlier-pcs beyond rank, an uncentred run, secure aggregation, a checkpoint, bad values: one ConfigError
+    naming the key."""
     from fl_strategies.settings.config import ConfigError, default_run_config, validate_run_config
 
     base = {**default_run_config(), "strategy": "fedpower", "center": True, "dataset": "nodes", "outlier-sigma": 6.0,
@@ -207,6 +214,7 @@ def test_outlier_keys_are_refused_where_they_cannot_apply(tmp_path):
     assert validate_run_config({**base, "outlier-pcs": 4})["outlier-sigma"] == 6.0
     for extra, match in (({}, "outlier-pcs = 10 exceeds rank = 4"), ({"center": False, "outlier-pcs": 2}, "center"),
                          ({"secure-aggregation": True, "outlier-pcs": 2}, "secure-aggregation"),
+                         ({"checkpoint-dir": "ck", "outlier-pcs": 2}, "checkpoint-dir"),
                          ({"outlier-sigma": -1.0}, "outlier-sigma"), ({"outlier-iterations": 0}, "outlier-iterations")):
         with pytest.raises(ConfigError, match=match):
             validate_run_config({**base, **extra})
