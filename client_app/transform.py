@@ -15,7 +15,9 @@ model's singular values) in plink2's layout with the ``.fam``'s FID and IID (a `
 Nothing the user owns is written over: ``--out`` may never be the ``--data`` or ``--model`` file, an existing
 ``--out`` is refused unless ``--force``, a link at ``--out`` is refused even with ``--force``, and the scores are
 written to a temporary file of mode 600 that is renamed into place once complete
-(:func:`fl_strategies.files.plain_files.write_file`).
+(:func:`fl_strategies.files.plain_files.write_file`). One transform at a time writes an ``--out``
+(:mod:`fl_strategies.files.folder_lock`: a second is refused naming the first); Ctrl-C or SIGTERM leave no
+partial file (one line, exit status 130 or 143).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from fl_strategies.kernels.rows import BedVariants
 from fl_strategies.files.pca import load_model, transform
 from fl_strategies.files.plain_files import refuse_overwrite, write_file
 from fl_strategies.files.plink_outputs import draw_ancestry, eigenvec_text, plink2_eigenvectors
-from fl_strategies.settings.command_line import ArgumentParser
+from fl_strategies.files.folder_lock import FolderLock
+from fl_strategies.settings.command_line import ArgumentParser, interruption, stop_signals
 from fl_strategies.files.variants import as_variants, read_fam
 
 from .outlier_replies import remove_file_text, removed_people
@@ -64,16 +67,31 @@ def main(argv: list[str] | None = None, prog: str = "python -m client_app.transf
                         "for a .bed/.pgen the samples' plink2 eigenvectors (.eigenvec, with a picture beside it)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out (never --data or --model)")
     args = parser.parse_args(argv)
+    with stop_signals():  # SIGTERM and SIGHUP as Ctrl-C: the scores are written whole or not at all
+        try:
+            return _transform(args, prog)
+        except KeyboardInterrupt as ex:
+            print(f"{prog}: interrupted ({interruption(ex).name}): nothing was written to {args.out}",
+                  file=sys.stderr)
+            return interruption(ex).status
+
+
+def _transform(args, prog: str) -> int:
+    """:func:`main` after its arguments were parsed: check, transform and write, owning ``--out`` meanwhile."""
+    lock = None
     try:
         eigenvec = args.out.lower().endswith(".eigenvec")
         if not (args.out.lower().endswith(".npy") or eigenvec and is_genotype_file(args.data)):
             raise ValueError(f"--out {args.out!r}: must name a .npy file (or a .eigenvec file for a .bed/.pgen --data)")
         picture = f"{args.out}.png"
+        if not Path(args.out).resolve().parent.is_dir():
+            raise ValueError(f"--out {args.out!r}: its folder does not exist")
+        # one transform at a time writes --out: a second one is refused (naming the first) before it checks or
+        # writes anything, so it cannot replace the first one's scores unasked
+        lock = FolderLock(args.out, "--out", file=True, what=f"{prog} --out {args.out}").acquire()
         refuse_overwrite(args.out, "--out", {"--data": args.data, "--model": args.model}, args.force)
         if eigenvec:
             refuse_overwrite(picture, "--out's picture", {"--data": args.data, "--model": args.model}, args.force)
-        if not Path(args.out).resolve().parent.is_dir():
-            raise ValueError(f"--out {args.out!r}: its folder does not exist")
         model = load_model(args.model)
         X = open_samples(args.data, "--data")  # a .bed file stays on disk, read in its variant order
         if isinstance(X, BedVariants) and model.get("variants") is not None:
@@ -106,6 +124,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m client_app.transf
     except (ValueError, OSError) as ex:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
+    finally:
+        if lock is not None:
+            lock.release()
     print(f"{scores.shape[0]} rows -> {scores.shape[1]} components: {out}")
     return 0
 

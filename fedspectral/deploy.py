@@ -74,6 +74,8 @@ from fedspectral.credentials import write_node_keys, write_tls_files, written_na
 from fedspectral.outcome import missing_model, model_stamp
 from simulations.data.federated_data import federated_dataset
 from fedspectral.run import absolute_paths, flower_env, run_status, stream_run, terminate
+from fl_strategies.files.folder_lock import own_folders
+from fl_strategies.settings.command_line import interruption, stop_signals
 
 __all__ = ["LocalDeployment", "find_node_files", "check_secret_files", "secret_files", "write_node_files",
            "deployment_outputs", "check_earlier_outputs", "record_outputs", "main"]
@@ -543,7 +545,12 @@ class LocalDeployment:
         self.processes = []
 
     def stop(self) -> None:
-        """Terminate every process started here (their whole process groups), then kill what remains."""
+        """Terminate every process started here (their whole process groups), then kill what remains.
+
+        A ServerApp still running (Ctrl-C, SIGTERM) is stopped first, while its SuperLink and SuperNodes still
+        answer: it ends its run between two rounds (:mod:`fl_strategies.protocol.stop_request`).
+        """
+        terminate([pid for pid, args in self._helpers() if "flwr-serverapp" in args], term_wait=10.0)
         self._stop_processes()
         if self.forkserver_dir is not None:
             shutil.rmtree(self.forkserver_dir, ignore_errors=True)
@@ -609,9 +616,25 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
                         "with its 3 s sleep after an empty poll of the SuperLink (and its 0.5 s looks for a reply) "
                         "shortened to SECONDS, in [0.05, 3] (default: Flower's flower-supernode unchanged)")
     args = parser.parse_args(argv)
+    held: list = []  # the folder locks _deploy took
+    with stop_signals():  # SIGTERM and SIGHUP stop the deployment as Ctrl-C does
+        try:
+            return _deploy(args, parser.prog, held)
+        except KeyboardInterrupt as ex:  # before any process started
+            print(f"{parser.prog}: interrupted ({interruption(ex).name}) before the deployment started; nothing "
+                  "was started", file=sys.stderr)
+            return interruption(ex).status
+        finally:
+            for folders in held:
+                folders.release()
+
+
+def _deploy(args, prog: str, held: list) -> int:
+    """:func:`main` after its arguments were parsed, with the stop signals raising ``Interrupted``; the folder
+    locks it takes go to ``held``."""
 
     def refuse(message: str) -> int:
-        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
 
     try:
@@ -680,32 +703,46 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
         check_output_dirs({**cfg, **absolute}, "--run-config")
     except (ArgumentError, ConfigError) as ex:
         return refuse(str(ex))
+    try:  # --out, results-dir and checkpoint-dir are this deployment's until it ended (a second one is refused)
+        folders = own_folders({"--out": out, "results-dir": absolute.get("results-dir") or cfg["results-dir"],
+                               "checkpoint-dir": absolute.get("checkpoint-dir") or cfg["checkpoint-dir"]},
+                              what=f"{prog} --out {args.out}")
+    except (ConfigError, UnsafeDestination) as ex:
+        return refuse(str(ex))
+    held.append(folders)  # released by main once the deployment has stopped, however it ended
     try:
         record_outputs(out, planned)
         if not args.data_dir:
             files = write_node_files(cfg, out / "node-data")
     except WriteFailed as ex:  # a full disk: one line naming the file, no process started
-        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         return 1
     try:
         secrets = secret_files(Path(args.noise_secret_dir), m) if args.noise_secret_dir else {}
     except OSError as ex:
         return refuse(f"--noise-secret-dir {args.noise_secret_dir}: {ex}")
     node_config = {i: f"{faults.get(i, '')} {secrets.get(i, '')}".strip() for i in range(m)}
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of this script still stops its processes
     # Flower's processes resolve relative paths against the SuperLink's directory (OUT): made absolute above
     results = Path(absolute.get("results-dir") or cfg.get("results-dir") or out)
     run_config = [args.run_config, " ".join(config_word(key, value) for key, value in absolute.items()
                                             if key != "results-dir") + (" overwrite=true" if args.force else "")]
     before = model_stamp(results)  # an earlier run's pca.npz is not this run's result
-    try:
+    try:  # on Ctrl-C or SIGTERM the deployment stops every process it started on the way out of `with`
         with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=node_config,
                              warm_clientapp=args.warm_clientapp, supernode_poll=args.supernode_poll) as deployment:
             status = deployment.run(run_config, results)
             lost = deployment.lost_nodes()  # before the deployment stops them all
     except (RuntimeError, OSError) as ex:
-        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as ex:
+        stopped = interruption(ex)
+        checkpoint = Path(absolute.get("checkpoint-dir") or cfg["checkpoint-dir"]) / "checkpoint.npz"
+        print(f"{prog}: stopped by {stopped.name}: the deployment's SuperLink, SuperNodes and ServerApp were "
+              f"stopped; what the run wrote is in {results}" + (
+                  f", and resume = true continues it from {checkpoint}" if cfg["checkpoint-dir"] else ""),
+              file=sys.stderr)
+        return stopped.status
     written = (results / "rounds.csv").is_file()
     print(f"deployment run status: {status}; " + (f"results in {results / 'rounds.csv'}" if written
                                                   else f"no results were written to {results}"))
@@ -714,7 +751,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     missing = missing_model(cfg, results, before)
     problems += [missing] if missing else []
     for problem in problems:
-        print(f"{parser.prog}: {problem}", file=sys.stderr)
+        print(f"{prog}: {problem}", file=sys.stderr)
     return 0 if status == "finished:completed" and not problems else 1
 
 

@@ -22,6 +22,15 @@ wrong on a machine without internet; this wrapper does them:
   read back with ``flwr ls`` and turned into the exit code;
 * the local SuperLink that ``flwr run`` starts outlives it; the wrapper stops
   it again (unless it was already running before, or ``--keep-superlink``);
+* ``results-dir`` and ``checkpoint-dir`` are this command's from before Flower starts until it ended: a second
+  ``fedspectral run`` (or ``compare``, ``deploy``) on one of them, or one a ServerApp writes now, is refused in one
+  line naming the holder (:mod:`fl_strategies.files.folder_lock`);
+* Ctrl-C, SIGTERM or SIGHUP stop the run, not only this command: the simulation process below the local
+  SuperLink it started gets SIGTERM (its ServerApp ends before its next round, and Ray is stopped with it:
+  :func:`stop_simulations`), then that SuperLink and every process below it are stopped
+  (:func:`stop_superlink`); on a SuperLink it did not start (or kept) the run is stopped with ``flwr stop``
+  (:func:`stop_flower_run`). One line says so, the exit status is 128 + the signal's number, and a run with
+  ``resume = true`` continues from the checkpoint;
 * the simulation runs with ``OPENBLAS_NUM_THREADS=1`` unless set (:func:`simulation_env`), and a run whose
   simulation process stopped before the ServerApp logged a line is started again, once, with a line saying so
   (:data:`APP_LINE`).
@@ -58,8 +67,12 @@ from pathlib import Path
 
 from fedspectral.app_bundle import default_flower_home
 from fedspectral.outcome import missing_model, model_stamp
-from fedspectral.run_config import (ArgumentError, ArgumentParser, app_dir, check_output_dirs, checked_run_config,
-                                    config_word, parse_run_config)
+from fedspectral.run_config import (OUTPUT_KEYS, ArgumentError, ArgumentParser, app_dir, check_output_dirs,
+                                    checked_run_config, config_word, parse_run_config)
+from fl_strategies.files.folder_lock import own_folders
+from fl_strategies.settings.errors import ConfigError
+from fl_strategies.files.plain_files import UnsafeDestination
+from fl_strategies.settings.command_line import interruption, stop_signals
 
 SUPERLINK_PORT = 39091  # Flower's local SuperLink (flwr/cli/local_superlink.py), unless the variable below is set
 PORT_VARIABLE = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"
@@ -113,16 +126,78 @@ def superlink_running(env: dict[str, str] | None = None) -> bool:
 
 
 def stop_superlink(env: dict[str, str] | None = None) -> None:
-    """Stop the local SuperLink that ``flwr run`` started for ``env``, and its SuperExec; return once they exited.
+    """Stop the local SuperLink that ``flwr run`` started for ``env`` and every process it started; return once
+    they exited.
 
+    That is its SuperExec, the simulation process (``flwr-simulation``) of a run still going, and that one's Ray
+    processes (GCS, raylet, workers): every descendant of the SuperLink, and of a SuperExec whose parent it was,
+    found before the first signal (a killed parent's children are re-parented and could not be found after).
     Only the SuperLink on that port whose state lives in that ``FLWR_HOME`` is stopped: another project's
-    local SuperLink is left alone. SIGTERM first; what still runs after 15 s gets SIGKILL.
+    local SuperLink is left alone. SIGTERM first (Flower's processes then exit within 5 s); what still runs after
+    15 s gets SIGKILL.
     """
     env = flower_env() if env is None else env
     links, processes = _own_superlinks(env)
     helpers = [pid for pid, args in processes if "flower-superexec" in args
                and any(f"--parent-pid {link} " in args + " " for link in links)]
-    terminate(links + helpers, term_wait=15.0)
+    terminate(descendants(links + helpers), term_wait=15.0)
+
+
+def stop_simulations(env: dict[str, str]) -> None:
+    """Stop the simulation processes (``flwr-simulation``) below the local SuperLink of ``env`` and their Ray
+    processes; return once they exited.
+
+    SIGINT, as Flower's own stop does (its SIGTERM handler is replaced by Ray's, which leaves the ServerApp's
+    thread running): Flower's exit handler then asks the ServerApp to end before its next round
+    (:mod:`fl_strategies.protocol.stop_request`), reports the run's end to the SuperLink and stops Ray. What
+    still runs after 12 s (the simulation process, or a Ray process it left) gets SIGTERM, then SIGKILL.
+    """
+    links, processes = _own_superlinks(env)
+    helpers = [pid for pid, args in processes if "flower-superexec" in args
+               and any(f"--parent-pid {link} " in args + " " for link in links)]
+    names = dict(processes)
+    simulations = [pid for pid in descendants(links + helpers) if "flwr-simulation" in names.get(pid, "")]
+    below = descendants(simulations)  # Ray's processes, found before their parent exits
+    terminate(simulations, term_wait=12.0, first=signal.SIGINT)
+    terminate(below)
+
+
+def descendants(pids: list[int]) -> list[int]:
+    """``pids`` and every process below them (children, their children, ...), read from ``/proc`` now."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parent[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = list(dict.fromkeys(pids)), list(pids)
+    while frontier:
+        node = frontier.pop()
+        for pid, ppid in parent.items():
+            if ppid == node and pid not in found:
+                found.append(pid)
+                frontier.append(pid)
+    return found
+
+
+def stop_flower_run(run_id: str, env: dict[str, str], connection: str | None = None, wait: float = 20.0,
+                    until_finished: bool = True) -> str:
+    """``flwr stop`` a run on the SuperLink of ``env`` and (``until_finished``) wait until it has finished; its
+    final status (``"unknown"`` when not waited for).
+
+    Flower's simulation (or ServerApp) process of the run exits on that (within about 10 s), and so do its Ray
+    processes. Every write of a run is whole (the checkpoint by a rename, a row of ``rounds.csv`` by one
+    append): what it wrote up to then is consistent, and a run with ``resume = true`` continues from its last
+    checkpoint.
+    """
+    try:
+        subprocess.run(["flwr", "stop", run_id, *([connection] if connection else [])], env=env, cwd=app_dir(),
+                       capture_output=True, text=True, timeout=wait)
+    except subprocess.TimeoutExpired:
+        return "unknown"
+    return run_status(run_id, env, wait=wait, connection=connection) if until_finished else "unknown"
 
 
 def _own_superlinks(env: dict[str, str]) -> tuple[list[int], list[tuple[int, str]]]:
@@ -172,9 +247,14 @@ def claim_superlink_port(env: dict[str, str]) -> str | None:
             f"SuperLink uses port {new} ({PORT_VARIABLE})")
 
 
-def terminate(pids: list[int], term_wait: float = 5.0, kill_wait: float = 5.0) -> None:
-    """SIGTERM every process of ``pids``; SIGKILL those still running after ``term_wait`` s; wait for them."""
-    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, kill_wait)):
+def terminate(pids: list[int], term_wait: float = 5.0, kill_wait: float = 5.0,
+              first: signal.Signals = signal.SIGTERM) -> None:
+    """Send ``first`` (SIGTERM) to every process of ``pids``; SIGKILL those still running after ``term_wait`` s
+    (with another ``first``, SIGTERM after ``term_wait`` s and SIGKILL after another 5 s); wait for them."""
+    steps = [(first, term_wait), (signal.SIGKILL, kill_wait)]
+    if first != signal.SIGTERM:
+        steps.insert(1, (signal.SIGTERM, 5.0))
+    for sig, wait in steps:
         if not any(_running(pid) for pid in pids):
             return
         for pid in pids:
@@ -233,11 +313,13 @@ APP_LINE = re.compile(r"fedspectral: ")
 """A line the ServerApp logs (every one of its lines starts so; the first names the strategy): the app started."""
 
 
-def stream_run(cmd: list[str], env: dict[str, str], app_lines: list[str] | None = None) -> str | None:
+def stream_run(cmd: list[str], env: dict[str, str], app_lines: list[str] | None = None,
+               run_ids: list[str] | None = None) -> str | None:
     """Run a ``flwr run ... --stream`` command, echo its output, and return the run id it started.
 
     ``app_lines``, when given, receives the streamed lines the ServerApp logged (:data:`APP_LINE`): empty after a
-    run whose simulation process stopped before the app started.
+    run whose simulation process stopped before the app started. ``run_ids``, when given, receives the run id as
+    soon as Flower prints it (an interrupted caller can stop that run).
 
     Flower's misleading lines about the federation's size (:data:`MISLEADING_LINES`) are not echoed.
 
@@ -255,6 +337,8 @@ def stream_run(cmd: list[str], env: dict[str, str], app_lines: list[str] | None 
                 app_lines.append(line)
             match = re.search(r"Successfully started run (\d+)", line)
             run_id = match.group(1) if match else run_id
+            if match and run_ids is not None:
+                run_ids.append(run_id)
         proc.wait()
     except BaseException:
         proc.terminate()
@@ -298,8 +382,9 @@ examples:
   (mydata holds one file per client, partition_<i>.npy or .csv; out receives rounds.csv and pca.npz)
 
 exit status: 0 the run finished, 1 it failed (Flower's final status is printed last; also a run that wrote no
-pca.npz to its results-dir where its strategy writes one), 2 a bad argument or run config (one line, before
-Flower starts)
+pca.npz to its results-dir where its strategy writes one), 2 a bad argument or run config, or a results-dir /
+checkpoint-dir in use (one line, before Flower starts), 130 (143) stopped by Ctrl-C (SIGTERM): the run and every
+process it started are stopped, resume = true continues it
 """
 
 
@@ -316,21 +401,40 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
                         "for `flwr run --run-config`")
     parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
     args = parser.parse_args(argv)
+    with stop_signals() as signals:  # SIGTERM and SIGHUP stop the run as Ctrl-C does
+        try:
+            return _run(args, parser.prog, signals)
+        except KeyboardInterrupt as ex:  # before Flower started: nothing to stop
+            print(f"{parser.prog}: interrupted ({interruption(ex).name}) before the run started; nothing was "
+                  "started", file=sys.stderr)
+            return interruption(ex).status
+
+
+def _run(args, prog: str, signals) -> int:
+    """:func:`main` after its arguments were parsed, with the stop signals raising :class:`Interrupted`."""
     try:  # the fused run config is validated (and checked against its data) before Flower starts anything
         cfg = checked_run_config(parse_run_config(args.run_config))
         check_output_dirs(cfg)  # results-dir, checkpoint-dir: created and test-written here, one line if not
-    except ArgumentError as ex:
-        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        # the folders are this command's until it ends, and a ServerApp (a plain `flwr run .`) writing one is refused
+        folders = own_folders({key: cfg[key] for key in OUTPUT_KEYS}, what=f"{prog} {args.run_config}".strip())
+    except (ArgumentError, ConfigError, UnsafeDestination) as ex:
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
+    with folders:
+        return _run_flower(args, prog, signals, cfg)
+
+
+def _run_flower(args, prog: str, signals, cfg: dict) -> int:
+    """Start the run in Flower and report its status; on a stop signal, stop it and everything it started."""
     num_clients = int(cfg["num-clients"])
     env = simulation_env()
     try:  # never join (and later lose) another FLWR_HOME's local SuperLink
         note = claim_superlink_port(env)
     except ArgumentError as ex:
-        print(f"{parser.prog}: error: {ex}", file=sys.stderr)
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
     if note:
-        print(f"{parser.prog}: {note}", file=sys.stderr)
+        print(f"{prog}: {note}", file=sys.stderr)
     started_here = not superlink_running(env)
     cmd = ["flwr", "run", str(app_dir()), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
     if args.run_config:
@@ -340,15 +444,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
         try:  # each path one word for Flower's parser, also with a quote in it
             cmd += ["--run-config", " ".join(config_word(key, value) for key, value in absolute.items())]
         except ArgumentError as ex:
-            print(f"{parser.prog}: error: --run-config: {ex}", file=sys.stderr)
+            print(f"{prog}: error: --run-config: {ex}", file=sys.stderr)
             return 2
     results = absolute.get("results-dir") or cfg["results-dir"]
     before = model_stamp(results)  # an earlier run's pca.npz is not this run's result
     status = "not started"
+    run_ids: list[str] = []
+    stopped = None
     try:
         for attempt in (1, 2):
             app_lines: list[str] = []
-            run_id = stream_run(cmd, env, app_lines)
+            run_id = stream_run(cmd, env, app_lines, run_ids)
             if run_id is not None:
                 status = run_status(run_id, env)
             if status != "finished:failed" or app_lines or attempt == 2:
@@ -356,18 +462,32 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
             # Flower's simulation process sometimes stops before the ServerApp starts (seen under load: Ray's
             # start-up in Flower's engine thread ends after its GCS, with no raylet); nothing of the app has run
             # and nothing was written, so the run is started again, once, and the user is told.
-            print(f"{parser.prog}: run {run_id} failed before the ServerApp started (Flower's simulation process "
+            print(f"{prog}: run {run_id} failed before the ServerApp started (Flower's simulation process "
                   f"stopped; its SuperLink's log: {Path(env['FLWR_HOME']) / 'local-superlink' / 'superlink.log'}); "
                   "starting it again, once", file=sys.stderr)
-    except KeyboardInterrupt:
-        status = "interrupted"
+    except KeyboardInterrupt as ex:  # Ctrl-C, SIGTERM, SIGHUP: the run is stopped, not left running
+        stopped = interruption(ex)
+        with signals.deferred():  # a second Ctrl-C does not interrupt the stop
+            if started_here:  # its simulation process is found below this SuperLink: stopped directly
+                stop_simulations(env)
+            if run_ids and not (started_here and not args.keep_superlink):
+                stop_flower_run(run_ids[-1], env)
+            if started_here and not args.keep_superlink:
+                stop_superlink(env)
     finally:
-        if started_here and not args.keep_superlink:
-            stop_superlink(env)
+        if stopped is None and started_here and not args.keep_superlink:
+            with signals.deferred():
+                stop_superlink(env)
+    if stopped is not None:
+        print(f"{prog}: stopped by {stopped.name}: " + (f"run {run_ids[-1]}" if run_ids else "the run")
+              + " and the processes it started were stopped" + (
+                  f"; resume = true continues it from {Path(cfg['checkpoint-dir']) / 'checkpoint.npz'}"
+                  if cfg["checkpoint-dir"] else ""), file=sys.stderr)
+        return stopped.status
     print(f"flwr run status: {status}")
     missing = missing_model(cfg, results, before) if status == "finished:completed" else None
     if missing:  # Flower's status says the ServerApp returned; the result it should have left is not there
-        print(f"{parser.prog}: {missing}", file=sys.stderr)
+        print(f"{prog}: {missing}", file=sys.stderr)
     return 0 if status == "finished:completed" and not missing else 1
 
 

@@ -178,7 +178,8 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
     Everything that a run would refuse before round 1 and that needs no node is refused here, before any
     Flower process starts: unknown keys, wrong types and ranges
     (:func:`fl_strategies.settings.config.validate_run_config`), a ``results-dir`` holding an earlier run's results
-    (:func:`fl_strategies.settings.config.check_results_dir`), keys the strategy does not read
+    (:func:`fl_strategies.settings.config.check_results_dir`), a ``checkpoint-dir`` holding an earlier run's checkpoint
+(:func:`fl_strategies.protocol.checkpoint.check_checkpoint_dir`), keys the strategy does not read
     (:func:`fl_strategies.settings.config.check_unread_keys`: printed as one warning line on stderr, refused under
     ``strict = true``), and ranks or ``num-clients`` that the data set cannot hold (without generating a lazy data set).
 
@@ -193,6 +194,7 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
                                       default_run_config, validate_run_config)
 
     from fl_strategies.files.warm_start import check_width, load_start
+    from fl_strategies.protocol.checkpoint import check_checkpoint_dir
 
     try:  # an installed package's app directory (fedspectral.app_bundle): one line of its own if it cannot be made
         app_dir()
@@ -205,6 +207,7 @@ def checked_run_config(overrides: dict, option: str = "--run-config") -> dict:
         if unread:
             print(f"warning: {unread}", file=sys.stderr)
         check_results_dir(cfg)
+        check_checkpoint_dir(cfg)  # an earlier run's checkpoint is never replaced without resume or overwrite
         start = load_start(cfg)  # init-from: the earlier model, read as the server will
     except (ConfigError, ValueError) as ex:
         raise ArgumentError(f"{option}: {ex}") from None

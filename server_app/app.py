@@ -19,6 +19,7 @@ It validates the whole run configuration and keeps it as a mapping where every k
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 from flwr.common import Context
@@ -29,9 +30,11 @@ from fl_strategies.settings.config import (ConfigError, check_unread_keys, defau
                                           round_timeout)
 from fl_strategies.files.data_files import read_samples
 from fl_strategies.files.plain_files import WriteFailed
+from fl_strategies.files.folder_lock import FolderLocks, folder_locks
 from fl_strategies.protocol.base import RunFailed
 from fl_strategies.files.harness import ServerData, find_harness, on_nodes
 from fl_strategies.settings.registry import load_class, spec
+from fl_strategies.protocol import stop_request
 from fl_strategies.protocol.checkpoint import checkpoint_for
 from fl_strategies.protocol.round_exchange import simulated_grid
 from fl_strategies.protocol.server_loop import StoppingServer
@@ -72,13 +75,34 @@ def build_strategy(run_config) -> tuple:
         inputs["singular_values"] = None if data is None else data.singular_values
     strategy = load_class(what.server)(cfg, None if data is None else data.dimension,
                                        reference=None if data is None else data.reference, **inputs)
-    if cfg["results-dir"]:
-        writer = ResultsWriter(cfg["results-dir"], keep=cfg["resume"], overwrite=cfg["overwrite"])
-        strategy.on_round = writer
-        strategy.on_model = lambda model: writer.write_model(model, cfg)
-        log.info("fedspectral: results in %s", Path(cfg["results-dir"]).resolve())
+    # the folders this run writes are its own until it ends (run_server releases them), or the ServerApp of
+    # another run (a second `flwr run .`) is refused here, before anything is removed or written
+    strategy.folders = writer_locks(cfg).acquire()
+    try:
+        if cfg["results-dir"]:
+            writer = ResultsWriter(cfg["results-dir"], keep=cfg["resume"], overwrite=cfg["overwrite"])
+            strategy.on_round = writer
+            strategy.on_model = lambda model: writer.write_model(model, cfg)
+            log.info("fedspectral: results in %s", Path(cfg["results-dir"]).resolve())
+    except BaseException:
+        strategy.folders.release()
+        raise
     log.info("fedspectral: %r", strategy)
     return strategy, strategy.num_rounds
+
+
+def writer_locks(cfg) -> FolderLocks:
+    """The ServerApp's writer locks (not taken yet) of the run's ``results-dir`` and ``checkpoint-dir``
+    (:mod:`fl_strategies.files.folder_lock`), naming the run in the lock file."""
+    return folder_locks({"results-dir": cfg["results-dir"], "checkpoint-dir": cfg["checkpoint-dir"]}, writer=True,
+                        what=f"the ServerApp of a fedspectral run ({Path(sys.argv[0]).name if sys.argv else ''})")
+
+
+def release_folders(strategy) -> None:
+    """Give up the folders :func:`build_strategy` took for ``strategy`` (idempotent)."""
+    folders = getattr(strategy, "folders", None)
+    if folders is not None:
+        folders.release()
 
 
 def server_data(cfg) -> ServerData | None:
@@ -111,11 +135,19 @@ def server_data(cfg) -> ServerData | None:
 
 
 def server_fn(context: Context) -> ServerAppComponents:
-    """The strategy named in the run config, in Flower's server loop with a stopping rule."""
+    """The strategy named in the run config, in Flower's server loop with a stopping rule.
+
+    The strategy holds the writer locks of its folders (:func:`build_strategy`); :func:`run_server` releases
+    them when the run ends, and they are released here if no server is made.
+    """
     strategy, num_rounds = build_strategy(context.run_config)
     timeout = round_timeout(strategy.cfg["round-timeout"], real_nodes=False)  # run_server sets its grid's
-    server = StoppingServer(client_manager=SimpleClientManager(), strategy=strategy,
-                            checkpoint=checkpoint_for(strategy))
+    try:
+        checkpoint = checkpoint_for(strategy)
+    except BaseException:
+        release_folders(strategy)
+        raise
+    server = StoppingServer(client_manager=SimpleClientManager(), strategy=strategy, checkpoint=checkpoint)
     return ServerAppComponents(server=server, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout))
 
 
@@ -142,13 +174,16 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
     """
     components = components or server_fn(context)
     strategy = components.server.strategy
-    strategy.observer = observer
-    set_round_timeout(strategy, components.config, real_nodes=not simulated_grid(grid))
-    if getattr(strategy, "secure", False):
-        run_secure_aggregation(grid, context, strategy, components.config.num_rounds,
-                               components.config.round_timeout)
-    else:
-        start_grid(grid=grid, server=components.server, config=components.config)
+    try:
+        strategy.observer = observer
+        set_round_timeout(strategy, components.config, real_nodes=not simulated_grid(grid))
+        if getattr(strategy, "secure", False):
+            run_secure_aggregation(grid, context, strategy, components.config.num_rounds,
+                                   components.config.round_timeout)
+        else:
+            start_grid(grid=grid, server=components.server, config=components.config)
+    finally:  # the run's folders are free again, however it ended
+        release_folders(strategy)
     if getattr(strategy, "failure", None):
         raise RunFailed(strategy.failure, strategy)
     return strategy
@@ -216,9 +251,18 @@ def main(grid: Grid, context: Context) -> None:
     A results file that cannot be written (``rounds.csv``, ``pca.npz``: a full disk) ends the run with one line
     naming the file and the reason (:class:`~fl_strategies.files.plain_files.WriteFailed`), no traceback; a
     checkpoint that cannot be written is logged and the run goes on
-    (:meth:`fl_strategies.protocol.checkpoint.Checkpoint.save`)."""
+    (:meth:`fl_strategies.protocol.checkpoint.Checkpoint.save`).
+
+    When Flower stops the process (Ctrl-C, SIGTERM, ``flwr stop``), the run ends before its next round and says
+    so (:mod:`fl_strategies.protocol.stop_request`).
+    """
+    stop_request.install()
     try:
-        run_server(grid, context)
+        with stop_request.running():
+            run_server(grid, context)
+    except stop_request.RunStopped as ex:  # the command that stopped it says so: one line there, not here
+        log.info("fedspectral: run STOPPED: %s", ex)
+        raise
     except (RunFailed, ConfigError, WriteFailed) as ex:  # WriteFailed: a full disk, naming the file
         _failed(f"fedspectral: run FAILED: {ex}", explained=True)
         raise

@@ -248,7 +248,7 @@ def test_a_run_whose_simulation_stopped_before_the_serverapp_is_started_again_on
 
     calls = []
 
-    def stream(cmd, env, app_lines=None):
+    def stream(cmd, env, app_lines=None, run_ids=None):
         calls.append(cmd)
         if app_started or len(calls) > 1:
             app_lines.append("INFO :      fedspectral: PowerStrategy(...)\n")

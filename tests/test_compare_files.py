@@ -220,7 +220,8 @@ def test_a_second_process_on_the_same_out_is_refused_at_once(tmp_path, capsys):
         assert main([str(config), "--out", str(out)]) == 2
         assert time.monotonic() - start < 10
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"python -m simulations.compare: error: --out {out} is in use by another compare process (pid {os.getpid()})")
+    assert err.startswith(f"python -m simulations.compare: error: --out {str(out)!r} is in use by pid {os.getpid()}: ")
+    assert "\n" not in err
     assert main([str(config), "--out", str(out)]) == 0  # released
     _complete_results(out, 3)
 
@@ -251,7 +252,7 @@ def test_two_processes_on_one_out_one_runs_the_other_is_refused(tmp_path):
         second = _compare(_two_runs(tmp_path, 3, "d.toml"), out)
         _, err = second.communicate(timeout=60)
         assert second.returncode == 2 and time.monotonic() - start < 30
-        assert f"is in use by another compare process (pid {first.pid})" in err and "Traceback" not in err
+        assert f"is in use by pid {first.pid}: " in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1
         first.send_signal(signal.SIGCONT)
         assert first.wait(timeout=300) == 0

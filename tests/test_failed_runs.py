@@ -45,7 +45,7 @@ def test_run_exits_1_when_a_completed_run_left_no_model(tmp_path, monkeypatch, c
     monkeypatch.setattr(run, "superlink_running", lambda env: True)  # nothing to start or stop
     monkeypatch.setattr(run, "run_status", lambda run_id, env: "finished:completed")
 
-    def flower_run(cmd, env, app_lines=None):
+    def flower_run(cmd, env, app_lines=None, run_ids=None):
         app_lines.append("fedspectral: a ServerApp line")
         return "7"
 
@@ -56,7 +56,7 @@ def test_run_exits_1_when_a_completed_run_left_no_model(tmp_path, monkeypatch, c
     assert err == [f"fedspectral run: no PCA model was written: strategy 'fedpower' writes {earlier} at the end of a "
                    "successful run, and none is there"]
 
-    def writes_a_model(cmd, env, app_lines=None):
+    def writes_a_model(cmd, env, app_lines=None, run_ids=None):
         earlier.write_bytes(b"a new model")
         return flower_run(cmd, env, app_lines)
 

@@ -290,8 +290,8 @@ def test_plink2_scores_with_the_allele_weights_as_transform_with_monomorphic_var
     write_bed(tmp_path / "g.bed", G)
     p = np.nanmean(G, axis=0) / 2
     sd = np.sqrt(2 * p * (1 - p))
-    components = np.linalg.qr(rng.standard_normal((30, 2)))[0].T
-    components[:, 3:5] = 0.0
+    components = np.zeros((2, 30))  # orthonormal, 0 on the monomorphic variants (as a fit gives them)
+    components[:, np.r_[0:3, 5:30]] = np.linalg.qr(rng.standard_normal((28, 2)))[0].T
     model = {"components": components, "mean": 2 * p, "scale": np.where(sd > 0, sd, 1.0),
              "explained_variance": np.array([2.0, 1.0]), "explained_variance_ratio": np.array([0.2, 0.1]),
              "singular_values": np.array([3.0, 2.0]), "n_samples": 40,

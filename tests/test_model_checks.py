@@ -134,3 +134,16 @@ def test_scores_that_overflow_within_the_models_range_are_refused(tmp_path, caps
     status, err = _transform(tmp_path, _edited(tmp_path, scale=np.full(D, 1e-300)), capsys, rows=np.full((3, D), 1e10))
     assert status == 2 and len(err) == 1 and "scores under --model" in err[0] and "are not all finite" in err[0]
     assert not (tmp_path / "s.npy").exists()
+
+
+def test_the_pruned_lists_travel_with_the_model_and_must_name_its_variants(tmp_path):
+    """``indep-pairwise``'s ``prune_in`` / ``prune_out`` are read back as written; a ``prune_in`` that does not
+    list the model's variants is refused naming it."""
+    variants = np.asarray("".join(f"v{j}\tA\tG\n" for j in range(D)))
+    model = checked_model(_edited(tmp_path, variants=variants, prune_in=np.asarray("".join(f"v{j}\n" for j in
+                          range(D))), prune_out=np.asarray("w1\nw2\n")))
+    assert str(model["prune_out"]) == "w1\nw2\n" and str(model["prune_in"]).split() == [f"v{j}" for j in range(D)]
+    with pytest.raises(ValueError, match="prune_in does not list the model's variants"):
+        checked_model(_edited(tmp_path, variants=variants, prune_in=np.asarray("v0\nv1\n")))
+    with pytest.raises(ValueError, match="prune_out is int64"):
+        checked_model(_edited(tmp_path, variants=variants, prune_out=np.arange(3)))

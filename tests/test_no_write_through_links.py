@@ -206,7 +206,7 @@ WRITERS = {
                                       "logs/supernode_1.log", "flwr-home/config.toml", "credentials/ca.crt",
                                       "credentials/ca.key", "credentials/server.pem", "credentials/node_1",
                                       "credentials/node_1.pub"]),
-    "compare --out": (_compare, [".compare.lock", ".compare-outputs.json", "results.csv", "summary.md",
+    "compare --out": (_compare, [".fedspectral.lock", ".compare-outputs.json", "results.csv", "summary.md",
                                  "subspace_distance.png", "estimates"]),
     "compare report": (_report, ["summary.md", "metric.png"]),
     "data folders": (_data_folders, ["genotypes/partition_1.npy", "owners/partition_0.npy"]),

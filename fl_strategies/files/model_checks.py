@@ -29,8 +29,9 @@ MODEL_KEYS = ("components", "mean", "scale", "explained_variance", "explained_va
 """The arrays of the model proper, in scikit-learn's names (``scale`` may be absent: a model from before it)."""
 FLAGS = ("centered", "row_normalize", "clip_norm")
 """Scalars: how the run treated its rows, which ``transform`` repeats on new rows."""
-TEXTS = ("run_config", "privacy", "variants")
-"""0-d strings: the run config and the privacy record (JSON tables), the ``.bed`` variants (``ID\\tA1\\tA2`` lines)."""
+TEXTS = ("run_config", "privacy", "variants", "prune_in", "prune_out")
+"""0-d strings: the run config and the privacy record (JSON tables), the ``.bed`` variants (``ID\\tA1\\tA2`` lines),
+``indep-pairwise``'s kept and removed variant IDs (one a line, as plink2's ``prune.in`` and ``prune.out``)."""
 MODEL_FIELDS = MODEL_KEYS + FLAGS + TEXTS
 """Every field :func:`checked_model` reads; of any other member of the zip only the ``.npy`` header is read."""
 MAX_MODEL_BYTES = 1 << 30
@@ -142,7 +143,8 @@ def checked_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
     11. ``n_samples`` a whole number ``>= 1``;
     12. the flags ``centered``, ``row_normalize`` and ``clip_norm`` scalars, ``clip_norm`` finite and ``>= 0``;
     13. ``run_config`` and ``privacy`` 0-d JSON tables, the run config's ``scale`` one ``column_scaling`` knows;
-    14. ``variants``, if present, ``d`` lines of ``ID``, ``A1`` and ``A2``.
+    14. ``variants``, if present, ``d`` lines of ``ID``, ``A1`` and ``A2``;
+    15. ``prune_in`` and ``prune_out``, if present, text (``prune_in`` the IDs of ``variants``, in their order).
 
     Parameters
     ----------
@@ -155,7 +157,8 @@ def checked_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
     dict
         :data:`MODEL_KEYS` as arrays (``n_samples`` an int), ``centered``, ``row_normalize`` (bool), ``clip_norm``
         (float), ``scaling`` (the run's ``scale`` setting), ``run_config`` and ``privacy`` (0-d strings) if
-        present, ``variants`` (list of ``(ID, A1, A2)``) if present.
+        present, ``variants`` (list of ``(ID, A1, A2)``) if present, ``prune_in`` and ``prune_out`` (0-d strings)
+        if present.
 
     Raises
     ------
@@ -229,6 +232,13 @@ def checked_model(path: str | Path, what: str = "--model") -> dict[str, Any]:
             raise ValueError(f"{name}: its variants: {ex}") from None
         if len(model["variants"]) != d:
             raise ValueError(f"{name}: {len(model['variants'])} variants for {d} columns")
+    for key in ("prune_in", "prune_out"):  # check 15
+        if key in model and (model[key].shape != () or model[key].dtype.kind != "U"):
+            raise ValueError(f"{name}: {key} is {model[key].dtype} of shape {model[key].shape}; text lines are "
+                             "required")
+    if "prune_in" in model and "variants" in model and \
+            str(model["prune_in"]).split() != [vid for vid, _, _ in model["variants"]]:
+        raise ValueError(f"{name}: prune_in does not list the model's variants")
     model["n_samples"] = int(model["n_samples"])
     if "centered" not in model:  # a file written before the field: the run config says, else the mean
         model["centered"] = config.get("center", bool(np.any(mean)))

@@ -222,8 +222,9 @@ class FederatedStrategy(Strategy):
                           else Iterates(estimates, keep=self.ITERATES_KEPT))
 
     SHARED_ON_RESTART = frozenset({"cfg", "settings", "reference", "on_round", "on_model", "observer", "spec",
-                                   "timeout"})
-    """Attributes :meth:`restart` keeps as they are (the run's settings, its hooks), not restored from a copy."""
+                                   "timeout", "folders"})
+    """Attributes :meth:`restart` keeps as they are (the run's settings, its hooks, the folders' locks), not
+    restored from a copy."""
 
     def initial_state(self) -> dict[str, Any]:
         """A copy of the strategy's state before discovery, for :meth:`restart` (the outlier passes)."""

@@ -20,6 +20,10 @@ rows of non-negative numbers, well-formed partition sizes and fingerprints, and 
 checkpoint that cannot be written (disk full, directory removed) is reported at
 ERROR and the run goes on; the previous checkpoint stays the one to resume from.
 
+A new run never replaces a checkpoint an earlier run left in its ``checkpoint-dir``: it is refused before round 1
+(:func:`check_checkpoint_dir`) unless ``resume = true`` (continue that run) or ``overwrite = true`` (the old
+checkpoint is removed first).
+
 A new run with the same run config plus ``resume = true`` (a new ``flwr run``)
 discovers the nodes again, checks that every partition still has the row count
 and the data it had (the fingerprint its node reported at discovery,
@@ -68,7 +72,8 @@ from ..files.plain_files import WriteFailed, write_file
 from ..settings.config import KEYS, RESUME_HARMLESS, ConfigError, column_scaling, writable_directory
 from .replies import check_orthonormal
 
-__all__ = ["CHECKPOINT_FILE", "NOT_RESUMABLE", "SAME_KEYS_EXEMPT", "Checkpoint", "checkpoint_for"]
+__all__ = ["CHECKPOINT_FILE", "NOT_RESUMABLE", "SAME_KEYS_EXEMPT", "Checkpoint", "check_checkpoint_dir",
+           "checkpoint_for"]
 
 log = logging.getLogger("flwr.fedspectral")
 
@@ -168,12 +173,19 @@ class Checkpoint:
     """
 
     def __init__(self, directory: str | Path, cfg: dict, num_rounds: int | None = None) -> None:
+        check_checkpoint_dir({**cfg, "checkpoint-dir": str(directory)})
         self.dir = writable_directory(directory, "checkpoint-dir")
         self.path = self.dir / CHECKPOINT_FILE
         self.cfg = cfg
         self.num_rounds = num_rounds
         self.saved_round: int | None = None
         self.resumed = self._read() if cfg["resume"] else None
+        if not cfg["resume"] and self.path.is_file():  # overwrite = true: the earlier run's is not resumed later
+            try:
+                self.path.unlink()
+            except OSError as ex:
+                raise ConfigError(f"checkpoint-dir = {str(directory)!r}: the old {CHECKPOINT_FILE} cannot be "
+                                  f"removed: {ex.strerror or ex}") from None
 
     def _refuse(self, why: str) -> ConfigError:
         return ConfigError(f"resume = true but the checkpoint {self.path} {why}; start the run again with "
@@ -384,6 +396,26 @@ def _checksum(text: str, arrays: list[np.ndarray]) -> str:
         digest.update(f"{a.dtype.str}{a.shape}".encode())
         digest.update(a.tobytes())
     return digest.hexdigest()
+
+
+def check_checkpoint_dir(cfg: dict) -> None:
+    """Refuse a ``checkpoint-dir`` that holds an earlier run's checkpoint, unless ``resume`` or ``overwrite``.
+
+    A new run would replace it at its first round: the run it could resume would be lost. Checked before Flower
+    starts (:func:`fedspectral.run_config.checked_run_config`) and again by :class:`Checkpoint`.
+
+    Raises
+    ------
+    ConfigError
+        Naming the directory, the file and the keys that allow it.
+    """
+    if not cfg.get("checkpoint-dir") or cfg.get("resume") or cfg.get("overwrite"):
+        return
+    path = Path(cfg["checkpoint-dir"]) / CHECKPOINT_FILE
+    if path.exists() or path.is_symlink():
+        raise ConfigError(f"checkpoint-dir = {str(cfg['checkpoint-dir'])!r} already holds {CHECKPOINT_FILE} of an "
+                          "earlier run: choose another checkpoint-dir, set resume = true to continue that run, or "
+                          "overwrite = true to replace it")
 
 
 def checkpoint_for(strategy) -> Checkpoint | None:

@@ -34,6 +34,7 @@ from flwr.app import Message, MessageType
 from flwr.common import Code, FitIns, FitRes
 from flwr.server.client_proxy import ClientProxy
 
+from . import stop_request
 from .fit_records import fitins_content, fitres_from_content
 from .flower_compat import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients
 
@@ -89,6 +90,7 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
     end = None if timeout is None else time.monotonic() + timeout
     replies: list[Message] = []
     while waiting:
+        stop_request.check_waiting()  # an interrupted in-process engine delivers nothing more
         started = time.monotonic()
         got = list(grid.pull_messages(waiting))
         spent = time.monotonic() - started

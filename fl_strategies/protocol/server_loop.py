@@ -8,7 +8,8 @@ ends the run, runs the strategy's summary exchange (the PCA model), and calls
 
 With a :class:`~fl_strategies.protocol.checkpoint.Checkpoint` it saves the state after
 every round, and a run with ``resume = true`` starts after the checkpointed
-round instead of at round 1 (the nodes are discovered again first).
+round instead of at round 1 (the nodes are discovered again first). When Flower stops the process it runs in
+(Ctrl-C, SIGTERM, ``flwr stop``), it ends before its next round (:mod:`fl_strategies.protocol.stop_request`).
 
 Each round's instructions go out in one batch through the Grid
 (:func:`fl_strategies.protocol.round_exchange.fit_in_one_batch`) rather than one
@@ -27,6 +28,7 @@ from logging import INFO
 from flwr.common import log, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server import History, Server
 
+from . import stop_request
 from .outlier_exchange import outlier_pass
 from .round_exchange import MissingReply, fit_in_one_batch
 
@@ -116,6 +118,7 @@ class StoppingServer(Server):
             self._save(0)
         start = timeit.default_timer()
         for current_round in range(first, num_rounds + 1):
+            stop_request.check(current_round)  # Flower is stopping this process: end between two rounds
             began, timing = timeit.default_timer(), {}
             # only the aggregate is kept: the round's replies (their serialised arrays, d x r each) are freed now,
             # not held through the next round

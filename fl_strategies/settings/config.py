@@ -146,7 +146,8 @@ KEYS: dict[str, Key] = {
              "('' = none); one that already holds any of them is refused unless overwrite or resume is true",
              allowed="string (a writable directory)", harmless_on_resume=True),
         _key("overwrite", bool, "replace the results of an earlier run in results-dir (its rounds.csv, "
-             "estimate.npy and pca.npz are removed before round 1); false = such a results-dir is refused",
+             "estimate.npy and pca.npz are removed before round 1) and its checkpoint in checkpoint-dir; false = "
+             "such a results-dir, or a checkpoint-dir holding a checkpoint without resume, is refused",
              harmless_on_resume=True),
         _key("round-timeout", float, "seconds to wait for replies in a round and for each node's answer at "
              f"discovery: -1 = the default, no limit in a simulation and {DEPLOYED_ROUND_TIMEOUT:g} s when the nodes are real SuperNodes "

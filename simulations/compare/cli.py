@@ -41,7 +41,6 @@ file has one of those names is refused before anything runs.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -67,11 +66,13 @@ except ModuleNotFoundError as _missing:  # a dependency of the package, missing 
 from fl_strategies.settings.config import KEYS, ConfigError, suggest, validate_run_config
 from fl_strategies.files.warm_start import check_width, load_start
 from fl_strategies.files.harness import find_harness
+from fl_strategies.files.folder_lock import OWNER_LOCK, FolderInUse, own_folders
 from fl_strategies.protocol.base import RunFailed
 from fl_strategies.settings.registry import STRATEGY_NAMES, spec
 from fl_strategies.files.plain_files import (UnsafeDestination, check_destination, check_input, open_file, plain_frame,
                                              write_file)
 
+from fl_strategies.settings.command_line import interruption, stop_signals
 from simulations.engines import ArgumentParser, fused_run_config
 from simulations.compare.report import plot_metric, summarize, write_summary_markdown
 
@@ -459,12 +460,22 @@ def _check_checkpoint_dirs(jobs: list[Job], config: str | Path = "") -> None:
     """Create and test-write every run's ``checkpoint-dir`` before the first job (one line naming run and key)."""
     from simulations.engines import ArgumentError, check_output_dirs
 
+    from fl_strategies.protocol.checkpoint import check_checkpoint_dir
+
     for job in jobs:
         try:
             check_output_dirs(job.run_config, "", keys=("checkpoint-dir",))
-        except ArgumentError as ex:
+            if job.run_config.get("checkpoint-dir"):  # the job's own folder in it (_run_job)
+                check_checkpoint_dir({**job.run_config, "checkpoint-dir": job_checkpoint_dir(job)})
+        except (ArgumentError, ConfigError) as ex:
             where = f"{config}:{job.line or 1}: " if config else ""
             raise ComparisonError(f"{where}run {job.run!r}: {ex}") from None
+
+
+def job_checkpoint_dir(job: Job) -> str:
+    """The ``checkpoint-dir`` a job's run writes: its own folder in the run's (one per run and seed), or ``""``."""
+    given = job.run_config.get("checkpoint-dir")
+    return str(Path(given) / job.stem) if given else ""
 
 
 def ancestry_picture(job: Job, model_path: Path) -> bytes | None:
@@ -503,7 +514,7 @@ def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:
     failure = None
     overrides = {**job.run_config, "results-dir": str(out)}
     if overrides.get("checkpoint-dir"):  # one checkpoint per run and seed, or they would overwrite each other
-        overrides["checkpoint-dir"] = str(Path(overrides["checkpoint-dir"]) / job.stem)
+        overrides["checkpoint-dir"] = job_checkpoint_dir(job)
     try:  # the ServerApp's RunFailed reaches here from either engine (Flower re-raises it after a Ray run)
         if engine == "local":
             from simulations.engines.local import run_local
@@ -530,7 +541,7 @@ def _run_job(job: Job, engine: str, workdir: Path) -> pd.DataFrame:
     return rows
 
 
-LOCK_FILE = ".compare.lock"
+LOCK_FILE = OWNER_LOCK
 MANIFEST = ".compare-outputs.json"
 """What the last complete comparison wrote into its ``--out`` (replaced as a whole by the next one)."""
 
@@ -549,9 +560,11 @@ def check_out_dir(out: str | Path) -> Path:
 class OutputDir:
     """An ``--out`` directory taken by one compare process at a time, written through a staging directory.
 
-    On entry it creates ``out``, takes an exclusive ``fcntl`` lock on ``out/.compare.lock`` (a second
-    process is refused at once with :class:`ComparisonError` naming the holder's pid) and removes what a
-    killed process left (``out/.staging-*``). Outputs are written into :attr:`staging`; :meth:`commit`
+    On entry it creates ``out`` and takes the owner lock of ``out`` and of the folders ``also`` names (label ->
+    folder; the runs' ``checkpoint-dir``) for the whole comparison (:mod:`fl_strategies.files.folder_lock`: a
+    second compare, a ``fedspectral run`` or ``deploy`` writing one of them is refused at once with
+    :class:`ComparisonError` naming the holder's pid and command), and removes what a killed process left
+    (``out/.staging-*``). Outputs are written into :attr:`staging`; :meth:`commit`
     moves them into ``out`` (each by a rename) and removes what the previous comparison wrote there and this
     one did not. Until then the previous complete results stay as they were: a failed or interrupted run
     leaves them untouched. Files that no comparison wrote (not in the manifest, ``.compare-outputs.json``)
@@ -559,9 +572,10 @@ class OutputDir:
     entry, naming the files. On exit the staging directory is removed and the lock released.
     """
 
-    def __init__(self, out: str | Path, names: tuple[str, ...] = ()) -> None:
+    def __init__(self, out: str | Path, names: tuple[str, ...] = (), also: dict[str, Path] | None = None) -> None:
         self.out = check_out_dir(out)
         self.names = names
+        self.also = dict(also or {})
         self.staging = self.out / f".staging-{os.getpid()}"
         self._lock = None
 
@@ -591,22 +605,13 @@ class OutputDir:
     def __enter__(self) -> "OutputDir":
         try:
             self.out.mkdir(parents=True, exist_ok=True)
-            self._lock = open_file(self.out / LOCK_FILE)
+            self._lock = own_folders({"--out": self.out, **self.also})
+        except FolderInUse as ex:
+            raise ComparisonError(str(ex)) from None
+        except UnsafeDestination:
+            raise
         except OSError as ex:
             raise ComparisonError(f"--out {self.out}: cannot be used: {ex.strerror or ex}") from None
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.seek(0)
-            holder = self._lock.read().decode("utf-8", "replace").strip() or "?"
-            self._lock.close()
-            self._lock = None
-            raise ComparisonError(f"--out {self.out} is in use by another compare process (pid {holder}); wait "
-                                  "for it to finish or choose another --out") from None
-        self._lock.seek(0)
-        self._lock.truncate()
-        self._lock.write(f"{os.getpid()}\n".encode())
-        self._lock.flush()
         try:
             self._refuse_foreign()
         except ComparisonError:
@@ -644,8 +649,7 @@ class OutputDir:
     def __exit__(self, *exc) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
         if self._lock is not None:
-            fcntl.flock(self._lock, fcntl.LOCK_UN)
-            self._lock.close()
+            self._lock.release()
             self._lock = None
 
 
@@ -671,7 +675,9 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
     check_out_dir(out)
     _check_data(jobs, config)
     _check_checkpoint_dirs(jobs, config)
-    with OutputDir(out, output_names(meta)) as target:
+    checkpoints = {f"checkpoint-dir (run {job.run!r} seed {job.seed})": job_checkpoint_dir(job) for job in jobs
+                   if job.run_config.get("checkpoint-dir")}
+    with OutputDir(out, output_names(meta), also=checkpoints) as target:
         stage = target.staging
         workdir = stage / ".runs"
         (stage / "estimates").mkdir(parents=True)
@@ -779,7 +785,8 @@ examples:
   writes OUT/results.csv, OUT/summary.md, OUT/<metric>.png and OUT/estimates/
 
 exit status: 0 every run finished, 1 a run failed (kept in the results, marked FAILED), 2 a bad file or
-argument (one line file:line: message, nothing run), 130 interrupted (earlier results unchanged)
+argument (one line file:line: message, nothing run), 130 (143) stopped by Ctrl-C (SIGTERM): earlier results
+unchanged
 """
 
 
@@ -806,16 +813,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.compa
 
         logging.getLogger("flwr").setLevel(logging.WARNING)
     try:
-        if args.report_only:
-            results = report_only(args.config, args.out)
-        else:
-            results = run_comparison(args.config, engine=args.engine, out=args.out)
+        with stop_signals():  # SIGTERM and SIGHUP as Ctrl-C: the staging directory and Ray are cleaned up
+            if args.report_only:
+                results = report_only(args.config, args.out)
+            else:
+                results = run_comparison(args.config, engine=args.engine, out=args.out)
     except (ComparisonError, ConfigError) as ex:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted: the earlier results in {args.out} are unchanged", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as ex:
+        stopped = interruption(ex)
+        print(f"{prog}: stopped by {stopped.name}: the earlier results in {args.out} are unchanged",
+              file=sys.stderr)
+        return stopped.status
     except (RuntimeError, OSError) as ex:
         print(f"{prog}: error: {ex}; the earlier results in {args.out} are unchanged", file=sys.stderr)
         return 1

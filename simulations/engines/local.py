@@ -147,13 +147,17 @@ def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[
         The strategy after the run: ``records`` holds its rows, ``iterates`` its start and newest estimates.
     """
     from client_app.app import app as client_app
-    from server_app.app import run_server, server_fn
+    from server_app.app import release_folders, run_server, server_fn
 
     # the ServerApp validates the config (ConfigError) before any node exists, so num-clients is sane below
     context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
     components = server_fn(context)
     m = int(run_config["num-clients"])
-    grid = LocalGrid(client_app, m, run_config, fault_fn=fault_fn, node_ids=node_ids)
+    try:
+        grid = LocalGrid(client_app, m, run_config, fault_fn=fault_fn, node_ids=node_ids)
+    except BaseException:  # run_server, which releases the run's folders, is not reached
+        release_folders(components.server.strategy)
+        raise
     # Replies are computed synchronously, one client at a time, in this thread. OpenBLAS's own threads
     # contend with it on such small products (on 2 cores a round ran 3-4x slower than with one BLAS thread,
     # measured when the server still used a worker thread per client), so the rounds use one.

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from flwr.app import Context, RecordDict
 
-from fl_strategies.protocol import node_directory
+from fl_strategies.protocol import node_directory, stop_request
 from fl_strategies.protocol.flower_compat import (NOOP_FEDERATION_ID, RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, Run,
                                                   TaskIdentity)
 
@@ -62,9 +62,13 @@ def run_ray(overrides: dict, num_cpus_per_client: float = 1.0, address: str | No
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run_id, SUPERLINK_NODE_ID
     context = Context(run_id=run_id, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
     init_args = {"address": address} if address else {}
+    stop_request.reset()
     started = _init_ray(init_args)
     try:
         _run(run_id, run_config, client_app, server_app, context, run, num_cpus_per_client, init_args)
+    except BaseException:  # Ctrl-C, SIGTERM: Flower's engine stops, and the ServerApp's thread must too
+        stop_request.abandon()
+        raise
     finally:
         if started:
             import ray
@@ -97,7 +101,12 @@ def _init_ray(init_args: dict) -> bool:
     os.environ["PYTHONPATH"] = pythonpath
     args = {"include_dashboard": False, "logging_level": DEFAULT_SIMULATION_CONFIG.init_args_logging_level,
             "log_to_driver": DEFAULT_SIMULATION_CONFIG.init_args_log_to_driver, **init_args}
+    import signal
+
+    handler = signal.getsignal(signal.SIGTERM)
     ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **args)
+    if callable(handler):  # a command's own (SIGTERM as Ctrl-C): Ray's would end the process with exit status 1
+        signal.signal(signal.SIGTERM, handler)  # and no word; run_ray's ray.shutdown stops Ray's processes
     return True
 
 

@@ -62,6 +62,8 @@ name (area module)                                 Flower 1.41 path      used by
 ``vce_api`` (ray_engine)                           flwr.server.superlink simulations.engines.ray (patches            none
                                                    .fleet.vce.vce_api    ``add_messages_to_queue``,
                                                                          ``_register_nodes``)
+``add_exit_handler`` (process_exit)                flwr.supercore.exit   stop_request (the ServerApp stops between   none (Flower's and Ray's signal
+                                                                         rounds when Flower stops its process)       handlers replace our own)
 =================================================  ====================  ==========================================  ==========================================
 
 Private names the opt-in deployment launchers import themselves (``fedspectral/launchers``: standalone
@@ -135,7 +137,8 @@ _AREA = {
     # Ray simulation engine internals (heavy)
     "private_run_simulation": "ray_engine",
     "vce_api": "ray_engine",
-
+    # a ServerApp process's clean exit when Flower stops it
+    "add_exit_handler": "process_exit",
 }
 
 __all__ = sorted(_AREA)
@@ -168,6 +171,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names are resol
         TaskIdentity,
     )
     from .legacy_server import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, start_grid
+    from .process_exit import add_exit_handler
     from .ray_engine import private_run_simulation, vce_api
     from .records import (
         EXCEPTION_MESSAGE_WRONG_RETURN_TYPE_FIT,
