@@ -14,6 +14,7 @@ from fl_strategies.settings.registry import load_class, spec
 
 from .data import NodeData
 from .faults import garbage_reply_mod
+from .outlier_replies import OUTLIER_PHASES, OutlierClient
 from .secure_rounding import rounding_entropy, secaggplus_seeded
 
 
@@ -82,6 +83,9 @@ def numpy_fit_mod(msg: Message, context: Context, call_next) -> Message:
     about as much again as its computation.
     """
     if msg.metadata.message_type == MessageType.TRAIN and is_fitins_content(msg.content, SECAGG_RECORD):
+        if msg.content["fitins.config"].get("phase") in OUTLIER_PHASES:  # any strategy's: the node's data alone
+            client = OutlierClient(NodeData(_validated(context.run_config), context.node_config, context.state))
+            return Message(fit_reply_content(client, msg.content), reply_to=msg)
         return Message(fit_reply_content(numpy_client(context), msg.content), reply_to=msg)
     return call_next(msg, context)
 

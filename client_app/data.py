@@ -150,7 +150,7 @@ class NodeData:
         the run's variant list when the server sent one)."""
         file = self._file()
         if file is not None:
-            return _file_rows(self.cfg, self.partition_id, *file, variants=self.run_variants)
+            return _file_rows(self.cfg, self.partition_id, *file, variants=self.run_variants, removed=self.removed)
         rows = _harness(self.cfg, self.partition_id).client_rows(self.cfg, self.partition_id)
         if rows.shape[0] < 1:
             raise ValueError(f"partition {self.partition_id}: the partition has no rows")
@@ -314,13 +314,50 @@ class NodeData:
         self.state[VARIANTS_STATE] = ConfigRecord({"list": bytes(variants)})
         self._operator = self._rows = None
 
+    @property
+    def removed(self) -> np.ndarray | None:
+        """The people this node removed as outliers in the run (positions in its file, ascending, int64), kept in
+        the node's state (:mod:`client_app.outlier_replies`); ``None`` before any."""
+        if self.state is None or OUTLIERS_STATE not in self.state:
+            return None
+        return np.frombuffer(self.state[OUTLIERS_STATE]["people"], dtype="<i8").astype(np.int64)
+
+    def remove(self, people: np.ndarray) -> None:
+        """Leave ``people`` (positions in the file) out of the fit from now on, as a ``.keep`` would: kept in the
+        node's state with those removed before."""
+        if self.state is None:
+            raise ValueError(f"{self.source}: the node has no state to keep the people it removed in")
+        before = self.removed if self.removed is not None else np.zeros(0, dtype=np.int64)
+        people = np.union1d(before, np.asarray(people, dtype=np.int64))
+        self.state[OUTLIERS_STATE] = ConfigRecord({"people": people.astype("<i8").tobytes()})
+        self._operator = self._rows = None
+
+    def people_in_fit(self) -> BedVariants:
+        """The node's genotype file as the people in the fit (its ``.keep``'s, less those removed as outliers),
+        as the run's variants, unweighted: what :func:`fl_strategies.files.pca.transform` scores (``people``:
+        their positions in the file); a ``ValueError`` for data other than a ``.bed``/``.pgen`` file."""
+        file = self._file()
+        if file is None or not is_genotype_file(file[0]):
+            raise ValueError(f"{self.source}: outlier-sigma needs PLINK genotype files (.bed/.pgen): the people it "
+                             "removes are listed by FID and IID at the site, which other rows do not have")
+        path, what = file
+        version, variants = _version(path), self.run_variants
+        if keep_file(path) is not None:
+            X = _kept_cached(path, version, _keep_version(path), variants, self.partition_id, what)
+        elif variants is not None:
+            X = _aligned_cached(path, version, variants, f"partition {self.partition_id}: {what} {path!r}")
+        else:
+            X = _read_cached(path, version, f"partition {self.partition_id}: {what}")
+        return without_people(X, self.removed)
+
     def _source_key(self) -> tuple:
         file = self._file()
         if file is not None:
             variants = self.run_variants
             return ("file", file[0], _version(file[0]), _keep_version(file[0]), bool(self.cfg["row-normalize"]),
                     float(self.cfg.get("clip-norm", 0.0)), column_scaling(self.cfg.get("scale", False)),
-                    None if variants is None else hashlib.sha256(variants).hexdigest())
+                    None if variants is None else hashlib.sha256(variants).hexdigest(),
+                    None if self.removed is None else hashlib.sha256(self.removed.tobytes()).hexdigest())
         return ("harness", tuple(sorted(self.cfg.items())), self.partition_id)
 
     def _build_operator(self, products: int, rank: int) -> LocalOperator:
@@ -387,6 +424,9 @@ log = logging.getLogger("flwr.fedspectral")
 VARIANTS_STATE = "fedspectral-variants"
 """Key of the run's variant list in a node's ``context.state`` (sent once, at discovery)."""
 
+OUTLIERS_STATE = "fedspectral-outliers"
+"""Key of the people a node removed as outliers in a node's ``context.state`` (positions in its file, int64)."""
+
 _OPERATORS: "OrderedDict[tuple, LocalOperator]" = OrderedDict()
 """Local operators built in this process, per data source (a client is rebuilt at every message; its data never).
 
@@ -440,7 +480,7 @@ def _harness(cfg: Mapping[str, Any], pid: int):
 
 
 def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node config data-path",
-               variants: bytes | None = None) -> RowBlocks:
+               variants: bytes | None = None, removed: np.ndarray | None = None) -> RowBlocks:
     """The rows of a ``data-path`` file as stored, checked; with ``row-normalize`` normalised block by block; a
     ``.bed`` as the columns of the run's ``variants`` when given
     (:meth:`~fl_strategies.kernels.rows.BedVariants.aligned`)."""
@@ -449,6 +489,8 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
         X = _aligned_cached(path, _version(path), variants, f"partition {pid}: {what} {path!r}")
     if hasattr(X, "subset") and keep_file(path) is not None:  # only the people of the .keep beside it
         X = _kept_cached(path, _version(path), _keep_version(path), variants, pid, what)
+    if removed is not None:  # the people removed as outliers leave the fit as a .keep leaves them out
+        X = without_people(X, removed)
     if not on_nodes(cfg) and cfg["dimension"] > 0 and X.shape[1] != cfg["dimension"]:
         raise ValueError(f"partition {pid}: {what} {path!r}: has {X.shape[1]} columns, but the "
                          f"run's data have dimension d = {cfg['dimension']}")
@@ -468,6 +510,17 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
             return X
         X = next(X.blocks())  # rows scaled one by one: the decoded counts in memory
     return RowBlocks(X, normalize=bool(cfg["row-normalize"]), clip=cfg.get("clip-norm", 0.0))
+
+
+def without_people(X: BedVariants, removed: np.ndarray | None) -> BedVariants:
+    """``X`` (a genotype file, perhaps a subset of its people already) without the people at file positions
+    ``removed`` (:meth:`~fl_strategies.kernels.rows.BedVariants.subset`); ``X`` itself when ``removed`` is None."""
+    if removed is None:
+        return X
+    if not hasattr(X, "subset"):
+        raise ValueError("people were removed as outliers, but the node's data are no genotype file")
+    chosen = np.arange(X.file_rows) if X.people is None else X.people
+    return X.subset(np.setdiff1d(chosen, removed))
 
 
 def _keep_version(path: str):

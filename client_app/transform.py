@@ -8,7 +8,9 @@ A ``.bed`` is read as the model's variants (by ID, A1/A2 exchanged flipped, when
 otherwise); with ``--out site.eigenvec`` its people's scores are written on plink2's eigenvector scale (over the
 model's singular values) in plink2's layout with the ``.fam``'s FID and IID (a ``.pgen``: likewise, with its
 ``.pvar`` and ``.psam``)
-(:mod:`fl_strategies.files.plink_outputs`), and ``site.eigenvec.png`` draws PC1 against PC2 and PC3.
+(:mod:`fl_strategies.files.plink_outputs`), and ``site.eigenvec.png`` draws PC1 against PC2 and PC3; after a run with
+``outlier-sigma``, ``site.outliers`` lists the site's people removed as outliers (FID IID, recomputed from the model:
+:func:`client_app.outlier_replies.removed_people`).
 
 Nothing the user owns is written over: ``--out`` may never be the ``--data`` or ``--model`` file, an existing
 ``--out`` is refused unless ``--force``, a link at ``--out`` is refused even with ``--force``, and the scores are
@@ -33,6 +35,8 @@ from fl_strategies.files.plink_outputs import draw_ancestry, eigenvec_text, plin
 from fl_strategies.files.folder_lock import FolderLock
 from fl_strategies.settings.command_line import ArgumentParser, interruption, stop_signals
 from fl_strategies.files.variants import as_variants, read_fam
+
+from .outlier_replies import remove_file_text, removed_people
 
 __all__ = ["main", "transform"]
 
@@ -102,12 +106,19 @@ def _transform(args, prog: str) -> int:
         if not np.all(np.isfinite(scores)):  # the model is checked; rows far beyond its scale can still overflow
             raise ValueError(f"--data {args.data!r}: its scores under --model {args.model!r} are not all finite "
                              "(rows too large for the model's mean and scale)")
+        removed = removed_people(args.model, model, X, args.data) if eigenvec else None
+        if removed is not None:  # outlier-sigma: the site's removed people, recomputed here, beside the .eigenvec
+            listed = str(Path(args.out).with_suffix(".outliers"))
+            refuse_overwrite(listed, "--out's outlier list", {"--data": args.data, "--model": args.model}, args.force)
         if eigenvec:
             vectors = plink2_eigenvectors(scores, model)
             out = write_file(args.out, eigenvec_text(read_fam(args.data), vectors), private=True)
             if vectors.shape[1] >= 2:
                 write_file(picture, lambda handle: draw_ancestry(handle, vectors, title=Path(args.data).name),
                            private=True)
+            if removed is not None:
+                write_file(listed, remove_file_text(removed), private=True)
+                print(f"{len(removed)} people removed as outliers in the run: {listed}")
         else:
             out = write_file(args.out, lambda handle: np.save(handle, scores, allow_pickle=False), private=True)
     except (ValueError, OSError) as ex:

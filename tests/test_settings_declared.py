@@ -61,7 +61,7 @@ BEFORE = {
 }
 for _name in ("fedpower", "power", "krylov", "ssi", "localpower", "faps", "covariance"):  # added with PcaSettings since
     BEFORE[_name] = BEFORE[_name] + ["maf-min", "geno-max", "nonfounders", "indep-pairwise", "exclude-range",
-                                    "drop-ambiguous"]
+                                    "drop-ambiguous", "outlier-sigma", "outlier-iterations", "outlier-pcs"]
 COMMON_BEFORE = {"strategy", "dataset", "partitioner", "dirichlet-alpha", "num-clients", "seed", "data-seed",
                  "num-samples", "dimension", "results-dir", "overwrite", "round-timeout", "xi", "kappa", "mf-noise",
                  "evaluation", "discovery", "strict"}

@@ -49,8 +49,8 @@ from .model_checks import MODEL_KEYS, checked_model
 from .plain_files import write_file
 from .variants import encode_variants
 
-__all__ = ["MODEL_KEYS", "pca_model", "sklearn_signs", "released_product_model", "choose_rank", "save_model",
-           "load_model", "transform"]
+__all__ = ["MODEL_KEYS", "OUTLIER_PASS_KEYS", "outlier_passes", "pca_model", "sklearn_signs",
+           "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
 
 MISSINGNESS_DIAGONAL = "missingness-diagonal"
 """Summary-config key: the server asks every site for its part of plink2's diagonal (a run over ``.bed`` files with
@@ -200,7 +200,52 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
     for key in ("prune_in", "prune_out"):  # indep-pairwise: the IDs kept and removed, one per line
         if model.get(key) is not None:
             fields[key] = np.asarray(prune_text(model[key]))
+    if model.get("outlier_passes"):  # outlier-sigma: each pass's model and moments, for a site's list at the site
+        fields["outlier_sigma"] = np.asarray(float(model["outlier_sigma"]))
+        for number, record in enumerate(model["outlier_passes"]):
+            for key in OUTLIER_PASS_KEYS:
+                fields[f"outlier_{number}_{key}"] = np.asarray(record[key])
     return write_file(path, lambda handle: np.savez(handle, **fields))
+
+
+OUTLIER_PASS_KEYS = ("components", "mean", "scale", "score_mean", "score_sd")
+"""The arrays of an outlier pass in ``pca.npz`` (``outlier_<t>_<key>``, t from 0): the components the sites scored
+with (p, d), the model's mean and scale (d,), the federation's mean and standard deviation of the scores (p,)."""
+
+
+def outlier_passes(path: str | Path, model: Mapping[str, Any], what: str = "--model"
+                   ) -> tuple[float, list[dict[str, Any]]]:
+    """The outlier passes a ``pca.npz`` records (:func:`save_model`), checked against its ``model``
+    (:func:`load_model`): ``(sigma, passes)``, each pass ``{"model", "pcs", "mean", "sd"}`` as
+    :func:`fl_strategies.kernels.outliers.site_outliers` reads it; ``(0.0, [])`` for a run without outlier-sigma.
+    A ``ValueError`` naming the field that does not fit."""
+    d = model["components"].shape[1]
+    passes: list[dict[str, Any]] = []
+    with np.load(path, allow_pickle=False) as stored:
+        if "outlier_sigma" not in stored.files:
+            return 0.0, passes
+        sigma = float(stored["outlier_sigma"])
+        while f"outlier_{len(passes)}_components" in stored.files:
+            number = len(passes)
+            arrays = {}
+            for key in OUTLIER_PASS_KEYS:
+                name = f"outlier_{number}_{key}"
+                if name not in stored.files:
+                    raise ValueError(f"{what} {str(path)!r}: lacks {name}")
+                arrays[key] = np.asarray(stored[name], dtype=np.float64)
+            p = arrays["components"].shape[0] if arrays["components"].ndim == 2 else -1
+            want = {"components": (p, d), "mean": (d,), "scale": (d,), "score_mean": (p,), "score_sd": (p,)}
+            for key, value in arrays.items():
+                if p < 1 or value.shape != want[key] or not np.all(np.isfinite(value)):
+                    raise ValueError(f"{what} {str(path)!r}: outlier_{number}_{key} has shape {value.shape} or "
+                                     f"non-finite entries; expected {want[key]}")
+            passes.append({"model": {"components": arrays["components"], "mean": arrays["mean"],
+                                     "scale": arrays["scale"], "scaling": model.get("scaling", "false"),
+                                     "row_normalize": False, "clip_norm": 0.0},
+                           "pcs": p, "mean": arrays["score_mean"], "sd": arrays["score_sd"]})
+    if not (np.isfinite(sigma) and sigma > 0 and passes):
+        raise ValueError(f"{what} {str(path)!r}: outlier_sigma {sigma} without outlier passes, or not > 0")
+    return sigma, passes
 
 
 def load_model(path: str | Path, what: str = "--model") -> dict[str, Any]:

@@ -29,6 +29,7 @@ compares the whole run config).
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import time
@@ -219,6 +220,25 @@ class FederatedStrategy(Strategy):
     def iterates(self, estimates) -> None:
         self._iterates = (estimates if isinstance(estimates, Iterates)
                           else Iterates(estimates, keep=self.ITERATES_KEPT))
+
+    SHARED_ON_RESTART = frozenset({"cfg", "settings", "reference", "on_round", "on_model", "observer", "spec",
+                                   "timeout", "folders"})
+    """Attributes :meth:`restart` keeps as they are (the run's settings, its hooks, the folders' locks), not
+    restored from a copy."""
+
+    def initial_state(self) -> dict[str, Any]:
+        """A copy of the strategy's state before discovery, for :meth:`restart` (the outlier passes)."""
+        return {key: value if key in self.SHARED_ON_RESTART else copy.deepcopy(value)
+                for key, value in self.__dict__.items()}
+
+    def restart(self, state: dict[str, Any]) -> None:
+        """Start the fit again from ``state`` (:meth:`initial_state`): discovery, the mean, the scale and every
+        round are redone (after an outlier pass: without the people the sites removed). The fit's last held row is
+        written first: the rows of every fit are written in turn, each from round 0."""
+        if self._held is not None:
+            self._write(*self._held)
+        self.__dict__.update({key: value if key in self.SHARED_ON_RESTART else copy.deepcopy(value)
+                              for key, value in state.items()})
 
     # -- to be provided by subclasses ---------------------------------------------------------------
     @property

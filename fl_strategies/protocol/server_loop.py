@@ -29,6 +29,7 @@ from flwr.common import log, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server import History, Server
 
 from . import stop_request
+from .outlier_exchange import outlier_pass
 from .round_exchange import MissingReply, fit_in_one_batch
 
 __all__ = ["StoppingServer", "log_round_cost"]
@@ -69,7 +70,37 @@ class StoppingServer(Server):
         self.checkpoint = checkpoint
 
     def fit(self, num_rounds: int, timeout: float | None) -> tuple[History, float]:
-        """Run up to ``num_rounds`` rounds of fit + evaluate; stop early if the strategy says so."""
+        """Run up to ``num_rounds`` rounds of fit + evaluate; stop early if the strategy says so. With
+        ``outlier-sigma`` the whole fit is run again after each outlier pass that removed somebody, up to
+        ``outlier-iterations`` times (:mod:`fl_strategies.protocol.outlier_exchange`)."""
+        start = timeit.default_timer()
+        settings = getattr(self.strategy, "settings", None)
+        iterations = getattr(settings, "outlier_iterations", 0) if getattr(settings, "outlier_sigma", 0) > 0 else 0
+        initial = self.strategy.initial_state() if iterations else None
+        passes: list[dict] = []
+        for number in range(1, iterations + 2):
+            history = self._fit_once(num_rounds, timeout)
+            strategy = self.strategy
+            if number > iterations or getattr(strategy, "failure", None) or getattr(strategy, "model", None) is None:
+                break
+            record = outlier_pass(strategy, self.max_workers, timeout, number, num_rounds + 1)
+            if record is not None:
+                passes.append(record)
+            if record is None or not record["removed"]:
+                break
+            strategy.restart(initial)
+            log(INFO, "outliers: fitting again without the %d removed (pass %d of at most %d)",
+                sum(p["removed"] for p in passes), number, iterations)
+        if passes and self.strategy.model is not None:  # what transform needs to list a site's removed people
+            self.strategy.model["outlier_passes"] = passes
+            self.strategy.model["outlier_sigma"] = float(settings.outlier_sigma)
+        finish = getattr(self.strategy, "finish", None)
+        if finish is not None:
+            finish()
+        return history, timeit.default_timer() - start
+
+    def _fit_once(self, num_rounds: int, timeout: float | None) -> History:
+        """Discovery, the rounds and the summary exchange (the model), without :meth:`finish`."""
         history = History()
         self.parameters = self._get_initial_parameters(server_round=0, timeout=timeout)
         first = 1
@@ -107,10 +138,7 @@ class StoppingServer(Server):
         if check is not None:  # a run without a result is a failure, and writes no model
             check()
         self.summary(num_rounds + 1, timeout)  # before finish(): the summary completes the held last row
-        finish = getattr(self.strategy, "finish", None)
-        if finish is not None:
-            finish()
-        return history, timeit.default_timer() - start
+        return history
 
     def fit_round(self, server_round: int, timeout: float | None, timing: dict | None = None):
         """One round of ``configure_fit``, the exchange and ``aggregate_fit`` (as Flower's, batched).

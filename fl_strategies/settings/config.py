@@ -326,6 +326,18 @@ KEYS: dict[str, Key] = {
              "maf-min) from every person in the fit, as plink2 --nonfounders; false = from the founders alone (a .fam "
              "line with father and mother 0), plink2's default; the fit itself is over every person either way",
              absent_means=False),
+        _key("outlier-sigma", float, "PLINK .bed data: remove outliers as smartpca does: after a fit, each site "
+             "flags its own people beyond this many standard deviations of the federation's scores (mean and sd from "
+             "the sites' score sums) on any of the top outlier-pcs PCs; they leave the fit and it is run again, up to "
+             "outlier-iterations times; each site's count is logged, the list stays at the site (transform writes "
+             "it); smartpca's value is 6; 0 = off; needs center = true in a noise-free run without "
+             "secure-aggregation or checkpoint-dir", lambda v: v >= 0, "a finite number >= 0", absent_means=0.0),
+        _key("outlier-iterations", int, "PLINK .bed data with outlier-sigma: the most outlier removals (fits "
+             "again), as smartpca's numoutlieriter; the removals stop early once a pass removes nobody",
+             lambda v: v >= 1, "an integer >= 1", absent_means=5),
+        _key("outlier-pcs", int, "PLINK .bed data with outlier-sigma: the top PCs the rule looks at, as smartpca's "
+             "numoutlierevec (at most n - 1 as there); at most rank", lambda v: v >= 1, "an integer >= 1",
+             absent_means=10),
         _key("init-from", str, "PCA: start the iteration from an earlier run's pca.npz (its components, completed "
              "to iteration-rank columns by a seeded random orthonormal complement) instead of a random basis; its "
              "width and center / scale settings must be the run's; '' = a random start",
@@ -699,6 +711,31 @@ def _check_ld_prune(cfg: dict[str, Any], noisy: bool) -> None:
                           "or through SecAgg+")
 
 
+def _check_outliers(cfg: dict[str, Any], noisy: bool) -> None:
+    """``outlier-sigma`` (:mod:`fl_strategies.kernels.outliers`): the sites' score sums and the fits again run in
+    the plain server loop of a PCA strategy, noise-free and centred (the sums are sent in the clear), from the
+    rows as stored (no row scaling), without a checkpoint (a resumed run would not know the passes), on at most
+    ``rank`` PCs."""
+    key = f"outlier-sigma = {cfg['outlier-sigma']:g}"
+    if not spec(cfg["strategy"]).pca:
+        raise ConfigError(f"{key}: outlier removal applies to the strategies that write a PCA model of PLINK .bed "
+                          f"data (fedpower, power, ssi, localpower, faps, krylov, covariance), not {cfg['strategy']!r}")
+    if noisy or not cfg.get("center") or not row_sums_at_discovery(cfg):
+        raise ConfigError(f"{key} needs center = true in a noise-free run without secure-aggregation: each site's "
+                          "count and score sums are sent in the clear (their SecAgg+ sum is not built yet)")
+    for other, active in (("row-normalize", cfg["row-normalize"]), ("clip-norm", cfg.get("clip-norm", 0.0) > 0),
+                          ("checkpoint-dir", bool(cfg.get("checkpoint-dir"))),
+                          ("variance-target", cfg.get("variance-target", 0.0) > 0)):
+        if active:
+            raise ConfigError(f"{key} is refused with {other} = {cfg[other]!r}: the outlier passes score the "
+                              "people of the genotype files as stored, with a fixed number of components, in one "
+                              "run that is not resumed")
+    if cfg["outlier-pcs"] > cfg["rank"]:
+        raise ConfigError(f"outlier-pcs = {cfg['outlier-pcs']} exceeds rank = {cfg['rank']}: the rule looks at the "
+                          "model's components only; set rank >= outlier-pcs (smartpca looks at 10) or a smaller "
+                          "outlier-pcs")
+
+
 def column_scaling(value: Any) -> str:
     """The ``scale`` setting as one of its choices, ``"false"``, ``"true"`` or ``"hwe"`` (a boolean as true/false)."""
     if isinstance(value, bool) or type(value).__name__ == "bool_":
@@ -756,6 +793,8 @@ def _check_pca(cfg: dict[str, Any]) -> None:
         _check_variant_qc(cfg, noisy)
     if cfg.get("indep-pairwise", "") or cfg.get("exclude-range", ""):
         _check_ld_prune(cfg, noisy)
+    if cfg.get("outlier-sigma", 0.0) > 0:
+        _check_outliers(cfg, noisy)
     if row_sums_at_discovery(cfg) and cfg["discovery"] == "engine":
         raise ConfigError('center = true needs discovery = "ask": the clients send their row sums at discovery')
 

@@ -95,6 +95,9 @@ class PcaSettings:
     exclude_range: str
     nonfounders: bool
     drop_ambiguous: bool
+    outlier_sigma: float
+    outlier_iterations: int
+    outlier_pcs: int
 
 
 @dataclass(frozen=True, kw_only=True)
