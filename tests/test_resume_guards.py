@@ -96,7 +96,8 @@ def _without(path, name: str) -> None:
 def test_the_declared_values_of_added_keys_are_their_defaults():
     """A run with the defaults resumes a checkpoint written before any of these keys existed."""
     assert {"center", "scale", "clip-norm", "variance-target", "init-from", "krylov-blocks", "maf-min",
-            "geno-max", "nonfounders", "indep-pairwise", "exclude-range"} == set(ADDED)
+            "geno-max", "nonfounders", "indep-pairwise", "exclude-range", "drop-ambiguous", "outlier-sigma",
+            "outlier-iterations", "outlier-pcs"} == set(ADDED)
     defaults = default_run_config()
     assert all(KEYS[name].absent_means == defaults[name] for name in ADDED)
 
