@@ -6,6 +6,7 @@ substitution table that runs a large command smaller).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -208,6 +209,10 @@ RUN = [e for e in ENTRIES if not e.by and not e.manual]
 @pytest.mark.timeout(900)
 def test_documented_commands_run(entry, tmp_path):
     """The entry's blocks, as typed (but for the substitution table of tests/doc_commands.py), succeed."""
+    missing = [need for need in entry.needs if (importlib.util.find_spec(need[7:]) is None
+                                                if need.startswith("module:") else shutil.which(need) is None)]
+    if missing:
+        pytest.skip(f"{entry.name} needs {', '.join(missing)}")
     work = tmp_path / "work"
     work.mkdir()
     cwd = ROOT if entry.cwd == "repo" else work
