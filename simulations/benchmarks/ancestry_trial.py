@@ -17,7 +17,9 @@ against plink2 on the pooled file:
 * PC1-2 (and the others asked for) of the fitted people: ``|r|`` against exact ``plink2 --bfile pooled --keep
   kept.keep --extract <plink2's prune.in> --pca allele-wts``;
 * the people left out: ``|r|`` against plink2's projection (``--score`` with plink2's ``.eigenvec.allele`` and
-  ``--read-freq`` of its fit), and against plink2 ``--score`` with the run's own ``pca.eigenvec.allele``.
+  ``--read-freq`` of its fit), and against plink2 ``--score`` with the run's own ``pca.eigenvec.allele``;
+* plink2 against itself: its projection of its own fitted people against its ``.eigenvec`` (how far plink2's
+  projection is from its eigenvectors with missing calls).
 
 Trial B (sites on different arrays): the same people and ``.keep`` files, but site 1 lacks a block of
 :data:`BLOCK` consecutive variants, site 2's ``.bim`` (and ``.bed``) lists its variants in a shuffled order, and
@@ -298,6 +300,7 @@ def trial(name: str, folder: Path, sites: Path, out: Path, args, extract: Path |
         "fitted": len(fitted), "left_out": len(left_out),
         "r_fitted": correlations(ours, fitted_plink2, fitted, k),
         "r_left_out": correlations(ours, projected, left_out, k),
+        "r_plink2_own_projection": correlations(fitted_plink2, projected, fitted, k),
         "our_weights_max_abs_difference": weights_diff,
         "plink2_score_refused": {f"site {i}": message for i, message in refused.items()},
         "eigenval_ratio_minus_1": (eigenval[:k] / eigenval_plink2[:k] - 1).tolist(),
@@ -319,14 +322,17 @@ def table(results: dict, info: dict, args, command: str) -> str:
              "allele-wts` (exact) and `--score` of everyone with its `.eigenvec.allele`.", "",
              "| trial | prune.in (ours / plink2) | equal, in order | plink2 without --keep: prune.in (differ) | "
              "rounds | 1 - |r| fitted, PC1..PCk | 1 - |r| left out (plink2's projection) | "
+             "plink2's projection of its fitted people: 1 - |r| against its .eigenvec | "
              "plink2 --score with pca.eigenvec.allele, max abs diff | eigenvalue / plink2's - 1 | run (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         lines.append(
             f"| {name} | {r['prune_in']} / {r['plink2_prune_in']} | {r['prune_in_equal']} | "
             f"{r['plink2_prune_in_without_keep']} ({r['differ_without_keep']}) | {r['rounds']} | "
             + ", ".join(f"{1 - x:.1e}" for x in r["r_fitted"]) + " | "
-            + ", ".join(f"{1 - x:.1e}" for x in r["r_left_out"]) + f" | {r['our_weights_max_abs_difference']:.1e} | "
+            + ", ".join(f"{1 - x:.1e}" for x in r["r_left_out"]) + " | "
+            + ", ".join(f"{1 - x:.1e}" for x in r["r_plink2_own_projection"])
+            + f" | {r['our_weights_max_abs_difference']:.1e} | "
             + ", ".join(f"{x:+.1e}" for x in r["eigenval_ratio_minus_1"]) + f" | {r['run_seconds']:.0f} |")
     verdict = [f"- {name}: plink2 --score refused the file of {site}: {message}"
                for name, r in results.items() for site, message in r["plink2_score_refused"].items()]
