@@ -41,7 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["Block", "Entry", "ENTRIES", "documents", "bash_blocks", "small_comparison", "command_path", "ROOT"]
+__all__ = ["Block", "Entry", "ENTRIES", "documents", "bash_blocks", "small_comparison", "command_path", "missing_needs",
+           "ROOT"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,14 @@ def _toml(meta: dict) -> str:
     for run in meta["runs"]:
         lines += ["", "[[runs]]"] + [f"{k} = {value(v)}" for k, v in run.items()]
     return "\n".join(lines) + "\n"
+
+
+def missing_needs(needs: tuple[str, ...]) -> list[str]:
+    """The programs (not on the ``PATH``) and modules (``module:<name>``, not importable) of ``needs`` missing here."""
+    import importlib.util
+
+    return [need for need in needs if (importlib.util.find_spec(need[len("module:"):]) is None
+                                       if need.startswith("module:") else shutil.which(need) is None)]
 
 
 def command_path(tmp_path: Path) -> str:
