@@ -10,6 +10,8 @@ changed in a document must be changed here too, and is then run as changed. An e
   predates the entry point), after its ``setup`` blocks; or
 * names the test that runs them (``by``), or says why no test does (``manual``).
 
+An entry that needs a program or an extra's module (``needs``) is skipped, naming it, where it is missing.
+
 **The substitution table.** Where a documented command is large, the test runs it smaller. These are the only
 changes made to a command (a ``setup`` writes input files a command reads, e.g. ``rows.npy``), each listed with its entry as ``(documented, run)`` and each required to occur:
 
@@ -39,7 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["Block", "Entry", "ENTRIES", "documents", "bash_blocks", "small_comparison", "command_path", "ROOT"]
+__all__ = ["Block", "Entry", "ENTRIES", "documents", "bash_blocks", "small_comparison", "command_path", "missing_needs",
+           "ROOT"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,14 @@ def _toml(meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def missing_needs(needs: tuple[str, ...]) -> list[str]:
+    """The programs (not on the ``PATH``) and modules (``module:<name>``, not importable) of ``needs`` missing here."""
+    import importlib.util
+
+    return [need for need in needs if (importlib.util.find_spec(need[len("module:"):]) is None
+                                       if need.startswith("module:") else shutil.which(need) is None)]
+
+
 def command_path(tmp_path: Path) -> str:
     """The environment's ``bin`` for the front of ``PATH``, with a ``fedspectral`` command in ``tmp_path/shim`` before it
     where the installed environment predates the entry point (it calls :func:`fedspectral.cli.main`, as the entry
@@ -151,6 +162,9 @@ class Entry:
     """Comparison files replaced by :func:`small_comparison` copies in ``$TMP``."""
     by: str = ""
     manual: str = ""
+    needs: tuple[str, ...] = ()
+    """Programs on the ``PATH`` (``plink2``) and Python modules (``module:msprime``, from an extra) the commands
+    need: the test is skipped, naming them, where one is missing."""
 
 
 def _guide_blocks() -> tuple[str, ...]:
@@ -190,6 +204,27 @@ QC_SITES = ("python -c \"\nimport numpy as np, os, bed_reader; rng = np.random.d
             "    bed_reader.to_bed(f'sites/partition_{i}.bed', G)\"\n")
 PLINK2_SCORE = ("plink2 --bfile site --read-freq pca.afreq --score pca.eigenvec.allele 1 4 header-read "
                 "no-mean-imputation \\\n  variance-standardize --score-col-nums 5-<k+4> --out site\n")
+ANCESTRY_DATA = "python -m simulations.benchmarks.ancestry_trial --write-sites sites --people 400 --variants 12000\n"
+ANCESTRY_KING = ("for i in 0 1 2 3; do\n"
+                 "  plink2 --bfile sites/partition_$i --king-cutoff 0.0884 --out sites/partition_$i\n"
+                 "  mv sites/partition_$i.king.cutoff.in.id sites/partition_$i.keep\n"
+                 "done\n")
+ANCESTRY_KEYS = ('strategy="krylov" rank=4 iteration-rank=8 num-server-rounds=30 stop-tol=1e-6 center=true scale="hwe" '
+                 'row-normalize=false maf-min=0.01 geno-max=0.1 indep-pairwise="50 5 0.2"')
+ANCESTRY_RUN = f"fedspectral run --run-config 'dataset=\"sites\" num-clients=4 {ANCESTRY_KEYS} results-dir=\"out\"'\n"
+ANCESTRY_DEPLOY = ("fedspectral deploy --data-dir sites --out deployment --run-config 'dataset=\"nodes\" "
+                   f"num-clients=4 {ANCESTRY_KEYS}'\n")
+ANCESTRY_TRANSFORM = ("for i in 0 1 2 3; do\n"
+                      "  fedspectral transform --model out/pca.npz --data sites/partition_$i.bed "
+                      "--out site$i.eigenvec\n"
+                      "done\n")
+ANCESTRY_SCORE = ("plink2 --bfile sites/partition_0 --read-freq out/pca.afreq --score out/pca.eigenvec.allele 1 4 "
+                  "header-read \\\n  no-mean-imputation variance-standardize --score-col-nums 5-8 --out site0\n"
+                  "python -c \"\nimport pandas as pd\n"
+                  "ours, plink2 = pd.read_csv('site0.eigenvec', sep='\\t'), pd.read_csv('site0.sscore', sep='\\t')\n"
+                  "print('largest difference:', abs(ours[['PC1', 'PC2']].to_numpy() - "
+                  "plink2[['PC1_AVG', 'PC2_AVG']].to_numpy()).max())\"\n")
+ANCESTRY_NEEDS = ("plink2", "module:msprime", "module:stdpopsim")
 KING_CUTOFF = ("plink2 --bfile partition_0 --king-cutoff 0.0884 --out partition_0\n"
                "mv partition_0.king.cutoff.in.id partition_0.keep\n")
 
@@ -258,6 +293,14 @@ ENTRIES: tuple[Entry, ...] = (
              "test_the_documented_plink2_command_is_the_one_the_tests_run)"),
     Entry("genotypes: a site's relatives left out of the fit", (KING_CUTOFF,),
           by="tests/test_keep.py::test_the_documented_king_cutoff_writes_the_sites_keep"),
+    Entry("ancestry guide: the sites, their .keep, the run, each site's .eigenvec, plink2's projection",
+          (ANCESTRY_DATA, ANCESTRY_KING, ANCESTRY_RUN, ANCESTRY_TRANSFORM, ANCESTRY_SCORE), marks=("ray", "plink2"),
+          needs=ANCESTRY_NEEDS,
+          expect=("out/pca.npz", "out/prune.in", "out/prune.out", "out/pca.eigenvec.allele", "sites/partition_3.keep",
+                  "site3.eigenvec", "site3.eigenvec.png", "site0.sscore")),
+    Entry("ancestry guide: on SuperNodes", (ANCESTRY_DEPLOY,), setup=(ANCESTRY_DATA, ANCESTRY_KING),
+          marks=("deploy", "plink2"), needs=ANCESTRY_NEEDS, subs=(TWO_ROUNDS,),
+          expect=("deployment/pca.npz", "deployment/prune.in")),
     Entry("genotypes: against scikit-learn",
           ("python -m simulations.benchmarks.bench_genotype --dimension 100000 --sites 500 500 500 500\n",),
           marks=("slow",),

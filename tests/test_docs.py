@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from doc_commands import ENTRIES, ROOT, TEST_COMMAND, bash_blocks, command_path, documents, small_comparison
+from doc_commands import (ENTRIES, ROOT, TEST_COMMAND, bash_blocks, command_path, documents, missing_needs,
+                          small_comparison)
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^ *```.*?^ *```", flags=re.M | re.S)
@@ -64,6 +65,14 @@ def test_every_documented_command_is_in_the_registry_and_every_entry_in_a_docume
 def test_only_the_mutation_run_is_left_to_a_person():
     """A block no test runs says why; only the mutation run (minutes to an hour a module) is such a block."""
     assert [e.name for e in ENTRIES if e.manual] == ["mutation testing"]
+
+
+def test_an_entry_needing_a_missing_program_or_module_names_it():
+    """``needs``: a program not on the PATH and a module not installed are named (the entry is then skipped); those
+    present are not."""
+    assert missing_needs(("bash", "no-such-program-x", "module:os", "module:no_such_module_x")) == [
+        "no-such-program-x", "module:no_such_module_x"]
+    assert {need for entry in ENTRIES for need in entry.needs} >= {"plink2", "module:msprime"}
 
 
 def test_ci_runs_the_readmes_test_command():
@@ -208,6 +217,9 @@ RUN = [e for e in ENTRIES if not e.by and not e.manual]
 @pytest.mark.timeout(900)
 def test_documented_commands_run(entry, tmp_path):
     """The entry's blocks, as typed (but for the substitution table of tests/doc_commands.py), succeed."""
+    missing = missing_needs(entry.needs)
+    if missing:
+        pytest.skip(f"{entry.name} needs {', '.join(missing)}")
     work = tmp_path / "work"
     work.mkdir()
     cwd = ROOT if entry.cwd == "repo" else work
