@@ -73,12 +73,14 @@ FLOWER_PROGRAMS = ("flower-superlink", "flower-supernode", "flower-superexec", "
                    "flwr-simulation", "/flwr ", "flwr run")
 
 
-def tagged_flower_processes(tag: str) -> list[tuple[int, str]]:
-    """``(pid, command line)`` of the Flower processes whose environment carries ``PROCESS_TAG=tag``.
+def tagged_processes(tag: str, programs: tuple[str, ...] = ()) -> list[tuple[int, str]]:
+    """``(pid, command line)`` of the live processes whose environment carries ``PROCESS_TAG=tag`` (of
+    ``programs`` only, when given: a process whose command line names one of them).
 
     Flower starts its SuperLink (``flwr run``'s local one), SuperExec and ServerApp processes detached (new
     sessions, re-parented to init when their parent exits), so they are found by the environment they inherited
-    from the test, not by ancestry; processes of other users or of other test runs (another tag) never match.
+    from the test, not by ancestry; processes of other users or of other test runs (another tag) never match, and
+    an exited process no one has reaped yet (a zombie) is not counted.
     """
     found = []
     needle = f"{PROCESS_TAG}={tag}".encode()
@@ -89,13 +91,22 @@ def tagged_flower_processes(tag: str) -> list[tuple[int, str]]:
             with open(f"/proc/{entry}/environ", "rb") as fh:
                 if needle not in fh.read().split(b"\0"):
                     continue
+            with open(f"/proc/{entry}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
             with open(f"/proc/{entry}/cmdline", "rb") as fh:
                 args = fh.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:  # gone, or not ours
             continue
-        if any(program in args + " " for program in FLOWER_PROGRAMS):
+        if not programs or any(program in args + " " for program in programs):
             found.append((int(entry), args.strip()))
     return found
+
+
+def tagged_flower_processes(tag: str) -> list[tuple[int, str]]:
+    """``(pid, command line)`` of the Flower processes whose environment carries ``PROCESS_TAG=tag``
+    (:func:`tagged_processes` of :data:`FLOWER_PROGRAMS`)."""
+    return tagged_processes(tag, FLOWER_PROGRAMS)
 
 
 def _stop(pids: list[int]) -> None:

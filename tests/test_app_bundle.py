@@ -167,21 +167,9 @@ def test_an_installed_package_checks_its_run_config_from_any_folder(installed, t
 
 def _tagged_processes(tag: str) -> list[str]:
     """Command lines of the processes (any program: Flower's, Ray's) whose environment carries this test's tag."""
-    from conftest import PROCESS_TAG
+    from conftest import tagged_processes
 
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        if int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                if f"{PROCESS_TAG}={tag}".encode() not in fh.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                found.append(fh.read().replace(b"\0", b" ").decode(errors="replace"))
-        except OSError:
-            continue
-    return found
+    return [args for _, args in tagged_processes(tag)]
 
 
 @pytest.mark.ray

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import PROCESS_TAG, run_app
+import conftest
+from conftest import run_app
 
 ROUNDS = 60
 """Long enough that the run is still going when it is stopped (a round takes about 0.15 s in Flower's engine, and the
@@ -22,23 +23,7 @@ ServerApp stops within a round or two of the signal)."""
 
 def tagged_processes(tag: str) -> list[str]:
     """The command lines of every process (Flower's, Ray's, any) whose environment carries this test's tag."""
-    found = []
-    needle = f"{PROCESS_TAG}={tag}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                if needle not in fh.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/stat") as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                found.append(fh.read().replace(b"\0", b" ").decode(errors="replace")[:160])
-        except OSError:
-            continue
-    return found
+    return [args[:160] for _, args in conftest.tagged_processes(tag)]
 
 
 def _wait_for(path, text: str, proc: subprocess.Popen, timeout: float = 240.0) -> None:

@@ -680,13 +680,8 @@ def _check_variant_qc(cfg: dict[str, Any], noisy: bool) -> None:
     one of them; the data's kind is checked there."""
     keys = " and ".join(f"{key} = {cfg[key]:g}" for key, active in (("maf-min", cfg["maf-min"] > 0),
                                                                     ("geno-max", cfg["geno-max"] < 1)) if active)
-    if not spec(cfg["strategy"]).pca:
-        raise ConfigError(f"{keys}: the variant filters apply to the strategies that write a PCA model of PLINK .bed "
-                          f"data (fedpower, power, ssi, localpower, faps, covariance), not {cfg['strategy']!r}")
-    if noisy or not cfg.get("center") or not (row_sums_at_discovery(cfg) or secure_power(cfg)):
-        raise ConfigError(f"{keys} needs center = true in a noise-free run (with secure-aggregation, a strategy of "
-                          f"{', '.join(SECURE_SUM_STRATEGIES)}): the filter comes from the allele sums and call "
-                          "counts the nodes send at discovery, in the clear or through SecAgg+")
+    _check_discovery_sums(cfg, noisy, keys, "the variant filters apply",
+                          "the filter comes from the allele sums and call counts the nodes send at discovery")
 
 
 def _check_ld_prune(cfg: dict[str, Any], noisy: bool) -> None:
@@ -702,13 +697,20 @@ def _check_ld_prune(cfg: dict[str, Any], noisy: bool) -> None:
     except ValueError as ex:
         raise ConfigError(f"indep-pairwise = {value!r}: {ex}") from None
     keys = " and ".join(f"{key} = {cfg[key]!r}" for key in ("indep-pairwise", "exclude-range") if cfg.get(key))
+    _check_discovery_sums(cfg, noisy, keys, "LD pruning applies", "the pair sums are sent at discovery")
+
+
+def _check_discovery_sums(cfg: dict[str, Any], noisy: bool, keys: str, what: str, sums: str) -> None:
+    """The rule shared by the keys whose decision comes from sums the nodes send at discovery (``maf-min`` /
+    ``geno-max``, ``indep-pairwise`` / ``exclude-range``): a PCA strategy, in a noise-free centred run whose
+    discovery sends row sums in the clear (:func:`row_sums_at_discovery`) or sums them through SecAgg+
+    (:func:`secure_power`); ``keys`` names the keys set, ``what`` and ``sums`` say what they need."""
     if not spec(cfg["strategy"]).pca:
-        raise ConfigError(f"{keys}: LD pruning applies to the strategies that write a PCA model of PLINK .bed data "
-                          f"(fedpower, power, ssi, localpower, faps, covariance), not {cfg['strategy']!r}")
+        raise ConfigError(f"{keys}: {what} to the strategies that write a PCA model of PLINK .bed data (fedpower, "
+                          f"power, ssi, localpower, faps, covariance), not {cfg['strategy']!r}")
     if noisy or not cfg.get("center") or not (row_sums_at_discovery(cfg) or secure_power(cfg)):
         raise ConfigError(f"{keys} needs center = true in a noise-free run (with secure-aggregation, a strategy of "
-                          f"{', '.join(SECURE_SUM_STRATEGIES)}): the pair sums are sent at discovery, in the clear "
-                          "or through SecAgg+")
+                          f"{', '.join(SECURE_SUM_STRATEGIES)}): {sums}, in the clear or through SecAgg+")
 
 
 def _check_outliers(cfg: dict[str, Any], noisy: bool) -> None:
