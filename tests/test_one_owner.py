@@ -158,11 +158,12 @@ def test_sigterm_of_transform_leaves_no_partial_file(tmp_path, monkeypatch, caps
         return X
 
     monkeypatch.setattr(module, "transform", stopped)
+    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL, or what an earlier test left (ray.init installs one)
     assert module.main(["--model", str(model), "--data", str(data), "--out", str(out)], prog="t") == 143
     err = capsys.readouterr().err
     assert err == f"t: interrupted (SIGTERM): nothing was written to {out}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the command's handlers are removed again
+    assert signal.getsignal(signal.SIGTERM) is before  # the command's handlers are removed again
 
 
 # -- an earlier run's checkpoint ----------------------------------------------------------------------------------
