@@ -1,4 +1,4 @@
-"""Every word heard, early and true refusals (issue 42, points 3 and 7).
+"""Every word heard, early and true refusals.
 
 A run-config word that is not ``key=value``, a run-config file that does not exist or does not parse, a node folder
 whose files do not match ``num-clients`` exactly, PLINK ``.bed`` files beside other formats, ``.bim`` lists that

@@ -1,4 +1,4 @@
-"""One owner per folder for the whole run, and an earlier run's checkpoint never replaced unasked (issue 42).
+"""One owner per folder for the whole run, and an earlier run's checkpoint never replaced unasked.
 
 In-process: the holder is a lock this test takes (as another command or a ServerApp would), and the command under
 test must refuse in one line naming it, exit status 2, before it starts Flower or writes anything.

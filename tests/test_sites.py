@@ -1,4 +1,4 @@
-"""Sites as they come (issue 45 point 5): strand-ambiguous variants, IDs listed twice, secure aggregation over
+"""Sites as they come: strand-ambiguous variants, IDs listed twice, secure aggregation over
 genotypes without ``secagg-clip``, and the log's last round."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stopped means stopped (issue 42): Ctrl-C or SIGTERM of `fedspectral run` / `deploy` stops every process the
+"""Stopped means stopped: Ctrl-C or SIGTERM of `fedspectral run` / `deploy` stops every process the
 command started, says so in one line, and leaves a checkpoint that `resume = true` continues exactly."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 45's consortium trial: ancestry PCA over four sites' ``.bed`` files, as a consortium runs it, against
+"""The consortium trial: ancestry PCA over four sites' ``.bed`` files, as a consortium runs it, against
 plink2 on the pooled file.
 
 Genotypes: msprime under stdpopsim's ``OutOfAfrica_3G09`` demography, as :func:`bench_plink2.simulate` makes
@@ -311,7 +311,8 @@ def trial(name: str, folder: Path, sites: Path, out: Path, args, extract: Path |
 
 def table(results: dict, info: dict, args, command: str) -> str:
     k = args.rank
-    lines = [f"# Issue 45's consortium trial ({time.strftime('%Y-%m-%d', time.gmtime())})", "",
+    day = time.strftime('%Y-%m-%d', time.gmtime())
+    lines = [f"# The consortium trial: the ancestry workflow against plink2 ({day})", "",
              f"`{command}`", "",
              f"{info['people']} people x {info['variants']} variants ({info['model']}, {info['segments']} segment(s)), "
              f"four sites of {', '.join(map(str, info['site_people']))} people with "
