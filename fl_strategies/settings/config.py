@@ -38,7 +38,7 @@ from ..privacy.dp_power_noise import privacy_plan
 from ..privacy.noise import NOISE_SOURCES
 from ..privacy.accounting import AccountantUnavailable, unmeasurable
 from ..privacy.fedpower_dp import achieved_epsilon, centred_releases, epsilon_spent, noise_multiplier
-from ..privacy.zcdp import CALIBRATIONS, calibrate
+from ..privacy.zcdp import CALIBRATIONS
 from ..privacy.analyze_gauss import check_row_bound, covariance_releases
 from .participation import LATENCY_MODELS, ROUND_POLICIES, SAMPLING, check_participation
 from .registry import PROMISE_KEYS, STRATEGY_NAMES, read_keys, readers, spec
@@ -1161,7 +1161,6 @@ def check_against_data(cfg: Mapping[str, Any], dimension: int, num_rows: int) ->
 
 if __name__ == "__main__":
     import tomllib
-    from pathlib import Path
 
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     print(keys_markdown(tomllib.loads(pyproject.read_text())["tool"]["flwr"]["app"]["config"]), end="")
