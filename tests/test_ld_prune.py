@@ -448,3 +448,25 @@ def test_pruning_counts_the_founders_in_the_fit_as_plink2(tmp_path, nonfounders)
     assert [f"v{j}" for j in np.flatnonzero(~everyone & (np.array(chrom) != "0"))] != theirs[nonfounders]
     mine = founders_removed(G[fit], chrom, bp, "50 5 0.2", founders[fit], founders[fit] | nonfounders)
     assert [f"v{j}" for j in np.flatnonzero(~mine & (np.array(chrom) != "0"))] == theirs[nonfounders]
+
+
+def test_variants_on_x_y_or_mt_are_refused_in_one_line_and_an_exclude_range_leaves_them_out(tmp_path):
+    """plink2 prunes chromosome X with males' calls haploid (Y over males, MT haploid), from the ``.fam``'s sexes;
+    fedspectral does not, and refuses them naming the chromosomes and the remedy; an ``exclude-range`` line for X
+    lets the run prune the rest (the pseudo-autosomal ``XY`` pruned as an autosome, as plink2 does)."""
+    from tests.test_genotype_bed import compare_sites
+
+    assert L.sex_chromosomes(["1", "chrX", "23", "XY", "25", "M", "26", "Y", "2"]) == ["chrX", "23", "M", "26", "Y"]
+    sites = ld_sites((40, 40), 60, seed=9)
+    chrom, bp = ["1"] * 40 + ["XY"] * 8 + ["X"] * 12, np.arange(60) * 1000 + 1
+    (tmp_path / "data").mkdir()
+    for i, S in enumerate(sites):
+        write_site(tmp_path / "data" / f"partition_{i}.bed", S, chrom, bp)
+    with pytest.raises(ConfigError, match=r"^indep-pairwise = '50 5 0.2': 12 variant\(s\) on chromosome\(s\) X, "
+                                          r"which plink2 prunes with males' calls haploid .*exclude-range"):
+        compare_sites(tmp_path, 2, extra='indep-pairwise = "50 5 0.2"')
+    (tmp_path / "sex.txt").write_text("X 0 999999999 chrX\n")
+    model = compare_sites(tmp_path, 2, rounds=5, extra=f'indep-pairwise = "50 5 0.2"\nexclude-range = '
+                                                        f'"{tmp_path / "sex.txt"}"')
+    removed = kernel_removed(np.vstack(sites)[:, :48], chrom[:48], bp[:48], "50 5 0.2")
+    assert [vid for vid, _, _ in model["variants"]] == [f"v{j}" for j in np.flatnonzero(~removed)]

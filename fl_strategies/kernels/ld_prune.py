@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..files.ranges import chromosome_code
+
 __all__ = ["PAIR_SUMS", "VARIANT_SUMS", "SEX_CHROMOSOMES", "SMALL_EPSILON", "PruneWindow", "parse_indep_pairwise",
            "sex_chromosomes", "subcontigs", "pair_spans", "pair_index", "pair_sums", "variant_sums", "ld_exceeds",
            "major_frequency", "indep_pairwise"]
@@ -55,9 +57,10 @@ VARIANT_SUMS = ("calls", "sum", "sumsq", "frequency_calls", "frequency_sum")
 the r^2 counts (the founders in the fit), then its calls and ``sum g`` over the people plink2's allele frequencies
 count (the founders, or everyone in the fit with ``nonfounders = true``)."""
 
-SEX_CHROMOSOMES = ("X", "Y", "MT", "M", "23", "24", "26")
-"""The chromosome codes plink2 prunes as haploid in part or whole (X, Y, MT or M and their numbers in the human set;
-``XY`` / ``25``, the pseudo-autosomal region, is diploid: an autosome)."""
+SEX_CHROMOSOMES = ("X", "Y", "MT")
+"""The chromosomes plink2 prunes as haploid in part or whole, as :func:`~fl_strategies.files.ranges.chromosome_code`
+names them (``23``, ``chrX``, ... are ``X``; ``M`` and ``26`` ``MT``). ``XY`` (``25``), the pseudo-autosomal region,
+is diploid there: an autosome."""
 
 SMALL_EPSILON = 2.0 ** -44
 """plink2's ``kSmallEpsilon``: the r^2 threshold is raised by this share, and frequencies within it tie."""
@@ -126,14 +129,9 @@ def parse_indep_pairwise(text: str) -> PruneWindow | None:
 
 
 def sex_chromosomes(chromosomes) -> list[str]:
-    """The codes of :data:`SEX_CHROMOSOMES` among ``chromosomes`` (with or without a ``chr`` prefix, any case), in
-    the order met: what pruning here does not do as plink2 does (module docstring)."""
-    found = []
-    for name in dict.fromkeys(str(c) for c in chromosomes):
-        code = name[3:] if name.lower().startswith("chr") else name
-        if code.upper() in SEX_CHROMOSOMES and name not in found:
-            found.append(name)
-    return found
+    """The chromosome names of ``chromosomes`` (in the order met) that are :data:`SEX_CHROMOSOMES`: what pruning
+    here does not do as plink2 does (module docstring)."""
+    return [name for name in dict.fromkeys(str(c) for c in chromosomes) if chromosome_code(name) in SEX_CHROMOSOMES]
 
 
 def subcontigs(chromosomes, positions, window: PruneWindow) -> list[tuple[int, int]]:
