@@ -470,3 +470,20 @@ def test_variants_on_x_y_or_mt_are_refused_in_one_line_and_an_exclude_range_leav
                                                         f'"{tmp_path / "sex.txt"}"')
     removed = kernel_removed(np.vstack(sites)[:, :48], chrom[:48], bp[:48], "50 5 0.2")
     assert [vid for vid, _, _ in model["variants"]] == [f"v{j}" for j in np.flatnonzero(~removed)]
+
+
+def test_pruning_over_fewer_than_two_founders_is_refused_and_fewer_than_50_warned(caplog):
+    """plink2 refuses LD pruning without two founders (and below 50 unless ``--bad-ld``): the server refuses the
+    pooled sums of at most one founder per variant in one line, and warns below 50."""
+    from fl_strategies.protocol.ld_exchange import prune_decision
+
+    window = L.parse_indep_pairwise("3 1 0.2")
+    variants = [(f"v{j}", "A", "G") for j in range(4)]
+    chrom, bp, spans = ["1"] * 4, np.arange(4) + 1, np.array([2, 2, 1, 0])
+    exceeds = [np.zeros(5, dtype=bool)]
+    lone = np.array([[1, 1, 1, 1, 1]] * 4)
+    with pytest.raises(ConfigError, match=r"^indep-pairwise = '3 1 0.2': at most 1 founder\(s\) with a call"):
+        prune_decision(variants, chrom, bp, window, spans, lone, exceeds, "test", 1)
+    few = np.array([[10, 9, 11, 10, 9]] * 4)
+    keep, prune_in, _ = prune_decision(variants, chrom, bp, window, spans, few, exceeds, "test", 1)
+    assert keep.all() and "LD measured over at most 10 founder(s)" in caplog.text
