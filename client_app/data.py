@@ -229,22 +229,46 @@ class NodeData:
             return None
         return rows.call_counts()
 
+    def founders_among(self, rows: BedVariants) -> np.ndarray | None:
+        """Which of the people in the fit are founders, plink2's rule (:func:`fl_strategies.files.keep.founders_of`),
+        the one place that says who counts where plink2 counts founders only: its allele frequencies (unless
+        ``nonfounders = true``: :attr:`founder_sums`) and, always, its LD pruning's r^2
+        (:func:`client_app.ld_replies.ld_sums`).
+
+        Parameters
+        ----------
+        rows : BedVariants
+            The node's rows (its people in the fit: all its file's, or a ``.keep``'s, less any outliers removed).
+
+        Returns
+        -------
+        ndarray of shape (s_i,), bool, or None
+            Per person in the fit (file order), whether a founder; ``None`` when every one is (or the file has no
+            ``.fam``).
+        """
+        file = self._file()
+        founders = None if file is None else founders_of(file[0])
+        if founders is None:
+            return None
+        chosen = founders[np.arange(rows.file_rows) if rows.people is None else rows.people]
+        return None if chosen.all() else chosen
+
     @property
     def founder_sums(self) -> tuple[np.ndarray, np.ndarray] | None:
         """``(allele sums, calls)`` per variant, both (d,) float64, over the founders among the people in the fit
-        (plink2's rule for the allele frequencies: :func:`fl_strategies.files.keep.founders_of`), what a node
-        reports as ``founder-sum`` and ``founder-count`` at discovery; ``None`` with ``nonfounders = true``, for
-        data other than a ``.bed``, or when every person in the fit is a founder (the row sums say the same)."""
-        rows, file = self.operator().rows, self._file()
-        if self.cfg.get("nonfounders", False) or not isinstance(rows, BedVariants) or file is None:
+        (plink2's rule for the allele frequencies: :meth:`founders_among`), what a node reports as ``founder-sum``
+        and ``founder-count`` at discovery; ``None`` with ``nonfounders = true``, for data other than a ``.bed``,
+        or when every person in the fit is a founder (the row sums say the same)."""
+        rows = self.operator().rows
+        if self.cfg.get("nonfounders", False) or not isinstance(rows, BedVariants):
             return None
-        founders = founders_of(file[0])
-        chosen = np.arange(rows.file_rows) if rows.people is None else rows.people
-        if founders is None or founders[chosen].all():
+        founders = self.founders_among(rows)
+        if founders is None:
             return None
-        if not founders[chosen].any():
+        if not founders.any():
             return np.zeros(rows.dimension), np.zeros(rows.dimension)
-        alone = rows.subset(chosen[founders[chosen]])  # one read of the file: their code counts
+        chosen = np.arange(rows.file_rows) if rows.people is None else rows.people
+        alone = rows.subset(chosen[founders])  # one read of the file: their code counts
         return alone.stats()[0], alone.call_counts()
 
     def column_sq_sums(self) -> np.ndarray:

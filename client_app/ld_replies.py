@@ -1,9 +1,10 @@
 """A node's side of federated LD pruning (``indep-pairwise``, :mod:`fl_strategies.protocol.ld_exchange`).
 
 Asked ``ld-map``, the node sends the chromosome and position of every variant of the run's list (from its own
-``.bim``); asked ``ld-sums-start`` with ``ld-spans``, it sends the pair sums of those first variants over its own
-people (:func:`fl_strategies.kernels.ld_prune.pair_sums`) and each one's calls, allele sum and sum of squares:
-counts and sums, never a row.
+``.bim``); asked ``ld-sums-start`` with ``ld-spans``, it sends the pair sums of those first variants over its
+founders in the fit (:func:`fl_strategies.kernels.ld_prune.pair_sums`; plink2's rule, whatever ``nonfounders``
+says: :meth:`client_app.data.NodeData.founders_among`) and each one's
+:data:`~fl_strategies.kernels.ld_prune.VARIANT_SUMS`: counts and sums, never a row.
 """
 
 from __future__ import annotations
@@ -50,11 +51,17 @@ def ld_reply(data, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def ld_sums(data, start: int, spans: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """The node's pair sums (P, 6) and variant sums (b, 3), int64, of the pairs of first variants ``start ..
-    start + b - 1`` (``spans``: their int64 :func:`~fl_strategies.kernels.ld_prune.pair_spans`), over its own
-    people; what it sends in the clear (:func:`ld_reply`) or, under SecAgg+, as limbs
+    """The node's pair sums (P, 6) and variant sums (b, 5), int64, of the pairs of first variants ``start ..
+    start + b - 1`` (``spans``: their int64 :func:`~fl_strategies.kernels.ld_prune.pair_spans`); what it sends in
+    the clear (:func:`ld_reply`) or, under SecAgg+, as limbs
     (:class:`client_app.secure_power_client.SecurePowerClient`). A ``ValueError`` naming the partition when the
-    request does not fit its data."""
+    request does not fit its data.
+
+    Who counts (module docstring of :mod:`fl_strategies.kernels.ld_prune`): the pair sums and the first three
+    variant sums over the founders among the people in the fit, the last two (plink2's allele frequency) over the
+    same founders, or every person in the fit with ``nonfounders = true``. A person outside the fit (a ``.keep``'s,
+    an outlier removed) never counts.
+    """
     where = f"partition {data.partition_id}"
     if getattr(data, "bim", None) is None:
         raise ValueError(f"{where}: the server asks for LD pruning's sums, but the node's data are no .bed file")
@@ -69,4 +76,13 @@ def ld_sums(data, start: int, spans: bytes) -> tuple[np.ndarray, np.ndarray]:
                          f"{X.dimension} variants")
     full = np.zeros(X.dimension, dtype=np.int64)
     full[start:stop] = spans
-    return pair_sums(X.column_counts, full, start, stop), variant_sums(X.column_counts(start, stop))
+    founders = data.founders_among(X)
+
+    def read(a: int, b: int) -> np.ndarray:  # the founders' allele counts (b - a, founders)
+        counts = X.column_counts(a, b)
+        return counts if founders is None else counts[:, founders]
+
+    everyone = X.column_counts(start, stop)
+    ld = variant_sums(everyone if founders is None else everyone[:, founders])
+    frequency = ld if founders is None or not data.cfg.get("nonfounders", False) else variant_sums(everyone)
+    return pair_sums(read, full, start, stop), np.hstack([ld, frequency[:, :2]])

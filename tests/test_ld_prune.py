@@ -376,3 +376,114 @@ def test_a_site_whose_bim_lists_an_id_twice_is_refused_naming_it(tmp_path):
     data = NodeData(cfg, {"partition-id": 0, "data-path": path})
     with pytest.raises(ValueError, match="partition 0: its .bim lists variant ID\\(s\\) v1 more than once"):
         ld_reply(data, {"ld-map": True})
+
+
+def family_sites(tmp_path, seed=8):
+    """Three ``.bed`` sites with LD and missing calls whose ``.fam`` files have parents (a parent in the file, one
+    not in it, a mother alone: a third of each site's people), and a ``.keep`` at site 0 (ten people left out,
+    founders among them); the sites' genotypes, map, founders (n,) bool and whether each is in the fit (n,) bool."""
+    from tests.test_keep import fam_of, with_parents
+
+    sites = ld_sites((80, 70, 75), 300, seed=seed)
+    chrom, bp = bim_of(300, seed=seed)
+    (tmp_path / "data").mkdir()
+    founders, kept = [], []
+    for i, G in enumerate(sites):
+        bed = tmp_path / "data" / f"partition_{i}.bed"
+        write_site(bed, G, chrom, bp)
+        fam_of(bed, [f"S{i}F{j}" for j in range(len(G))])
+        family = {j: (f"iid{j - 9}", "0") for j in range(10, 25)} | {j: ("nobody", "0") for j in range(25, 30)} | \
+            {j: ("0", f"iid{j - 29}") for j in range(30, 35)}
+        founders.append(with_parents(bed, family))
+        fit = np.ones(len(G), dtype=bool)
+        if i == 0:
+            fit[[0, 2, 4, 6, 8, 12, 14, 40, 50, 60]] = False
+            fam = [line.split()[:2] for line in bed.with_suffix(".fam").read_text().splitlines()]
+            bed.with_suffix(".keep").write_text("".join(" ".join(fam[j]) + "\n" for j in np.flatnonzero(fit)))
+        kept.append(fit)
+    return sites, chrom, bp, np.concatenate(founders), np.concatenate(kept)
+
+
+def founders_removed(G, chrom, bp, args, founders, frequency_people):
+    """plink2's rule on the pooled ``G``: r^2 over ``founders``, the major-allele frequency over
+    ``frequency_people`` (both (n,) bool), (d,) bool of the variants removed."""
+    window = L.parse_indep_pairwise(args)
+    spans = L.pair_spans(chrom, bp, window)
+    counts = counts_of(G[founders])
+    sums = L.pair_sums(lambda a, b: counts[a:b], spans, 0, G.shape[1])
+    return L.indep_pairwise(L.variant_sums(counts), L.ld_exceeds(sums, window.r2), spans,
+                            L.subcontigs(chrom, bp, window), window, bp,
+                            frequency=L.variant_sums(counts_of(G[frequency_people]))[:, :2])
+
+
+@needs_plink2
+@pytest.mark.parametrize("nonfounders", [False, True])
+def test_pruning_counts_the_founders_in_the_fit_as_plink2(tmp_path, nonfounders):
+    """``.fam`` files with parents and a ``.keep`` at one site: the run's prune.in is ``plink2 --keep ...
+    --indep-pairwise 50 5 0.2``'s on the pooled file, and with ``nonfounders = true`` ``--nonfounders``'s, which
+    differs (plink2 v2.00a3.5 measures r^2 over the founders either way; ``--nonfounders`` changes the allele
+    frequencies, which decide which of a pair goes). Neither is the rule over everyone in the fit."""
+    from tests.test_genotype_bed import compare_sites
+
+    sites, chrom, bp, founders, fit = family_sites(tmp_path)
+    compare_sites(tmp_path, 3, scale='"hwe"', rank=2, rounds=20,
+                  extra=f'indep-pairwise = "50 5 0.2"\nnonfounders = {str(nonfounders).lower()}')
+    (prune_in,) = (tmp_path / "out" / "estimates").glob("*.prune.in")
+    G = np.vstack(sites)
+    write_site(tmp_path / "pooled.bed", G, chrom, bp)
+    fams = [(tmp_path / "data" / f"partition_{i}.fam").read_text() for i in range(3)]
+    (tmp_path / "pooled.fam").write_text("".join(fams))  # the sites' people with their parents
+    ids = [line.split()[:2] for text in fams for line in text.splitlines()]
+    (tmp_path / "kept.txt").write_text("".join(f"{f} {i}\n" for (f, i), k in zip(ids, fit) if k))
+    theirs = {}
+    for flag in ([], ["--nonfounders"]):
+        out = tmp_path / f"plink2{'-'.join(flag)}"
+        subprocess.run(["plink2", "--bfile", str(tmp_path / "pooled"), "--keep", str(tmp_path / "kept.txt"),
+                        "--indep-pairwise", "50", "5", "0.2", *flag, "--threads", "1", "--out", str(out)],
+                       check=True, capture_output=True)
+        theirs[bool(flag)] = (out.parent / f"{out.name}.prune.in").read_text().split()
+    assert prune_in.read_text().split() == theirs[nonfounders]
+    assert theirs[False] != theirs[True]
+    everyone = founders_removed(G[fit], chrom, bp, "50 5 0.2", np.ones(fit.sum(), bool), np.ones(fit.sum(), bool))
+    assert [f"v{j}" for j in np.flatnonzero(~everyone & (np.array(chrom) != "0"))] != theirs[nonfounders]
+    mine = founders_removed(G[fit], chrom, bp, "50 5 0.2", founders[fit], founders[fit] | nonfounders)
+    assert [f"v{j}" for j in np.flatnonzero(~mine & (np.array(chrom) != "0"))] == theirs[nonfounders]
+
+
+def test_variants_on_x_y_or_mt_are_refused_in_one_line_and_an_exclude_range_leaves_them_out(tmp_path):
+    """plink2 prunes chromosome X with males' calls haploid (Y over males, MT haploid), from the ``.fam``'s sexes;
+    fedspectral does not, and refuses them naming the chromosomes and the remedy; an ``exclude-range`` line for X
+    lets the run prune the rest (the pseudo-autosomal ``XY`` pruned as an autosome, as plink2 does)."""
+    from tests.test_genotype_bed import compare_sites
+
+    assert L.sex_chromosomes(["1", "chrX", "23", "XY", "25", "M", "26", "Y", "2"]) == ["chrX", "23", "M", "26", "Y"]
+    sites = ld_sites((40, 40), 60, seed=9)
+    chrom, bp = ["1"] * 40 + ["XY"] * 8 + ["X"] * 12, np.arange(60) * 1000 + 1
+    (tmp_path / "data").mkdir()
+    for i, S in enumerate(sites):
+        write_site(tmp_path / "data" / f"partition_{i}.bed", S, chrom, bp)
+    with pytest.raises(ConfigError, match=r"^indep-pairwise = '50 5 0.2': 12 variant\(s\) on chromosome\(s\) X, "
+                                          r"which plink2 prunes with males' calls haploid .*exclude-range"):
+        compare_sites(tmp_path, 2, extra='indep-pairwise = "50 5 0.2"')
+    (tmp_path / "sex.txt").write_text("X 0 999999999 chrX\n")
+    model = compare_sites(tmp_path, 2, rounds=5, extra=f'indep-pairwise = "50 5 0.2"\nexclude-range = '
+                                                        f'"{tmp_path / "sex.txt"}"')
+    removed = kernel_removed(np.vstack(sites)[:, :48], chrom[:48], bp[:48], "50 5 0.2")
+    assert [vid for vid, _, _ in model["variants"]] == [f"v{j}" for j in np.flatnonzero(~removed)]
+
+
+def test_pruning_over_fewer_than_two_founders_is_refused_and_fewer_than_50_warned(caplog):
+    """plink2 refuses LD pruning without two founders (and below 50 unless ``--bad-ld``): the server refuses the
+    pooled sums of at most one founder per variant in one line, and warns below 50."""
+    from fl_strategies.protocol.ld_exchange import prune_decision
+
+    window = L.parse_indep_pairwise("3 1 0.2")
+    variants = [(f"v{j}", "A", "G") for j in range(4)]
+    chrom, bp, spans = ["1"] * 4, np.arange(4) + 1, np.array([2, 2, 1, 0])
+    exceeds = [np.zeros(5, dtype=bool)]
+    lone = np.array([[1, 1, 1, 1, 1]] * 4)
+    with pytest.raises(ConfigError, match=r"^indep-pairwise = '3 1 0.2': at most 1 founder\(s\) with a call"):
+        prune_decision(variants, chrom, bp, window, spans, lone, exceeds, "test", 1)
+    few = np.array([[10, 9, 11, 10, 9]] * 4)
+    keep, prune_in, _ = prune_decision(variants, chrom, bp, window, spans, few, exceeds, "test", 1)
+    assert keep.all() and "LD measured over at most 10 founder(s)" in caplog.text

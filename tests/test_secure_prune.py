@@ -113,22 +113,32 @@ def test_no_message_from_a_node_holds_its_own_pair_sums_in_a_secure_pruned_run(t
     assert secure.prune == plain.prune
 
 
-def test_the_founders_frequencies_under_secure_aggregation_are_the_plain_runs(tmp_path):
-    """``.fam`` files with parents at two sites, ``nonfounders = false``, ``maf-min = 0.1`` and pruning: the
-    founders' allele sums and calls go through SecAgg+, and the run keeps the plain run's variants with its mean
-    (the founders'), scale and model."""
-    sites, _, _ = pruned_sites(tmp_path, keeps=False)
+@pytest.mark.parametrize("nonfounders", [False, True])
+def test_the_founders_frequencies_under_secure_aggregation_are_the_plain_runs(tmp_path, nonfounders):
+    """``.fam`` files with parents at two sites, ``maf-min = 0.1`` and pruning: the founders' allele sums and calls
+    and the pair sums over the founders go through SecAgg+, and the run keeps the plain run's variants with its mean
+    (the founders', every person's with ``nonfounders = true``), scale and model; its prune.in is plink2's rule with
+    r^2 over the founders and the major-allele frequency over the same people as the mean."""
+    from test_ld_prune import founders_removed
+
+    sites, chrom, bp = pruned_sites(tmp_path, keeps=False)
     founders = [np.ones(len(G), bool) for G in sites]
     for i in (1, 3):
         family = {j: (f"iid{j - 9}", "0") for j in range(10, 20)} | {j: ("0", f"iid{j - 19}") for j in range(20, 25)}
         founders[i] = with_parents(tmp_path / "data" / f"partition_{i}.bed", family)
-    cfg = config(tmp_path, maf_min=0.1)
+    cfg = config(tmp_path, maf_min=0.1, nonfounders=nonfounders)
     plain = run_app(**cfg)
     secure = run_app(**cfg, secure_aggregation="true")
     assert_same_run(secure, plain)
-    G = np.vstack(sites)[np.concatenate(founders)]
+    founders = np.concatenate(founders)
+    G = np.vstack(sites)[founders | nonfounders]
     columns = [int(vid[1:]) for vid, _, _ in secure.variants]
     np.testing.assert_allclose(secure.mean, np.nanmean(G[:, columns], axis=0), rtol=0, atol=1e-12)
+    p = np.nanmean(G, axis=0) / 2  # maf-min from the same people, then pruning over the variants it keeps
+    kept = np.flatnonzero(np.minimum(p, 1 - p) >= 0.1)
+    removed = founders_removed(np.vstack(sites)[:, kept], [chrom[j] for j in kept], np.asarray(bp)[kept],
+                               "50 5 0.2", founders, founders | nonfounders)
+    assert secure.prune["prune_out"] == [f"v{kept[j]}" for j in np.flatnonzero(removed)]
 
 
 def test_secure_pruning_down_to_fewer_variants_than_the_rank_stops_the_run_in_one_line(tmp_path):

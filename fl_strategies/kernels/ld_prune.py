@@ -22,9 +22,16 @@ the one with the higher major-allele frequency (the lower MAF) is removed, the l
 relative ``2^-44``), and the pass moves on to the next variant. A variant constant over its calls (or without a
 call) is removed as soon as it enters a window. Removed variants stay removed.
 
-Differences from plink2 kept on purpose: every person counts (plink2 uses founders only; a ``.fam`` without parents
-makes everyone a founder), and chromosomes X, Y and MT are treated as autosomes (plink2 counts a male's X call
-twice as a haploid and sets haploid heterozygous calls missing).
+Who counts, as plink2 (checked against plink2 v2.00a3.5): the r^2 of every pair and the test for a constant variant
+are over the founders among the people in the fit (father and mother ``0`` in the ``.fam``; a ``.fam`` without
+parents makes everyone a founder), whatever ``--nonfounders`` says; the major-allele frequency that decides which of
+a pair goes is plink2's allele frequency (:data:`VARIANT_SUMS`): the founders' by default, every person's in the
+fit with ``--nonfounders`` (``nonfounders = true``). plink2 refuses LD pruning over fewer than 50 founders unless
+``--bad-ld``; fewer than two leave nothing to measure.
+
+Chromosomes X, Y and MT are not pruned here (:func:`sex_chromosomes`): plink2 counts a male's X call as haploid (his
+heterozygous calls missing, each woman's calls weighing twice his), Y over males alone and MT as haploid, from the
+sexes in the ``.fam``. Chromosome XY (the pseudo-autosomal region) is diploid there and is pruned as an autosome.
 """
 
 from __future__ import annotations
@@ -35,12 +42,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PAIR_SUMS", "SMALL_EPSILON", "PruneWindow", "parse_indep_pairwise", "subcontigs", "pair_spans",
-           "pair_index", "pair_sums", "variant_sums", "ld_exceeds", "major_frequency", "indep_pairwise"]
+from ..files.ranges import chromosome_code
+
+__all__ = ["PAIR_SUMS", "VARIANT_SUMS", "SEX_CHROMOSOMES", "SMALL_EPSILON", "PruneWindow", "parse_indep_pairwise",
+           "sex_chromosomes", "subcontigs", "pair_spans", "pair_index", "pair_sums", "variant_sums", "ld_exceeds",
+           "major_frequency", "indep_pairwise"]
 
 PAIR_SUMS = ("calls", "sum_i", "sumsq_i", "sum_j", "sumsq_j", "dot")
 """The six sums per pair, over the people who called both: their number, ``sum x``, ``sum x^2`` of the first,
 ``sum y``, ``sum y^2`` of the second and ``sum x y``."""
+
+VARIANT_SUMS = ("calls", "sum", "sumsq", "frequency_calls", "frequency_sum")
+"""The five sums per variant a site sends beside the pair sums: its calls, ``sum g`` and ``sum g^2`` over the people
+the r^2 counts (the founders in the fit), then its calls and ``sum g`` over the people plink2's allele frequencies
+count (the founders, or everyone in the fit with ``nonfounders = true``)."""
+
+SEX_CHROMOSOMES = ("X", "Y", "MT")
+"""The chromosomes plink2 prunes as haploid in part or whole, as :func:`~fl_strategies.files.ranges.chromosome_code`
+names them (``23``, ``chrX``, ... are ``X``; ``M`` and ``26`` ``MT``). ``XY`` (``25``), the pseudo-autosomal region,
+is diploid there: an autosome."""
 
 SMALL_EPSILON = 2.0 ** -44
 """plink2's ``kSmallEpsilon``: the r^2 threshold is raised by this share, and frequencies within it tie."""
@@ -106,6 +126,12 @@ def parse_indep_pairwise(text: str) -> PruneWindow | None:
     if not 0 <= r2 < 1:
         raise ValueError(f"the r^2 threshold {words[-1]} is not in [0, 1)")
     return PruneWindow(size, step, r2, kb)
+
+
+def sex_chromosomes(chromosomes) -> list[str]:
+    """The chromosome names of ``chromosomes`` (in the order met) that are :data:`SEX_CHROMOSOMES`: what pruning
+    here does not do as plink2 does (module docstring)."""
+    return [name for name in dict.fromkeys(str(c) for c in chromosomes) if chromosome_code(name) in SEX_CHROMOSOMES]
 
 
 def subcontigs(chromosomes, positions, window: PruneWindow) -> list[tuple[int, int]]:
@@ -225,20 +251,21 @@ def ld_exceeds(sums: np.ndarray, r2: float) -> np.ndarray:
 
 
 def major_frequency(vsums: np.ndarray) -> np.ndarray:
-    """The major allele's frequency over the calls, (d,), from :func:`variant_sums` pooled; 1 without a call."""
+    """The major allele's frequency over the calls, (d,), from ``(calls, sum g, ...)`` per variant (:func:`variant_sums`
+    pooled); 1 without a call."""
     calls, total = vsums[:, 0].astype(np.float64), vsums[:, 1].astype(np.float64)
     p = np.divide(total, 2 * calls, out=np.ones(len(calls)), where=calls > 0)
     return np.maximum(p, 1 - p)
 
 
 def indep_pairwise(vsums: np.ndarray, exceeds: np.ndarray, spans: np.ndarray, pieces: list[tuple[int, int]],
-                   window: PruneWindow, positions=None) -> np.ndarray:
+                   window: PruneWindow, positions=None, frequency=None) -> np.ndarray:
     """The variants ``--indep-pairwise`` removes (module docstring), (d,) bool.
 
     Parameters
     ----------
     vsums : ndarray of shape (d, 3)
-        :func:`variant_sums` over everyone.
+        :func:`variant_sums` over the people the r^2 counts (a constant variant is removed on entry).
     exceeds : ndarray of shape (P,), bool
         :func:`ld_exceeds` of every pair in :func:`pair_index` order.
     spans : ndarray of shape (d,)
@@ -248,11 +275,15 @@ def indep_pairwise(vsums: np.ndarray, exceeds: np.ndarray, spans: np.ndarray, pi
     window : PruneWindow
     positions : array of int, shape (d,), optional
         Base-pair positions (a kb window).
+    frequency : ndarray of shape (d, 2), optional
+        Calls and allele sums of the people plink2's allele frequencies count (the last two of
+        :data:`VARIANT_SUMS`), whose major-allele frequency decides which of a pair goes; default ``vsums``'.
     """
     vsums = np.asarray(vsums, dtype=np.int64)
     constant = (vsums[:, 0] * vsums[:, 2] - vsums[:, 1] ** 2 == 0).tolist()
+    major = major_frequency(vsums if frequency is None else np.asarray(frequency, dtype=np.int64))
     state = _Greedy(bytearray(len(vsums)), np.asarray(exceeds, dtype=bool).tobytes(),
-                    (pair_index(spans)[:-1] - np.arange(len(vsums)) - 1).tolist(), major_frequency(vsums).tolist())
+                    (pair_index(spans)[:-1] - np.arange(len(vsums)) - 1).tolist(), major.tolist())
     bp = None if positions is None else np.asarray(positions, dtype=np.int64)
     for start, stop in pieces:
         unchecked = list(range(start + 1, stop + 1))  # by index minus start: the first later variant not yet met

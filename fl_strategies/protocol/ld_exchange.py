@@ -8,7 +8,8 @@ before ``--indep-pairwise``), the server
 2. derives the pairs each variant is compared with (:func:`~fl_strategies.kernels.ld_prune.pair_spans`) and asks
    every node, block by block of first variants (at most :data:`MAX_PAIRS` pairs a message), for their sums
    (``ld-sums-start``, ``ld-spans``: int64 bytes; the reply ``ld-pair-sums`` (P, 6) and ``ld-variant-sums``
-   (b, 3), int64 bytes): counts and sums of integers over the node's people, which add up over nodes;
+   (b, 5), int64 bytes): counts and sums of integers over the node's founders in the fit (and the frequencies'
+   people: :data:`~fl_strategies.kernels.ld_prune.VARIANT_SUMS`), which add up over nodes;
 3. pools them, applies plink2's rule (:func:`~fl_strategies.kernels.ld_prune.indep_pairwise`) and returns the
    variants kept (``prune.in``) and removed (``prune.out``); the caller sends the kept list to every node as the
    run's variants (``variant-align``).
@@ -27,7 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..kernels.ld_prune import (PruneWindow, indep_pairwise, ld_exceeds, pair_index, pair_spans, subcontigs)
+from ..kernels.ld_prune import (VARIANT_SUMS, PruneWindow, indep_pairwise, ld_exceeds, pair_index, pair_spans,
+                                sex_chromosomes, subcontigs)
 from ..settings.config import ConfigError
 
 __all__ = ["MAX_PAIRS", "chunks", "variant_map", "federated_prune", "decode_map", "prune_spans", "prune_decision"]
@@ -36,6 +38,9 @@ log = logging.getLogger(__name__)
 
 MAX_PAIRS = 1 << 18
 """Pairs per message at most (6 int64 each: 12 MiB)."""
+
+FEWEST_FOUNDERS = 50
+"""plink2 refuses to measure LD over fewer founders (unless ``--bad-ld``); here a run below it is warned."""
 
 
 def decode_map(data: bytes, d: int) -> tuple[list[str], np.ndarray]:
@@ -107,7 +112,7 @@ def federated_prune(variants: list[tuple[str, str, str]], proxies: list, chromos
     """
     d = len(variants)
     spans = prune_spans(chromosomes, positions, window)
-    vsums = np.zeros((d, 3), dtype=np.int64)
+    vsums = np.zeros((d, len(VARIANT_SUMS)), dtype=np.int64)
     exceeds = []
     parts = chunks(spans)
     for a, b in parts:
@@ -116,7 +121,7 @@ def federated_prune(variants: list[tuple[str, str, str]], proxies: list, chromos
         total = np.zeros((pairs, 6), dtype=np.int64)
         for proxy, props in ask(config, proxies):
             total += _int64(props, "ld-pair-sums", (pairs, 6), f"node {proxy.cid}")
-            vsums[a:b] += _int64(props, "ld-variant-sums", (b - a, 3), f"node {proxy.cid}")
+            vsums[a:b] += _int64(props, "ld-variant-sums", (b - a, len(VARIANT_SUMS)), f"node {proxy.cid}")
         exceeds.append(ld_exceeds(total, window.r2))
     return prune_decision(variants, chromosomes, positions, window, spans, vsums, exceeds,
                           f"over {len(proxies)} node(s)", len(parts))
@@ -124,7 +129,15 @@ def federated_prune(variants: list[tuple[str, str, str]], proxies: list, chromos
 
 def prune_spans(chromosomes: list[str], positions: np.ndarray, window: PruneWindow) -> np.ndarray:
     """:func:`~fl_strategies.kernels.ld_prune.pair_spans`, (d,) int64; a ``ConfigError`` in one line for a map the
-    window cannot read (a kb window over unsorted positions)."""
+    window cannot read (a kb window over unsorted positions) or variants on chromosomes X, Y or MT, which plink2
+    prunes with its males' calls haploid (:func:`~fl_strategies.kernels.ld_prune.sex_chromosomes`)."""
+    sex = sex_chromosomes(chromosomes)
+    if sex:
+        count = sum(str(c) in sex for c in chromosomes)
+        raise ConfigError(f"indep-pairwise = '{window}': {count} variant(s) on chromosome(s) {', '.join(sex)}, which "
+                          "plink2 prunes with males' calls haploid and fedspectral does not: leave them out of the run "
+                          "(exclude-range with a line per chromosome, e.g. 'X 0 999999999 chrX', or plink2 --autosome "
+                          "at each site), as ancestry PCA does")
     try:
         subcontigs(chromosomes, positions, window)
     except ValueError as ex:
@@ -144,8 +157,8 @@ def prune_decision(variants: list[tuple[str, str, str]], chromosomes: list[str],
     window : PruneWindow
     spans : ndarray of shape (d,)
         :func:`prune_spans`.
-    vsums : ndarray of shape (d, 3), int
-        The pooled ``ld-variant-sums``.
+    vsums : ndarray of shape (d, 5), int
+        The pooled ``ld-variant-sums`` (:data:`~fl_strategies.kernels.ld_prune.VARIANT_SUMS`).
     exceeds : list of ndarray of bool
         Per message, in order, whether each of its pairs is in LD (:func:`~fl_strategies.kernels.ld_prune.ld_exceeds`
         of the pooled pair sums).
@@ -157,9 +170,17 @@ def prune_decision(variants: list[tuple[str, str, str]], chromosomes: list[str],
     keep, prune_in, prune_out : as :func:`federated_prune`.
     """
     d = len(variants)
+    founders = int(vsums[:, 0].max(initial=0))  # the most founders with a call at one variant
+    if founders < 2:
+        raise ConfigError(f"indep-pairwise = '{window}': at most {founders} founder(s) with a call at any variant "
+                          "among the people in the fit; LD is measured over founders (father and mother 0 in the "
+                          ".fam), as plink2 --indep-pairwise measures it")
+    if founders < FEWEST_FOUNDERS:
+        log.warning("indep-pairwise %s: LD measured over at most %d founder(s) with a call per variant; plink2 "
+                    "refuses fewer than %d (unless --bad-ld)", window, founders, FEWEST_FOUNDERS)
     pieces = subcontigs(chromosomes, positions, window)
-    removed = indep_pairwise(vsums, np.concatenate(exceeds) if exceeds else np.zeros(0, dtype=bool), spans,
-                             pieces, window, positions)
+    removed = indep_pairwise(vsums[:, :3], np.concatenate(exceeds) if exceeds else np.zeros(0, dtype=bool), spans,
+                             pieces, window, positions, frequency=vsums[:, 3:5])
     chr0 = np.array([c == "0" for c in chromosomes], dtype=bool)
     keep = ~removed & ~chr0
     ids = [vid for vid, _, _ in variants]

@@ -324,7 +324,9 @@ KEYS: dict[str, Key] = {
              absent_means=False),
         _key("nonfounders", bool, "PLINK .bed data: true = the allele frequencies (the mean, scale = hwe and "
              "maf-min) from every person in the fit, as plink2 --nonfounders; false = from the founders alone (a .fam "
-             "line with father and mother 0), plink2's default; the fit itself is over every person either way",
+             "line with father and mother 0), plink2's default; the fit itself is over every person either way, and "
+             "indep-pairwise's r^2 over the founders (as plink2's, whose --nonfounders changes only the frequencies "
+             "that pick which variant of a pair goes)",
              absent_means=False),
         _key("outlier-sigma", float, "PLINK .bed data: remove outliers as smartpca does: after a fit, each site "
              "flags its own people beyond this many standard deviations of the federation's scores (mean and sd from "

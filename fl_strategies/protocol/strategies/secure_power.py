@@ -70,7 +70,7 @@ from ...kernels.standardize import pooled_mean
 from ...privacy.analyze_gauss import row_bound
 from ...privacy.fixed_point import LimbCode, limb_code
 from ...files.variants import encode_variants
-from ...kernels.ld_prune import ld_exceeds
+from ...kernels.ld_prune import VARIANT_SUMS, ld_exceeds
 from ..ld_exchange import MAX_PAIRS, prune_decision, prune_spans
 from ...settings.config import (SECURE_BOUND_NEEDED, ConfigError, check_against_data, secure_power,
                                 variant_qc)
@@ -269,10 +269,10 @@ class SecurePowerStrategy(FedPowerStrategy):
         ld = self._ld
         ld["spans"] = prune_spans(ld["chromosomes"], ld["positions"], ld["window"])
         ld["chunks"] = [(a, min(a + ld["per"], self.d)) for a in range(0, self.d, ld["per"])]
-        ld["vsums"], ld["exceeds"] = np.zeros((self.d, 3), dtype=np.int64), []
+        ld["vsums"], ld["exceeds"] = np.zeros((self.d, len(VARIANT_SUMS)), dtype=np.int64), []
 
     def _aggregate_pairs(self, server_round: int, values: np.ndarray, a: int, b: int) -> None:
-        """One chunk's SecAgg+ sum ``[vec(pair sums) (P, 6), vec(variant sums) (b - a, 3)]``; after the last,
+        """One chunk's SecAgg+ sum ``[vec(pair sums) (P, 6), vec(variant sums) (b - a, 5)]``; after the last,
         plink2's rule (:func:`~fl_strategies.protocol.ld_exchange.prune_decision`) and the kept variants."""
         ld = self._ld
         whole = np.rint(values)
@@ -282,12 +282,16 @@ class SecurePowerStrategy(FedPowerStrategy):
         whole = whole.astype(np.int64)
         pairs = int(ld["spans"][a:b].sum())
         ld["exceeds"].append(ld_exceeds(whole[: 6 * pairs].reshape(pairs, 6), ld["window"].r2))
-        ld["vsums"][a:b] = whole[6 * pairs:].reshape(b - a, 3)
+        ld["vsums"][a:b] = whole[6 * pairs:].reshape(b - a, len(VARIANT_SUMS))
         if len(ld["exceeds"]) < len(ld["chunks"]):
             return
-        keep, prune_in, prune_out = prune_decision(
-            self.variants, ld["chromosomes"], ld["positions"], ld["window"], ld["spans"], ld["vsums"], ld["exceeds"],
-            f"over {self.m} node(s), from the SecAgg+ sums of their pair sums", len(ld["chunks"]))
+        try:
+            keep, prune_in, prune_out = prune_decision(
+                self.variants, ld["chromosomes"], ld["positions"], ld["window"], ld["spans"], ld["vsums"],
+                ld["exceeds"], f"over {self.m} node(s), from the SecAgg+ sums of their pair sums", len(ld["chunks"]))
+        except ConfigError as ex:
+            self.abort_round(server_round, str(ex))
+            return
         if len(prune_in) < self.r:
             self.abort_round(server_round, f"indep-pairwise = '{self.settings.indep_pairwise}' keeps "
                                            f"{len(prune_in)} of the {self.d} variants, fewer than iteration-rank = "
@@ -304,7 +308,7 @@ class SecurePowerStrategy(FedPowerStrategy):
         d, n = self.d, self.num_rows
         if phase == "discovery-ld":
             a, b = self._ld["chunks"][self._pending["chunk"]]
-            size = 6 * int(self._ld["spans"][a:b].sum()) + 3 * (b - a)
+            size = 6 * int(self._ld["spans"][a:b].sum()) + len(VARIANT_SUMS) * (b - a)
         else:
             size = {"discovery-rows": 1, "discovery-sums": (4 if self.sends_founders else 2) * d + 1}.get(phase, d)
         values = self._decoded(server_round, results, failures, size, require_all=True)
