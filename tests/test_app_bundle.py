@@ -81,6 +81,31 @@ def test_the_wheel_carries_the_apps_pyproject_and_the_installed_app_builds_the_c
     assert fab_files(app) == checkout
 
 
+def test_the_installed_serverapp_finds_the_shipped_long_range_ld_lists_the_fab_cannot_carry(installed, tmp_path):
+    """The wheel holds the long-range LD lists (package data); the FAB has no room for a ``.txt`` file, so the
+    ServerApp, importing ``fl_strategies`` from the FAB, finds them in the installed package
+    (:func:`fl_strategies.files.ranges.range_file`)."""
+    shipped = Path("fl_strategies", "files", "long_range_ld")
+    for build in ("GRCh37.txt", "GRCh38.txt"):
+        assert (installed / shipped / build).read_bytes() == (APP_DIR / shipped / build).read_bytes()
+    app = assemble_bundle(bundle_files(installed, installed / "fedspectral" / "app" / "pyproject.toml"),
+                          tmp_path / "cache")
+    fab = tmp_path / "fab"
+    for name, content in fab_files(app).items():
+        (fab / name).parent.mkdir(parents=True, exist_ok=True)
+        (fab / name).write_bytes(content)
+    assert (fab / "fl_strategies" / "files" / "ranges.py").is_file() and not (fab / shipped).exists()
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    env = {**installed_env(installed, tmp_path / "cache"), "PYTHONPATH": os.pathsep.join([str(fab), str(installed)])}
+    done = subprocess.run([sys.executable, "-c", "import fl_strategies.files.ranges as r; "
+                           "print(r.__file__, r.range_file('hg38'))"], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+    module, found = done.stdout.split()
+    assert Path(module) == fab / "fl_strategies" / "files" / "ranges.py", done.stderr
+    assert Path(found) == installed / shipped / "GRCh38.txt"
+
+
 def test_an_edited_or_incomplete_app_directory_is_written_again(tmp_path):
     """A copy in the cache that differs from the installed files in any way is replaced; a complete one is used
     as it is."""

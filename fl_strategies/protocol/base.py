@@ -56,7 +56,7 @@ from ..kernels.standardize import between_sum_of_squares, constant_columns, pool
 from ..kernels.variant_qc import variant_filter
 from ..kernels.ld_prune import parse_indep_pairwise
 from .ld_exchange import federated_prune, variant_map
-from ..files.ranges import in_ranges, read_ranges
+from ..files.ranges import in_ranges, range_file, read_ranges
 
 __all__ = ["FederatedStrategy", "RunFailed", "uploaded_bytes", "log"]
 
@@ -463,11 +463,12 @@ class FederatedStrategy(Strategy):
         chromosomes, positions = variant_map(proxies[0], ask_some, self.d)
         if exclude:
             try:
-                inside = in_ranges(chromosomes, positions, read_ranges(exclude))
+                path = range_file(exclude)
+                inside = in_ranges(chromosomes, positions, read_ranges(path))
             except ValueError as ex:
                 raise ConfigError(f"exclude-range = {exclude!r}: {ex}") from None
-            log.info("exclude-range %s: %d of %d variants inside its ranges leave the run", exclude,
-                     int(inside.sum()), self.d)
+            log.info("exclude-range %s: %d of %d variants inside its ranges leave the run",
+                     exclude if str(path) == exclude else f"{exclude} ({path})", int(inside.sum()), self.d)
             if len(inside) - int(inside.sum()) < self.r:
                 raise ConfigError(f"exclude-range = {exclude!r} leaves {len(inside) - int(inside.sum())} of the "
                                   f"{self.d} variants, fewer than iteration-rank = {self.r}")

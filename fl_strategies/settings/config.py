@@ -312,11 +312,12 @@ KEYS: dict[str, Key] = {
              "model; '' = no pruning; needs center = true in a noise-free run (with secure-aggregation = true the "
              "pair sums go through SecAgg+)",
              allowed="'' or plink2's '<window>[kb] [<step>] <r^2>'", absent_means=""),
-        _key("exclude-range", str, "PLINK .bed data: a file on the server of base-pair ranges in plink2's "
-             "--exclude range format (chromosome, first bp, last bp, label per line), e.g. the long-range LD regions; "
-             "the variants inside leave the run before indep-pairwise, as plink2 --exclude range; '' = none; needs "
-             "center = true in a noise-free run",
-             allowed="'' or a file path", absent_means=""),
+        _key("exclude-range", str, "PLINK .bed data: base-pair ranges whose variants leave the run before "
+             "indep-pairwise, as plink2 --exclude range: 'GRCh37' (or 'hg19') / 'GRCh38' (or 'hg38') = the "
+             "long-range LD regions fedspectral ships for that build (fl_strategies/files/long_range_ld/), anything "
+             "else a file on the server in plink2's --exclude range format (chromosome, first bp, last bp, label "
+             "per line; a file called like a build: './GRCh37'); '' = none; needs center = true in a noise-free run",
+             allowed="'', GRCh37, hg19, GRCh38, hg38 or a file path", absent_means=""),
         _key("drop-ambiguous", bool, "PLINK .bed data: true = drop every strand-ambiguous variant (alleles A/T or "
              "C/G) at discovery, whatever the order the sites list their alleles in, as before merging data from "
              "different arrays; false = keep those every site lists in the same A1/A2 order (one listed the other way "
@@ -698,6 +699,13 @@ def _check_ld_prune(cfg: dict[str, Any], noisy: bool) -> None:
         parse_indep_pairwise(value)
     except ValueError as ex:
         raise ConfigError(f"indep-pairwise = {value!r}: {ex}") from None
+    if cfg.get("exclude-range", ""):
+        from ..files.ranges import range_file
+
+        try:  # a build's name names the shipped list; a file itself is read by the server at discovery
+            range_file(cfg["exclude-range"])
+        except ValueError as ex:
+            raise ConfigError(f"exclude-range = {cfg['exclude-range']!r}: {ex}") from None
     keys = " and ".join(f"{key} = {cfg[key]!r}" for key in ("indep-pairwise", "exclude-range") if cfg.get(key))
     _check_discovery_sums(cfg, noisy, keys, "LD pruning applies", "the pair sums are sent at discovery")
 
