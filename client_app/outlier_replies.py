@@ -8,20 +8,30 @@ After a fit the server sends the model's top ``p`` components (p, d) with its me
 * ``phase = "outlier-flags"``, with the federation's ``score-mean`` and ``score-sd`` (p,) and ``outlier-sigma``:
   the site flags its people beyond ``sigma`` sd on any of those PCs (:func:`~fl_strategies.kernels.outliers.flagged`),
   removes them from its fit from now on (node state: :meth:`client_app.data.NodeData.remove`) and answers their
-  number alone (metric ``outliers``); who they are never leaves the site (``transform`` lists them there).
+  number alone (metric ``outliers``) and logs it in its own log; who they are never leaves the site (``transform``
+  lists them there).
+
+Under ``secure-aggregation = true`` (the instructions carry the limb code, ``secagg-exponent`` and
+``secagg-clients``: :func:`fl_strategies.protocol.outlier_exchange.secure_outlier_pass`) the same values travel as
+one vector of fixed-point limbs through SecAgg+, with weight 1 and metrics holding only the partition id:
+``[s_i, sums (p,), squares (p,)]``, then ``[count]``; the server learns their sums over the sites only.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping
 
 import numpy as np
 from flwr.client import NumPyClient
 
 from fl_strategies.files.pca import transform
+from fl_strategies.privacy.fixed_point import LimbCode
 from fl_strategies.kernels.outliers import flagged, score_sums
 
 __all__ = ["OUTLIER_PHASES", "OutlierClient"]
+
+log = logging.getLogger("flwr.fedspectral")
 
 OUTLIER_PHASES = ("outlier-scores", "outlier-flags")
 """The ``phase`` of the two instructions of an outlier pass."""
@@ -61,8 +71,12 @@ class OutlierClient(NumPyClient):
                              f"columns, the node's fit {X.dimension} variants")
         scores = transform(pass_model(components, config), X)
         metrics = {"partition-id": self.data.partition_id}
+        code = LimbCode(int(config["secagg-clients"]), int(config["secagg-exponent"])) \
+            if "secagg-exponent" in config else None
         if config.get("phase") == "outlier-scores":
             n, sums, squares = score_sums(scores)
+            if code is not None:
+                return self._limbs(code, [[float(n)], sums, squares]), 1, metrics
             return [sums, squares], n, metrics
         p = components.shape[0]
         flags = flagged(scores, floats(config, "score-mean", p), floats(config, "score-sd", p),
@@ -72,7 +86,24 @@ class OutlierClient(NumPyClient):
                              "have nobody left to fit on")
         people = np.arange(X.file_rows) if X.people is None else X.people
         self.data.remove(people[flags])
-        return [np.zeros(0)], int(flags.size - flags.sum()), {**metrics, "outliers": int(flags.sum())}
+        removed = int(flags.sum())
+        log.info("%s: %d of the %d people in its fit beyond %g sd of the federation's scores: left out of the fit "
+                 "(this site's count, in its own log%s)", self.data.source, removed, flags.size,
+                 float(config["outlier-sigma"]), "; the server learns only the SecAgg+ sum of the sites' counts"
+                 if code is not None else "")
+        if code is not None:
+            return self._limbs(code, [[float(removed)]]), 1, metrics
+        return [np.zeros(0)], int(flags.size - removed), {**metrics, "outliers": removed}
+
+    def _limbs(self, code: LimbCode, values: list) -> list[np.ndarray]:
+        """``values`` as one vector of limbs for SecAgg+ (:class:`client_app.secure_power_client.SecurePowerClient`
+        uploads the same way); a value beyond the public bound is refused, nothing uploaded."""
+        try:
+            return [code.encode(np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in values])).ravel()]
+        except ValueError:
+            raise ValueError(f"partition {self.data.partition_id}: an outlier pass's value is not finite or exceeds "
+                             f"the fixed-point range {code.max_value:.6g} of the server's public bound; nothing is "
+                             "uploaded") from None
 
 
 def removed_people(model_path: str, model: Mapping[str, Any], X, data_path: str) -> list[tuple[str, str]] | None:

@@ -205,15 +205,20 @@ def test_a_run_removes_smartpcas_outliers_and_transform_lists_them_at_each_site(
 
 
 def test_outlier_keys_are_refused_where_they_cannot_apply(tmp_path):
-    """outlier-pcs beyond rank, an uncentred run, secure aggregation, a checkpoint, bad values: one ConfigError
-    naming the key."""
+    """outlier-pcs beyond rank, an uncentred run, a secure covariance run (its SecAgg+ sums are Gram matrices), a
+    checkpoint, bad values: one ConfigError naming the key; secure aggregation of power, krylov, ... is accepted
+    (the passes' sums go through SecAgg+: tests/test_secure_outliers.py)."""
     from fl_strategies.settings.config import ConfigError, default_run_config, validate_run_config
 
     base = {**default_run_config(), "strategy": "fedpower", "center": True, "dataset": "nodes", "outlier-sigma": 6.0,
             "rank": 4, "iteration-rank": 6}
     assert validate_run_config({**base, "outlier-pcs": 4})["outlier-sigma"] == 6.0
+    for strategy in ("fedpower", "power", "krylov"):
+        secure = {**base, "strategy": strategy, "secure-aggregation": "true", "outlier-pcs": 4}
+        assert validate_run_config(secure)["outlier-sigma"] == 6.0
     for extra, match in (({}, "outlier-pcs = 10 exceeds rank = 4"), ({"center": False, "outlier-pcs": 2}, "center"),
-                         ({"secure-aggregation": True, "outlier-pcs": 2}, "secure-aggregation"),
+                         ({"strategy": "covariance", "secure-aggregation": "true", "outlier-pcs": 2},
+                          "with secure-aggregation, a strategy of power"),
                          ({"checkpoint-dir": "ck", "outlier-pcs": 2}, "checkpoint-dir"),
                          ({"outlier-sigma": -1.0}, "outlier-sigma"), ({"outlier-iterations": 0}, "outlier-iterations")):
         with pytest.raises(ConfigError, match=match):
