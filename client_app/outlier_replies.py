@@ -7,7 +7,8 @@ After a fit the server sends the model's top ``p`` components (p, d) with its me
   with its count: sums, never rows;
 * ``phase = "outlier-flags"``, with the federation's ``score-mean`` and ``score-sd`` (p,) and ``outlier-sigma``:
   the site flags its people beyond ``sigma`` sd on any of those PCs (:func:`~fl_strategies.kernels.outliers.flagged`),
-  removes them from its fit from now on (node state: :meth:`client_app.data.NodeData.remove`) and answers their
+  removes them from its fit from now on (node state: :meth:`client_app.data.NodeData.remove`; the run's variant
+  list is dropped, :meth:`~client_app.data.NodeData.forget_variants`: a next fit is discovered afresh) and answers their
   number alone (metric ``outliers``) and logs it in its own log; who they are never leaves the site (``transform``
   lists them there).
 
@@ -86,6 +87,7 @@ class OutlierClient(NumPyClient):
                              "have nobody left to fit on")
         people = np.arange(X.file_rows) if X.people is None else X.people
         self.data.remove(people[flags])
+        self.data.forget_variants()  # a next fit starts from discovery: the filters and pruning again
         removed = int(flags.sum())
         log.info("%s: %d of the %d people in its fit beyond %g sd of the federation's scores: left out of the fit "
                  "(this site's count, in its own log%s)", self.data.source, removed, flags.size,

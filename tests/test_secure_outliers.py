@@ -137,3 +137,36 @@ def test_no_message_from_a_node_holds_its_score_sums_or_counts_in_a_secure_outli
     received = _received(grid)
     assert _leaks(received, secrets) == []
     assert_only_public_fields(received, 3)
+
+
+def test_with_variant_filters_every_fit_filters_the_files_variants_again_over_the_people_left(tmp_path,
+                                                                                             monkeypatch):
+    """``maf-min`` with outlier passes, plain and secure: each fit starts from discovery with the files' own variants
+    (a node forgets the previous fit's list), so the final variants are numpy's maf filter over the people left
+    (those the sites removed, as recorded at the sites), and the secure run's passes, variants and model are the
+    plain run's."""
+    from client_app.data import NodeData
+
+    sites = outlier_sites(tmp_path)
+    removed: dict[str, dict[int, list]] = {"plain": {}, "secure": {}}
+    run = ["plain"]
+    original = NodeData.remove
+
+    def remove(self, people):
+        removed[run[0]].setdefault(self.partition_id, []).extend(np.asarray(people).tolist())
+        original(self, people)
+
+    monkeypatch.setattr(NodeData, "remove", remove)
+    cfg = config(tmp_path, "krylov", "hwe", maf_min=0.1)
+    plain = run_app(**cfg)
+    run[0] = "secure"
+    secure = run_app(**cfg, secure_aggregation="true")
+    assert removed["plain"] == removed["secure"] and sum(map(len, removed["plain"].values())) >= 2
+    ours, theirs = secure.model["outlier_passes"], plain.model["outlier_passes"]
+    assert [p["removed"] for p in ours] == [p["removed"] for p in theirs] and len(ours) >= 2
+    assert secure.variants == plain.variants
+    left = np.vstack([np.delete(G, removed["plain"].get(i, []), axis=0) for i, G in enumerate(sites)])
+    frequency = np.nanmean(left, axis=0) / 2
+    kept = [f"sid{j + 1}" for j in np.flatnonzero(np.minimum(frequency, 1 - frequency) >= 0.1)]
+    assert [vid for vid, _, _ in secure.variants] == kept and len(kept) < sites[0].shape[1]
+    assert subspace_distance(secure.model["components"].T, plain.model["components"].T) <= 1e-10
