@@ -111,13 +111,15 @@ class OutlierClient(NumPyClient):
 def removed_people(model_path: str, model: Mapping[str, Any], X, data_path: str) -> list[tuple[str, str]] | None:
     """``(FID, IID)`` of the people a site removed as outliers in the run of ``model`` (read from ``model_path``),
     recomputed at the site from the passes the model records (:func:`fl_strategies.files.pca.outlier_passes`,
-    :func:`~fl_strategies.kernels.outliers.site_outliers`): each pass's model scores the site's people then in the
+    :func:`~fl_strategies.kernels.outliers.site_outliers`): each pass's model (over its own fit's variants where they
+    differ from the model's: the file read again as those) scores the site's people then in the
     fit (its ``.keep``'s, less those removed before) and the federation's recorded moments flag them, as the site
     did during the run; in file order. ``None`` for a run without ``outlier-sigma``. ``X`` is the site's genotype
     file as the model's variants, ``data_path`` its path (its ``.fam`` and ``.keep``)."""
     from fl_strategies.files.keep import site_keep
     from fl_strategies.files.pca import outlier_passes
-    from fl_strategies.files.variants import read_fam
+    from fl_strategies.files.data_files import open_samples
+    from fl_strategies.files.variants import as_variants, read_fam
     from fl_strategies.kernels.outliers import site_outliers
 
     sigma, passes = outlier_passes(model_path, model)
@@ -125,8 +127,14 @@ def removed_people(model_path: str, model: Mapping[str, Any], X, data_path: str)
         return None
     keep = site_keep(data_path)
     people = np.arange(X.num_rows) if keep is None else keep[1]
-    removed = site_outliers(lambda pass_model, chosen: transform(pass_model, X.subset(chosen)), people, passes,
-                            sigma)
+
+    def scores(pass_model: Mapping[str, Any], chosen: np.ndarray) -> np.ndarray:
+        variants = pass_model.get("variants")  # a pass's own fit's variants: the file read as those
+        rows = X if variants is None or variants == model.get("variants") else \
+            as_variants(open_samples(data_path, "--data"), data_path, variants, "--data")
+        return transform(pass_model, rows.subset(chosen))
+
+    removed = site_outliers(scores, people, passes, sigma)
     fam = read_fam(data_path)
     return [tuple(fam[i][:2]) for i in np.sort(removed)]
 

@@ -144,7 +144,8 @@ def test_with_variant_filters_every_fit_filters_the_files_variants_again_over_th
     """``maf-min`` with outlier passes, plain and secure: each fit starts from discovery with the files' own variants
     (a node forgets the previous fit's list), so the final variants are numpy's maf filter over the people left
     (those the sites removed, as recorded at the sites), and the secure run's passes, variants and model are the
-    plain run's."""
+    plain run's; ``transform``'s list at each site (from ``pca.npz``, each pass over its own variants) is the
+    people the site removed."""
     from client_app.data import NodeData
 
     sites = outlier_sites(tmp_path)
@@ -170,3 +171,17 @@ def test_with_variant_filters_every_fit_filters_the_files_variants_again_over_th
     kept = [f"sid{j + 1}" for j in np.flatnonzero(np.minimum(frequency, 1 - frequency) >= 0.1)]
     assert [vid for vid, _, _ in secure.variants] == kept and len(kept) < sites[0].shape[1]
     assert subspace_distance(secure.model["components"].T, plain.model["components"].T) <= 1e-10
+    # transform's list at each site: every pass's model over its own fit's variants (recorded in pca.npz)
+    from client_app.outlier_replies import removed_people
+    from fl_strategies.files.pca import load_model, save_model
+    from fl_strategies.files.variants import as_variants, read_fam
+
+    path = save_model(tmp_path / "pca.npz", secure.model, secure.cfg)
+    model = load_model(path)
+    assert len({len(p["variants"]) for p in ours}) >= 2  # the passes' fits kept different variants
+    for i in range(len(sites)):
+        bed = tmp_path / "data" / f"partition_{i}.bed"
+        X = as_variants(open_samples(bed), bed, model["variants"])
+        fam = read_fam(bed)
+        assert removed_people(str(path), model, X, str(bed)) == [tuple(fam[j][:2])
+                                                                 for j in sorted(removed["secure"].get(i, []))]

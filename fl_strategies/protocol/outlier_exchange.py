@@ -34,10 +34,11 @@ __all__ = ["outlier_pass", "secure_outlier_pass", "PASS_KEYS"]
 
 log = logging.getLogger("flwr.fedspectral")
 
-PASS_KEYS = ("components", "mean", "scale", "score_mean", "score_sd", "removed")
-"""What a pass records: the components the sites scored with (p, d), the model's mean and scale (d,), the
-federation's mean and sd of the scores (p,), and how many people it removed in all (the per-site counts are logged
-only)."""
+PASS_KEYS = ("components", "mean", "scale", "score_mean", "score_sd", "removed", "variants")
+"""What a pass records: the components the sites scored with (p, d_t), the model's mean and scale (d_t,), the
+federation's mean and sd of the scores (p,), how many people it removed in all (the per-site counts are logged
+only), and over ``.bed`` data the fit's variants (``d_t`` of them: the variant filters and pruning run again in
+every fit, over the people left, so a pass's variants may differ from the final model's)."""
 
 
 def _exchange(strategy, phase: str, components: np.ndarray, config: dict[str, Any], max_workers, timeout,
@@ -80,8 +81,10 @@ def _flags_config(config: dict[str, Any], mean: np.ndarray, sd: np.ndarray, sigm
 
 
 def _record(strategy, components, scale, mean, sd, removed: int, p: int, total: int) -> dict[str, Any]:
+    variants = getattr(strategy, "variants", None)  # the fit's own (the filters and pruning ran over its people)
     return {"components": components, "mean": np.asarray(strategy.model["mean"], dtype=np.float64), "scale": scale,
-            "score_mean": mean, "score_sd": sd, "removed": removed, "pcs": p, "n": total}
+            "score_mean": mean, "score_sd": sd, "removed": removed, "pcs": p, "n": total,
+            "variants": None if variants is None else list(variants)}
 
 
 def outlier_pass(strategy, max_workers, timeout, number: int, server_round: int) -> dict[str, Any] | None:
