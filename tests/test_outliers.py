@@ -287,10 +287,13 @@ def test_the_people_removed_are_those_smartpca_removes(tmp_path, sigma, pcs):
 
 @pytest.mark.ray
 @pytest.mark.timeout(400)
-def test_fedspectral_run_removes_the_outliers_on_flowers_engine(tmp_path, flower_processes):
+@pytest.mark.parametrize("run", ['strategy="covariance"',
+                                 'strategy="krylov" secure-aggregation="true" num-server-rounds=30'])
+def test_fedspectral_run_removes_the_outliers_on_flowers_engine(tmp_path, flower_processes, run):
     """``fedspectral run`` (Flower's Ray engine: each node keeps its removed people in its state between messages)
-    over a folder of ``.bed`` sites: the model is the pooled fit without smartpca's outliers, and each site's
-    ``.outliers`` lists its people that the pooled rule removes."""
+    over a folder of ``.bed`` sites, plain and with SecAgg+ (the passes' sums through Flower's secaggplus_mod): the
+    model is the pooled fit without smartpca's outliers, and each site's ``.outliers`` lists its people that the
+    pooled rule removes."""
     import subprocess
     import sys
 
@@ -303,7 +306,7 @@ def test_fedspectral_run_removes_the_outliers_on_flowers_engine(tmp_path, flower
         write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
     done = subprocess.run([sys.executable, "-m", "fedspectral", "run", "--run-config",
                            f'dataset="{tmp_path / "data"}" num-clients=3 center=true row-normalize=false '
-                           'strategy="covariance" rank=4 iteration-rank=6 results-dir="pca-out" outlier-sigma=2.2 '
+                           f'{run} rank=4 iteration-rank=6 results-dir="pca-out" outlier-sigma=2.2 '
                            'outlier-iterations=3 outlier-pcs=3'], cwd=tmp_path, capture_output=True, text=True,
                           timeout=380)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -185,3 +185,22 @@ def test_with_variant_filters_every_fit_filters_the_files_variants_again_over_th
         fam = read_fam(bed)
         assert removed_people(str(path), model, X, str(bed)) == [tuple(fam[j][:2])
                                                                  for j in sorted(removed["secure"].get(i, []))]
+
+
+def test_a_secure_pruned_outlier_run_with_keep_files_is_the_plain_one(tmp_path):
+    """``indep-pairwise``, ``maf-min`` and ``.keep`` files at two sites with outlier passes: every fit prunes again over
+    the people left, and the secure run's passes (removed people, each fit's variants), prune.in and model are the
+    plain run's."""
+    from test_secure_prune import config as prune_config
+    from test_secure_prune import pruned_sites
+
+    pruned_sites(tmp_path, keeps=True)
+    cfg = prune_config(tmp_path, "krylov", outlier_sigma=2.5, outlier_iterations=3, outlier_pcs=2, maf_min=0.05)
+    plain = run_app(**cfg)
+    secure = run_app(**cfg, secure_aggregation="true")
+    ours, theirs = secure.model["outlier_passes"], plain.model["outlier_passes"]
+    assert [p["removed"] for p in ours] == [p["removed"] for p in theirs] and len(ours) >= 2
+    assert [p["variants"] for p in ours] == [p["variants"] for p in theirs]
+    assert len({len(p["variants"]) for p in ours}) >= 2  # the people left change what pruning keeps
+    assert secure.prune == plain.prune and secure.variants == plain.variants
+    assert subspace_distance(secure.model["components"].T, plain.model["components"].T) <= 1e-10
