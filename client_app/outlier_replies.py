@@ -27,8 +27,8 @@ import numpy as np
 from flwr.client import NumPyClient
 
 from fl_strategies.files.pca import transform
-from fl_strategies.privacy.fixed_point import LimbCode
 from fl_strategies.kernels.outliers import flagged, score_sums
+from fl_strategies.privacy.fixed_point import LimbCode
 
 __all__ = ["OUTLIER_PHASES", "OutlierClient"]
 
@@ -116,9 +116,9 @@ def removed_people(model_path: str, model: Mapping[str, Any], X, data_path: str)
     fit (its ``.keep``'s, less those removed before) and the federation's recorded moments flag them, as the site
     did during the run; in file order. ``None`` for a run without ``outlier-sigma``. ``X`` is the site's genotype
     file as the model's variants, ``data_path`` its path (its ``.fam`` and ``.keep``)."""
+    from fl_strategies.files.data_files import open_samples
     from fl_strategies.files.keep import site_keep
     from fl_strategies.files.pca import outlier_passes
-    from fl_strategies.files.data_files import open_samples
     from fl_strategies.files.variants import as_variants, read_fam
     from fl_strategies.kernels.outliers import site_outliers
 

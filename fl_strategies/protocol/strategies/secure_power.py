@@ -410,7 +410,7 @@ class SecurePowerStrategy(FedPowerStrategy):
         return self.d * self.r + extra
 
     # -- exchanges outside the fit (the outlier passes: fl_strategies.protocol.outlier_exchange) -------------
-    def score_bound(self) -> float:
+    def score_bound(self) -> float | None:
         """``R``, the public bound on one person's scores under the model just fitted: ``sqrt(sum_j y_j^2) <= R``
         over its components (the ``p`` an outlier pass sends are among them), from :meth:`genotype_row_bound`'s
         ``R^2`` (the broadcast mean and scale alone); ``None`` where that has none (no genotypes).
