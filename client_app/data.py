@@ -338,6 +338,14 @@ class NodeData:
         self.state[VARIANTS_STATE] = ConfigRecord({"list": bytes(variants)})
         self._operator = self._rows = None
 
+    def forget_variants(self) -> None:
+        """Read the file as its own variants again: the run's list (:meth:`align`) leaves the node's state. After an
+        outlier pass the fit starts again from discovery, which sends the list anew where it is needed and applies
+        the variant filters and pruning again (over the people left), as in the first fit."""
+        if self.state is not None and VARIANTS_STATE in self.state:
+            del self.state[VARIANTS_STATE]
+        self._operator = self._rows = None
+
     @property
     def removed(self) -> np.ndarray | None:
         """The people this node removed as outliers in the run (positions in its file, ascending, int64), kept in

@@ -8,7 +8,11 @@ then per round the SecAgg+ fit workflow and the server-side evaluation) but ends
 strategy's discovery sums (``discovery_rounds``, numbered up to 0, read again after each: a list that may drop
 rounds it reserved, as secure ``indep-pairwise`` does) before round 1 and its summary exchange
 (``secure_summary``) as one more SecAgg+ round numbered ``num_rounds + 1`` (with no evaluation), and calls
-``strategy.finish()`` at the end, like :class:`fl_strategies.protocol.server_loop.StoppingServer`.
+``strategy.finish()`` at the end, like :class:`fl_strategies.protocol.server_loop.StoppingServer`. With
+``outlier-sigma`` (a secure ``power``-family strategy) each fit is followed by an outlier pass of two SecAgg+ rounds
+(numbered ``num_rounds + 2 t`` and ``num_rounds + 2 t + 1`` for pass ``t``:
+:func:`fl_strategies.protocol.outlier_exchange.secure_outlier_pass`), and the whole fit, discovery included, is run
+again after each pass that removed people, as the plain loop does.
 
 After every round 1, 2, ... it logs where the round's seconds went, as the plain loop does
 (:func:`fl_strategies.protocol.server_loop.log_round_cost`): the wait for the nodes' replies summed over the
@@ -27,6 +31,7 @@ from flwr.common import ConfigRecord, Context
 from flwr.server import Grid, LegacyContext, ServerConfig
 from flwr.server.workflow import SecAggPlusWorkflow
 
+from fl_strategies.protocol.outlier_exchange import secure_outlier_pass
 from fl_strategies.protocol.server_loop import log_round_cost
 from fl_strategies.protocol.strategies.dp_power import QUANTIZATION_RANGE, num_shares
 from fl_strategies.protocol.flower_compat import (
@@ -119,8 +124,11 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
     legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=num_rounds, round_timeout=timeout),
                            strategy=strategy)
     thread, f_stop, c_done = start_update_client_manager_thread(grid, legacy.client_manager)
+    settings = getattr(strategy, "settings", None)
+    iterations = getattr(settings, "outlier_iterations", 0) if getattr(settings, "outlier_sigma", 0) > 0 else 0
     try:
         c_done.wait()
+        initial = strategy.initial_state() if iterations else None
         default_init_params_workflow(grid, legacy)  # discovery, X_0, strategy.clip, evaluation of round 0
         shares, threshold = num_shares(strategy.m, strategy.settings.secagg_num_shares)
         clipping, levels, modulus = secagg_ranges(strategy)
@@ -130,42 +138,77 @@ def run_secure_aggregation(grid: Grid, context: Context, strategy, num_rounds: i
         cfg = ConfigRecord()
         legacy.state.config_records[MAIN_CONFIGS_RECORD] = cfg
         cfg[Key.START_TIME] = timeit.default_timer()
-        current_round = None
-        while True:  # discovery sums, before round 1; the list read again after each (it may shrink: secure_power)
-            later = [r for r in getattr(strategy, "discovery_rounds", ()) if current_round is None or r > current_round]
-            if not later:
+        passes: list[dict] = []
+        for number in range(1, iterations + 2):  # one fit, and one more after each outlier pass that removed people
+            if number > 1:
+                default_init_params_workflow(grid, legacy)  # discovery again, without the people removed
+            _fit_once(grid, legacy, workflow, cfg, num_rounds)
+            if number > iterations or strategy.failure is not None or getattr(strategy, "model", None) is None:
                 break
-            current_round = later[0]
-            cfg[Key.CURRENT_ROUND] = current_round
-            workflow(grid, legacy)
-            if current_round not in strategy.aggregated and strategy.failure is None:
-                strategy.abort_round(current_round, "SecAgg+ halted before the discovery sum was formed: too few "
-                                                    "clients answered one of its stages")
-            if strategy.stopped:
+            record = secure_outlier_pass(strategy, lambda r: _exchange_round(grid, legacy, workflow, cfg, r), number,
+                                         num_rounds + 2 * number)
+            if record is not None:
+                passes.append(record)
+            if record is None or not record["removed"]:
                 break
-        timer = StageTimer(grid)
-        for current_round in range(1, num_rounds + 1) if not strategy.stopped else ():
-            cfg[Key.CURRENT_ROUND] = current_round
-            strategy.rounds_run = current_round  # the last round that ran (server_app.app.log_last_round)
-            began = timeit.default_timer()
-            workflow(timer, legacy)
-            if current_round not in strategy.aggregated and not strategy.stopped:
-                strategy.abort_round(current_round, "SecAgg+ halted before the sum was formed: too few clients answered "
-                                             "one of its stages (a client dropped out, or refused to upload a "
-                                             "product outside secagg-clip; see the clients' logs)")
-            if strategy.stopped:
-                log_round_cost(current_round, timeit.default_timer() - began, timer.round_timing())
-                break
-            default_centralized_evaluation_workflow(grid, legacy)
-            log_round_cost(current_round, timeit.default_timer() - began, timer.round_timing())
-        if getattr(strategy, "secure_summary", False) and strategy.failure is None:
-            cfg[Key.CURRENT_ROUND] = num_rounds + 1  # the summary exchange, summed by SecAgg+ too
-            workflow(grid, legacy)
-            if num_rounds + 1 not in strategy.aggregated and strategy.failure is None:
-                strategy.abort_round(num_rounds + 1, "SecAgg+ halted before the summary's sum was formed: too few "
-                                                     "clients answered one of its stages")
-        strategy.check_progress()
+            strategy.restart(initial)
+            log.info("outliers: fitting again without the %d removed (pass %d of at most %d)",
+                     sum(p["removed"] for p in passes), number, iterations)
+        if passes and strategy.model is not None and strategy.failure is None:  # what transform needs at a site
+            strategy.model["outlier_passes"] = passes
+            strategy.model["outlier_sigma"] = float(settings.outlier_sigma)
     finally:
         f_stop.set()
         thread.join()
         strategy.finish()
+
+
+def _exchange_round(grid, legacy, workflow, cfg, server_round: int) -> bool:
+    """One SecAgg+ round outside the fit (an outlier pass's exchange); whether the strategy formed its sum."""
+    strategy = legacy.strategy
+    cfg[Key.CURRENT_ROUND] = server_round
+    workflow(grid, legacy)
+    if server_round not in strategy.aggregated and strategy.failure is None:
+        strategy.abort_round(server_round, "SecAgg+ halted before the sum was formed: too few clients answered one of "
+                                           "its stages")
+    return server_round in strategy.aggregated and strategy.failure is None
+
+
+def _fit_once(grid, legacy, workflow, cfg, num_rounds: int) -> None:
+    """The discovery sums, the rounds and the summary of one fit (after ``default_init_params_workflow``)."""
+    strategy = legacy.strategy
+    current_round = None
+    while True:  # discovery sums, before round 1; the list read again after each (it may shrink: secure_power)
+        later = [r for r in getattr(strategy, "discovery_rounds", ()) if current_round is None or r > current_round]
+        if not later:
+            break
+        current_round = later[0]
+        cfg[Key.CURRENT_ROUND] = current_round
+        workflow(grid, legacy)
+        if current_round not in strategy.aggregated and strategy.failure is None:
+            strategy.abort_round(current_round, "SecAgg+ halted before the discovery sum was formed: too few "
+                                                "clients answered one of its stages")
+        if strategy.stopped:
+            break
+    timer = StageTimer(grid)
+    for current_round in range(1, num_rounds + 1) if not strategy.stopped else ():
+        cfg[Key.CURRENT_ROUND] = current_round
+        strategy.rounds_run = current_round  # the last round that ran (server_app.app.log_last_round)
+        began = timeit.default_timer()
+        workflow(timer, legacy)
+        if current_round not in strategy.aggregated and not strategy.stopped:
+            strategy.abort_round(current_round, "SecAgg+ halted before the sum was formed: too few clients answered "
+                                         "one of its stages (a client dropped out, or refused to upload a "
+                                         "product outside secagg-clip; see the clients' logs)")
+        if strategy.stopped:
+            log_round_cost(current_round, timeit.default_timer() - began, timer.round_timing())
+            break
+        default_centralized_evaluation_workflow(grid, legacy)
+        log_round_cost(current_round, timeit.default_timer() - began, timer.round_timing())
+    if getattr(strategy, "secure_summary", False) and strategy.failure is None:
+        cfg[Key.CURRENT_ROUND] = num_rounds + 1  # the summary exchange, summed by SecAgg+ too
+        workflow(grid, legacy)
+        if num_rounds + 1 not in strategy.aggregated and strategy.failure is None:
+            strategy.abort_round(num_rounds + 1, "SecAgg+ halted before the summary's sum was formed: too few "
+                                                 "clients answered one of its stages")
+    strategy.check_progress()

@@ -205,15 +205,20 @@ def test_a_run_removes_smartpcas_outliers_and_transform_lists_them_at_each_site(
 
 
 def test_outlier_keys_are_refused_where_they_cannot_apply(tmp_path):
-    """outlier-pcs beyond rank, an uncentred run, secure aggregation, a checkpoint, bad values: one ConfigError
-    naming the key."""
+    """outlier-pcs beyond rank, an uncentred run, a secure covariance run (its SecAgg+ sums are Gram matrices), a
+    checkpoint, bad values: one ConfigError naming the key; secure aggregation of power, krylov, ... is accepted
+    (the passes' sums go through SecAgg+: tests/test_secure_outliers.py)."""
     from fl_strategies.settings.config import ConfigError, default_run_config, validate_run_config
 
     base = {**default_run_config(), "strategy": "fedpower", "center": True, "dataset": "nodes", "outlier-sigma": 6.0,
             "rank": 4, "iteration-rank": 6}
     assert validate_run_config({**base, "outlier-pcs": 4})["outlier-sigma"] == 6.0
+    for strategy in ("fedpower", "power", "krylov"):
+        secure = {**base, "strategy": strategy, "secure-aggregation": "true", "outlier-pcs": 4}
+        assert validate_run_config(secure)["outlier-sigma"] == 6.0
     for extra, match in (({}, "outlier-pcs = 10 exceeds rank = 4"), ({"center": False, "outlier-pcs": 2}, "center"),
-                         ({"secure-aggregation": True, "outlier-pcs": 2}, "secure-aggregation"),
+                         ({"strategy": "covariance", "secure-aggregation": "true", "outlier-pcs": 2},
+                          "with secure-aggregation, a strategy of power"),
                          ({"checkpoint-dir": "ck", "outlier-pcs": 2}, "checkpoint-dir"),
                          ({"outlier-sigma": -1.0}, "outlier-sigma"), ({"outlier-iterations": 0}, "outlier-iterations")):
         with pytest.raises(ConfigError, match=match):
@@ -282,10 +287,13 @@ def test_the_people_removed_are_those_smartpca_removes(tmp_path, sigma, pcs):
 
 @pytest.mark.ray
 @pytest.mark.timeout(400)
-def test_fedspectral_run_removes_the_outliers_on_flowers_engine(tmp_path, flower_processes):
+@pytest.mark.parametrize("run", ['strategy="covariance"',
+                                 'strategy="krylov" secure-aggregation="true" num-server-rounds=30'])
+def test_fedspectral_run_removes_the_outliers_on_flowers_engine(tmp_path, flower_processes, run):
     """``fedspectral run`` (Flower's Ray engine: each node keeps its removed people in its state between messages)
-    over a folder of ``.bed`` sites: the model is the pooled fit without smartpca's outliers, and each site's
-    ``.outliers`` lists its people that the pooled rule removes."""
+    over a folder of ``.bed`` sites, plain and with SecAgg+ (the passes' sums through Flower's secaggplus_mod): the
+    model is the pooled fit without smartpca's outliers, and each site's ``.outliers`` lists its people that the
+    pooled rule removes."""
     import subprocess
     import sys
 
@@ -298,7 +306,7 @@ def test_fedspectral_run_removes_the_outliers_on_flowers_engine(tmp_path, flower
         write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
     done = subprocess.run([sys.executable, "-m", "fedspectral", "run", "--run-config",
                            f'dataset="{tmp_path / "data"}" num-clients=3 center=true row-normalize=false '
-                           'strategy="covariance" rank=4 iteration-rank=6 results-dir="pca-out" outlier-sigma=2.2 '
+                           f'{run} rank=4 iteration-rank=6 results-dir="pca-out" outlier-sigma=2.2 '
                            'outlier-iterations=3 outlier-pcs=3'], cwd=tmp_path, capture_output=True, text=True,
                           timeout=380)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

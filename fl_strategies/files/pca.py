@@ -47,7 +47,7 @@ from ..kernels.rows import BedVariants
 from .data_files import clip_rows, normalize_rows
 from .model_checks import MODEL_KEYS, checked_model
 from .plain_files import write_file
-from .variants import encode_variants
+from .variants import decode_variants, encode_variants
 
 __all__ = ["MODEL_KEYS", "OUTLIER_PASS_KEYS", "outlier_passes", "pca_model", "sklearn_signs",
            "released_product_model", "choose_rank", "save_model", "load_model", "transform"]
@@ -205,21 +205,25 @@ def save_model(path: str | Path, model: Mapping[str, Any], run_config: Mapping[s
         for number, record in enumerate(model["outlier_passes"]):
             for key in OUTLIER_PASS_KEYS:
                 fields[f"outlier_{number}_{key}"] = np.asarray(record[key])
+            if record.get("variants") is not None:  # the pass's fit's variants (the filters ran over its people)
+                fields[f"outlier_{number}_variants"] = np.asarray(encode_variants(record["variants"]).decode("utf-8"))
     return write_file(path, lambda handle: np.savez(handle, **fields))
 
 
 OUTLIER_PASS_KEYS = ("components", "mean", "scale", "score_mean", "score_sd")
 """The arrays of an outlier pass in ``pca.npz`` (``outlier_<t>_<key>``, t from 0): the components the sites scored
-with (p, d), the model's mean and scale (d,), the federation's mean and standard deviation of the scores (p,)."""
+with (p, d_t), the model's mean and scale (d_t,), the federation's mean and standard deviation of the scores (p,);
+over ``.bed`` data also ``outlier_<t>_variants``, the pass's ``d_t`` variants (``ID\tA1\tA2`` lines, as
+``variants``): each fit filters and prunes the variants again over the people left."""
 
 
 def outlier_passes(path: str | Path, model: Mapping[str, Any], what: str = "--model"
                    ) -> tuple[float, list[dict[str, Any]]]:
     """The outlier passes a ``pca.npz`` records (:func:`save_model`), checked against its ``model``
     (:func:`load_model`): ``(sigma, passes)``, each pass ``{"model", "pcs", "mean", "sd"}`` as
-    :func:`fl_strategies.kernels.outliers.site_outliers` reads it; ``(0.0, [])`` for a run without outlier-sigma.
-    A ``ValueError`` naming the field that does not fit."""
-    d = model["components"].shape[1]
+    :func:`fl_strategies.kernels.outliers.site_outliers` reads it (the pass model's ``variants``: its own, or the
+    model's where it records none); ``(0.0, [])`` for a run without outlier-sigma. A ``ValueError`` naming the field
+    that does not fit."""
     passes: list[dict[str, Any]] = []
     with np.load(path, allow_pickle=False) as stored:
         if "outlier_sigma" not in stored.files:
@@ -227,6 +231,13 @@ def outlier_passes(path: str | Path, model: Mapping[str, Any], what: str = "--mo
         sigma = float(stored["outlier_sigma"])
         while f"outlier_{len(passes)}_components" in stored.files:
             number = len(passes)
+            variants, d = model.get("variants"), model["components"].shape[1]
+            if f"outlier_{number}_variants" in stored.files:
+                try:
+                    variants = decode_variants(str(stored[f"outlier_{number}_variants"]).encode("utf-8"))
+                except (ValueError, UnicodeDecodeError) as ex:
+                    raise ValueError(f"{what} {str(path)!r}: outlier_{number}_variants: {ex}") from None
+                d = len(variants)
             arrays = {}
             for key in OUTLIER_PASS_KEYS:
                 name = f"outlier_{number}_{key}"
@@ -241,7 +252,7 @@ def outlier_passes(path: str | Path, model: Mapping[str, Any], what: str = "--mo
                                      f"non-finite entries; expected {want[key]}")
             passes.append({"model": {"components": arrays["components"], "mean": arrays["mean"],
                                      "scale": arrays["scale"], "scaling": model.get("scaling", "false"),
-                                     "row_normalize": False, "clip_norm": 0.0},
+                                     "row_normalize": False, "clip_norm": 0.0, "variants": variants},
                            "pcs": p, "mean": arrays["score_mean"], "sd": arrays["score_sd"]})
     if not (np.isfinite(sigma) and sigma > 0 and passes):
         raise ValueError(f"{what} {str(path)!r}: outlier_sigma {sigma} without outlier passes, or not > 0")

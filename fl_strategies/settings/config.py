@@ -332,9 +332,10 @@ KEYS: dict[str, Key] = {
         _key("outlier-sigma", float, "PLINK .bed data: remove outliers as smartpca does: after a fit, each site "
              "flags its own people beyond this many standard deviations of the federation's scores (mean and sd from "
              "the sites' score sums) on any of the top outlier-pcs PCs; they leave the fit and it is run again, up to "
-             "outlier-iterations times; each site's count is logged, the list stays at the site (transform writes "
-             "it); smartpca's value is 6; 0 = off; needs center = true in a noise-free run without "
-             "secure-aggregation or checkpoint-dir", lambda v: v >= 0, "a finite number >= 0", absent_means=0.0),
+             "outlier-iterations times; each site's count is logged (with secure-aggregation the sums and counts go "
+             "through SecAgg+: the server logs the total, each site its own count), the list stays at the site "
+             "(transform writes it); smartpca's value is 6; 0 = off; needs center = true in a noise-free run without "
+             "checkpoint-dir", lambda v: v >= 0, "a finite number >= 0", absent_means=0.0),
         _key("outlier-iterations", int, "PLINK .bed data with outlier-sigma: the most outlier removals (fits "
              "again), as smartpca's numoutlieriter; the removals stop early once a pass removes nobody",
              lambda v: v >= 1, "an integer >= 1", absent_means=5),
@@ -724,17 +725,19 @@ def _check_discovery_sums(cfg: dict[str, Any], noisy: bool, keys: str, what: str
 
 
 def _check_outliers(cfg: dict[str, Any], noisy: bool) -> None:
-    """``outlier-sigma`` (:mod:`fl_strategies.kernels.outliers`): the sites' score sums and the fits again run in
-    the plain server loop of a PCA strategy, noise-free and centred (the sums are sent in the clear), from the
-    rows as stored (no row scaling), without a checkpoint (a resumed run would not know the passes), on at most
-    ``rank`` PCs."""
+    """``outlier-sigma`` (:mod:`fl_strategies.kernels.outliers`): the sites' score sums and counts, and the fits
+    again, in a noise-free centred run of a PCA strategy whose sums are sent in the clear
+    (:func:`row_sums_at_discovery`) or through SecAgg+ (:func:`secure_power`:
+    :func:`fl_strategies.protocol.outlier_exchange.secure_outlier_pass`), from the rows as stored (no row scaling),
+    without a checkpoint (a resumed run would not know the passes), on at most ``rank`` PCs."""
     key = f"outlier-sigma = {cfg['outlier-sigma']:g}"
     if not spec(cfg["strategy"]).pca:
         raise ConfigError(f"{key}: outlier removal applies to the strategies that write a PCA model of PLINK .bed "
                           f"data (fedpower, power, ssi, localpower, faps, krylov, covariance), not {cfg['strategy']!r}")
-    if noisy or not cfg.get("center") or not row_sums_at_discovery(cfg):
-        raise ConfigError(f"{key} needs center = true in a noise-free run without secure-aggregation: each site's "
-                          "count and score sums are sent in the clear (their SecAgg+ sum is not built yet)")
+    if noisy or not cfg.get("center") or not (row_sums_at_discovery(cfg) or secure_power(cfg)):
+        raise ConfigError(f"{key} needs center = true in a noise-free run (with secure-aggregation, a strategy of "
+                          f"{', '.join(SECURE_SUM_STRATEGIES)}): each site's count and score sums are sent in the "
+                          "clear or through SecAgg+")
     for other, active in (("row-normalize", cfg["row-normalize"]), ("clip-norm", cfg.get("clip-norm", 0.0) > 0),
                           ("checkpoint-dir", bool(cfg.get("checkpoint-dir"))),
                           ("variance-target", cfg.get("variance-target", 0.0) > 0)):

@@ -30,7 +30,11 @@ Every exchange in which a plain run gets each site's own reply goes through Flow
   s_i, s_i tr(A_i)]`` at the final ``Z`` (and, over ``.bed`` files with missing calls and ``scale = "hwe"``,
   ``[vec(S_i), sum delta]``, the site's part of plink2's diagonal:
   :meth:`~fl_strategies.kernels.rows.BedVariants.missingness_diagonal`), from which the PCA model is built as in
-  the plain run.
+  the plain run;
+* **the outlier passes** (``outlier-sigma``; after a fit, two more SecAgg+ exchanges each:
+  :func:`~fl_strategies.protocol.outlier_exchange.secure_outlier_pass` through :meth:`SecurePowerStrategy.
+  secure_exchange`): ``[s_i, sum of scores (p,), sum of squared scores (p,)]``, then ``[flagged count]``, with the
+  public bound of :meth:`SecurePowerStrategy.score_bound`; the fit is then run again from discovery.
 
 Exactness. Each upload travels as fixed-point limbs that Flower's quantiser passes unchanged
 (:mod:`fl_strategies.privacy.fixed_point`): the server's sum is the exact sum of the clients' fixed-point values,
@@ -108,6 +112,7 @@ class SecurePowerStrategy(FedPowerStrategy):
         self._variant_align: bytes | None = None  # the variants maf-min / geno-max keep, sent to the nodes
         self._first_basis: np.ndarray | None = None  # Z_0 drawn again in their dimension, for round 1
         self._ld: dict[str, Any] | None = None  # indep-pairwise from SecAgg+ sums: map, window, chunks, pooled sums
+        self._exchange: dict[str, Any] | None = None  # an exchange outside the fit (an outlier pass's): secure_exchange
 
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + (", secagg)" if self.secure else ")")
@@ -408,12 +413,52 @@ class SecurePowerStrategy(FedPowerStrategy):
         """Values per upload: ``d r`` products and ``extra`` scalars."""
         return self.d * self.r + extra
 
+    # -- exchanges outside the fit (the outlier passes: fl_strategies.protocol.outlier_exchange) -------------
+    def score_bound(self) -> float | None:
+        """``R``, the public bound on one person's scores under the model just fitted: ``sqrt(sum_j y_j^2) <= R``
+        over its components (the ``p`` an outlier pass sends are among them), from :meth:`genotype_row_bound`'s
+        ``R^2`` (the broadcast mean and scale alone); ``None`` where that has none (no genotypes).
+
+        A person's scores are ``y = sqrt(omega_i) V x_i`` (:func:`~fl_strategies.files.pca.transform`: ``x_i`` the
+        centred and scaled row, a missing call 0; ``omega_i = (d / c_i)^2`` with ``scale = "hwe"`` over missing
+        calls, else 1) with ``V`` (p, d) of orthonormal rows, so ``||y||^2 = omega_i ||V x_i||^2 <= omega_i
+        ||x_i||^2 <= R^2``. Hence each score ``|y_j| <= R`` and ``y_j^2 <= R^2``: a site's score sums are within
+        ``s_i R <= n R``, its sums of squares within ``n R^2``, its count of people within ``n``."""
+        squared = self.genotype_row_bound()
+        return None if squared is None else float(np.sqrt(squared))
+
+    def secure_exchange(self, ins: FitIns, size: int, bound: float) -> None:
+        """Make the next SecAgg+ round an exchange outside the fit: every client gets ``ins`` (plus the limb code of
+        the public ``bound`` on each of its ``size`` values) and every client must be in the sum, whose decoded
+        values :meth:`exchange_sum` returns. The fit's own state is left as it was."""
+        self._exchange = {"ins": ins, "size": int(size), "code": limb_code(bound, self.m), "sum": None}
+
+    def exchange_sum(self) -> np.ndarray | None:
+        """The decoded sum of the last :meth:`secure_exchange` (``None`` if SecAgg+ formed none); the exchange ends."""
+        exchange, self._exchange = self._exchange, None
+        return None if exchange is None else exchange["sum"]
+
+    def _configure_exchange(self) -> list[tuple[ClientProxy, FitIns]]:
+        ins = self._exchange["ins"]
+        ins.config.update({SECAGG_EXPONENT: self._exchange["code"].exponent, SECAGG_CLIENTS: self.m})
+        return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
+
+    def _aggregate_exchange(self, server_round: int, results, failures) -> None:
+        code, self.code = self.code, self._exchange["code"]
+        try:
+            self._exchange["sum"] = self._decoded(server_round, results, failures, self._exchange["size"],
+                                                  require_all=True)
+        finally:
+            self.code = code
+
     # -- one round --------------------------------------------------------------------------------------
     def configure_fit(self, server_round: int, parameters: Parameters,
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
         """The plain instructions, plus the limb code under SecAgg+; after the last round, the summary."""
         if not self.secure:
             return super().configure_fit(server_round, parameters, client_manager)
+        if self._exchange is not None:
+            return self._configure_exchange()
         if server_round <= 0:
             instructions = self._configure_discovery(server_round)
         elif server_round > self.num_rounds:
@@ -433,6 +478,9 @@ class SecurePowerStrategy(FedPowerStrategy):
         """``Z_new = orth(sum_i s_i Y_i / sum_i s_i)`` from the SecAgg+ sum (module docstring)."""
         if not self.secure:
             return super().aggregate_fit(server_round, results, failures)
+        if self._exchange is not None:
+            self._aggregate_exchange(server_round, results, failures)
+            return None, {}
         if server_round <= 0:
             self._aggregate_discovery(server_round, results, failures)
             return None, {}
