@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,8 +38,10 @@ def bed_to_pgen(bed, pgen) -> None:
         handle.write("##fileformat=PVARv1.0\n#CHROM\tPOS\tID\tREF\tALT\n")
         handle.writelines(f"{c}\t{pos}\t{vid}\t{a2}\t{a1}\n" for c, vid, _, pos, a1, a2 in bim)
     with open(str(pgen)[:-5] + ".psam", "w") as handle:
-        handle.write("#FID\tIID\tSEX\n")
-        handle.writelines(f"{fid}\t{iid}\tNA\n" for fid, iid, *_ in fam)
+        handle.write("#FID\tIID\tPAT\tMAT\tSEX\n")
+        handle.writelines(f"{fid}\t{iid}\t{pat}\t{mat}\tNA\n" for fid, iid, pat, mat, *_ in fam)
+    if Path(bed).with_suffix(".keep").exists():
+        shutil.copyfile(Path(bed).with_suffix(".keep"), Path(pgen).with_suffix(".keep"))
 
 
 def as_pgen_folder(tmp_path, name="pgen"):
@@ -91,6 +94,29 @@ def test_sites_in_pgen_give_the_bed_sites_model_with_missing_calls_alignment_and
         np.testing.assert_allclose(pgen[key], bed[key], rtol=0, atol=1e-12, err_msg=key)
 
 
+def test_pgen_sites_with_parents_and_a_keep_prune_and_fit_as_the_same_bed_sites(tmp_path):
+    """The ``.psam``'s ``PAT`` / ``MAT`` make plink2's founders (LD pruning's r^2 and the frequencies) and a ``.keep``
+    beside a ``.pgen`` chooses the fitted people, as beside a ``.bed``: same prune.in and model."""
+    from tests.test_ld_prune import family_sites
+
+    sites, chrom, bp, founders, fit = family_sites(tmp_path)
+    assert not founders.all() and not fit.all()
+    extra = 'indep-pairwise = "50 5 0.2"'
+    bed = compare_sites(tmp_path, 3, scale='"hwe"', rounds=20, rank=2, extra=extra)
+    kept_bed = next((tmp_path / "out" / "estimates").glob("*.prune.in")).read_text()
+    pgen_folder = as_pgen_folder(tmp_path)
+    assert sorted(p.name for p in (pgen_folder / "data").glob("*.keep")) == ["partition_0.keep"]
+    pgen = compare_sites(pgen_folder, 3, scale='"hwe"', rounds=20, rank=2, extra=extra)
+    kept_pgen = next((pgen_folder / "out" / "estimates").glob("*.prune.in")).read_text()
+    assert kept_pgen == kept_bed and 0 < len(kept_bed.split()) < 300
+    for key in ("components", "singular_values", "mean", "scale"):
+        np.testing.assert_allclose(pgen[key], bed[key], rtol=0, atol=1e-12, err_msg=key)
+    from fl_strategies.files.keep import founders_of
+
+    site_founders = np.concatenate([founders_of(pgen_folder / "data" / f"partition_{i}.pgen") for i in range(3)])
+    np.testing.assert_array_equal(site_founders, founders)
+
+
 def test_pvar_and_psam_are_read_with_or_without_their_header_lines(tmp_path):
     from fl_strategies.files.pgen import read_psam, read_pvar
 
@@ -103,8 +129,12 @@ def test_pvar_and_psam_are_read_with_or_without_their_header_lines(tmp_path):
     assert read_psam(tmp_path / "a.pgen") == [("0", "i1"), ("0", "i2")]  # plink2 --make-bed's FID
     (tmp_path / "b.psam").write_text("#FID\tIID\tPAT\tMAT\nf1\ti1\t0\t0\n")
     assert read_psam(tmp_path / "b.pgen") == [("f1", "i1")]
+    (tmp_path / "e.psam").write_text("#IID\tPAT\tMAT\ni1\t0\t0\ni2\ti1\t0\n")
+    assert read_psam(tmp_path / "e.pgen", parents=True) == [("0", "0"), ("i1", "0")]
+    assert read_psam(tmp_path / "a.pgen", parents=True) == [("0", "0"), ("0", "0")]  # no PAT / MAT: founders
     (tmp_path / "c.psam").write_text("f1 i1 0 0 1 -9\nf2 i2 0 0 2 -9\n")  # as a .fam
     assert read_psam(tmp_path / "c.pgen") == [("f1", "i1"), ("f2", "i2")]
+    assert read_psam(tmp_path / "c.pgen", parents=True) == [("0", "0"), ("0", "0")]
     (tmp_path / "d.pvar").write_text("#CHROM\tPOS\tREF\tALT\n1\t10\tA\tG\n")
     with pytest.raises(ValueError, match=r"d.pvar: line 1: the header has no ID column"):
         read_pvar(tmp_path / "d.pgen")

@@ -1,8 +1,8 @@
 """Who enters the fit at a site: a plink ``--keep`` file beside its genotype file.
 
 A site fits on some of its people by placing ``<stem>.keep`` beside its genotype file ``<stem>.bed`` (the same
-folder and name, suffix ``.keep``: ``partition_0.keep`` beside ``partition_0.bed`` in a dataset folder, ``site.keep``
-beside the ``data-path = "site.bed"`` of a deployed node). Only the people it lists enter the allele frequencies,
+folder and name, suffix ``.keep``: ``partition_0.keep`` beside ``partition_0.bed`` (or ``.pgen``, whose people are its
+``.psam``'s) in a dataset folder, ``site.keep`` beside the ``data-path = "site.bed"`` of a deployed node). Only the people it lists enter the allele frequencies,
 the scaling and the fit; a site without one fits on all its people. ``transform`` reads no ``.keep``: it scores
 every person of the file with the model.
 
@@ -12,7 +12,7 @@ The format is plink2's ``--keep`` (checked against plink2 v2.00a3.5):
 * a first line ``#FID IID ...`` is a header (two ID columns), ``#IID ...`` a header with the IID alone;
 * without a header, a first line of one column means every line holds an IID alone, otherwise ``FID IID``;
 * an IID alone stands for FID ``0``, as plink2 reads it;
-* a person the ``.fam`` does not list is left out, as plink2 leaves them (silently there; here their number is
+* a person the ``.fam`` (``.psam``) does not list is left out, as plink2 leaves them (silently there; here their number is
   logged as a warning); a ``.keep`` that keeps nobody of the file is refused.
 """
 
@@ -30,7 +30,7 @@ KEEP_SUFFIX = ".keep"
 """The suffix of a site's list of the people who enter the fit, beside its genotype file."""
 
 
-GENOTYPE_SUFFIXES = (".bed",)
+GENOTYPE_SUFFIXES = (".bed", ".pgen")
 """The genotype files whose people have IDs (:func:`samples_of`), which a ``.keep`` may choose from."""
 
 
@@ -47,7 +47,7 @@ def samples_of(data_path: str | Path) -> list[tuple[str, str]] | None:
     """``(FID, IID)`` of a genotype file's people in file order (a ``.bed``'s ``.fam``); ``None`` for a file
     without sample IDs (``.npy``, ``.csv``, ``.npz``), which a ``.keep`` does not apply to. A reader of another
     genotype format adds its suffix to :data:`GENOTYPE_SUFFIXES` and its sample file here."""
-    if str(data_path).lower().endswith(".bed"):
+    if str(data_path).lower().endswith(GENOTYPE_SUFFIXES):
         from .variants import read_fam
 
         return read_fam(data_path)
@@ -57,7 +57,12 @@ def samples_of(data_path: str | Path) -> list[tuple[str, str]] | None:
 def founders_of(data_path: str | Path) -> np.ndarray | None:
     """Which of a genotype file's people are founders, plink2's rule: a ``.fam`` line whose father and mother
     (its third and fourth fields) are both ``0``, whether or not the parents named are in the file (checked against
-    plink2 v2.00a3.5); (s_file,) bool, ``None`` for a file without sample IDs (:func:`samples_of`)."""
+    plink2 v2.00a3.5); a ``.pgen``'s ``.psam`` the same by its ``PAT`` and ``MAT`` columns (everyone without them);
+    (s_file,) bool, ``None`` for a file without sample IDs (:func:`samples_of`)."""
+    if str(data_path).lower().endswith(".pgen"):
+        from .pgen import read_psam
+
+        return np.array([pat == "0" and mat == "0" for pat, mat in read_psam(data_path, parents=True)], dtype=bool)
     if not str(data_path).lower().endswith(".bed"):
         return None
     with open(Path(data_path).with_suffix(".fam"), encoding="utf-8") as handle:

@@ -88,32 +88,35 @@ def read_pvar(pgen_path: str | Path) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def read_psam(pgen_path: str | Path) -> list[tuple[str, str]]:
-    """The ``.psam`` beside a ``.pgen``: ``(FID, IID)`` per person, in file order.
+def read_psam(pgen_path: str | Path, parents: bool = False) -> list[tuple[str, str]]:
+    """The ``.psam`` beside a ``.pgen``: ``(FID, IID)`` per person, in file order (``(PAT, MAT)`` with ``parents``).
 
-    A ``#FID`` header line gives both columns; a ``#IID`` one only IIDs, whose FID is ``0`` (what ``plink2
-    --make-bed`` writes in the ``.fam``); a file without a header is read as a ``.fam`` (FID, IID first).
+    A ``#FID`` header line gives both IDs; a ``#IID`` one only IIDs, whose FID is ``0`` (what ``plink2
+    --make-bed`` writes in the ``.fam``); a file without a header is read as a ``.fam`` (FID, IID, PAT, MAT first).
+    A header without ``PAT`` / ``MAT`` columns gives parents ``0`` (unknown: a founder, as plink2 reads it).
     """
     path = Path(pgen_path).with_suffix(".psam")
     people: list[tuple[str, str]] = []
-    fid = iid = None
+    columns = None  # FID, IID, PAT, MAT positions (-1: absent)
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             fields = line.split()
             if not fields or line.startswith("##"):
                 continue
-            if fid is None and iid is None and fields[0].startswith("#"):
+            if columns is None and fields[0].startswith("#"):
                 names = [name.upper() for name in fields]
                 if "IID" not in names and names[0] != "#IID":
                     raise ValueError(f"{path}: line {number}: the header has no IID column")
-                iid = 0 if names[0] == "#IID" else names.index("IID")
-                fid = names.index("#FID") if "#FID" in names else -1
+                columns = tuple(names.index(name) if name in names else -1 for name in ("#FID", "IID", "PAT", "MAT"))
+                if names[0] == "#IID":
+                    columns = (-1, 0) + columns[2:]
                 continue
-            if fid is None:  # no header: FID and IID first, as in a .fam
-                fid, iid = 0, 1
-            if len(fields) <= max(fid, iid):
+            if columns is None:  # no header: as a .fam
+                columns = (0, 1, 2, 3)
+            wanted = columns[2:] if parents else columns[:2]
+            if len(fields) <= max(columns[:2]) or len(fields) <= max(wanted):
                 raise ValueError(f"{path}: line {number} has {len(fields)} fields, fewer than its header's")
-            people.append((fields[fid] if fid >= 0 else "0", fields[iid]))
+            people.append(tuple(fields[c] if c >= 0 else "0" for c in wanted))
     return people
 
 
