@@ -353,19 +353,23 @@ def stream_run(cmd: list[str], env: dict[str, str], app_lines: list[str] | None 
     return run_id
 
 
-PATH_KEYS = ("results-dir", "checkpoint-dir", "dataset", "server-data", "init-from")
+PATH_KEYS = ("results-dir", "checkpoint-dir", "dataset", "server-data", "init-from", "exclude-range")
 
 
 def absolute_paths(cfg: dict) -> dict[str, str]:
     """The run config's relative paths made absolute against the current directory.
 
-    ``results-dir`` and ``checkpoint-dir`` always (they are created); ``dataset``, ``server-data`` and
-    ``init-from`` when they name an existing file or folder here (else ``dataset`` names a generator).
+    ``results-dir`` and ``checkpoint-dir`` always (they are created); ``dataset``, ``server-data``, ``init-from``
+    and ``exclude-range`` when they name an existing file or folder here (else ``dataset`` names a generator;
+    ``exclude-range``'s build names, :data:`~fl_strategies.files.ranges.BUILDS`, are left for its own check, which
+    refuses one that is also a file here).
     """
+    from fl_strategies.files.ranges import BUILDS
+
     out = {}
     for key in PATH_KEYS:
         value = str(cfg.get(key) or "")
-        if not value or Path(value).is_absolute():
+        if not value or Path(value).is_absolute() or (key == "exclude-range" and value.lower() in BUILDS):
             continue
         if key in ("results-dir", "checkpoint-dir") or Path(value).exists():
             out[key] = str(Path(value).resolve())

@@ -145,6 +145,11 @@ def test_flwr_run_makes_relative_paths_absolute_against_where_it_is_run(tmp_path
     cfg = {"results-dir": "out", "checkpoint-dir": "/abs/ck", "dataset": "rows.npy", "server-data": ""}
     assert absolute_paths(cfg) == {"results-dir": str(tmp_path / "out"), "dataset": str(tmp_path / "rows.npy")}
     assert absolute_paths({"results-dir": "", "dataset": "fedpower-model1"}) == {}
+    (tmp_path / "long-range.txt").write_text("6 25000000 35000000 MHC\n")
+    (tmp_path / "hg19").write_text("6 25000000 35000000 MHC\n")  # a build's name: left to exclude-range's check
+    for build in ("GRCh37", "hg19"):
+        assert absolute_paths({"exclude-range": build}) == {}
+    assert absolute_paths({"exclude-range": "long-range.txt"}) == {"exclude-range": str(tmp_path / "long-range.txt")}
 
 
 def test_a_misspelt_key_gets_the_closest_valid_one_on_every_path():
