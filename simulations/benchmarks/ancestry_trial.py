@@ -27,6 +27,11 @@ site 3 has A1/A2 exchanged at every third variant (its calls counted on the othe
 against plink2 on the pooled file restricted to the variants all sites hold (``--extract shared.txt``): the same
 comparisons.
 
+Trial C (``secure``): trial A's sites and run config with ``secure-aggregation = true`` and smartpca's outlier
+removal (``outlier-sigma = 6``, :data:`SECURE_CONFIG`): the server learns only SecAgg+ sums (the counts and allele
+sums of the frequencies and the filters, the pruning's pair sums, the outliers' score moments, the products). The
+same comparisons (the simulated people have no outliers at six standard deviations: the fit should lose nobody).
+
 Usage::
 
     python -m simulations.benchmarks.ancestry_trial [--people 2400] [--variants 30000] [--out DIR] [--data DIR]
@@ -64,11 +69,16 @@ TARGET_FITTED, TARGET_LEFT_OUT = 0.99999, 0.9999
 """The issue's targets for ``|r|`` of PC1-2."""
 
 
-def run_config(data: Path, out: Path, args) -> str:
-    """The run config of both trials (the guide's, docs/ancestry.md)."""
+SECURE_CONFIG = "secure-aggregation=true outlier-sigma=6"
+"""What trial C adds to the run config."""
+
+
+def run_config(data: Path, out: Path, args, extra: str = "") -> str:
+    """The run config of the trials (the guide's, docs/ancestry.md), ``extra`` added (trial C's)."""
     return (f'dataset="{data}" num-clients=4 strategy="krylov" rank={args.rank} iteration-rank={args.iteration_rank} '
             f'num-server-rounds={args.rounds} stop-tol=1e-6 center=true scale="hwe" row-normalize=false '
-            f'maf-min={args.maf_min} geno-max={args.geno_max} indep-pairwise="50 5 0.2" results-dir="{out}"')
+            f'maf-min={args.maf_min} geno-max={args.geno_max} indep-pairwise="50 5 0.2" results-dir="{out}"'
+            + (f" {extra}" if extra else ""))
 
 
 # -- the files -----------------------------------------------------------------------------------------------------
@@ -238,8 +248,9 @@ def correlations(ours: dict, theirs: dict, people: list, k: int) -> list[float]:
     return [float(abs(np.corrcoef(a[:, j], b[:, j])[0, 1])) for j in range(k)]
 
 
-def trial(name: str, folder: Path, sites: Path, out: Path, args, extract: Path | None) -> dict:
-    """One ``fedspectral run`` over ``sites`` and each site's ``transform``, against plink2 on the pooled file."""
+def trial(name: str, folder: Path, sites: Path, out: Path, args, extract: Path | None, extra: str = "") -> dict:
+    """One ``fedspectral run`` over ``sites`` (its run config with ``extra``) and each site's ``transform``, against
+    plink2 on the pooled file."""
     work = out / name
     if work.exists():
         shutil.rmtree(work)
@@ -260,7 +271,7 @@ def trial(name: str, folder: Path, sites: Path, out: Path, args, extract: Path |
     plink2("--bfile", pooled, "--read-freq", work / "plink2" / "pca.afreq", "--score",
            work / "plink2" / "pca.eigenvec.allele", 1, 4, "header-read", "no-mean-imputation", "variance-standardize",
            "--score-col-nums", f"5-{k + 4}", "--out", work / "plink2" / "projection")
-    run_seconds = fedspectral("run", "--run-config", run_config(sites, work / "run", args))
+    run_seconds = fedspectral("run", "--run-config", run_config(sites, work / "run", args, extra))
     model = work / "run" / "pca.npz"
     ours_in = (work / "run" / "prune.in").read_text().split()
     ours_out = (work / "run" / "prune.out").read_text().split()
@@ -278,6 +289,8 @@ def trial(name: str, folder: Path, sites: Path, out: Path, args, extract: Path |
         except subprocess.CalledProcessError:  # e.g. a .bim whose chromosomes are not contiguous
             log = (work / f"site{i}.log").read_text()
             refused[i] = " ".join(log[log.find("Error"):].split("\n\n")[0].split()) if "Error" in log else "failed"
+    removed = sum(len((work / f"site{i}.outliers").read_text().split()) // 2 for i in range(4)
+                  if (work / f"site{i}.outliers").exists())  # outlier-sigma: the people the sites removed
     by_our_weights: dict = {}
     for i in range(4):
         if i not in refused:
@@ -297,7 +310,7 @@ def trial(name: str, folder: Path, sites: Path, out: Path, args, extract: Path |
         "only_ours": len(set(ours_in) - set(theirs_in)), "only_plink2": len(set(theirs_in) - set(ours_in)),
         "plink2_prune_in_without_keep": len(without_keep),
         "differ_without_keep": len(set(without_keep) ^ set(theirs_in)),
-        "fitted": len(fitted), "left_out": len(left_out),
+        "fitted": len(fitted), "left_out": len(left_out), "outliers_removed": removed,
         "r_fitted": correlations(ours, fitted_plink2, fitted, k),
         "r_left_out": correlations(ours, projected, left_out, k),
         "r_plink2_own_projection": correlations(fitted_plink2, projected, fitted, k),
@@ -318,7 +331,7 @@ def table(results: dict, info: dict, args, command: str) -> str:
              f"four sites of {', '.join(map(str, info['site_people']))} people with "
              f"{', '.join(f'{m:.1%}' for m in info['missing'])} missing calls; "
              f"{', '.join(map(str, info['kept']))} of them in the fit (.keep). Run config: "
-             f"`{run_config(Path('sites'), Path('out'), args)}`. plink2: `--bfile pooled --keep kept.keep --maf "
+             f"`{run_config(Path('sites'), Path('out'), args)}` (trial `secure`: with `{SECURE_CONFIG}`). plink2: `--bfile pooled --keep kept.keep --maf "
              f"{args.maf_min} --geno {args.geno_max} --indep-pairwise 50 5 0.2`, then `--extract prune.in --pca {k} "
              "allele-wts` (exact) and `--score` of everyone with its `.eigenvec.allele`.", "",
              "| trial | prune.in (ours / plink2) | equal, in order | plink2 without --keep: prune.in (differ) | "
@@ -340,7 +353,8 @@ def table(results: dict, info: dict, args, command: str) -> str:
     for name, r in results.items():
         ok = (r["prune_in_equal"], min(r["r_fitted"][:2]) >= TARGET_FITTED, min(r["r_left_out"][:2]) >= TARGET_LEFT_OUT)
         verdict.append(f"- {name}: prune.in equal to plink2's: {ok[0]}; PC1-2 fitted |r| >= {TARGET_FITTED}: {ok[1]}; "
-                       f"PC1-2 left out |r| >= {TARGET_LEFT_OUT}: {ok[2]}")
+                       f"PC1-2 left out |r| >= {TARGET_LEFT_OUT}: {ok[2]}"
+                       + (f"; outliers removed by the sites: {r['outliers_removed']}" if name == "secure" else ""))
     return "\n".join(lines + [""] + verdict) + "\n"
 
 
@@ -356,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", help="keep the genotypes here (and use them again)")
     parser.add_argument("--out")
-    parser.add_argument("--trials", nargs="+", default=["sites", "arrays"], choices=["sites", "arrays"])
+    parser.add_argument("--trials", nargs="+", default=["sites", "arrays", "secure"],
+                        choices=["sites", "arrays", "secure"])
     parser.add_argument("--write-sites", metavar="DIR", help="only write the four sites' files (missing calls, "
                         "no .keep) to DIR as partition_<i>.bed/.bim/.fam, and stop")
     args = parser.parse_args(argv)
@@ -376,7 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in args.trials:
         extract = folder.resolve() / "shared.txt" if name == "arrays" else None
-        results[name] = trial(name, folder.resolve(), folder.resolve() / name, out.resolve() / "work", args, extract)
+        sites = folder.resolve() / ("sites" if name == "secure" else name)
+        extra = SECURE_CONFIG if name == "secure" else ""
+        results[name] = trial(name, folder.resolve(), sites, out.resolve() / "work", args, extract, extra)
         print(name, json.dumps(results[name]), flush=True)
     command = "python -m simulations.benchmarks.ancestry_trial " + " ".join(argv if argv is not None else sys.argv[1:])
     text = table(results, info, args, command.strip())
