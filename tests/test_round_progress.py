@@ -122,3 +122,22 @@ def test_an_erm_round_is_one_line_too(caplog):
     assert [(t, T) for t, T, _ in lines] == [(t, strategy.num_rounds) for t in range(1, strategy.num_rounds + 1)]
     assert all(re.match(r"; F - F\* = \S+, Gamma = \S+; left: ", rest) for _, _, rest in lines)
     assert not [r for r in caplog.records if re.match(r"round \d+/\d+: ", r.getMessage())]
+
+
+def test_compare_shows_the_progress_lines_without_verbose(tmp_path, caplog):
+    """``compare`` quiets Flower's log unless ``--verbose``, but not the progress lines: one per round of each run."""
+    from simulations.compare import main
+
+    (tmp_path / "cmp.toml").write_text('title = "t"\nseeds = [0]\n[defaults]\nnum-clients = 3\nnum-samples = 300\n'
+                                       'dimension = 10\nrank = 2\niteration-rank = 3\nnum-server-rounds = 3\n'
+                                       '[[runs]]\nname = "power"\nstrategy = "power"\n')
+    flwr = logging.getLogger("flwr")
+    level = flwr.level
+    try:
+        assert main([str(tmp_path / "cmp.toml"), "--out", str(tmp_path / "out")]) == 0
+    finally:
+        flwr.setLevel(level)
+        logging.getLogger(PROGRESS_LOGGER).setLevel(logging.NOTSET)
+    assert [(t, T) for t, T, _ in _round_lines(caplog)] == [(1, 3), (2, 3), (3, 3)]
+    assert not [r for r in caplog.records if r.levelno == logging.INFO and r.name != PROGRESS_LOGGER
+                and r.name.startswith("flwr")]  # the rest of Flower's log stays quiet
