@@ -3,10 +3,10 @@
 After every round the server loops (:class:`~fl_strategies.protocol.server_loop.StoppingServer`,
 :mod:`server_app.secure_loop`) log one INFO line through :meth:`RoundProgress.log_round`, e.g. ::
 
-    round 4 of 40: 1.10 s (waited 1.05 s for 4 replies, server 0.05 s); change of the estimate (sin theta)
+    round 4 of 40: 0.63 s (waited 0.60 s for 4 replies, server 0.03 s); change of the estimate (sin theta)
     1.480e-01; round 3's 2 kept components moved 1.319e-03 (sin theta, Ritz), 1 of 4 leading converged (moved
-    <= 0.001); |F_k - F_k-1| / F_k = 7.58e-07 (stop-tol 1e-07); left: at most 36 rounds (~44 s), about 1 round to
-    stop-tol (~1.2 s)
+    <= 0.001); |F_k - F_k-1| / F_k = 7.58e-07 (stop-tol 1e-07); left: at most 36 rounds (~23 s), about 1 round to
+    stop-tol (< 1 s)
 
 (one line in the log). The parts:
 
@@ -33,8 +33,8 @@ from typing import Any, Sequence
 
 __all__ = ["RoundProgress", "rounds_to_tolerance", "cost_text", "about", "PROGRESS_LOGGER"]
 
-#: The lines' logger, a child of Flower's (its console handler shows them): ``compare``, which quiets Flower's
-#: logger unless ``--verbose``, keeps this one at INFO, so a comparison shows one line per round and no more.
+#: The lines' logger, a child of Flower's (whose console handler shows them; ``compare`` only with ``--verbose``):
+#: ``logging.getLogger(PROGRESS_LOGGER).setLevel(logging.WARNING)`` silences them alone.
 PROGRESS_LOGGER = "flwr.fedspectral.progress"
 log = logging.getLogger(PROGRESS_LOGGER)
 

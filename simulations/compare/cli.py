@@ -68,7 +68,6 @@ from fl_strategies.files.warm_start import check_width, load_start
 from fl_strategies.files.harness import find_harness
 from fl_strategies.files.folder_lock import OWNER_LOCK, FolderInUse, own_folders
 from fl_strategies.protocol.base import RunFailed
-from fl_strategies.protocol.round_progress import PROGRESS_LOGGER
 from fl_strategies.settings.registry import STRATEGY_NAMES, spec
 from fl_strategies.files.plain_files import (UnsafeDestination, check_destination, check_input, open_file, plain_frame,
                                              write_file)
@@ -806,7 +805,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.compa
                         help="local: in-process (default); ray: Flower's Ray simulation engine")
     parser.add_argument("--out", default="results", metavar="DIR", help="output directory (default: results)")
     parser.add_argument("--verbose", action="store_true",
-                        help="show Flower's whole log (without it: one progress line per round)")
+                        help="show the server's log: one progress line per round of each run, and the rest")
     parser.add_argument("--report-only", action="store_true",
                         help="do not run anything: rewrite summary.md and the plot from OUT/results.csv")
     args = parser.parse_args(argv)
@@ -814,7 +813,6 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.compa
         import flwr.common  # noqa: F401  (Flower sets its logger's level on import)
 
         logging.getLogger("flwr").setLevel(logging.WARNING)
-        logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)  # one line per round (round_progress)
     try:
         with stop_signals():  # SIGTERM and SIGHUP as Ctrl-C: the staging directory and Ray are cleaned up
             if args.report_only:

@@ -130,5 +130,6 @@ class ErmStrategy(FederatedStrategy):
                "wall_time": time.perf_counter() - pend["start"] if pend else 0.0}
         self._emit(row, theta)
         if server_round:
-            self.progress_notes["estimate"] = f"F - F* = {'n/a' if gap is None else f'{gap:.3e}'}, Gamma = {self.gamma:.6g}"
+            gap_text = "n/a" if gap is None else f"{gap:.3e}"
+            self.progress_notes["estimate"] = f"F - F* = {gap_text}, Gamma = {self.gamma:.6g}"
         return (float("nan") if gap is None else gap), {}
