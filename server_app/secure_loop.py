@@ -14,12 +14,12 @@ rounds it reserved, as secure ``indep-pairwise`` does) before round 1 and its su
 :func:`fl_strategies.protocol.outlier_exchange.secure_outlier_pass`), and the whole fit, discovery included, is run
 again after each pass that removed people, as the plain loop does.
 
-After every round 1, 2, ... it logs where the round's seconds went, as the plain loop does
-(:func:`fl_strategies.protocol.server_loop.log_round_cost`): the wait for the nodes' replies summed over the
-round's SecAgg+ stages (:class:`StageTimer`), the replies of the stage that collects the masked uploads, the
-server's own time (the rest: SecAgg+'s unmasking, the aggregation, the evaluation), and each stage's wait and
-replies, e.g. ``round 3: waited 0.41 s for 4 replies, server 0.02 s (stages: setup 0.10 s for 4, share_keys
-0.12 s for 4, collect_masked_vectors 0.15 s for 4, unmask 0.04 s for 4)``.
+After every round 1, 2, ... it logs the plain loop's progress line
+(:class:`fl_strategies.protocol.round_progress.RoundProgress`), its seconds split into the wait for the nodes'
+replies summed over the round's SecAgg+ stages (:class:`StageTimer`), the replies of the stage that collects the
+masked uploads, the server's own time (the rest: SecAgg+'s unmasking, the aggregation, the evaluation), and each
+stage's wait and replies, e.g. ``round 3 of 4: 0.43 s (waited 0.41 s for 4 replies, server 0.02 s; stages: setup
+0.10 s for 4, share_keys 0.12 s for 4, collect_masked_vectors 0.15 s for 4, unmask 0.04 s for 4); ...``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from flwr.server import Grid, LegacyContext, ServerConfig
 from flwr.server.workflow import SecAggPlusWorkflow
 
 from fl_strategies.protocol.outlier_exchange import secure_outlier_pass
-from fl_strategies.protocol.server_loop import log_round_cost
+from fl_strategies.protocol.round_progress import RoundProgress
 from fl_strategies.protocol.strategies.dp_power import QUANTIZATION_RANGE, num_shares
 from fl_strategies.protocol.flower_compat import (
     MAIN_CONFIGS_RECORD,
@@ -79,7 +79,7 @@ class StageTimer:
         return replies
 
     def round_timing(self) -> dict:
-        """The timing of :func:`~fl_strategies.protocol.server_loop.log_round_cost` for the stages since the last
+        """The timing of :func:`~fl_strategies.protocol.round_progress.cost_text` for the stages since the last
         call: ``stages`` and, as ``replies``, the replies that carried the masked uploads; then starts afresh."""
         stages, self.stages = self.stages, []
         uploads = sum(replies for name, _, replies in stages if name == SecAggStage.COLLECT_MASKED_VECTORS)
@@ -191,6 +191,7 @@ def _fit_once(grid, legacy, workflow, cfg, num_rounds: int) -> None:
         if strategy.stopped:
             break
     timer = StageTimer(grid)
+    progress = RoundProgress(strategy, num_rounds)
     for current_round in range(1, num_rounds + 1) if not strategy.stopped else ():
         cfg[Key.CURRENT_ROUND] = current_round
         strategy.rounds_run = current_round  # the last round that ran (server_app.app.log_last_round)
@@ -201,14 +202,15 @@ def _fit_once(grid, legacy, workflow, cfg, num_rounds: int) -> None:
                                          "one of its stages (a client dropped out, or refused to upload a "
                                          "product outside secagg-clip; see the clients' logs)")
         if strategy.stopped:
-            log_round_cost(current_round, timeit.default_timer() - began, timer.round_timing())
+            progress.log_round(current_round, timeit.default_timer() - began, timer.round_timing())
             break
         default_centralized_evaluation_workflow(grid, legacy)
-        log_round_cost(current_round, timeit.default_timer() - began, timer.round_timing())
+        progress.log_round(current_round, timeit.default_timer() - began, timer.round_timing())
     if getattr(strategy, "secure_summary", False) and strategy.failure is None:
         cfg[Key.CURRENT_ROUND] = num_rounds + 1  # the summary exchange, summed by SecAgg+ too
         workflow(grid, legacy)
         if num_rounds + 1 not in strategy.aggregated and strategy.failure is None:
             strategy.abort_round(num_rounds + 1, "SecAgg+ halted before the summary's sum was formed: too few "
                                                  "clients answered one of its stages")
+    progress.log_rest()
     strategy.check_progress()

@@ -161,7 +161,8 @@ def test_the_breakdown_splits_the_last_nodes_round_at_flowers_time_stamps():
                 lines.append(f"INFO 2026-01-01 10:00:{ms // 1000:02d},{ms % 1000:03d}:  {text}")
         return flower_stamps(lines)
 
-    server = server_stamps("INFO 2026-01-01 10:00:12,400:  round 1: waited 2.00 s for 2 replies, server 0.01 s")
+    server = server_stamps("INFO 2026-01-01 10:00:12,400:  round 1 of 2: 2.01 s (waited 2.00 s for 2 replies, "
+                           "server 0.01 s); left: at most 1 round (~2.0 s)")
     (row,) = critical_breakdown([node(0.0), node(1.0)], server)  # the second node replies last
     # previous round's last reply at 11 + 0.7 = 11.7; server line at 12.4; the last node receives at 21.0
     assert row["round"] == 2 and row["server"] == pytest.approx(0.7) and row["poll"] == pytest.approx(8.6)

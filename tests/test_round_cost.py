@@ -9,11 +9,11 @@ import time
 import pytest
 
 from conftest import run_app
-from fl_strategies.protocol.server_loop import log_round_cost
+from fl_strategies.protocol.round_progress import cost_text
 
 SMALL = dict(num_clients=6, num_samples=1_200, dimension=20, rank=2, iteration_rank=3, row_normalize=True,
              schedule="fixed")
-COST = re.compile(r"round (\d+): waited (\S+) s for (\d+) replies, server (\S+) s")
+COST = re.compile(r"round (\d+) of \d+: \S+ s \(waited (\S+) s for (\d+) replies, server (\S+) s")
 
 
 def cost_lines(text: str) -> list[tuple[int, float, int, float]]:
@@ -36,7 +36,7 @@ def test_every_round_logs_its_wait_and_server_time(caplog, strategy):
     assert sum(w + s for _, w, _, s in lines) <= elapsed + 0.01 * rounds
 
 
-STAGES = re.compile(r"round (\d+): waited \S+ s for \d+ replies, server \S+ s \(stages: ([^)]*)\)")
+STAGES = re.compile(r"round (\d+) of \d+: \S+ s \(waited \S+ s for \d+ replies, server \S+ s; stages: ([^)]*)\)")
 SECAGG_STAGES = ["setup", "share_keys", "collect_masked_vectors", "unmask"]
 
 
@@ -94,12 +94,11 @@ def test_a_silent_node_is_not_counted_as_a_reply(caplog):
 
 
 def test_the_wait_never_exceeds_the_round(caplog):
-    with caplog.at_level(logging.INFO, logger="flwr"):
-        log_round_cost(7, 1.5, {"waited": 2.0, "replies": 3})
-        log_round_cost(8, 0.25, {})
-        log_round_cost(9, 1.0, {"stages": [("setup", 0.5, 2), ("unmask", 0.75, 2)], "replies": 2})
-    assert cost_lines(caplog.text) == [(7, 1.5, 3, 0.0), (8, 0.0, 0, 0.25), (9, 1.0, 2, 0.0)]
-    assert stage_lines(caplog.text) == {9: [("setup", 0.5, 2), ("unmask", 0.75, 2)]}
+    text = "\n".join(f"round {r} of 9: {cost_text(seconds, timing)}" for r, seconds, timing in [
+        (7, 1.5, {"waited": 2.0, "replies": 3}), (8, 0.25, {}),
+        (9, 1.0, {"stages": [("setup", 0.5, 2), ("unmask", 0.75, 2)], "replies": 2})])
+    assert cost_lines(text) == [(7, 1.5, 3, 0.0), (8, 0.0, 0, 0.25), (9, 1.0, 2, 0.0)]
+    assert stage_lines(text) == {9: [("setup", 0.5, 2), ("unmask", 0.75, 2)]}
 
 
 class _Clock:

@@ -16,41 +16,25 @@ Each round's instructions go out in one batch through the Grid
 thread per client as in Flower's ``Server.fit_round``; the strategy sees the
 same ``results`` and ``failures``.
 
-After every round it logs where the round's seconds went, in one INFO line (:func:`log_round_cost`): the wait for
-the nodes' replies and the server's own time (building the instructions, aggregating, recording the round).
+After every round it logs one INFO line (:class:`fl_strategies.protocol.round_progress.RoundProgress`): the round's
+seconds and where they went (the wait for the nodes' replies, the server's own time: building the instructions,
+aggregating, recording the round), how far the estimate moved, and what is left.
 """
 
 from __future__ import annotations
 
 import timeit
-from logging import INFO
+from logging import DEBUG, INFO
 
 from flwr.common import log, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server import History, Server
 
 from . import stop_request
 from .outlier_exchange import outlier_pass
+from .round_progress import RoundProgress
 from .round_exchange import MissingReply, fit_in_one_batch
 
-__all__ = ["StoppingServer", "log_round_cost"]
-
-
-def log_round_cost(server_round: int, seconds: float, timing: dict) -> None:
-    """Log where a round's ``seconds`` went: the wait for the nodes' replies and the server's own time (the rest).
-
-    One INFO line, e.g. ``round 3: waited 2.91 s for 4 replies, server 0.02 s``; a round that sent nothing
-    waited 0 s for 0 replies. A round of several exchanges (SecAgg+'s stages, :mod:`server_app.secure_loop`) gives
-    ``timing["stages"]``, a list of ``(name, waited, replies)``: ``waited`` is then their sum, and the line ends with
-    each stage's wait and replies, e.g. ``round 3: waited 0.41 s for 4 replies, server 0.02 s (stages: setup 0.10 s
-    for 4, share_keys 0.12 s for 4, collect_masked_vectors 0.15 s for 4, unmask 0.04 s for 4)``.
-    """
-    stages = timing.get("stages", ())
-    waited = sum(float(wait) for _, wait, _ in stages) if stages else float(timing.get("waited", 0.0))
-    waited = min(max(waited, 0.0), seconds)
-    detail = (" (stages: " + ", ".join(f"{name} {wait:.2f} s for {int(replies)}" for name, wait, replies in stages)
-              + ")") if stages else ""
-    log(INFO, "round %s: waited %.2f s for %d replies, server %.2f s%s", server_round, waited,
-        int(timing.get("replies", 0)), max(seconds - waited, 0.0), detail)
+__all__ = ["StoppingServer"]
 
 
 class StoppingServer(Server):
@@ -116,7 +100,7 @@ class StoppingServer(Server):
         else:
             self.strategy.evaluate(0, parameters=self.parameters)
             self._save(0)
-        start = timeit.default_timer()
+        progress = RoundProgress(self.strategy, num_rounds)
         for current_round in range(first, num_rounds + 1):
             stop_request.check(current_round)  # Flower is stopping this process: end between two rounds
             began, timing = timeit.default_timer(), {}
@@ -125,7 +109,7 @@ class StoppingServer(Server):
             # not held through the next round
             aggregated = (self.fit_round(server_round=current_round, timeout=timeout, timing=timing) or (None,))[0]
             if getattr(self.strategy, "stopped", False):
-                log_round_cost(current_round, timeit.default_timer() - began, timing)
+                progress.log_round(current_round, timeit.default_timer() - began, timing)
                 log(INFO, "run stopped in round %s: %s", current_round,
                     getattr(self.strategy, "failure", None) or "stopping rule met")
                 break
@@ -133,11 +117,12 @@ class StoppingServer(Server):
                 self.parameters = aggregated
             self.strategy.evaluate(current_round, parameters=self.parameters)
             self._save(current_round)
-            log_round_cost(current_round, timeit.default_timer() - began, timing)
+            progress.log_round(current_round, timeit.default_timer() - began, timing)
         check = getattr(self.strategy, "check_progress", None)
         if check is not None:  # a run without a result is a failure, and writes no model
             check()
         self.summary(num_rounds + 1, timeout)  # before finish(): the summary completes the held last row
+        progress.log_rest()
         return history
 
     def fit_round(self, server_round: int, timeout: float | None, timing: dict | None = None):
@@ -151,13 +136,14 @@ class StoppingServer(Server):
         if not client_instructions:
             log(INFO, "configure_fit: no clients selected, cancel")
             return None
-        log(INFO, "configure_fit: strategy sampled %s clients (out of %s)", len(client_instructions),
+        log(DEBUG, "configure_fit: strategy sampled %s clients (out of %s)", len(client_instructions),
             self._client_manager.num_available())
         results, failures = fit_in_one_batch(client_instructions, self.max_workers, timeout, server_round,
                                              timing=timing)
         if timing is not None:
             timing["replies"] = len(results) + sum(not isinstance(f, MissingReply) for f in failures)
-        log(INFO, "aggregate_fit: received %s results and %s failures", len(results), len(failures))
+        # DEBUG: the round's progress line (round_progress) counts the replies; a failure is a WARNING of its own
+        log(DEBUG, "aggregate_fit: received %s results and %s failures", len(results), len(failures))
         parameters_aggregated, metrics_aggregated = self.strategy.aggregate_fit(server_round, results, failures)
         return parameters_aggregated, metrics_aggregated, (results, failures)
 

@@ -139,6 +139,9 @@ PARTS = ("server", "poll", "process", "task_input", "fab", "app_import", "work",
 server's round line (its pull and work), to this node's ``Receiving`` (the SuperNode's 3 s sleep and the
 message's fetch), then between consecutive :data:`STAGES`."""
 STAMP = re.compile(r"(\d\d):(\d\d):(\d\d),(\d{3})")
+#: The server's line after round r: ``round r of T: 2.93 s (waited 2.91 s ...`` (``round r: waited 2.91 s ...`` in
+#: revisions before the progress line), its round the group.
+SERVER_LINE = re.compile(r"round (\d+)(?: of \d+)?: (?:[\d.]+ s \()?waited")
 
 
 def flower_stamps(lines: list[str]) -> dict[int, dict[str, float]]:
@@ -163,7 +166,8 @@ def flower_stamps(lines: list[str]) -> dict[int, dict[str, float]]:
 def critical_breakdown(nodes: list[dict[int, dict[str, float]]], server: dict[int, float]) -> list[dict]:
     """Per round after the first, the :data:`PARTS` of the node whose reply came last (seconds).
 
-    ``server`` maps a round to the time (seconds after midnight) of the server's line ``round r: waited``."""
+    ``server`` maps a round to the time (seconds after midnight) of the server's line of that round
+    (:data:`SERVER_LINE`)."""
     complete = [r for r in sorted(set.intersection(*(set(n) for n in nodes)))
                 if all(len(n[r]) == len(STAGES) for n in nodes)]
     rows = []
@@ -179,10 +183,11 @@ def critical_breakdown(nodes: list[dict[int, dict[str, float]]], server: dict[in
 
 
 def server_stamps(log: str) -> dict[int, float]:
-    """``{round: seconds after midnight}`` of the server's ``round r: waited`` lines (DEBUG level: time stamped)."""
+    """``{round: seconds after midnight}`` of the server's round lines, :data:`SERVER_LINE` (DEBUG level: time
+    stamped)."""
     out = {}
     for line in log.splitlines():
-        stamp, match = STAMP.search(line), re.search(r"round (\d+): waited", line)
+        stamp, match = STAMP.search(line), re.search(SERVER_LINE, line)
         if stamp and match:
             h, m, sec, ms = (int(x) for x in stamp.groups())
             out[int(match.group(1))] = h * 3600 + m * 60 + sec + ms / 1000
@@ -291,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                     part = next((p for p in run["parts"] if p["round"] == r), {})
                     rows.append({"variant": variant, "repeat": k, "round": r, "wall_time": wall,
                                  "load_before": run["load"][0], "load_after": run["load"][1], **part})
-                cost = [line for line in run["log"].splitlines() if re.search(r"round \d+: waited", line)]
+                cost = [line for line in run["log"].splitlines() if re.search(SERVER_LINE, line)]
                 if cost:
                     print("  " + "\n  ".join(line.split(":", 1)[-1].strip() for line in cost), flush=True)
         table = [summary(v, runs[v]) for v in variants if runs[v]]

@@ -804,7 +804,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.compa
     parser.add_argument("--engine", choices=("local", "ray"), default="local",
                         help="local: in-process (default); ray: Flower's Ray simulation engine")
     parser.add_argument("--out", default="results", metavar="DIR", help="output directory (default: results)")
-    parser.add_argument("--verbose", action="store_true", help="show Flower's per-round log")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the server's log: one progress line per round of each run, and the rest")
     parser.add_argument("--report-only", action="store_true",
                         help="do not run anything: rewrite summary.md and the plot from OUT/results.csv")
     args = parser.parse_args(argv)

@@ -116,6 +116,8 @@ class EigenspaceStrategy(FederatedStrategy):
         super().__init__(cfg, dimension, reference, wait_timeout)
         self._ritz_basis: np.ndarray | None = None  # the previous estimate's Ritz basis (kept_progress)
         self._ritz_round: int | None = None  # the round of the estimate it belongs to
+        #: what a round measured, for the server's progress line (:mod:`fl_strategies.protocol.round_progress`)
+        self.progress_notes: dict[str, Any] = {}
         self.start_model = load_start(cfg)  # init-from: refused here, before any node is asked, if unusable
         if self.start_model is not None and self.d is not None:
             check_width(self.start_model, self.d)  # the width, when the harness knows d before discovery
@@ -171,6 +173,8 @@ class EigenspaceStrategy(FederatedStrategy):
             kept = objective
         previous, self._last_objective = self._last_objective, kept
         statistic = None if previous is None else abs(kept - previous) / max(abs(kept), 1e-300)
+        if statistic is not None:
+            self.progress_notes["stop_statistic"] = statistic
         if self._held is not None:
             if self.stop_tol > 0:
                 self._held[0].update(objective=kept, stop_statistic=statistic)
@@ -208,9 +212,9 @@ class EigenspaceStrategy(FederatedStrategy):
             changes = leading_changes(basis, previous)
             row["estimate_change_first_k"] = float(changes[self.k - 1])
             converged = max((j for j in range(1, self.r + 1) if changes[j - 1] <= CONVERGED_CHANGE), default=0)
-            log.info("round %d: change of the %d kept components (Ritz) %.3e; %d of %d leading components "
-                     "converged (moved <= %g)", row["round"], self.k, changes[self.k - 1], converged, self.r,
-                     CONVERGED_CHANGE)
+            self.progress_notes["kept"] = (
+                f"round {row['round']}'s {self.k} kept components moved {changes[self.k - 1]:.3e} (sin theta, "
+                f"Ritz), {converged} of {self.r} leading converged (moved <= {CONVERGED_CHANGE:g})")
         return float(np.sum(values[: self.k]))
 
     def _fill_explained_variance(self, row: dict, explained: float) -> None:
@@ -251,10 +255,10 @@ class EigenspaceStrategy(FederatedStrategy):
             change_k = row.get("estimate_change_first_k")
             parts = ([] if dist is None else [f"subspace distance {dist:.3e}"]) + (
                 [] if change is None else [f"change of the estimate (sin theta) {change:.3e}"]) + (
-                [] if change_k is None or self.k == self.r else [f"of its first {self.k} columns {change_k:.3e}"])
-            log.info("round %d/%d: %s%s", server_round, self.num_rounds, ", ".join(parts) or "no measure",
-                     "" if eps is None else f", epsilon spent {eps:.3g} (delta {row['delta']:g}), noise "
-                     f"{row.get('noise_source')}")
+                [] if change_k is None or self.k == self.r else [f"of its first {self.k} columns {change_k:.3e}"]) + (
+                [] if eps is None else [f"epsilon spent {eps:.3g} (delta {row['delta']:g}), noise "
+                                        f"{row.get('noise_source')}"])
+            self.progress_notes["estimate"] = ", ".join(parts)  # in the round's progress line (round_progress)
         dist = row["subspace_distance"]
         return (float("nan") if dist is None else dist), {}
 

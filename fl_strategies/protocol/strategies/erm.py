@@ -22,7 +22,7 @@ from flwr.common import Parameters, Scalar, parameters_to_ndarrays
 
 from ...settings.config import ConfigError
 from ...settings.registry import settings_for
-from ..base import FederatedStrategy, log
+from ..base import FederatedStrategy
 from ...kernels.losses import objective, smoothness, split_xy
 
 __all__ = ["ErmReference", "ErmStrategy", "oracle_epoch"]
@@ -109,6 +109,7 @@ class ErmStrategy(FederatedStrategy):
         self.L1 = smoothness(self.loss, self.p, self.mu)
         self.gamma = 0.0  # Gamma of Definition 1 so far
         self.comm_epochs = 0
+        self.progress_notes: dict[str, Any] = {}  # the round's measures, in the server's progress line
 
     @property
     def n(self) -> int:
@@ -129,6 +130,6 @@ class ErmStrategy(FederatedStrategy):
                "wall_time": time.perf_counter() - pend["start"] if pend else 0.0}
         self._emit(row, theta)
         if server_round:
-            log.info("round %d/%d: F - F* = %s, Gamma = %.6g", server_round, self.num_rounds,
-                     "n/a" if gap is None else f"{gap:.3e}", self.gamma)
+            gap_text = "n/a" if gap is None else f"{gap:.3e}"
+            self.progress_notes["estimate"] = f"F - F* = {gap_text}, Gamma = {self.gamma:.6g}"
         return (float("nan") if gap is None else gap), {}

@@ -211,6 +211,8 @@ class KrylovStrategy(FedPowerStrategy):
         previous, self._objective = self._objective, objective
         statistic = None if previous is None else abs(objective - previous) / max(abs(objective), 1e-300)
         self._pending.update(objective=objective, stop_statistic=statistic)
+        if statistic is not None:
+            self.progress_notes["stop_statistic"] = statistic
         if self.stop_tol > 0 and statistic is not None and statistic <= self.stop_tol:
             self.stopped = True
             log.info("stopping rule (27): |F_k - F_k-1| / F_k = %.2e <= %.1e", statistic, self.stop_tol)
