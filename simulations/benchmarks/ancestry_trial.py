@@ -28,7 +28,7 @@ against plink2 on the pooled file restricted to the variants all sites hold (``-
 comparisons.
 
 Trial C (``secure``): trial A's sites and run config with ``secure-aggregation = true`` and smartpca's outlier
-removal (``outlier-sigma = 6``, :data:`SECURE_CONFIG`): the server learns only SecAgg+ sums (the counts and allele
+removal (``outlier-sigma = 6`` on the four PCs of the run, :data:`SECURE_CONFIG`): the server learns only SecAgg+ sums (the counts and allele
 sums of the frequencies and the filters, the pruning's pair sums, the outliers' score moments, the products). The
 same comparisons (the simulated people have no outliers at six standard deviations: the fit should lose nobody).
 
@@ -69,7 +69,7 @@ TARGET_FITTED, TARGET_LEFT_OUT = 0.99999, 0.9999
 """The issue's targets for ``|r|`` of PC1-2."""
 
 
-SECURE_CONFIG = "secure-aggregation=true outlier-sigma=6"
+SECURE_CONFIG = "secure-aggregation=true outlier-sigma=6 outlier-pcs=4"
 """What trial C adds to the run config."""
 
 
