@@ -28,9 +28,9 @@ against plink2 on the pooled file restricted to the variants all sites hold (``-
 comparisons.
 
 Trial C (``secure``): trial A's sites and run config with ``secure-aggregation = true`` and smartpca's outlier
-removal (``outlier-sigma = 6`` on the four PCs of the run, :data:`SECURE_CONFIG`): the server learns only SecAgg+ sums (the counts and allele
-sums of the frequencies and the filters, the pruning's pair sums, the outliers' score moments, the products). The
-same comparisons (the simulated people have no outliers at six standard deviations: the fit should lose nobody).
+removal (``outlier-sigma = 6`` on the run's four PCs, :data:`SECURE_CONFIG`): the server learns only SecAgg+ sums
+(the counts and allele sums of the frequencies and the filters, the pruning's pair sums, the outliers' score
+moments, the products). The same comparisons (the simulated people have no outliers at six standard deviations: the fit should lose nobody).
 
 Usage::
 
