@@ -30,7 +30,7 @@ comparisons.
 Trial C (``secure``): trial A's sites and run config with ``secure-aggregation = true`` and smartpca's outlier
 removal (``outlier-sigma = 6`` on the run's four PCs, :data:`SECURE_CONFIG`): the server learns only SecAgg+ sums
 (the counts and allele sums of the frequencies and the filters, the pruning's pair sums, the outliers' score
-moments, the products). The same comparisons (the simulated people have no outliers at six standard deviations: the fit should lose nobody).
+moments, the products). The same comparisons, and the number of people the sites removed as outliers.
 
 Usage::
 
@@ -331,7 +331,8 @@ def table(results: dict, info: dict, args, command: str) -> str:
              f"four sites of {', '.join(map(str, info['site_people']))} people with "
              f"{', '.join(f'{m:.1%}' for m in info['missing'])} missing calls; "
              f"{', '.join(map(str, info['kept']))} of them in the fit (.keep). Run config: "
-             f"`{run_config(Path('sites'), Path('out'), args)}` (trial `secure`: with `{SECURE_CONFIG}`). plink2: `--bfile pooled --keep kept.keep --maf "
+             f"`{run_config(Path('sites'), Path('out'), args)}` (trial `secure`: with `{SECURE_CONFIG}`). "
+             "plink2: `--bfile pooled --keep kept.keep --maf "
              f"{args.maf_min} --geno {args.geno_max} --indep-pairwise 50 5 0.2`, then `--extract prune.in --pca {k} "
              "allele-wts` (exact) and `--score` of everyone with its `.eigenvec.allele`.", "",
              "| trial | prune.in (ours / plink2) | equal, in order | plink2 without --keep: prune.in (differ) | "
