@@ -250,27 +250,12 @@ def correlations(ours: dict, theirs: dict, people: list, k: int) -> list[float]:
 
 def trial(name: str, folder: Path, sites: Path, out: Path, args, extract: Path | None, extra: str = "") -> dict:
     """One ``fedspectral run`` over ``sites`` (its run config with ``extra``) and each site's ``transform``, against
-    plink2 on the pooled file."""
+    plink2 on the pooled file (its fit without the people the sites removed as outliers, when they removed any)."""
     work = out / name
     if work.exists():
         shutil.rmtree(work)
     (work / "plink2").mkdir(parents=True)
-    pooled, keep = folder / "pooled", folder / "kept.keep"
-    restrict = ["--extract", extract] if extract else []
-    filters = ["--maf", args.maf_min, "--geno", args.geno_max]
-    plink2("--bfile", pooled, "--keep", keep, *restrict, *filters, "--indep-pairwise", 50, 5, 0.2,
-           "--out", work / "plink2" / "prune")
-    plink2("--bfile", pooled, *restrict, *filters, "--indep-pairwise", 50, 5, 0.2, "--out", work / "plink2" / "all")
-    theirs_in = (work / "plink2" / "prune.prune.in").read_text().split()
-    without_keep = (work / "plink2" / "all.prune.in").read_text().split()
     k = args.rank
-    started = time.perf_counter()
-    plink2("--bfile", pooled, "--keep", keep, "--extract", work / "plink2" / "prune.prune.in", "--freq", "--pca", k,
-           "allele-wts", "vcols=ref,alt", "--out", work / "plink2" / "pca")
-    plink2_seconds = time.perf_counter() - started
-    plink2("--bfile", pooled, "--read-freq", work / "plink2" / "pca.afreq", "--score",
-           work / "plink2" / "pca.eigenvec.allele", 1, 4, "header-read", "no-mean-imputation", "variance-standardize",
-           "--score-col-nums", f"5-{k + 4}", "--out", work / "plink2" / "projection")
     run_seconds = fedspectral("run", "--run-config", run_config(sites, work / "run", args, extra))
     model = work / "run" / "pca.npz"
     ours_in = (work / "run" / "prune.in").read_text().split()
@@ -289,8 +274,26 @@ def trial(name: str, folder: Path, sites: Path, out: Path, args, extract: Path |
         except subprocess.CalledProcessError:  # e.g. a .bim whose chromosomes are not contiguous
             log = (work / f"site{i}.log").read_text()
             refused[i] = " ".join(log[log.find("Error"):].split("\n\n")[0].split()) if "Error" in log else "failed"
-    removed = sum(len((work / f"site{i}.outliers").read_text().split()) // 2 for i in range(4)
-                  if (work / f"site{i}.outliers").exists())  # outlier-sigma: the people the sites removed
+    outliers = [line for i in range(4) if (work / f"site{i}.outliers").exists()
+                for line in (work / f"site{i}.outliers").read_text().splitlines() if line.strip()]
+    removed = len(outliers)  # outlier-sigma: the people the sites removed, whom plink2's fit leaves out too
+    (work / "outliers.txt").write_text("".join(line + "\n" for line in outliers))
+    pooled, keep = folder / "pooled", folder / "kept.keep"
+    restrict = ["--extract", extract] if extract else []
+    filters = ["--maf", args.maf_min, "--geno", args.geno_max]
+    fit = ["--keep", keep] + (["--remove", work / "outliers.txt"] if removed else [])
+    plink2("--bfile", pooled, *fit, *restrict, *filters, "--indep-pairwise", 50, 5, 0.2,
+           "--out", work / "plink2" / "prune")
+    plink2("--bfile", pooled, *restrict, *filters, "--indep-pairwise", 50, 5, 0.2, "--out", work / "plink2" / "all")
+    theirs_in = (work / "plink2" / "prune.prune.in").read_text().split()
+    without_keep = (work / "plink2" / "all.prune.in").read_text().split()
+    started = time.perf_counter()
+    plink2("--bfile", pooled, *fit, "--extract", work / "plink2" / "prune.prune.in", "--freq", "--pca", k,
+           "allele-wts", "vcols=ref,alt", "--out", work / "plink2" / "pca")
+    plink2_seconds = time.perf_counter() - started
+    plink2("--bfile", pooled, "--read-freq", work / "plink2" / "pca.afreq", "--score",
+           work / "plink2" / "pca.eigenvec.allele", 1, 4, "header-read", "no-mean-imputation", "variance-standardize",
+           "--score-col-nums", f"5-{k + 4}", "--out", work / "plink2" / "projection")
     by_our_weights: dict = {}
     for i in range(4):
         if i not in refused:
@@ -334,7 +337,8 @@ def table(results: dict, info: dict, args, command: str) -> str:
              f"`{run_config(Path('sites'), Path('out'), args)}` (trial `secure`: with `{SECURE_CONFIG}`). "
              "plink2: `--bfile pooled --keep kept.keep --maf "
              f"{args.maf_min} --geno {args.geno_max} --indep-pairwise 50 5 0.2`, then `--extract prune.in --pca {k} "
-             "allele-wts` (exact) and `--score` of everyone with its `.eigenvec.allele`.", "",
+             "allele-wts` (exact) and `--score` of everyone with its `.eigenvec.allele`; where the sites removed "
+             "outliers, plink2's fit also `--remove`s their `.outliers` (the run re-prunes without them too).", "",
              "| trial | prune.in (ours / plink2) | equal, in order | plink2 without --keep: prune.in (differ) | "
              "rounds | 1 - |r| fitted, PC1..PCk | 1 - |r| left out (plink2's projection) | "
              "plink2's projection of its fitted people: 1 - |r| against its .eigenvec | "
