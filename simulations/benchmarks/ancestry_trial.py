@@ -155,7 +155,7 @@ def write_sites(folder: Path, people: int, variants: int, seed: int = 0, segment
 def make_sites(folder: Path, people: int, variants: int, seed: int) -> dict:
     """The simulated genotypes (``folder/raw``, kept for later runs) and trial A's and B's folders."""
     raw = folder / "raw"
-    if not (raw / "pooled.bed").exists():
+    if not (raw / "simulation.json").exists():  # written last: a simulation cut short is made again
         started = time.perf_counter()
         info = simulate(raw, people, variants, missing=0.0, seed=seed)
         info["seconds"] = time.perf_counter() - started
