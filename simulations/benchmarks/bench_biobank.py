@@ -200,8 +200,9 @@ def markdown(results: list[dict]) -> str:
             lines.append(f"| {r['people']:,} x {r['variants']:,} | {s['site']} | {s['people']:,} | {s['bed_mb']:.1f} | "
                          f"{s['before_mb']:.0f} | {s['whole_peak_mb']:.0f} | {extra:.1f} | {dr:.1f} | "
                          f"{extra / dr:.2f} | {s['pass']:.1f} |")
-    lines += ["", "Generator seconds (not timed above; written once, four site files and the pooled one): "
-              + "; ".join(f"{r['people']:,} x {r['variants']:,}: {r['generator_s']:.0f} s ({r['when']})"
+    lines += ["", "Generator seconds (not timed above; four site files and the pooled one, written once) and when "
+              "each size's runs ended: "
+              + "; ".join(f"{r['people']:,} x {r['variants']:,}: {r['generator_s']:.0f} s (ended {r['when']})"
                           for r in results) + "."]
     return "\n".join(lines) + "\n"
 
