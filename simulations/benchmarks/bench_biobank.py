@@ -1,4 +1,5 @@
-"""Federated ancestry PCA at biobank size: four sites' ``.bed`` files against ``plink2 --pca approx`` on the pooled file.
+"""Federated ancestry PCA at biobank size: four sites' ``.bed`` files against ``plink2 --pca approx`` on the pooled
+file.
 
 Genotypes come from :mod:`simulations.data.admixed_bed` (admixed Balding-Nichols frequencies of three ancestral
 populations with ``F`` 0.02, 0.05, 0.1, Dirichlet ancestry proportions per person around each site's mix, LD
@@ -192,7 +193,8 @@ def markdown(results: list[dict]) -> str:
               "which counts the touched pages of the memory-mapped file) against the process's before it opened "
               "the file (imports, the model and `Z`):", "",
               "| size | site | people | `.bed` (MB) | RSS before opening (MB) | peak (MB) | added - `.bed` (MB) | "
-              "`d r` float64 (MB) | (added - `.bed`) / (`d r`) | pass (s) |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "`d r` float64 (MB) | (added - `.bed`) / (`d r`) | pass (s) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         dr = r["variants"] * r["iteration_rank"] * 8 / 2**20
         for s in r["site_passes"]:

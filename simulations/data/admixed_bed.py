@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FST", "SITE_MIXES", "admixed_blocks", "draw_people", "site_sizes", "write_admixed_bed", "main"]
+__all__ = ["FST", "SITE_MIXES", "admixed_blocks", "draw_people", "main", "pack", "site_sizes", "write_admixed_bed"]
 
 FST = (0.02, 0.05, 0.1)
 """``F`` (Balding-Nichols) of each ancestral population."""
