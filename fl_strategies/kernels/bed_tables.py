@@ -25,10 +25,7 @@ import numpy as np
 __all__ = ["available", "left_block", "add_missing", "decode_block", "PEOPLE_CHUNK", "COUNT_OF_CODE",
            "FLIPPED_COUNT_OF_CODE"]
 
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a dependency; a platform without its wheels decodes with numpy
-    njit = None
+import importlib.util
 
 PEOPLE_CHUNK = 2048
 """Bytes of a row (four people each) whose output rows are summed at a time (8,192 people: 512 KiB of float64 rows
@@ -42,13 +39,24 @@ FLIPPED_COUNT_OF_CODE = np.array([0.0, 0.0, 1.0, 2.0])
 
 
 def available() -> bool:
-    """Whether numba is there to compile the kernels of this module."""
-    return njit is not None
+    """Whether numba is there to compile the kernels of this module (without importing it: 0.2 s that a run
+    without ``.bed`` files does not pay)."""
+    return importlib.util.find_spec("numba") is not None
 
 
-def _jit(function):
-    """``function`` compiled without the GIL, cached on disk (numba), or ``None`` without numba."""
-    return None if njit is None else njit(nogil=True, cache=True)(function)
+class _Kernel:
+    """A function compiled by numba without the GIL (cached on disk) on its first call: numba is imported then."""
+
+    def __init__(self, function) -> None:
+        self.function, self.compiled = function, None
+        self.__doc__ = function.__doc__
+
+    def __call__(self, *args):
+        if self.compiled is None:
+            from numba import njit
+
+            self.compiled = njit(nogil=True, cache=True)(self.function)
+        return self.compiled(*args)
 
 
 def _left_block(raw, columns, flips, Zs, centre, inverse_scale, squares, out, table):
@@ -124,8 +132,8 @@ def _add_missing(ptr, people, start, stop, columns, rows, out):
                 out[person, c] += rows[column, c]
 
 
-left_block = _jit(_left_block)
-add_missing = _jit(_add_missing)
+left_block = _Kernel(_left_block)
+add_missing = _Kernel(_add_missing)
 
 
 def _decode_block(raw, rows, flips, fills, ptr, people, start, out):
@@ -151,4 +159,4 @@ def _decode_block(raw, rows, flips, fills, ptr, people, start, out):
             target[people[m]] = fill
 
 
-decode_block = _jit(_decode_block)
+decode_block = _Kernel(_decode_block)
