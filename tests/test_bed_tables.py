@@ -116,3 +116,33 @@ def test_a_subset_of_an_aligned_list_agrees_with_the_numpy_decode(threads):
         centred = np.nan_to_num((dense - mean) / scale, nan=0.0)
         np.testing.assert_allclose(Y.left(Z, mean, scale), centred @ Z, rtol=0, atol=1e-12)
         np.testing.assert_allclose(Y.right(V, mean, scale), centred.T @ V, rtol=0, atol=1e-12)
+
+
+def test_opening_a_bed_reads_its_codes_on_first_use_only(tmp_path, monkeypatch):
+    """Opening a ``.bed`` (as the command-line checks do, for its shape) does not count its codes; the counts,
+    the missing calls and the products read the file once, on first use, and an aligned list or a subset finds
+    the file's missing calls in the file's own order first."""
+    from fl_strategies.files.data_files import open_samples
+
+    people, variants = 13, 9
+    raw = random_bed(people, variants, 3, missing=0.2)
+    (tmp_path / "g.bed").write_bytes(b"\x6c\x1b\x01" + raw.tobytes())
+    (tmp_path / "g.fam").write_text("".join(f"f{i} i{i} 0 0 0 -9\n" for i in range(people)))
+    (tmp_path / "g.bim").write_text("".join(f"1 v{j} 0 {j + 1} A C\n" for j in range(variants)))
+    counted = []
+    original = BedVariants._count_codes
+    monkeypatch.setattr(BedVariants, "_count_codes", lambda self: counted.append(1) or original(self))
+    X = open_samples(str(tmp_path / "g.bed"))
+    assert X.shape == (people, variants) and counted == []
+    eager = BedVariants(raw, people)
+    eager._count_codes()
+    np.testing.assert_array_equal(X.code_counts, eager.code_counts)
+    assert len(counted) == 2  # eager's and X's, once
+    np.testing.assert_array_equal(X.missing_people, eager.missing_people)
+    X.left(np.ones((variants, 1)), np.full(variants, 0.5))
+    assert len(counted) == 2
+    lazy = BedVariants(raw, people).aligned(np.arange(variants)[::-1], np.zeros(variants, dtype=bool), variants)
+    np.testing.assert_array_equal(lazy.missing_ptr, eager.missing_ptr)  # the file's order, not the list's
+    np.testing.assert_array_equal(lazy.code_counts, eager.code_counts[::-1])
+    with pytest.raises(AttributeError):
+        X.no_such_attribute

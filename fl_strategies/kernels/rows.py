@@ -328,7 +328,7 @@ class BedVariants:
     scale are applied to the other factor and as a rank-one term. With numba (:attr:`compiled`) the left product
     decodes nothing (table look-ups of the codes, :mod:`.bed_tables`) and the right one decodes in one compiled
     loop. Memory: the mapped file's pages, 2 bytes per
-    missing call (4 above 65,536 people: where they are, found when the file is opened, :attr:`missing_ptr`), and
+    missing call (4 above 65,536 people: where they are, found with the code counts, :attr:`missing_ptr`), and
     O(threads block + s r + d r).
 
     Parameters
@@ -349,7 +349,8 @@ class BedVariants:
         The file's people (positions in the ``.fam``, ascending) the products, counts and rows are of
         (:meth:`subset`); ``None``: all of them.
     code_counts : ndarray of shape (d, 4), int64
-        How many people carry each 2-bit code at each variant (counted once, when the file is opened).
+        How many people carry each 2-bit code at each variant (counted once, in one read of the file, when first
+        asked for: :data:`COUNTED`).
     person_calls : ndarray of shape (s,), int64
         Each person's non-missing calls.
     missing_ptr : ndarray of shape (d_file + 1,), int64
@@ -385,7 +386,17 @@ class BedVariants:
         self.columns: np.ndarray | None = None
         self.flip: np.ndarray | None = None
         self.row_weights: np.ndarray | None = None
-        self._count_codes()
+
+    COUNTED = ("code_counts", "person_calls", "missing_ptr", "missing_people")
+    """What :meth:`_count_codes` finds in one read of the file: on first use, not when the file is opened (a check
+    that opens a file for its shape does not read it)."""
+
+    def __getattr__(self, name: str):
+        """:data:`COUNTED` on first use (:meth:`_count_codes`); any other missing attribute is an AttributeError."""
+        if name in BedVariants.COUNTED and "rows" in self.__dict__:
+            self._count_codes()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _count_codes(self) -> None:
         """:attr:`code_counts` and :attr:`person_calls`, in one read of the file split over :func:`product_threads`
@@ -396,7 +407,7 @@ class BedVariants:
         and taken off. When the file is opened, also where its missing calls are (:attr:`missing_ptr`,
         :attr:`missing_people`, over all its people)."""
         s, d_file, width = self.file_rows, self.rows.shape[0], self.rows.shape[1]
-        locate = not hasattr(self, "missing_ptr")  # the file's own missing calls: found once, when it is opened
+        locate = "missing_ptr" not in self.__dict__  # the file's own missing calls: found once, on the file itself
         out = np.ones(s, dtype=bool)
         out[self.chosen()] = False
         out = np.flatnonzero(out)  # the people a subset leaves out (none without one)
@@ -471,6 +482,7 @@ class BedVariants:
         dimension : int
             ``d``, the list's length; every column in ``0 .. d - 1`` is one variant of the file.
         """
+        self.missing_ptr  # the file's own missing calls, found in its own order before any list (_count_codes)
         other = object.__new__(BedVariants)
         other.__dict__.update(self.__dict__)
         other.columns, other.flip = np.asarray(columns, dtype=np.int64), np.asarray(flip, dtype=bool)
@@ -482,6 +494,7 @@ class BedVariants:
     def weighted(self, row_weights: np.ndarray) -> "BedVariants":
         """The same file with every person's row weighted by ``omega`` (s,) in the Gram matrix: ``X^T diag(omega)
         X`` (a shallow copy; the file is not read again)."""
+        self.code_counts  # counted here once, shared with the copy (COUNTED)
         other = object.__new__(BedVariants)
         other.__dict__.update(self.__dict__)
         other.row_weights = np.asarray(row_weights, dtype=np.float64)
@@ -504,6 +517,7 @@ class BedVariants:
         if people.size == 0 or np.any(np.diff(people) <= 0) or people[0] < 0 or people[-1] >= self.file_rows:
             raise ValueError(f"a subset of the file's {self.file_rows} people must be distinct positions in "
                              "0 .. people - 1, ascending, at least one")
+        self.missing_ptr  # the file's own missing calls, found in its own order before any list (_count_codes)
         other = object.__new__(BedVariants)
         other.__dict__.update(self.__dict__)
         other.people = None if people.size == self.file_rows else people
