@@ -141,6 +141,13 @@ def test_opening_a_bed_reads_its_codes_on_first_use_only(tmp_path, monkeypatch):
     np.testing.assert_array_equal(X.missing_people, eager.missing_people)
     X.left(np.ones((variants, 1)), np.full(variants, 0.5))
     assert len(counted) == 2
+    fresh = BedVariants(raw, people)
+    fresh.product_block, fresh.threads = 2, 2  # both threads start before the codes are counted: one count
+    for compiled in (True, False):
+        fresh.compiled = compiled
+        fresh.left(np.ones((variants, 1)), np.full(variants, 0.5))
+        fresh.right(np.ones((people, 1)), np.full(variants, 0.5))
+    assert len(counted) == 3
     lazy = BedVariants(raw, people).aligned(np.arange(variants)[::-1], np.zeros(variants, dtype=bool), variants)
     np.testing.assert_array_equal(lazy.missing_ptr, eager.missing_ptr)  # the file's order, not the list's
     np.testing.assert_array_equal(lazy.code_counts, eager.code_counts[::-1])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
@@ -244,6 +245,9 @@ _BYTE_COUNTS = np.ascontiguousarray(np.nan_to_num(BED_COUNTS, nan=0.0).astype(np
 MISSING_CODE = 1
 """The 2-bit code of a missing call."""
 
+_COUNTING = threading.Lock()
+"""Held while a :class:`BedVariants` counts its codes on first use (:data:`BedVariants.COUNTED`)."""
+
 _CALL_COUNTS = np.array([2, -1, 1, 0], dtype=np.int8)
 """Allele count of each 2-bit code as int8, a missing call -1 (:meth:`BedVariants.column_counts`)."""
 
@@ -394,7 +398,9 @@ class BedVariants:
     def __getattr__(self, name: str):
         """:data:`COUNTED` on first use (:meth:`_count_codes`); any other missing attribute is an AttributeError."""
         if name in BedVariants.COUNTED and "rows" in self.__dict__:
-            self._count_codes()
+            with _COUNTING:  # one count, whichever thread asks first
+                if name not in self.__dict__:
+                    self._count_codes()
             return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
