@@ -6,10 +6,11 @@ four variants at a time, the codes of one person at those four variants make an 
 ``A_k`` (4, r) what each code of variant ``k`` adds (its allele count times its row of ``Z``, and any other
 per-code column such as a squared centred value), so each byte of the file costs four table rows added to four
 people's rows instead of a decode to float64 and ``4 r`` multiply-adds. The table (``256 r`` floats, in cache) is
-built in 336 row additions and used by every person.
+built in 336 row additions and used by every person; two such tables are used together (eight variants), so a
+person's row is read and written once per eight variants (:func:`left_block`).
 
 The caller adds what a missing call's imputed value contributes (:func:`add_missing`, from the missing calls found
-when the file was opened). The sums are those of the decoded product in another order: the same numbers to
+with the code counts). The sums are those of the decoded product in another order: the same numbers to
 round-off (``tests/test_bed_tables.py``). The right products ``D Y`` keep numpy's ``np.dot`` of a decoded block
 (a table per four people is used by one variant's byte only once per block, and was no faster here); their block
 is decoded in one compiled loop (:func:`decode_block`: counts, flipped alleles and missing calls at once).
@@ -66,17 +67,19 @@ def _left_block(raw, columns, flips, Zs, centre, inverse_scale, squares, out, ta
     to a person's row (``a_j``, r or r + 1 columns) is its allele count ``g`` (:data:`COUNT_OF_CODE`, or
     :data:`FLIPPED_COUNT_OF_CODE` where ``flips[j]``; a missing call 0) times ``Zs[columns[j]]`` (r,), and with
     ``squares`` in column ``r`` also ``((g - centre) * inverse_scale)^2`` of that column (a missing call 0);
-    nothing for ``columns[j] = -1``. ``out`` (4 width, r [+ 1]) float64, added to; ``table`` (256, r [+ 1])
-    scratch. Four variants at a time (module docstring), :data:`PEOPLE_CHUNK` bytes of the rows at a time; a last
-    group of fewer than four reads code 0 with nothing added for the variants it lacks.
+    nothing for ``columns[j] = -1``. ``out`` (4 width, r [+ 1]) float64, added to; ``table`` (2, 256, r [+ 1])
+    scratch. Eight variants at a time, two tables of four (module docstring), so a person's row is read and
+    written once per eight variants; :data:`PEOPLE_CHUNK` bytes of the rows at a time; a last group of fewer than
+    eight reads code 0 with nothing added for the variants it lacks.
     """
     k, width, r = raw.shape[0], raw.shape[1], Zs.shape[1]
     wide = r + 1 if squares else r
-    parts = np.zeros((4, 4, wide))  # the group's four variants: what each code adds
+    parts = np.zeros((8, 4, wide))  # the group's eight variants: what each code adds
+    T0, T1 = table[0], table[1]
     for p0 in range(0, width, PEOPLE_CHUNK):
-        for g in range(0, k, 4):
-            n = min(4, k - g)
-            for i in range(4):
+        for g in range(0, k, 8):
+            n = min(8, k - g)
+            for i in range(8):
                 for code in range(4):
                     for c in range(wide):
                         parts[i, code, c] = 0.0
@@ -90,28 +93,36 @@ def _left_block(raw, columns, flips, Zs, centre, inverse_scale, squares, out, ta
                     if squares and code != 1:  # a missing call is imputed with the centre: 0 once centred
                         value = (count - centre[column]) * inverse_scale[column]
                         parts[i, code, r] = value * value
-            for code in range(4):
-                for c in range(wide):
-                    table[code, c] = parts[0, code, c]
-            size = 4
-            for i in range(1, 4):  # rows code * size + low from rows low, written last for code 0 (in place)
-                for code in range(3, -1, -1):
-                    for low in range(size):
-                        for c in range(wide):
-                            table[code * size + low, c] = table[low, c] + parts[i, code, c]
-                size *= 4
+            for h in range(2):  # table h: variants 4 h .. 4 h + 3 of the group
+                T = table[h]
+                for code in range(4):
+                    for c in range(wide):
+                        T[code, c] = parts[4 * h, code, c]
+                size = 4
+                for i in range(1, 4):  # rows code * size + low from rows low, written last for code 0 (in place)
+                    for code in range(3, -1, -1):
+                        for low in range(size):
+                            for c in range(wide):
+                                T[code * size + low, c] = T[low, c] + parts[4 * h + i, code, c]
+                    size *= 4
             for p in range(p0, min(p0 + PEOPLE_CHUNK, width)):
                 b0 = np.int64(raw[g, p])
                 b1 = np.int64(raw[g + 1, p]) if n > 1 else np.int64(0)
                 b2 = np.int64(raw[g + 2, p]) if n > 2 else np.int64(0)
                 b3 = np.int64(raw[g + 3, p]) if n > 3 else np.int64(0)
+                b4 = np.int64(raw[g + 4, p]) if n > 4 else np.int64(0)
+                b5 = np.int64(raw[g + 5, p]) if n > 5 else np.int64(0)
+                b6 = np.int64(raw[g + 6, p]) if n > 6 else np.int64(0)
+                b7 = np.int64(raw[g + 7, p]) if n > 7 else np.int64(0)
                 for t in range(4):
                     shift = 2 * t
-                    idx = (((b0 >> shift) & 3) | (((b1 >> shift) & 3) << 2) | (((b2 >> shift) & 3) << 4)
-                           | (((b3 >> shift) & 3) << 6))
+                    i0 = (((b0 >> shift) & 3) | (((b1 >> shift) & 3) << 2) | (((b2 >> shift) & 3) << 4)
+                          | (((b3 >> shift) & 3) << 6))
+                    i1 = (((b4 >> shift) & 3) | (((b5 >> shift) & 3) << 2) | (((b6 >> shift) & 3) << 4)
+                          | (((b7 >> shift) & 3) << 6))
                     row = 4 * p + t
                     for c in range(wide):
-                        out[row, c] += table[idx, c]
+                        out[row, c] += T0[i0, c] + T1[i1, c]
 
 
 def _add_missing(ptr, people, start, stop, columns, rows, out):

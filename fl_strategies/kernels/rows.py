@@ -744,7 +744,7 @@ class BedVariants:
 
         def work(worker: int) -> np.ndarray:
             out = np.zeros((4 * width, wide))
-            table = np.empty((256, wide))
+            table = np.empty((2, 256, wide))
             for start in range(worker * b, d_file, threads * b):
                 raw = np.ascontiguousarray(self.rows[start:start + b])
                 k = raw.shape[0]
