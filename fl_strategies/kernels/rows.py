@@ -410,8 +410,8 @@ class BedVariants:
         one uint32) summed 63 bytes at a time without a lane overflowing; per person, the missing flags of each
         byte's four people (:data:`_PACKED_MISSING`) summed over at most 255 variants at a time; a last byte's
         padding codes are left out. Of a :meth:`subset`, the codes of the people it leaves out are counted apart
-        and taken off. When the file is opened, also where its missing calls are (:attr:`missing_ptr`,
-        :attr:`missing_people`, over all its people)."""
+        and taken off. The first time, on the file itself (before any :meth:`aligned` list or :meth:`subset`), also
+        where its missing calls are (:attr:`missing_ptr`, :attr:`missing_people`, over all its people)."""
         s, d_file, width = self.file_rows, self.rows.shape[0], self.rows.shape[1]
         locate = "missing_ptr" not in self.__dict__  # the file's own missing calls: found once, on the file itself
         out = np.ones(s, dtype=bool)
@@ -736,7 +736,6 @@ class BedVariants:
         mean = None if mean is None else np.asarray(mean, dtype=np.float64)
         scale = None if scale is None else np.asarray(scale, dtype=np.float64)
         fill = None if mean is None or r == 0 else mean[:, None] * Zs  # what a missing call adds, (d, r)
-
         centre = np.zeros(self.dimension) if mean is None else mean
         inverse = np.ones(self.dimension) if scale is None else 1.0 / scale
         Zs = np.ascontiguousarray(Zs)
