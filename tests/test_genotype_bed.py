@@ -38,6 +38,7 @@ def test_a_bed_product_reads_the_file_in_variant_blocks_in_file_order(tmp_path):
     X = open_samples(write_bed(tmp_path / "g.bed", G))
     assert isinstance(X, BedVariants) and X.shape == (37, 101)
     X.product_block, X.threads = 10, 1  # variants per block, one thread: its blocks in file order
+    X.code_counts  # the codes counted (one read, on first use) before the reads recorded
     X.rows = recorder = Recorder(X.rows)
     op = LocalOperator.from_rows(X)
     mean, scale = G.mean(axis=0), G.std(axis=0) + 0.5
@@ -389,6 +390,7 @@ def test_a_bed_product_on_threads_decodes_each_block_once_and_agrees_with_numpy(
     G[rng.random(G.shape) < 0.05] = np.nan
     X = open_samples(write_bed(tmp_path / "g.bed", G))
     X.product_block, X.threads = 16, threads
+    X.code_counts  # the codes counted (one read, on first use) before the reads recorded
     X.rows = recorder = Recorder(X.rows)
     mean, scale = rng.uniform(0.1, 1.9, 211), rng.uniform(0.5, 2.0, 211)
     Xc = np.where(np.isnan(G), 0.0, (G - mean) / scale)

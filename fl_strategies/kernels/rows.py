@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import numpy as np
+
+from . import bed_tables
 
 __all__ = ["BLOCK_BYTES", "RowBlocks", "BedVariants", "normalize_rows", "clip_rows"]
 
@@ -242,6 +245,9 @@ _BYTE_COUNTS = np.ascontiguousarray(np.nan_to_num(BED_COUNTS, nan=0.0).astype(np
 MISSING_CODE = 1
 """The 2-bit code of a missing call."""
 
+_COUNTING = threading.Lock()
+"""Held while a :class:`BedVariants` counts its codes on first use (:data:`BedVariants.COUNTED`)."""
+
 _CALL_COUNTS = np.array([2, -1, 1, 0], dtype=np.int8)
 """Allele count of each 2-bit code as int8, a missing call -1 (:meth:`BedVariants.column_counts`)."""
 
@@ -323,8 +329,10 @@ class BedVariants:
     counts, a missing call 0. A product (:meth:`left`, :meth:`right`) reads the file once in file order, decoding
     one block of variants at a time to allele counts (one table of the 256 byte values) into a buffer of about
     :data:`PRODUCT_BLOCK_BYTES` per thread, with each missing call set to its variant's mean; the centring and the
-    scale are applied to the other factor and as a rank-one term. Memory: the mapped file's pages, 2 bytes per
-    missing call (4 above 65,536 people: where they are, found when the file is opened, :attr:`missing_ptr`), and
+    scale are applied to the other factor and as a rank-one term. With numba (:attr:`compiled`) the left product
+    decodes nothing (table look-ups of the codes, :mod:`.bed_tables`) and the right one decodes in one compiled
+    loop. Memory: the mapped file's pages, 2 bytes per
+    missing call (4 above 65,536 people: where they are, found with the code counts, :attr:`missing_ptr`), and
     O(threads block + s r + d r).
 
     Parameters
@@ -345,7 +353,8 @@ class BedVariants:
         The file's people (positions in the ``.fam``, ascending) the products, counts and rows are of
         (:meth:`subset`); ``None``: all of them.
     code_counts : ndarray of shape (d, 4), int64
-        How many people carry each 2-bit code at each variant (counted once, when the file is opened).
+        How many people carry each 2-bit code at each variant (counted once, in one read of the file, when first
+        asked for: :data:`COUNTED`).
     person_calls : ndarray of shape (s,), int64
         Each person's non-missing calls.
     missing_ptr : ndarray of shape (d_file + 1,), int64
@@ -361,6 +370,10 @@ class BedVariants:
     """
 
     sparse, normalize, clip, ndim, dtype = False, False, 0.0, 2, np.dtype(np.int8)
+    compiled = bed_tables.available()
+    """Whether the products run numba's compiled kernels (:mod:`.bed_tables`, where numba can be imported): the
+    left products and row squares by table look-up (:meth:`_left_tables`), the right products' blocks decoded in
+    one loop (:meth:`_decode_compiled`); else numpy's decode (:meth:`_passes`)."""
     centers_inside = True
     """Whether this class centres and scales inside its products (missing calls need it): see
     :class:`~.products.LocalOperator`."""
@@ -377,7 +390,19 @@ class BedVariants:
         self.columns: np.ndarray | None = None
         self.flip: np.ndarray | None = None
         self.row_weights: np.ndarray | None = None
-        self._count_codes()
+
+    COUNTED = ("code_counts", "person_calls", "missing_ptr", "missing_people")
+    """What :meth:`_count_codes` finds in one read of the file: on first use, not when the file is opened (a check
+    that opens a file for its shape does not read it)."""
+
+    def __getattr__(self, name: str):
+        """:data:`COUNTED` on first use (:meth:`_count_codes`); any other missing attribute is an AttributeError."""
+        if name in BedVariants.COUNTED and "rows" in self.__dict__:
+            with _COUNTING:  # one count, whichever thread asks first
+                if name not in self.__dict__:
+                    self._count_codes()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _count_codes(self) -> None:
         """:attr:`code_counts` and :attr:`person_calls`, in one read of the file split over :func:`product_threads`
@@ -385,10 +410,10 @@ class BedVariants:
         one uint32) summed 63 bytes at a time without a lane overflowing; per person, the missing flags of each
         byte's four people (:data:`_PACKED_MISSING`) summed over at most 255 variants at a time; a last byte's
         padding codes are left out. Of a :meth:`subset`, the codes of the people it leaves out are counted apart
-        and taken off. When the file is opened, also where its missing calls are (:attr:`missing_ptr`,
-        :attr:`missing_people`, over all its people)."""
+        and taken off. The first time, on the file itself (before any :meth:`aligned` list or :meth:`subset`), also
+        where its missing calls are (:attr:`missing_ptr`, :attr:`missing_people`, over all its people)."""
         s, d_file, width = self.file_rows, self.rows.shape[0], self.rows.shape[1]
-        locate = not hasattr(self, "missing_ptr")  # the file's own missing calls: found once, when it is opened
+        locate = "missing_ptr" not in self.__dict__  # the file's own missing calls: found once, on the file itself
         out = np.ones(s, dtype=bool)
         out[self.chosen()] = False
         out = np.flatnonzero(out)  # the people a subset leaves out (none without one)
@@ -463,6 +488,7 @@ class BedVariants:
         dimension : int
             ``d``, the list's length; every column in ``0 .. d - 1`` is one variant of the file.
         """
+        self.missing_ptr  # the file's own missing calls, found in its own order before any list (_count_codes)
         other = object.__new__(BedVariants)
         other.__dict__.update(self.__dict__)
         other.columns, other.flip = np.asarray(columns, dtype=np.int64), np.asarray(flip, dtype=bool)
@@ -474,6 +500,7 @@ class BedVariants:
     def weighted(self, row_weights: np.ndarray) -> "BedVariants":
         """The same file with every person's row weighted by ``omega`` (s,) in the Gram matrix: ``X^T diag(omega)
         X`` (a shallow copy; the file is not read again)."""
+        self.code_counts  # counted here once, shared with the copy (COUNTED)
         other = object.__new__(BedVariants)
         other.__dict__.update(self.__dict__)
         other.row_weights = np.asarray(row_weights, dtype=np.float64)
@@ -496,6 +523,7 @@ class BedVariants:
         if people.size == 0 or np.any(np.diff(people) <= 0) or people[0] < 0 or people[-1] >= self.file_rows:
             raise ValueError(f"a subset of the file's {self.file_rows} people must be distinct positions in "
                              "0 .. people - 1, ascending, at least one")
+        self.missing_ptr  # the file's own missing calls, found in its own order before any list (_count_codes)
         other = object.__new__(BedVariants)
         other.__dict__.update(self.__dict__)
         other.people = None if people.size == self.file_rows else people
@@ -590,6 +618,11 @@ class BedVariants:
             packed = _scratch((b, width), np.uint32)  # mapped, as the decoded block: no arena keeps it
             decoded = _scratch((b, 4 * width))
             for start in range(worker * b, d_file, threads * b):
+                if self.compiled:  # one compiled loop: counts, flips and missing calls straight into the block
+                    columns, k = self._decode_compiled(start, b, fill, decoded)
+                    if k:
+                        step(worker, columns, decoded[:k, chosen])
+                    continue
                 stop = min(start + b, d_file)
                 columns, raw = self._raw_range(start, start + b)
                 k = raw.shape[0]
@@ -617,6 +650,29 @@ class BedVariants:
             for done in [pool.submit(work, w) for w in range(threads)]:
                 done.result()
 
+    def _decode_compiled(self, start: int, b: int, fill: np.ndarray | None, out: np.ndarray
+                         ) -> tuple[slice | np.ndarray, int]:
+        """``(columns, k)``: the file's variants ``start .. start + b - 1`` that :attr:`columns` keeps decoded into
+        ``out[:k]`` (k, 4 width) by :func:`.bed_tables.decode_block` (the counts, ``2 - g`` when flipped, each
+        missing call its column's ``fill``, else 0), and their columns (a slice without a list)."""
+        raw = np.ascontiguousarray(self.rows[start:start + b])
+        k = raw.shape[0]
+        fills = np.zeros(k)
+        if self.columns is None:
+            columns, rows, flips = slice(start, start + k), np.arange(k), np.zeros(k, dtype=bool)
+            if fill is not None:
+                fills[:] = fill[columns]
+        else:
+            listed = self.columns[start:start + k]
+            kept = listed >= 0
+            rows, flips = np.where(kept, np.cumsum(kept) - 1, -1), self.flip[start:start + k]
+            columns = listed[kept]
+            if fill is not None:
+                fills[kept] = fill[columns]
+            k = int(kept.sum())
+        bed_tables.decode_block(raw, rows, flips, fills, self.missing_ptr, self.missing_people, start, out)
+        return columns, k
+
     def _left(self, Z: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None, threads: int | None,
               squares: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """``(X Z, row squares or None)`` in one read of the file (:meth:`left`, :meth:`row_squares`).
@@ -628,6 +684,11 @@ class BedVariants:
         """
         Zs = Z if scale is None else Z / np.asarray(scale, dtype=np.float64)[:, None]
         s, r = self.num_rows, Z.shape[1]
+        if self.compiled:
+            out, total = self._left_tables(Zs, mean, scale, threads, squares)
+            if mean is not None:
+                out -= np.asarray(mean, dtype=np.float64) @ Zs
+            return out, total
         sums: dict[int, np.ndarray] = {}
         parts: dict[int, np.ndarray] = {}
         norms: dict[int, np.ndarray] = {}
@@ -653,6 +714,59 @@ class BedVariants:
         if mean is not None:
             out -= np.asarray(mean, dtype=np.float64) @ Zs
         return out, (total if squares else None)
+
+    def _left_tables(self, Zs: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None, threads: int | None,
+                     squares: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(D Zs with each missing call its column's mean (0 without one), row squares or None)`` of
+        :meth:`_left` with the compiled table kernel (:mod:`.bed_tables`): no decoded block.
+
+        Per block of :attr:`product_block` variants (as :meth:`_passes`), each variant's four codes add ``g Zs_j``
+        (its allele count ``g``, ``2 - g`` when flipped, a missing call 0), and with ``squares`` also ``((g -
+        mean_j) / scale_j)^2`` in one more column (a missing call 0) (:func:`.bed_tables.left_block`); then every
+        missing call adds ``mean_j Zs_j`` (:func:`.bed_tables.add_missing`). Worker ``w`` of ``threads`` sums
+        blocks ``w, w + threads, ...`` into its own rows; the workers' sums are added in worker order. A
+        :meth:`subset` keeps its people's rows.
+        """
+        d_file, width = self.rows.shape
+        r = Zs.shape[1]
+        wide = r + (1 if squares else 0)
+        b = max(1, min(d_file, self.product_block))
+        threads = self.threads if threads is None else threads
+        threads = max(1, min(product_threads() if threads is None else int(threads), -(-d_file // b)))
+        mean = None if mean is None else np.asarray(mean, dtype=np.float64)
+        scale = None if scale is None else np.asarray(scale, dtype=np.float64)
+        fill = None if mean is None or r == 0 else mean[:, None] * Zs  # what a missing call adds, (d, r)
+        centre = np.zeros(self.dimension) if mean is None else mean
+        inverse = np.ones(self.dimension) if scale is None else 1.0 / scale
+        Zs = np.ascontiguousarray(Zs)
+        no_flip = np.zeros(b, dtype=bool)
+
+        def work(worker: int) -> np.ndarray:
+            out = np.zeros((4 * width, wide))
+            table = np.empty((2, 256, wide))
+            for start in range(worker * b, d_file, threads * b):
+                raw = np.ascontiguousarray(self.rows[start:start + b])
+                k = raw.shape[0]
+                if self.columns is None:
+                    columns, flip = np.arange(start, start + k), no_flip[:k]
+                else:
+                    columns, flip = self.columns[start:start + k], self.flip[start:start + k]
+                bed_tables.left_block(raw, columns, flip, Zs, centre, inverse, squares, out, table)
+                if fill is not None:
+                    bed_tables.add_missing(self.missing_ptr, self.missing_people, start, start + k, columns, fill,
+                                           out)
+            return out
+
+        if threads == 1:
+            sums = [work(0)]
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                sums = [done.result() for done in [pool.submit(work, w) for w in range(threads)]]
+        total = sums[0]
+        for part in sums[1:]:
+            total += part
+        total = total[self.chosen()]
+        return np.ascontiguousarray(total[:, :r]), (total[:, r].copy() if squares else None)
 
     def left(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None,
              threads: int | None = None) -> np.ndarray:

@@ -330,6 +330,7 @@ def _site_worker(model_path: Path, bed: Path, columns: int) -> None:
     Z = np.linalg.qr(np.random.default_rng(0).standard_normal((model["mean"].shape[0], columns)))[0]
     before = _status_mb("VmRSS")  # imports, the model and Z: before the file is opened
     X = open_samples(bed)
+    X.code_counts  # its codes counted as the node does at discovery (a BedVariants counts them on first use)
     op = LocalOperator.from_rows(X).centered(model["mean"], model["scale"])
     opened = _status_mb("VmRSS")
     try:  # the high-water mark from here on (Linux: 5 > clear_refs resets VmHWM to the current RSS)

@@ -1,0 +1,173 @@
+"""Compiled (numba) kernels of a ``.bed`` file's products: ``D^T Z`` by table look-up, and a block's decode.
+
+``D`` (variants x people) holds the allele counts, ``Z`` (variants, r) a factor. No decoded copy of ``D`` is made:
+four variants at a time, the codes of one person at those four variants make an 8-bit index
+``c_0 + 4 c_1 + 16 c_2 + 64 c_3`` into a table ``G[idx] = A_0[c_0] + A_1[c_1] + A_2[c_2] + A_3[c_3]`` of 256 rows,
+``A_k`` (4, r) what each code of variant ``k`` adds (its allele count times its row of ``Z``, and any other
+per-code column such as a squared centred value), so each byte of the file costs four table rows added to four
+people's rows instead of a decode to float64 and ``4 r`` multiply-adds. The table (``256 r`` floats, in cache) is
+built in 336 row additions and used by every person; two such tables are used together (eight variants), so a
+person's row is read and written once per eight variants (:func:`left_block`).
+
+The caller adds what a missing call's imputed value contributes (:func:`add_missing`, from the missing calls found
+with the code counts). The sums are those of the decoded product in another order: the same numbers to
+round-off (``tests/test_bed_tables.py``). The right products ``D Y`` keep numpy's ``np.dot`` of a decoded block
+(a table per four people is used by one variant's byte only once per block, and was no faster here); their block
+is decoded in one compiled loop (:func:`decode_block`: counts, flipped alleles and missing calls at once).
+
+numba is a dependency; where it cannot be imported (a platform without its wheels) :func:`available` is false and
+the products decode with numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["available", "left_block", "add_missing", "decode_block", "PEOPLE_CHUNK", "COUNT_OF_CODE",
+           "FLIPPED_COUNT_OF_CODE"]
+
+import importlib.util
+
+PEOPLE_CHUNK = 2048
+"""Bytes of a row (four people each) whose output rows are summed at a time (8,192 people: 512 KiB of float64 rows
+at ``r = 8``, in a core's cache); each table is rebuilt per chunk (336 row additions against 8,192)."""
+
+COUNT_OF_CODE = np.array([2.0, 0.0, 1.0, 0.0])
+"""Allele count of each 2-bit code, a missing call (``01``) 0 (:data:`.rows.BED_COUNTS`)."""
+
+FLIPPED_COUNT_OF_CODE = np.array([0.0, 0.0, 1.0, 2.0])
+"""The same for a variant whose alleles a list names the other way round: ``2 - g``, a missing call 0."""
+
+
+def available() -> bool:
+    """Whether numba is there to compile the kernels of this module (without importing it: 0.2 s that a run
+    without ``.bed`` files does not pay)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+class _Kernel:
+    """A function compiled by numba without the GIL (cached on disk) on its first call: numba is imported then."""
+
+    def __init__(self, function) -> None:
+        self.function, self.compiled = function, None
+        self.__doc__ = function.__doc__
+
+    def __call__(self, *args):
+        if self.compiled is None:
+            from numba import njit
+
+            self.compiled = njit(nogil=True, cache=True)(self.function)
+        return self.compiled(*args)
+
+
+def _left_block(raw, columns, flips, Zs, centre, inverse_scale, squares, out, table):
+    """``out[4 p + t] += sum_j a_j(code_jt(p))`` over the variants ``j`` of ``raw`` (k, width), uint8.
+
+    ``code_jt(p)`` is person ``4 p + t``'s code at variant ``j`` (bits ``2 t`` of byte ``p``); what a code adds
+    to a person's row (``a_j``, r or r + 1 columns) is its allele count ``g`` (:data:`COUNT_OF_CODE`, or
+    :data:`FLIPPED_COUNT_OF_CODE` where ``flips[j]``; a missing call 0) times ``Zs[columns[j]]`` (r,), and with
+    ``squares`` in column ``r`` also ``((g - centre) * inverse_scale)^2`` of that column (a missing call 0);
+    nothing for ``columns[j] = -1``. ``out`` (4 width, r [+ 1]) float64, added to; ``table`` (2, 256, r [+ 1])
+    scratch. Eight variants at a time, two tables of four (module docstring), so a person's row is read and
+    written once per eight variants; :data:`PEOPLE_CHUNK` bytes of the rows at a time; a last group of fewer than
+    eight reads code 0 with nothing added for the variants it lacks.
+    """
+    k, width, r = raw.shape[0], raw.shape[1], Zs.shape[1]
+    wide = r + 1 if squares else r
+    parts = np.zeros((8, 4, wide))  # the group's eight variants: what each code adds
+    T0, T1 = table[0], table[1]
+    for p0 in range(0, width, PEOPLE_CHUNK):
+        for g in range(0, k, 8):
+            n = min(8, k - g)
+            for i in range(8):
+                for code in range(4):
+                    for c in range(wide):
+                        parts[i, code, c] = 0.0
+                column = columns[g + i] if i < n else -1
+                if column < 0:
+                    continue
+                for code in range(4):
+                    count = FLIPPED_COUNT_OF_CODE[code] if flips[g + i] else COUNT_OF_CODE[code]
+                    for c in range(r):
+                        parts[i, code, c] = count * Zs[column, c]
+                    if squares and code != 1:  # a missing call is imputed with the centre: 0 once centred
+                        value = (count - centre[column]) * inverse_scale[column]
+                        parts[i, code, r] = value * value
+            for h in range(2):  # table h: variants 4 h .. 4 h + 3 of the group
+                T = table[h]
+                for code in range(4):
+                    for c in range(wide):
+                        T[code, c] = parts[4 * h, code, c]
+                size = 4
+                for i in range(1, 4):  # rows code * size + low from rows low, written last for code 0 (in place)
+                    for code in range(3, -1, -1):
+                        for low in range(size):
+                            for c in range(wide):
+                                T[code * size + low, c] = T[low, c] + parts[4 * h + i, code, c]
+                    size *= 4
+            for p in range(p0, min(p0 + PEOPLE_CHUNK, width)):
+                b0 = np.int64(raw[g, p])
+                b1 = np.int64(raw[g + 1, p]) if n > 1 else np.int64(0)
+                b2 = np.int64(raw[g + 2, p]) if n > 2 else np.int64(0)
+                b3 = np.int64(raw[g + 3, p]) if n > 3 else np.int64(0)
+                b4 = np.int64(raw[g + 4, p]) if n > 4 else np.int64(0)
+                b5 = np.int64(raw[g + 5, p]) if n > 5 else np.int64(0)
+                b6 = np.int64(raw[g + 6, p]) if n > 6 else np.int64(0)
+                b7 = np.int64(raw[g + 7, p]) if n > 7 else np.int64(0)
+                for t in range(4):
+                    shift = 2 * t
+                    i0 = (((b0 >> shift) & 3) | (((b1 >> shift) & 3) << 2) | (((b2 >> shift) & 3) << 4)
+                          | (((b3 >> shift) & 3) << 6))
+                    i1 = (((b4 >> shift) & 3) | (((b5 >> shift) & 3) << 2) | (((b6 >> shift) & 3) << 4)
+                          | (((b7 >> shift) & 3) << 6))
+                    row = 4 * p + t
+                    for c in range(wide):
+                        out[row, c] += T0[i0, c] + T1[i1, c]
+
+
+def _add_missing(ptr, people, start, stop, columns, rows, out):
+    """``out[people[m]] += rows[columns[j]]`` for every missing call ``m`` of the file's variants ``j`` in
+    ``start .. stop - 1`` (``ptr[j] <= m < ptr[j + 1]``) whose column ``columns[j - start]`` is not -1.
+
+    ``rows`` (d, r): what a missing call of each column adds (its imputed value times its row of ``Z``);
+    ``out`` (4 width, r) over the file's people, added to; its first ``r`` columns when it has more.
+    """
+    r = rows.shape[1]
+    for j in range(start, stop):
+        column = columns[j - start]
+        if column < 0:
+            continue
+        for m in range(ptr[j], ptr[j + 1]):
+            person = people[m]
+            for c in range(r):
+                out[person, c] += rows[column, c]
+
+
+left_block = _Kernel(_left_block)
+add_missing = _Kernel(_add_missing)
+
+
+def _decode_block(raw, rows, flips, fills, ptr, people, start, out):
+    """The allele counts of the variants of ``raw`` (k, width), uint8, into ``out[rows[j]]`` (4 width per row,
+    float64; nothing for ``rows[j] = -1``): :data:`COUNT_OF_CODE`, or :data:`FLIPPED_COUNT_OF_CODE` where
+    ``flips[j]``, then each missing call of file variant ``start + j`` (``people[ptr[start + j] .. ptr[start + j +
+    1] - 1]``) set to ``fills[j]``."""
+    k, width = raw.shape[0], raw.shape[1]
+    for j in range(k):
+        row = rows[j]
+        if row < 0:
+            continue
+        values = FLIPPED_COUNT_OF_CODE if flips[j] else COUNT_OF_CODE
+        target = out[row]
+        for p in range(width):
+            byte = raw[j, p]
+            target[4 * p] = values[byte & 3]
+            target[4 * p + 1] = values[(byte >> 2) & 3]
+            target[4 * p + 2] = values[(byte >> 4) & 3]
+            target[4 * p + 3] = values[byte >> 6]
+        fill = fills[j]
+        for m in range(ptr[start + j], ptr[start + j + 1]):
+            target[people[m]] = fill
+
+
+decode_block = _Kernel(_decode_block)

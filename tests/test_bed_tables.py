@@ -1,0 +1,155 @@
+"""The compiled kernels of a ``.bed`` file's products (fl_strategies/kernels/bed_tables.py) give the
+numbers of the numpy decode (``BedVariants.compiled = False``) on random bytes with missing calls, whatever the
+people (padding), subset, aligned list (dropped, flipped, reordered variants), block and threads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fl_strategies.kernels import bed_tables
+from fl_strategies.kernels.rows import BedVariants
+
+pytestmark = pytest.mark.skipif(not bed_tables.available(), reason="numba is not installed")
+
+
+def random_bed(people: int, variants: int, seed: int, missing: float = 0.05) -> np.ndarray:
+    """The bytes of a ``.bed`` (variants, ceil(people / 4)): random codes, ``missing`` of them ``01``, a variant
+    without a call, padding codes ``00``."""
+    rng = np.random.default_rng(seed)
+    width = -(-people // 4)
+    codes = rng.choice(np.array([0, 2, 3], dtype=np.uint8), size=(variants, 4 * width), p=[0.2, 0.3, 0.5])
+    codes[rng.random(codes.shape) < missing] = 1
+    codes[3] = 1
+    codes[:, people:] = 0
+    return (codes[:, 0::4] | codes[:, 1::4] << 2 | codes[:, 2::4] << 4 | codes[:, 3::4] << 6).astype(np.uint8)
+
+
+def both(X: BedVariants, call):
+    """``call(X)`` with the table kernel and with the numpy decode."""
+    X.compiled = True
+    tables = call(X)
+    X.compiled = False
+    numpy = call(X)
+    X.compiled = True
+    return tables, numpy
+
+
+def assert_same(tables, numpy):
+    """Equal to round-off (1e-12 of the largest entry); tuples entry by entry."""
+    if isinstance(numpy, tuple):
+        assert len(tables) == len(numpy)
+        for got, want in zip(tables, numpy):
+            assert_same(got, want)
+        return
+    want = np.asarray(numpy, dtype=float)
+    np.testing.assert_allclose(tables, want, rtol=0, atol=1e-12 * max(1.0, float(np.abs(want).max())))
+
+
+def test_numba_is_there_and_the_products_use_its_kernels(monkeypatch):
+    """The compiled kernels are the default where numba is installed (a dependency): ``left`` and the row
+    squares never ask for a decoded block, ``right`` decodes without numpy's byte table."""
+    X = BedVariants(random_bed(21, 30, 0), 21)
+    assert BedVariants.compiled and X.compiled
+    expected = both(X, lambda X: X.left(np.ones((30, 2)), np.full(30, 0.7), np.full(30, 1.3)))[1]
+    monkeypatch.setattr(BedVariants, "_passes", lambda *args, **kwargs: pytest.fail("decoded a block"))
+    assert_same(X.left(np.ones((30, 2)), np.full(30, 0.7), np.full(30, 1.3)), expected)
+    X.row_squares(np.full(30, 0.7))
+    monkeypatch.undo()
+    Y, dense = np.ones((21, 2)), np.asarray(X)
+    monkeypatch.setattr(BedVariants, "_raw_range", lambda *args, **kwargs: pytest.fail("numpy's decode"))
+    assert_same(X.right(Y, np.full(30, 0.7)), np.nan_to_num(dense - 0.7).T @ Y)
+
+
+@pytest.mark.parametrize("people,threads,block", [(29, 1, 5), (30, 2, 3), (31, 2, 64), (32, 1, 1), (4105, 2, 7)])
+def test_left_products_and_row_squares_agree_with_the_numpy_decode(people, threads, block):
+    variants = 41
+    rng = np.random.default_rng(people)
+    X = BedVariants(random_bed(people, variants, people), people)
+    X.product_block, X.threads = block, threads
+    mean, scale = rng.uniform(0.2, 1.8, variants), rng.uniform(0.5, 2.0, variants)
+    Z = rng.standard_normal((variants, 3))
+    assert_same(*both(X, lambda X: X.left(Z, mean, scale)))
+    assert_same(*both(X, lambda X: X.left(Z)))  # the counts, a missing call 0
+    assert_same(*both(X, lambda X: X.left(Z[:, 0], mean)))  # a vector
+    Y = rng.standard_normal((people, 3))
+    assert_same(*both(X, lambda X: X.right(Y, mean, scale)))
+    assert_same(*both(X, lambda X: X.right(Y)))
+    assert_same(*both(X, lambda X: X.row_squares(mean, scale)))
+    assert_same(*both(X, lambda X: X.row_squares(mean)))
+    assert_same(*both(X, lambda X: X._left(Z, None, scale, None, squares=True)))
+    assert_same(*both(X, lambda X: X.missingness_diagonal(Z, mean, scale)[0]))
+    W = X.weighted(rng.uniform(0.5, 2.0, people))
+    assert_same(*both(W, lambda W: W.summary(Z, mean, scale, diagonal=True)[:2]))
+    assert_same(*both(W, lambda W: W.product(Z, mean, scale)))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_subset_of_an_aligned_list_agrees_with_the_numpy_decode(threads):
+    """Dropped, flipped and reordered variants (:meth:`aligned`) and a subset of people (:meth:`subset`), either
+    way round."""
+    people, variants = 37, 50
+    rng = np.random.default_rng(threads)
+    X = BedVariants(random_bed(people, variants, 7, missing=0.15), people)
+    columns = rng.permutation(variants)
+    columns[[2, 11, 12, 49]] = -1
+    kept = columns >= 0
+    order = np.where(kept, np.argsort(np.argsort(np.where(kept, columns, 99))), -1)
+    flip = rng.random(variants) < 0.4
+    chosen = np.sort(rng.choice(people, 23, replace=False))
+    for Y in (X.aligned(order, flip, int(kept.sum())).subset(chosen),
+              X.subset(chosen).aligned(order, flip, int(kept.sum()))):
+        Y.product_block, Y.threads = 6, threads
+        d = Y.dimension
+        mean, scale = rng.uniform(0.2, 1.8, d), rng.uniform(0.5, 2.0, d)
+        Z = rng.standard_normal((d, 4))
+        assert Y.left(Z, mean, scale).shape == (23, 4)
+        assert_same(*both(Y, lambda Y: Y.left(Z, mean, scale)))
+        assert_same(*both(Y, lambda Y: Y.left(Z)))
+        V = rng.standard_normal((23, 2))
+        assert_same(*both(Y, lambda Y: Y.right(V, mean, scale)))
+        assert_same(*both(Y, lambda Y: Y.right(V)))
+        assert_same(*both(Y, lambda Y: Y.row_squares(mean, scale)))
+        assert_same(*both(Y, lambda Y: Y.product(Z, mean, scale)))
+        # and the dense rows: the listed counts, flipped, a missing call the mean
+        dense = np.asarray(Y)
+        centred = np.nan_to_num((dense - mean) / scale, nan=0.0)
+        np.testing.assert_allclose(Y.left(Z, mean, scale), centred @ Z, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(Y.right(V, mean, scale), centred.T @ V, rtol=0, atol=1e-12)
+
+
+def test_opening_a_bed_reads_its_codes_on_first_use_only(tmp_path, monkeypatch):
+    """Opening a ``.bed`` (as the command-line checks do, for its shape) does not count its codes; the counts,
+    the missing calls and the products read the file once, on first use, and an aligned list or a subset finds
+    the file's missing calls in the file's own order first."""
+    from fl_strategies.files.data_files import open_samples
+
+    people, variants = 13, 9
+    raw = random_bed(people, variants, 3, missing=0.2)
+    (tmp_path / "g.bed").write_bytes(b"\x6c\x1b\x01" + raw.tobytes())
+    (tmp_path / "g.fam").write_text("".join(f"f{i} i{i} 0 0 0 -9\n" for i in range(people)))
+    (tmp_path / "g.bim").write_text("".join(f"1 v{j} 0 {j + 1} A C\n" for j in range(variants)))
+    counted = []
+    original = BedVariants._count_codes
+    monkeypatch.setattr(BedVariants, "_count_codes", lambda self: counted.append(1) or original(self))
+    X = open_samples(str(tmp_path / "g.bed"))
+    assert X.shape == (people, variants) and counted == []
+    eager = BedVariants(raw, people)
+    eager._count_codes()
+    np.testing.assert_array_equal(X.code_counts, eager.code_counts)
+    assert len(counted) == 2  # eager's and X's, once
+    np.testing.assert_array_equal(X.missing_people, eager.missing_people)
+    X.left(np.ones((variants, 1)), np.full(variants, 0.5))
+    assert len(counted) == 2
+    fresh = BedVariants(raw, people)
+    fresh.product_block, fresh.threads = 2, 2  # both threads start before the codes are counted: one count
+    for compiled in (True, False):
+        fresh.compiled = compiled
+        fresh.left(np.ones((variants, 1)), np.full(variants, 0.5))
+        fresh.right(np.ones((people, 1)), np.full(variants, 0.5))
+    assert len(counted) == 3
+    lazy = BedVariants(raw, people).aligned(np.arange(variants)[::-1], np.zeros(variants, dtype=bool), variants)
+    np.testing.assert_array_equal(lazy.missing_ptr, eager.missing_ptr)  # the file's order, not the list's
+    np.testing.assert_array_equal(lazy.code_counts, eager.code_counts[::-1])
+    with pytest.raises(AttributeError):
+        X.no_such_attribute
