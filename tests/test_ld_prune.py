@@ -325,13 +325,9 @@ strategy = "fedpower"
         run_comparison(tmp_path / "n.toml", out=tmp_path / "out_npy")
 
 
-@needs_plink2
-def test_a_runs_prune_in_is_plink2s_on_the_pooled_file_with_its_exclude_range(tmp_path):
-    """Four sites with missing calls, a range file (``chr`` prefixes, a label, a comment): the run's prune.in and
-    prune.out are ``plink2 --exclude range <file> --indep-pairwise 50 5 0.2``'s on the pooled ``.bed``."""
-    ranges = tmp_path / "ranges.txt"
-    ranges.write_text("# long-range LD, made up\nchr1 200000 700000 first\n3 1 60000 second\n")
-    sites, chrom, bp, model = pruned_run(tmp_path, seed=6, extra=f'exclude-range = "{ranges}"')
+def prunes_as_plink2_with_exclude_range(tmp_path, sites, chrom, bp, ranges, model) -> tuple[list, list]:
+    """``plink2 --exclude range <ranges> --indep-pairwise 50 5 0.2`` on the pooled ``sites``: its prune.in and
+    prune.out, asserted equal to the ``compare`` run's in ``tmp_path / "out"`` and to ``model``'s variants."""
     write_site(tmp_path / "pooled.bed", np.vstack(sites), chrom, bp)
     subprocess.run(["plink2", "--bfile", str(tmp_path / "pooled"), "--exclude", "range", str(ranges),
                     "--indep-pairwise", "50", "5", "0.2", "--threads", "1", "--out", str(tmp_path / "pooled")],
@@ -342,6 +338,17 @@ def test_a_runs_prune_in_is_plink2s_on_the_pooled_file_with_its_exclude_range(tm
     (prune_out,) = (tmp_path / "out" / "estimates").glob("*.prune.out")
     assert prune_in.read_text().split() == theirs_in and prune_out.read_text().split() == theirs_out
     assert [vid for vid, _, _ in model["variants"]] == theirs_in
+    return theirs_in, theirs_out
+
+
+@needs_plink2
+def test_a_runs_prune_in_is_plink2s_on_the_pooled_file_with_its_exclude_range(tmp_path):
+    """Four sites with missing calls, a range file (``chr`` prefixes, a label, a comment): the run's prune.in and
+    prune.out are ``plink2 --exclude range <file> --indep-pairwise 50 5 0.2``'s on the pooled ``.bed``."""
+    ranges = tmp_path / "ranges.txt"
+    ranges.write_text("# long-range LD, made up\nchr1 200000 700000 first\n3 1 60000 second\n")
+    sites, chrom, bp, model = pruned_run(tmp_path, seed=6, extra=f'exclude-range = "{ranges}"')
+    theirs_in, theirs_out = prunes_as_plink2_with_exclude_range(tmp_path, sites, chrom, bp, ranges, model)
     excluded = {f"v{j}" for j in range(len(chrom)) if (chrom[j] == "1" and 200000 <= bp[j] <= 700000)
                 or (chrom[j] == "3" and bp[j] <= 60000)}
     assert 20 < len(excluded) and not excluded & (set(theirs_in) | set(theirs_out))

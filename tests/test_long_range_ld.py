@@ -9,7 +9,7 @@ import pytest
 
 from fl_strategies.files.ranges import BUILDS, in_ranges, range_file, read_ranges
 from fl_strategies.settings.config import ConfigError, default_run_config, validate_run_config
-from tests.test_ld_prune import ld_sites, needs_plink2, write_site
+from tests.test_ld_prune import ld_sites, needs_plink2, prunes_as_plink2_with_exclude_range, write_site
 
 # the rows of the sources named in each file's header (GRCh37: the wiki's table; GRCh38: Genomics England's liftover)
 MHC = {"GRCh37": ("6", 25000000, 35000000), "GRCh38": ("6", 24999772, 35032223)}
@@ -81,16 +81,8 @@ def test_a_run_with_grch37_drops_the_variants_plink2_drops_with_the_shipped_file
         write_site(tmp_path / "data" / f"partition_{i}.bed", G, chrom, bp)
     model = compare_sites(tmp_path, 4, scale='"hwe"', rank=2, rounds=40,
                           extra='indep-pairwise = "50 5 0.2"\nexclude-range = "GRCh37"')
-    write_site(tmp_path / "pooled.bed", np.vstack(sites), chrom, bp)
-    subprocess.run(["plink2", "--bfile", str(tmp_path / "pooled"), "--exclude", "range", str(range_file("GRCh37")),
-                    "--indep-pairwise", "50", "5", "0.2", "--threads", "1", "--out", str(tmp_path / "pooled")],
-                   check=True, capture_output=True)
-    theirs_in = (tmp_path / "pooled.prune.in").read_text().split()
-    theirs_out = (tmp_path / "pooled.prune.out").read_text().split()
-    (prune_in,) = (tmp_path / "out" / "estimates").glob("*.prune.in")
-    (prune_out,) = (tmp_path / "out" / "estimates").glob("*.prune.out")
-    assert prune_in.read_text().split() == theirs_in and prune_out.read_text().split() == theirs_out
-    assert [vid for vid, _, _ in model["variants"]] == theirs_in
+    theirs_in, theirs_out = prunes_as_plink2_with_exclude_range(tmp_path, sites, chrom, bp, range_file("GRCh37"),
+                                                                model)
     inside = in_ranges(chrom, bp, [MHC["GRCh37"], CHR8_INVERSION["GRCh37"]])
     dropped = {f"v{j}" for j in np.flatnonzero(inside)}
     kept = {f"v{j}" for j in np.flatnonzero(~inside)}
