@@ -1,10 +1,10 @@
 """Who enters the fit at a site: a plink ``--keep`` file beside its genotype file.
 
 A site fits on some of its people by placing ``<stem>.keep`` beside its genotype file ``<stem>.bed`` (the same
-folder and name, suffix ``.keep``: ``partition_0.keep`` beside ``partition_0.bed`` (or ``.pgen``, whose people are its
-``.psam``'s) in a dataset folder, ``site.keep`` beside the ``data-path = "site.bed"`` of a deployed node). Only the people it lists enter the allele frequencies,
-the scaling and the fit; a site without one fits on all its people. ``transform`` reads no ``.keep``: it scores
-every person of the file with the model.
+folder and name, suffix ``.keep``: ``partition_0.keep`` beside ``partition_0.bed`` (or ``.pgen``, whose people are
+its ``.psam``'s) in a dataset folder, ``site.keep`` beside the ``data-path = "site.bed"`` of a deployed node). Only
+the people it lists enter the allele frequencies, the scaling and the fit; a site without one fits on all its
+people. ``transform`` reads no ``.keep``: it scores every person of the file with the model.
 
 The format is plink2's ``--keep`` (checked against plink2 v2.00a3.5):
 
@@ -12,8 +12,8 @@ The format is plink2's ``--keep`` (checked against plink2 v2.00a3.5):
 * a first line ``#FID IID ...`` is a header (two ID columns), ``#IID ...`` a header with the IID alone;
 * without a header, a first line of one column means every line holds an IID alone, otherwise ``FID IID``;
 * an IID alone stands for FID ``0``, as plink2 reads it;
-* a person the ``.fam`` (``.psam``) does not list is left out, as plink2 leaves them (silently there; here their number is
-  logged as a warning); a ``.keep`` that keeps nobody of the file is refused.
+* a person the ``.fam`` (``.psam``) does not list is left out, as plink2 leaves them (silently there; here their
+  number is logged as a warning); a ``.keep`` that keeps nobody of the file is refused.
 """
 
 from __future__ import annotations

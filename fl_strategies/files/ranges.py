@@ -1,9 +1,9 @@
 """Ranges of base pairs in plink's ``--exclude range`` format, and the variants inside them.
 
-One range a line, whitespace-separated: chromosome, first and last position (both included), then an optional
-label; blank lines and lines starting with ``#`` are skipped (plink2 itself reads a ``#`` line as a range on no
-chromosome, and stops at one of fewer than three words: the shipped lists have none). Chromosome codes are compared as plink2 compares
-them: ``chr1`` is ``1``, ``23`` is ``X``, ``24`` ``Y``, ``25`` ``XY``, ``26`` and ``M`` are ``MT``.
+One range a line, whitespace-separated: chromosome, first and last position (both included), then an optional label;
+blank lines and lines starting with ``#`` are skipped (plink2 itself reads a ``#`` line as a range on no chromosome,
+and stops at one of fewer than three words: the shipped lists have none). Chromosome codes are compared as plink2
+compares them: ``chr1`` is ``1``, ``23`` is ``X``, ``24`` ``Y``, ``25`` ``XY``, ``26`` and ``M`` are ``MT``.
 
 The long-range LD regions of each genome build travel with the package (``long_range_ld/GRCh37.txt`` and
 ``GRCh38.txt``, their sources in each file's header); :func:`range_file` resolves ``exclude-range``: a build's name
