@@ -46,7 +46,7 @@ def test_a_stopped_run_leaves_no_process_and_resume_continues_it_exactly(sig, tm
         proc = subprocess.Popen([sys.executable, "-m", "fedspectral", "run", "--run-config", config],
                                 stdout=sink, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        _wait_for(log, "round 1:", proc)
+        _wait_for(log, "round 1 of ", proc)
         if sig == signal.SIGINT:
             os.killpg(proc.pid, sig)
         else:
@@ -85,7 +85,7 @@ def test_ctrl_c_of_deploy_stops_every_process_in_one_line(tmp_path, flower_proce
                                  f"num-clients=2 num-server-rounds={ROUNDS}"],
                                 stdout=sink, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        _wait_for(log, "round 1:", proc, timeout=400)
+        _wait_for(log, "round 1 of ", proc, timeout=400)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=90)
     finally:
