@@ -444,12 +444,8 @@ class SecurePowerStrategy(FedPowerStrategy):
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
 
     def _aggregate_exchange(self, server_round: int, results, failures) -> None:
-        code, self.code = self.code, self._exchange["code"]
-        try:
-            self._exchange["sum"] = self._decoded(server_round, results, failures, self._exchange["size"],
-                                                  require_all=True)
-        finally:
-            self.code = code
+        self._exchange["sum"] = self._decoded(server_round, results, failures, self._exchange["size"],
+                                              require_all=True, code=self._exchange["code"])
 
     # -- one round --------------------------------------------------------------------------------------
     def configure_fit(self, server_round: int, parameters: Parameters,
@@ -517,14 +513,17 @@ class SecurePowerStrategy(FedPowerStrategy):
             mean = product / rows
         return self.advance(server_round, mean)
 
-    def _decoded(self, server_round: int, results, failures, size: int, require_all: bool) -> np.ndarray | None:
-        """The decoded sum of ``size`` values from SecAgg+'s aggregate, or ``None`` after :meth:`abort_round`."""
-        L = self.code.limbs
+    def _decoded(self, server_round: int, results, failures, size: int, require_all: bool,
+                 code: LimbCode | None = None) -> np.ndarray | None:
+        """The decoded sum of ``size`` values from SecAgg+'s aggregate under ``code`` (default the fit's,
+        :attr:`code`), or ``None`` after :meth:`abort_round`."""
+        code = self.code if code is None else code
+        L = code.limbs
         total = secure_sum(self, server_round, results, failures, (L * size,), require_all=require_all)
         if total is None:
             return None
         try:
-            values = self.code.decode(total.reshape(L, size))
+            values = code.decode(total.reshape(L, size))
         except ValueError as ex:
             self.abort_round(server_round, f"the SecAgg+ sum is not a sum of limbs: {ex}")
             return None
