@@ -247,7 +247,7 @@ class NodeData:
             ``.fam``).
         """
         file = self._file()
-        founders = None if file is None else founders_of(file[0])
+        founders = None if file is None else _founders_cached(file[0], _version(_samples_file(file[0])))
         if founders is None:
             return None
         chosen = founders[np.arange(rows.file_rows) if rows.people is None else rows.people]
@@ -500,6 +500,21 @@ def _version(path: str):
         return (stat.st_mtime_ns, stat.st_size)
     except OSError:
         return None  # the reader names the problem
+
+
+def _samples_file(path: str) -> str:
+    """The file of a genotype file's people (a ``.pgen``'s ``.psam``, else the ``.fam``): part of a cache key."""
+    return str(Path(path).with_suffix(".psam" if path.lower().endswith(".pgen") else ".fam"))
+
+
+@lru_cache(maxsize=16)
+def _founders_cached(path: str, version) -> np.ndarray | None:
+    """:func:`fl_strategies.files.keep.founders_of`, read once per process and version of the people's file (the
+    frequencies and every chunk of the LD pruning's pair sums ask for it)."""
+    founders = founders_of(path)
+    if founders is not None:
+        founders.setflags(write=False)
+    return founders
 
 
 def _harness(cfg: Mapping[str, Any], pid: int):
