@@ -103,7 +103,12 @@ def fab_dir(flower_home: Path) -> Path:
     """
     if not is_checkout():
         return app_dir()
-    return assemble_bundle(bundle_files(PACKAGE_ROOT, PACKAGE_ROOT / "pyproject.toml"), Path(flower_home) / "app")
+    files = bundle_files(PACKAGE_ROOT, PACKAGE_ROOT / "pyproject.toml")
+    try:
+        return assemble_bundle(files, Path(flower_home) / "app")
+    except AppBundleError:
+        raise AppBundleError(f"{Path(flower_home) / 'app'}: cannot write the app's directory there; set FLWR_HOME to "
+                             "a writable folder") from None
 
 
 def bundle_files(root: Path = PACKAGE_ROOT, pyproject: Path = SHIPPED_PYPROJECT) -> dict[str, bytes]:
@@ -204,5 +209,5 @@ def assemble_bundle(files: dict[str, bytes], cache: Path) -> Path:
             shutil.rmtree(fresh, ignore_errors=True)
     except OSError as ex:
         raise AppBundleError(f"{cache}: cannot write the app's directory there ({ex.strerror or ex}); set "
-                             "XDG_CACHE_HOME (an installed package) or FLWR_HOME (a checkout) to a writable folder") from None
+                             "XDG_CACHE_HOME to a writable folder") from None
     return target

@@ -249,3 +249,18 @@ def test_fedspectral_run_builds_the_fab_from_a_folder_of_the_fabs_files_only(mon
     held = {path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()}
     assert held == set(bundle_files(APP_DIR, APP_DIR / "pyproject.toml")) and not any(".venv" in h for h in held)
     assert fab_files(folder) == fab_files(APP_DIR)
+
+
+def test_an_flwr_home_where_the_fab_folder_cannot_be_written_is_one_line_naming_it(monkeypatch, tmp_path, capsys):
+    """Exit 2 and one line naming the folder, before Flower starts."""
+    from fedspectral import run
+
+    (tmp_path / "home").write_text("a file, not a folder")
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run, "claim_superlink_port", lambda env: None)
+    monkeypatch.setattr(run, "stream_run", lambda *args, **kwargs: pytest.fail("Flower was started"))
+    assert run.main(["--run-config", 'strategy="fedmf"'], prog="fedspectral run") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"fedspectral run: error: {tmp_path / 'home' / 'app'}: cannot write the app's directory there; set FLWR_HOME "
+        "to a writable folder"]
