@@ -623,7 +623,7 @@ def _aligned_cached(path: str, version, variants: bytes, label: str) -> BedVaria
 def _read_cached(path: str, version, label: str):
     X = open_samples(path, label)
     if isinstance(X, BedVariants):  # a variant or a person listed twice: refused naming them
-        check_unique_ids(path, label)
+        check_unique_ids(path, label, _bim_cached(path, version))  # the node's one read of its variant list
     if isinstance(X, np.ndarray) and not isinstance(X, np.memmap):
         X.setflags(write=False)
     return X

@@ -9,7 +9,8 @@ wrong on a machine without internet; this wrapper does them:
   ``FLWR_HOME`` (a checkout's ``.flwr/``; an installed package's in the user's cache,
   :mod:`fedspectral.app_bundle`) unless they are already set;
 * it runs the app directory :func:`fedspectral.run_config.app_dir` names (the checkout, or the one assembled
-  from an installed package), from any directory;
+  from an installed package), from any directory, and builds its FAB from a folder of the FAB's files only
+  (:func:`fedspectral.app_bundle.fab_dir`: Flower reads every file under the folder it is given);
 * it validates the run config (and checks it against its data) before
   Flower starts, so a bad value is one line, not a failed run;
 * it asks for as many simulated SuperNodes as the run config has clients
@@ -31,7 +32,8 @@ wrong on a machine without internet; this wrapper does them:
   (:func:`stop_superlink`); on a SuperLink it did not start (or kept) the run is stopped with ``flwr stop``
   (:func:`stop_flower_run`). One line says so, the exit status is 128 + the signal's number, and a run with
   ``resume = true`` continues from the checkpoint;
-* the simulation runs with ``OPENBLAS_NUM_THREADS=1`` unless set (:func:`simulation_env`), and a run whose
+* the simulation runs with ``OPENBLAS_NUM_THREADS=1`` unless set, the nodes' ``.bed`` products with the CPUs of
+  their Ray actor (:func:`simulation_env`), and a run whose
   simulation process stopped before the ServerApp logged a line is started again, once, with a line saying so
   (:data:`APP_LINE`).
 
@@ -65,7 +67,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from fedspectral.app_bundle import default_flower_home
+from fedspectral.app_bundle import AppBundleError, default_flower_home, fab_dir
 from fedspectral.outcome import missing_model, model_stamp
 from fedspectral.run_config import (OUTPUT_KEYS, ArgumentError, ArgumentParser, app_dir, check_output_dirs,
                                     checked_run_config, config_word, parse_run_config)
@@ -109,11 +111,32 @@ def simulation_env() -> dict[str, str]:
     The simulation process runs the ServerApp in a thread beside Flower's Ray engine thread, and OpenBLAS's own
     thread pool there was seen to spin forever in a small product at the ServerApp's start (a CI run hung 14 min
     in ``R.T @ R`` of the 1797 x 64 digits reference; py-spy: OpenBLAS ``inner_thread``). The server's products
-    are small, and Ray already gives each ClientApp actor one thread.
+    are small. The nodes' Ray actors inherit the variable, and a ``.bed`` product takes its threads from it
+    (:func:`fl_strategies.kernels.rows.product_threads`): where it is set here, the products get the CPUs Flower
+    gives each actor (:func:`actor_cpus`) through :data:`~fl_strategies.kernels.rows.PRODUCT_THREADS_VARIABLE`,
+    unless the user set that one. A user's ``OPENBLAS_NUM_THREADS`` is theirs: then neither is set.
     """
+    from fl_strategies.kernels.rows import PRODUCT_THREADS_VARIABLE
+
     env = flower_env()
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if not env.get("OPENBLAS_NUM_THREADS"):
+        env["OPENBLAS_NUM_THREADS"] = "1"
+        env.setdefault(PRODUCT_THREADS_VARIABLE, str(actor_cpus()))
     return env
+
+
+def actor_cpus() -> int:
+    """The CPUs of one simulated node's Ray actor as ``fedspectral run`` starts Flower's simulation: Flower's
+    default ``client-resources-num-cpus`` (2 in flwr 1.42, ``DEFAULT_SIMULATION_CONFIG``), at most the CPUs this
+    process may run on (Ray starts as many actors as those CPUs fill: one on 2 CPUs, which serves the nodes one
+    after the other, as the in-process engine does)."""
+    from fl_strategies.protocol.flower_compat import DEFAULT_SIMULATION_CONFIG
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(int(DEFAULT_SIMULATION_CONFIG.client_resources_num_cpus), cpus))
 
 
 def superlink_running(env: dict[str, str] | None = None) -> bool:
@@ -439,8 +462,13 @@ def _run_flower(args, prog: str, signals, cfg: dict) -> int:
         return 2
     if note:
         print(f"{prog}: {note}", file=sys.stderr)
+    try:  # only the FAB's files: Flower reads every file under the folder it builds from (a checkout's .venv too)
+        fab = fab_dir(Path(env["FLWR_HOME"]))
+    except AppBundleError as ex:
+        print(f"{prog}: error: {ex}", file=sys.stderr)
+        return 2
     started_here = not superlink_running(env)
-    cmd = ["flwr", "run", str(app_dir()), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
+    cmd = ["flwr", "run", str(fab), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
     if args.run_config:
         cmd += ["--run-config", args.run_config]
     absolute = absolute_paths(cfg)

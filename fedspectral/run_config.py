@@ -345,7 +345,7 @@ def _shared_variants(files: list[Path], option: str, where: str, drop_ambiguous:
     for pid, path in enumerate(files):
         try:
             bim = read_bim(path)
-            check_unique_ids(path, "genotype file")
+            check_unique_ids(path, "genotype file", bim)  # the list just read, not read again
         except (OSError, ValueError) as ex:
             raise ArgumentError(f"{option}: partition {pid}: {getattr(ex, 'strerror', None) or ex}") from None
         lists[pid] = [(vid, a1, a2) for _, vid, _, a1, a2 in bim]

@@ -221,3 +221,46 @@ def test_an_installed_wheel_runs_a_simulation_from_any_folder(installed, tmp_pat
     (shipped,) = (home / "apps").glob("fedspectral.fedspectral.0.1.0.*")
     assert (shipped / "server_app" / "app.py").read_bytes() == server.read_bytes()
     assert _tagged_processes(flower_processes) == []
+
+
+def test_fedspectral_run_builds_the_fab_from_a_folder_of_the_fabs_files_only(monkeypatch, tmp_path):
+    """Flower reads every file under the folder ``flwr run`` is given (a checkout's ``.venv`` too: seconds per run);
+    ``fedspectral run`` gives it ``FLWR_HOME/app/app-<version>-<digest>``, holding only the checkout's FAB files,
+    and the FAB built from it is the checkout's."""
+    from fedspectral import run
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run, "claim_superlink_port", lambda env: None)
+    monkeypatch.setattr(run, "superlink_running", lambda env: True)  # nothing to start or stop
+    monkeypatch.setattr(run, "run_status", lambda run_id, env: "finished:completed")
+    commands = []
+
+    def flower_run(cmd, env, app_lines=None, run_ids=None):
+        commands.append(cmd)
+        app_lines.append("fedspectral: a ServerApp line")
+        return "7"
+
+    monkeypatch.setattr(run, "stream_run", flower_run)
+    assert run.main(["--run-config", 'strategy="fedmf"'], prog="fedspectral run") == 0
+    assert commands[0][:2] == ["flwr", "run"]
+    folder = Path(commands[0][2])
+    assert folder.parent == tmp_path / "home" / "app" and folder.name.startswith("app-0.1.0-")
+    held = {path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()}
+    assert held == set(bundle_files(APP_DIR, APP_DIR / "pyproject.toml")) and not any(".venv" in h for h in held)
+    assert fab_files(folder) == fab_files(APP_DIR)
+
+
+def test_an_flwr_home_where_the_fab_folder_cannot_be_written_is_one_line_naming_it(monkeypatch, tmp_path, capsys):
+    """Exit 2 and one line naming the folder, before Flower starts."""
+    from fedspectral import run
+
+    (tmp_path / "home").write_text("a file, not a folder")
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run, "claim_superlink_port", lambda env: None)
+    monkeypatch.setattr(run, "stream_run", lambda *args, **kwargs: pytest.fail("Flower was started"))
+    assert run.main(["--run-config", 'strategy="fedmf"'], prog="fedspectral run") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"fedspectral run: error: {tmp_path / 'home' / 'app'}: cannot write the app's directory there; set FLWR_HOME "
+        "to a writable folder"]

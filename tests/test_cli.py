@@ -277,3 +277,26 @@ def test_the_simulation_runs_with_one_openblas_thread_unless_set(monkeypatch):
     assert "OPENBLAS_NUM_THREADS" not in flwr_run.flower_env()
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     assert flwr_run.simulation_env()["OPENBLAS_NUM_THREADS"] == "2"
+
+
+def test_the_nodes_bed_products_keep_their_actors_cpus_where_the_run_sets_one_blas_thread(monkeypatch):
+    """``OPENBLAS_NUM_THREADS=1`` is set for the ServerApp's thread, and the nodes' Ray actors inherit it; their
+    ``.bed`` products still get the CPUs Flower gives each actor (2, at most the machine's), unless the user set
+    the product threads or OPENBLAS_NUM_THREADS (then nothing else is set)."""
+    from fedspectral import run
+    from fl_strategies.kernels.rows import PRODUCT_THREADS_VARIABLE, product_threads
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.delenv(PRODUCT_THREADS_VARIABLE, raising=False)
+    env = run.simulation_env()
+    assert run.actor_cpus() == min(2, len(os.sched_getaffinity(0)))
+    assert (env["OPENBLAS_NUM_THREADS"], env[PRODUCT_THREADS_VARIABLE]) == ("1", str(run.actor_cpus()))
+    for name in ("OPENBLAS_NUM_THREADS", PRODUCT_THREADS_VARIABLE):  # as an actor sees them
+        monkeypatch.setenv(name, env[name])
+    assert product_threads() == run.actor_cpus()
+    monkeypatch.setenv(PRODUCT_THREADS_VARIABLE, "3")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    assert run.simulation_env()[PRODUCT_THREADS_VARIABLE] == "3" and product_threads() == 3
+    monkeypatch.delenv(PRODUCT_THREADS_VARIABLE)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    assert PRODUCT_THREADS_VARIABLE not in run.simulation_env() and product_threads() == 4

@@ -4,6 +4,7 @@ genotypes without ``secagg-clip``, and the log's last round."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,6 +105,35 @@ def test_an_id_listed_twice_within_a_site_is_refused_naming_it(tmp_path, which):
     with pytest.raises(ConfigError, match=rf"partition 1: .* lists {what} more than once: {named} \(2 times\)"):
         run_app(strategy="power", dataset=str(tmp_path / "data"), num_clients=2, rank=2, iteration_rank=3,
                 num_server_rounds=2, center=True, row_normalize=False, expect_clean=False)
+
+
+def test_the_command_and_a_node_read_each_variant_list_once(tmp_path, monkeypatch):
+    """The checks before Flower starts read each site's ``.bim`` once (the IDs listed twice are found in that
+    list), and so does a node opening its ``.bed`` (its checks and its variant list share the read)."""
+    from client_app import data
+    from fedspectral.run_config import check_node_files
+    from fl_strategies.files import variants
+    from simulations.engines import fused_run_config
+
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(simulated_sites((20, 30), 40, missing=0.0, seed=33)):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    reads, real = [], variants.read_bim
+
+    def counted(path):
+        reads.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(variants, "read_bim", counted)
+    monkeypatch.setattr(data, "read_bim", counted)
+    cfg = fused_run_config({"num-clients": 2, "center": True})
+    check_node_files(cfg, node_files(tmp_path / "data", 2), "--data-dir D", "node file", "--data-dir D")
+    assert sorted(reads) == ["partition_0.bed", "partition_1.bed"]
+    reads.clear()
+    node = {"partition-id": 1, "data-path": str(tmp_path / "data" / "partition_1.bed")}
+    site = data.NodeData(fused_run_config({"num-clients": 2, "center": True, "dataset": "nodes"}), node)
+    assert site.num_rows == 30 and len(site.bim) == 40
+    assert reads == ["partition_1.bed"]
 
 
 @pytest.mark.parametrize("strategy, missing", [("krylov", 0.01), ("power", 0.0)])

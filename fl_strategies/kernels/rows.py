@@ -271,13 +271,20 @@ _PACKED_MISSING = np.ascontiguousarray((_CODES == MISSING_CODE).astype(np.uint8)
 """Which of a byte's four people have a missing call (1 or 0), as four 8-bit lanes of one uint32: (256,)."""
 
 
+PRODUCT_THREADS_VARIABLE = "FEDSPECTRAL_PRODUCT_THREADS"
+"""Environment variable that sets :func:`product_threads` before the BLAS variables (``fedspectral run`` sets it to
+the CPUs of each simulated node's Ray actor when it sets ``OPENBLAS_NUM_THREADS=1`` for the ServerApp's thread:
+:func:`fedspectral.run.simulation_env`)."""
+
+
 def product_threads() -> int:
-    """Threads of a ``.bed`` product (:meth:`BedVariants.left`, :meth:`BedVariants.right`): as many as the BLAS
-    library starts with, ``OPENBLAS_NUM_THREADS`` (else ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``) when set, else the
-    CPUs this process may run on. Each thread decodes and multiplies its own blocks with one BLAS thread (the
-    in-process engine limits BLAS to one thread for the rest of a round: :func:`simulations.engines.local.run_local`).
+    """Threads of a ``.bed`` product (:meth:`BedVariants.left`, :meth:`BedVariants.right`): :data:`PRODUCT_THREADS_
+    VARIABLE` when set, else as many as the BLAS library starts with, ``OPENBLAS_NUM_THREADS`` (else
+    ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``) when set, else the CPUs this process may run on. Each thread decodes
+    and multiplies its own blocks with one BLAS thread (the in-process engine limits BLAS to one thread for the rest
+    of a round: :func:`simulations.engines.local.run_local`).
     """
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    for name in (PRODUCT_THREADS_VARIABLE, "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         value = os.environ.get(name, "").strip()
         if value.isdigit() and int(value) > 0:
             return int(value)
