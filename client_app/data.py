@@ -271,6 +271,15 @@ class NodeData:
         alone = rows.subset(chosen[founders])  # one read of the file: their code counts
         return alone.stats()[0], alone.call_counts()
 
+    @property
+    def allele_squares(self) -> np.ndarray:
+        """``sum x^2`` per variant over its non-missing calls, shape (d,) float64, whole numbers (from the code
+        counts): what a genotype node sends in the SecAgg+ ``discovery-counts`` exchange; genotypes only."""
+        rows = self.operator().rows
+        if not isinstance(rows, BedVariants):
+            raise ValueError("discovery-counts: the node's data are no PLINK genotypes")
+        return rows.stats()[1]
+
     def column_sq_sums(self) -> np.ndarray:
         """``sum_j (x_j - m_i)^2`` per column about the rows' own mean ``m_i``, shape (d,).
 

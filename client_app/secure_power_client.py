@@ -5,7 +5,12 @@ A fit instruction that carries the limb code (``secagg-exponent``, ``secagg-clie
 :class:`fl_strategies.protocol.strategies.secure_power.SecurePowerStrategy`) is answered with one vector, the limbs
 (:class:`fl_strategies.privacy.fixed_point.LimbCode`) of
 
-* discovery: ``[s_i]``, its row count (``discovery-rows``; it never reports one in the clear), then
+* discovery over ``.bed`` / ``.pgen`` genotypes, in one exchange (``discovery-counts``): ``[s_i, t_i, c_i, Q_i]``
+  (with ``center``; else ``[s_i, Q_i]``), ``Q_i`` the per-variant sums of squared allele counts over the calls, and
+  over a ``.bed`` with ``nonfounders = false`` the founders' allele sums and calls too: whole numbers, the
+  server centres ``Q`` itself; then the pair sums of ``indep-pairwise`` per chunk (below), and round 1 carries the
+  variants the server's filters kept;
+* discovery over other data: ``[s_i]``, its row count (``discovery-rows``; it never reports one in the clear), then
   ``[t_i, c_i, s_i]`` (``discovery-sums``: its row sum, its non-missing calls per column, ``s_i`` in
   every column unless its genotypes have missing calls, and its rows; over a ``.bed`` with ``nonfounders = false``
   also its founders' allele sums and calls, its own sums again where every person is a founder), then with
@@ -38,7 +43,11 @@ from fl_strategies.privacy.fixed_point import LimbCode
 from .fedpower_client import FedPowerClient
 from .ld_replies import ld_sums
 
-__all__ = ["SecurePowerClient"]
+__all__ = ["SecurePowerClient", "DISCOVERY_PHASES"]
+
+DISCOVERY_PHASES = ("discovery-counts", "discovery-rows", "discovery-sums", "discovery-ld", "discovery-squares")
+"""The phases of the SecAgg+ discovery exchanges
+(:attr:`fl_strategies.protocol.strategies.secure_power.SecurePowerStrategy.discovery_phases`)."""
 
 
 class SecurePowerClient(FedPowerClient):
@@ -50,9 +59,11 @@ class SecurePowerClient(FedPowerClient):
             return super().fit(parameters, config)
         code = LimbCode(int(config["secagg-clients"]), int(config["secagg-exponent"]))
         phase = config.get("phase")
-        if phase in ("discovery-rows", "discovery-sums", "discovery-ld", "discovery-squares"):
+        if phase in DISCOVERY_PHASES:
             values = self.discovery_values(phase, config)
         else:
+            if isinstance(config.get("variant-align"), bytes):  # round 1 after discovery-counts: the kept variants
+                self._align(config["variant-align"])
             values = self.fit_values(parameters, config)
         try:
             limbs = code.encode(np.concatenate(values))
@@ -62,12 +73,26 @@ class SecurePowerClient(FedPowerClient):
                              "uploaded (set secagg-clip larger)") from None
         return [limbs.ravel()], 1, {"partition-id": self.partition_id}
 
+    def _align(self, variants: bytes) -> None:
+        """Read the node's genotypes as the server's ``variants`` (encoded list) from now on."""
+        self.data.align(variants)
+        self.d = self.data.operator().shape[0]
+
     def discovery_values(self, phase: str, config) -> list:
-        """``[[s_i]]``, ``[t_i, c_i, [s_i]]`` or ``[q_i]`` (module docstring), shapes (1,), (d,), (d,), (1,) and
-        (d,)."""
+        """``[[s_i]]``, ``[t_i, c_i, [s_i]]``, ``[q_i]`` or over genotypes ``[[s_i], t_i, c_i, Q_i]`` (module
+        docstring), shapes (1,), (d,), (d,), (1,) and (d,)."""
         s = self.s
         if phase == "discovery-rows":
             return [[float(s)]]
+        if phase == "discovery-counts":  # genotypes: every count at once, whole numbers
+            squares = self.data.allele_squares
+            if not self.settings.center:
+                return [[float(s)], squares]
+            t, counts = self.data.row_sum, self.data.call_counts
+            calls = np.full(self.d, float(s)) if counts is None else counts
+            if getattr(self.data, "bim", None) is None or self.settings.nonfounders:
+                return [[float(s)], t, calls, squares]
+            return [[float(s)], t, calls, squares] + list(self.data.founder_sums or (t, calls))
         t = self.data.row_sum
         counts = self.data.call_counts
         calls = np.full(self.d, float(s)) if counts is None else counts
@@ -78,13 +103,11 @@ class SecurePowerClient(FedPowerClient):
             return [t, calls, [s]] + list(founders if founders is not None else (t, calls))
         if phase == "discovery-ld":  # the pair sums of indep-pairwise, in the kept variants' columns
             if isinstance(config.get("variant-align"), bytes):
-                self.data.align(config["variant-align"])
-                self.d = self.data.operator().shape[0]
+                self._align(config["variant-align"])
             pairs, sums = ld_sums(self.data, int(config["ld-sums-start"]), config["ld-spans"])
             return [pairs.ravel().astype(np.float64), sums.ravel().astype(np.float64)]
         if isinstance(config.get("variant-align"), bytes):  # the variants maf-min / geno-max keep, from now on
-            self.data.align(config["variant-align"])
-            self.d = self.data.operator().shape[0]
+            self._align(config["variant-align"])
             t, counts = self.data.row_sum, self.data.call_counts
             calls = np.full(self.d, float(s)) if counts is None else counts
         mu = np.frombuffer(config["mean"], dtype="<f8") if "mean" in config else np.zeros(self.d)

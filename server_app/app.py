@@ -36,7 +36,7 @@ from fl_strategies.files.harness import ServerData, find_harness, on_nodes
 from fl_strategies.settings.registry import load_class, spec
 from fl_strategies.protocol import stop_request
 from fl_strategies.protocol.checkpoint import checkpoint_for
-from fl_strategies.protocol.round_exchange import simulated_grid
+from fl_strategies.protocol.round_exchange import prompt_grid, simulated_grid
 from fl_strategies.protocol.server_loop import StoppingServer
 from fl_strategies.protocol.flower_compat import start_grid
 
@@ -156,7 +156,9 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
 
     Strategies whose rounds need Flower's SecAgg+ protocol (``strategy.secure``) run through
     :func:`server_app.secure_loop.run_secure_aggregation`; all others through Flower's legacy server loop
-    (:class:`fl_strategies.protocol.server_loop.StoppingServer`).
+    (:class:`fl_strategies.protocol.server_loop.StoppingServer`). Either gets ``grid`` as a
+    :class:`~fl_strategies.protocol.round_exchange.PromptGrid` where that paces it (a SuperLink's grid is pulled
+    every 0.2 s by every exchange: the SecAgg+ stages, discovery, the rounds).
 
     Parameters
     ----------
@@ -177,6 +179,7 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
     try:
         strategy.observer = observer
         set_round_timeout(strategy, components.config, real_nodes=not simulated_grid(grid))
+        grid = prompt_grid(grid)  # every exchange pulls its replies as they arrive (no 3 s pauses of Flower's)
         if getattr(strategy, "secure", False):
             run_secure_aggregation(grid, context, strategy, components.config.num_rounds,
                                    components.config.round_timeout)

@@ -323,3 +323,42 @@ def test_a_node_files_statistics_are_read_once_for_all_its_clientapp_processes(t
     assert reads
     np.testing.assert_allclose(third.row_sum, 2.0 * rows.sum(axis=0))
     np.testing.assert_allclose(np.frombuffer(state[node_data.STATS_KEY]["sum"], "<f8"), 2.0 * rows.sum(axis=0))
+
+
+def test_the_server_apps_other_exchanges_pull_a_superlink_every_fifth_of_a_second_too(monkeypatch):
+    """A SecAgg+ stage, a discovery ``get_properties`` and Flower's workflows call ``grid.send_and_receive``
+    themselves: through :class:`PromptGrid` they pull as the batched rounds do, never after Flower's 3 s pauses."""
+    from flwr.app import Message, MessageType, RecordDict
+
+    from fl_strategies.protocol import round_exchange
+
+    clock = _Clock(0.01)
+    monkeypatch.setattr(round_exchange, "time", clock)
+    grid = _superlink_grid(clock, reply_after=3)
+    prompt = round_exchange.prompt_grid(grid)
+    assert isinstance(prompt, round_exchange.PromptGrid) and prompt.pulls == 0  # the rest is the grid's
+    sent = [Message(RecordDict(), dst_node_id=1, message_type=MessageType.TRAIN) for _ in range(2)]
+    assert len(prompt.send_and_receive(sent, timeout=None)) == 2 and grid.pulls == 3
+    assert clock.sleeps == [0.2, 0.2]
+    other = object()  # a grid that answers as it is pushed (the in-process engine's) keeps its own
+    assert round_exchange.prompt_grid(other) is other
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_the_server_app_hands_its_loops_a_prompt_grid(monkeypatch, secure):
+    from types import SimpleNamespace
+
+    from flwr.server import ServerAppComponents, ServerConfig
+
+    import server_app.app as server
+    from fl_strategies.protocol.round_exchange import PromptGrid
+
+    seen = []
+    monkeypatch.setattr(server, "run_secure_aggregation", lambda grid, *args: seen.append(grid))
+    monkeypatch.setattr(server, "start_grid", lambda grid, server, config: seen.append(grid))
+    grid = _superlink_grid(_Clock(0.0), reply_after=1)
+    strategy = SimpleNamespace(cfg={"round-timeout": -1}, secure=secure, failure=None)
+    components = ServerAppComponents(server=SimpleNamespace(strategy=strategy), config=ServerConfig(num_rounds=1))
+    server.run_server(grid, None, components=components)
+    assert len(seen) == 1 and isinstance(seen[0], PromptGrid) and seen[0].grid is grid
+    assert components.config.round_timeout == strategy.timeout is not None  # a SuperLink's: real nodes' default

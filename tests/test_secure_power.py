@@ -276,7 +276,7 @@ def test_four_bed_sites_with_missing_calls_and_hwe_give_the_plain_runs_pcs_throu
                num_server_rounds=20, center=True, scale="hwe", row_normalize=False)
     plain = run_app(**cfg)
     secure = run_app(**cfg, secure_aggregation="true", secagg_clip=1e12)
-    assert secure.aggregated >= set(secure.discovery_rounds) and len(secure.discovery_rounds) == 3
+    assert secure.aggregated >= set(secure.discovery_rounds) and secure.discovery_rounds == [0]  # one exchange
     assert plain.records[-1]["estimate_change"] < 1e-6  # a converged model: the comparison is meaningful
     G = np.vstack(sites)
     np.testing.assert_allclose(plain.mean, np.nan_to_num(np.nanmean(G, axis=0)), rtol=1e-12, atol=1e-15)
@@ -410,7 +410,7 @@ def test_in_a_secure_run_no_message_from_a_node_holds_its_row_count_or_a_sum_of_
     from test_genotype_bed import simulated_sites, write_bed
 
     from fl_strategies.privacy.fixed_point import limb_code
-    from fl_strategies.protocol.strategies.secure_power import ROWS_BOUND
+    from fl_strategies.protocol.strategies.secure_power import COUNTS_BOUND
 
     sizes = (301, 257, 349, 293)
     sites = simulated_sites(sizes, 120, missing=0.01, seed=11, populations=3)
@@ -431,15 +431,18 @@ def test_in_a_secure_run_no_message_from_a_node_holds_its_row_count_or_a_sum_of_
     assert_only_public_fields(received, 4)
     # the masked uploads, per site over all SecAgg+ exchanges: uniform modulo 2^32
     masked: dict[int, list[np.ndarray]] = {pid: [] for pid in range(4)}
-    rows_code = limb_code(ROWS_BOUND, 4)
+    counts_code = limb_code(COUNTS_BOUND, 4)
     for pid, msg in grid.replies:
         record = msg.content.config_records.get(RECORD_KEY_CONFIGS)
         if record is not None and Key.MASKED_PARAMETERS in record:
             upload = bytes_to_ndarray(record[Key.MASKED_PARAMETERS][1]).astype(np.int64).ravel()
             masked[pid].append(upload)
-            if msg.metadata.group_id == str(secure.discovery_rounds[0]):  # the row counts' exchange
-                own = rows_code.encode([sizes[pid]]).ravel() + rows_code.clipping_range
-                assert upload.size == own.size == 3 and not np.array_equal(upload, own)
+            if msg.metadata.group_id == str(secure.discovery_rounds[0]):  # the counts' exchange (the only one)
+                G = sites[pid]
+                t, c, q = np.nansum(G, axis=0), np.sum(~np.isnan(G), axis=0), np.nansum(G * G, axis=0)
+                own = counts_code.encode(np.concatenate([[sizes[pid]], t, c, q, t, c])).ravel() \
+                    + counts_code.clipping_range
+                assert upload.size == own.size == 3 * (1 + 5 * 120) and not np.array_equal(upload, own)
     rounds = len(secure.discovery_rounds) + cfg["num_server_rounds"] + 1
     limit = chi2.ppf(1 - 1e-6, 15)
     for pid, uploads in masked.items():
@@ -475,3 +478,20 @@ def test_the_profile_splits_a_secure_run_between_the_project_and_flowers_secagg(
         "project: seeded rounding around the SecAgg+ client"]
     assert 0 < project and 0 < flower and project + flower <= total * 1.001
     assert "(6 SecAgg+ exchanges)" in text  # the row counts, the row sums, the squares, 2 rounds, the summary
+
+
+def test_the_genotype_discoverys_raw_squares_are_centred_exactly():
+    """discovery-counts sends ``sum x^2`` raw; the server's ``Q - 2 mu T + C mu^2`` is the exact ``sum (x - mu)^2``
+    rounded once, also where float64 would cancel (a mean near 2: ``Q`` about 4 C, the sum near 0)."""
+    from fractions import Fraction
+
+    from fl_strategies.protocol.strategies.secure_power import exact_squares
+
+    rng = np.random.default_rng(5)
+    G = np.where(rng.random((5000, 6)) < [0.0, 0.5, 0.99, 0.9995, 1.0, 0.3], 2, rng.integers(0, 2, (5000, 6)))
+    G[:, 0] = 0  # a monomorphic variant: exactly 0
+    Q, T, C = (G ** 2).sum(axis=0), G.sum(axis=0), np.full(6, 5000)
+    mu = T / C
+    got = exact_squares(Q.astype(float), T.astype(float), C.astype(float), mu)
+    want = [float(sum((Fraction(int(x)) - Fraction(m)) ** 2 for x in G[:, j])) for j, m in enumerate(mu)]
+    assert got.tolist() == want and got[0] == 0.0 and got[4] == 0.0

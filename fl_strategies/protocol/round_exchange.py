@@ -38,7 +38,8 @@ from . import stop_request
 from .fit_records import fitins_content, fitres_from_content
 from .flower_compat import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients
 
-__all__ = ["fit_in_one_batch", "send_and_receive", "simulated_grid", "MissingReply", "SUPERLINK_PULL_INTERVAL"]
+__all__ = ["fit_in_one_batch", "send_and_receive", "simulated_grid", "prompt_grid", "PromptGrid", "MissingReply",
+           "SUPERLINK_PULL_INTERVAL"]
 
 log = logging.getLogger("flwr.fedspectral")
 
@@ -80,6 +81,7 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
     list of Message
         The replies that arrived before ``timeout`` (all of them with ``None``).
     """
+    grid = grid.grid if isinstance(grid, PromptGrid) else grid
     if isinstance(grid, InMemoryGrid):
         interval, backoff = float(grid.pull_interval), 10.0
     elif isinstance(grid, HttpGrid):  # a pull is an HTTP request to the SuperLink: not slower when pulled often
@@ -102,6 +104,39 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
         pause = max(interval, backoff * spent)
         time.sleep(pause if left is None else min(pause, left))
     return replies
+
+
+class PromptGrid:
+    """A grid whose ``send_and_receive`` is :func:`send_and_receive` over the wrapped one: a SuperLink's grid pulled
+    every :data:`SUPERLINK_PULL_INTERVAL`, not after Flower's fixed 3 s pauses. Everything else (``push_messages``,
+    ``pull_messages``, ``get_node_ids``, ``run``, ...) is the wrapped grid's.
+
+    The ServerApp hands this to every exchange it does not batch itself: Flower's ``SecAggPlusWorkflow`` (each of
+    a SecAgg+ round's four stages calls ``grid.send_and_receive``), the legacy ``GridClientProxy`` of each node
+    (discovery's ``get_properties``), Flower's default workflows. Only Flower's public ``Grid`` methods
+    ``push_messages`` and ``pull_messages`` are used.
+
+    Parameters
+    ----------
+    grid : flwr.server.Grid
+        Flower's ``HttpGrid`` or ``InMemoryGrid`` (:func:`prompt_grid`).
+    """
+
+    def __init__(self, grid) -> None:
+        self.grid = grid
+
+    def __getattr__(self, name: str):
+        return getattr(self.grid, name)
+
+    def send_and_receive(self, messages, *, timeout: float | None = None) -> list[Message]:
+        """Push ``messages``; pull their replies until all arrived or ``timeout`` passed (:func:`send_and_receive`)."""
+        return send_and_receive(self.grid, list(messages), timeout)
+
+
+def prompt_grid(grid):
+    """``grid`` as a :class:`PromptGrid` where :func:`send_and_receive` paces it (Flower's ``HttpGrid`` and
+    ``InMemoryGrid``); any other grid (the in-process engine's, which answers as it is pushed) unchanged."""
+    return PromptGrid(grid) if isinstance(grid, (HttpGrid, InMemoryGrid)) else grid
 
 
 def fit_in_one_batch(client_instructions: list[tuple[ClientProxy, FitIns]], max_workers: int | None,

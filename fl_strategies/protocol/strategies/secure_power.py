@@ -26,6 +26,11 @@ Every exchange in which a plain run gets each site's own reply goes through Flow
   sums of squares about its own mean plus ``c_i (t_i / c_i - mu)^2``, as Chan et al.'s pairwise update), whose sum over
   ``sum_i c_i`` is the variance that gives ``scale`` and ``tr(C)`` as the plain discovery's
   :func:`~fl_strategies.kernels.standardize.pooled_variance` does (:meth:`~..base.FederatedStrategy.standardize`);
+  over ``.bed`` / ``.pgen`` genotypes, whose values are all whole numbers, the row counts, the row sums and the
+  sums of squares travel in one exchange instead (``discovery-counts``: ``[s_i, t_i, c_i, Q_i]`` and the founders'
+  sums, ``Q_i`` the raw sums of squared allele counts, under the public :data:`COUNTS_BOUND`), the server centres
+  ``sum_i Q_i`` at ``mu`` exactly (:func:`exact_squares`), and round 1 carries the variants the filters kept: one
+  exchange (plus the pair sums' with ``indep-pairwise``) instead of three;
 * **the summary** (one more SecAgg+ exchange after the last round, no row of its own): ``[vec(s_i A_i Z),
   s_i, s_i tr(A_i)]`` at the final ``Z`` (and, over ``.bed`` files with missing calls and ``scale = "hwe"``,
   ``[vec(S_i), sum delta]``, the site's part of plink2's diagonal:
@@ -82,11 +87,16 @@ from ..base import log, uploaded_bytes
 from ..secure_sum import secure_sum
 from .fedpower import FedPowerStrategy
 
-__all__ = ["SecurePowerStrategy", "SECAGG_EXPONENT", "SECAGG_CLIENTS", "ROWS_BOUND"]
+__all__ = ["SecurePowerStrategy", "SECAGG_EXPONENT", "SECAGG_CLIENTS", "ROWS_BOUND", "COUNTS_BOUND", "exact_squares"]
 
 ROWS_BOUND = 2.0 ** 52
 """The public bound on one site's row count in the ``discovery-rows`` sum (an integer below it is exact in
 float64 and in every limb code of up to :data:`~fl_strategies.settings.config.MAX_SECAGG_CLIENTS` clients)."""
+
+COUNTS_BOUND = 4.0 * ROWS_BOUND
+"""The public bound on every value of a genotype site's ``discovery-counts`` upload: its row count (below
+:data:`ROWS_BOUND`), its calls and allele sums (at most ``2 s_i``) and sums of squared allele counts (at most
+``4 s_i``) per variant, all whole numbers, exact in every limb code of this bound."""
 
 SECAGG_EXPONENT = "secagg-exponent"
 """Fit-config key of the fixed-point exponent ``f`` (:class:`fl_strategies.privacy.fixed_point.LimbCode`)."""
@@ -113,6 +123,8 @@ class SecurePowerStrategy(FedPowerStrategy):
         self._first_basis: np.ndarray | None = None  # Z_0 drawn again in their dimension, for round 1
         self._ld: dict[str, Any] | None = None  # indep-pairwise from SecAgg+ sums: map, window, chunks, pooled sums
         self._exchange: dict[str, Any] | None = None  # an exchange outside the fit (an outlier pass's): secure_exchange
+        self._raw_sums: tuple[np.ndarray, ...] | None = None  # discovery-counts: (squares, allele sums, calls) (d,)
+        self._align_first_round = False  # round 1 sends the kept variants (no discovery-squares exchange sends them)
 
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + (", secagg)" if self.secure else ")")
@@ -124,8 +136,8 @@ class SecurePowerStrategy(FedPowerStrategy):
         if self.secure and not (self.settings.secagg_clip > 0 or self.settings.row_normalize
                                 or self.settings.clip_norm > 0 or self.variants is not None):
             raise ConfigError(SECURE_BOUND_NEEDED)  # dataset = "nodes": only the nodes knew their data are no .bed
-        if self.secure:
-            self.code = limb_code(ROWS_BOUND, self.m)  # the row counts first: integers, exact
+        if self.secure:  # the row counts first (over genotypes with the other counts): integers, exact
+            self.code = limb_code(COUNTS_BOUND if self.merges_discovery else ROWS_BOUND, self.m)
             log.info("%s: SecAgg+ with %d limbs of %d bits per value; the row counts first (each below 2^52), then "
                      "a fixed-point step from public bounds that depend only on n", self.settings.strategy,
                      self.code.limbs, self.code.limb_bits)
@@ -195,11 +207,21 @@ class SecurePowerStrategy(FedPowerStrategy):
 
     # -- discovery sums ----------------------------------------------------------------------------------
     @property
+    def merges_discovery(self) -> bool:
+        """Whether the row counts, row sums and sums of squares travel in one SecAgg+ exchange
+        (``discovery-counts``): over ``.bed`` / ``.pgen`` genotypes, whose values are all whole numbers below the
+        public :data:`COUNTS_BOUND`, so that no sum waits for ``n`` (the fixed-point step) or for the mean (the
+        sums of squares are raw, centred at the server exactly: :func:`exact_squares`)."""
+        return self.variants is not None
+
+    @property
     def discovery_phases(self) -> list[str]:
         """The SecAgg+ discovery exchanges: the row counts, the row sums (with ``center``), the pair sums of
         ``indep-pairwise`` (one exchange per chunk, as many as reserved: :meth:`prune_later`), then the sums of
-        squares."""
+        squares; over genotypes (:attr:`merges_discovery`) the first, second and last are one, ``discovery-counts``."""
         ld = ["discovery-ld"] * (self._ld["reserved"] if self._ld is not None else 0)
+        if self.merges_discovery:
+            return ["discovery-counts"] + ld
         return ["discovery-rows"] + (["discovery-sums"] if self.settings.center else []) + ld + ["discovery-squares"]
 
     @property
@@ -257,10 +279,14 @@ class SecurePowerStrategy(FedPowerStrategy):
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
 
     def _keep_variants(self, keep: np.ndarray) -> None:
-        """Make the variants of ``keep`` (d,) bool the run's: the mean and calls cut to them, the list sent with the
-        next exchange, ``Z_0`` drawn again in their dimension."""
+        """Make the variants of ``keep`` (d,) bool the run's: the mean, calls (and the raw sums of
+        ``discovery-counts``) cut to them, the list sent with the next exchange (round 1's after a merged discovery),
+        ``Z_0`` drawn again in their dimension."""
         self.variants = [variant for variant, kept in zip(self.variants, keep) if kept]
         self.d, self.calls, self.mean = len(self.variants), self.calls[keep], self.mean[keep]
+        if self._raw_sums is not None:
+            self._raw_sums = tuple(values[keep] for values in self._raw_sums)
+        self._align_first_round = self.merges_discovery
         self._variant_align = encode_variants(self.variants)
         self._first_basis = self.starting_basis()
         if self._held is not None:  # round 0's row (written before these sums) stands for the new Z_0
@@ -305,6 +331,8 @@ class SecurePowerStrategy(FedPowerStrategy):
         self.prune = {"prune_in": prune_in, "prune_out": prune_out}
         if not keep.all():
             self._keep_variants(keep)
+        if self.merges_discovery:  # the variance of the kept variants, from discovery-counts' raw sums
+            self._squares_sum(self._centred_raw_squares())
 
     def _aggregate_discovery(self, server_round: int, results, failures) -> None:
         """``n`` (``discovery-rows``), the mean and the call counts (``discovery-sums``), or ``scale`` and
@@ -314,6 +342,8 @@ class SecurePowerStrategy(FedPowerStrategy):
         if phase == "discovery-ld":
             a, b = self._ld["chunks"][self._pending["chunk"]]
             size = 6 * int(self._ld["spans"][a:b].sum()) + len(VARIANT_SUMS) * (b - a)
+        elif phase == "discovery-counts":
+            size = 1 + d + ((4 if self.sends_founders else 2) * d if self.settings.center else 0)
         else:
             size = {"discovery-rows": 1, "discovery-sums": (4 if self.sends_founders else 2) * d + 1}.get(phase, d)
         values = self._decoded(server_round, results, failures, size, require_all=True)
@@ -322,12 +352,48 @@ class SecurePowerStrategy(FedPowerStrategy):
         if phase == "discovery-ld":
             self._aggregate_pairs(server_round, values, a, b)
             return
+        if phase == "discovery-counts":
+            self._aggregate_counts(server_round, values)
+            return
+        self._aggregate_phase(server_round, phase, values)
+
+    def _aggregate_counts(self, server_round: int, values: np.ndarray) -> None:
+        """``discovery-counts``: ``[s, (t (d), c (d),) squares (d,) (, founders' allele sums (d), calls (d))]``,
+        taken as ``discovery-rows``, ``discovery-sums`` and (once the variants are final: after the pair sums'
+        exchanges with ``indep-pairwise``) ``discovery-squares`` would be."""
+        d = self.d
+        squares = values[1 + 2 * d: 1 + 3 * d] if self.settings.center else values[1: 1 + d]
+        if np.any(squares != np.round(squares)) or np.any(squares < 0):
+            self.abort_round(server_round, "the SecAgg+ sums of the squared allele counts are not whole numbers >= 0")
+            return
+        if not self._aggregate_phase(server_round, "discovery-rows", values[:1]):
+            return
+        n = float(self.num_rows)
+        t, c = (values[1: 1 + d], values[1 + d: 1 + 2 * d]) if self.settings.center else (np.zeros(d), np.full(d, n))
+        self._raw_sums = (squares, t, c)
+        if self.settings.center and not self._aggregate_phase(
+                server_round, "discovery-sums", np.concatenate([t, c, values[:1], values[1 + 3 * d:]])):
+            return
+        if self._ld is None or self._ld.get("chunks") is None:  # else after the last pair sums (_aggregate_pairs)
+            self._squares_sum(self._centred_raw_squares())
+
+    def _centred_raw_squares(self) -> np.ndarray:
+        """``q = sum_calls (x - mu)^2`` per variant from ``discovery-counts``' raw sums at the run's mean ``mu``
+        (:func:`exact_squares`)."""
+        squares, t, c = self._raw_sums
+        self._raw_sums = None
+        return exact_squares(squares, t, c, self.mean)
+
+    def _aggregate_phase(self, server_round: int, phase: str, values: np.ndarray) -> bool:
+        """``n`` (``discovery-rows``), the mean and the call counts (``discovery-sums``), or ``scale`` and ``tr(C)``
+        (``discovery-squares``), from their sums; whether the run goes on."""
+        d, n = self.d, self.num_rows
         if phase == "discovery-rows":
             total = float(values[0])
             if total != round(total) or total < 1:
                 self.abort_round(server_round, f"the SecAgg+ sum of the row counts is {total!r}, not a whole number "
                                                ">= 1")
-                return
+                return False
             self.rows_total = int(total)
             log.info("%r: %d clients, %d rows in all (the SecAgg+ sum of their row counts)", self, self.m,
                      self.rows_total)
@@ -335,18 +401,19 @@ class SecurePowerStrategy(FedPowerStrategy):
                 check_against_data(self.cfg, self.d, self.rows_total)
             except ConfigError as ex:
                 self.abort_round(server_round, str(ex))
-                return
-            self.code = limb_code(self.discovery_bound(), self.m)
-            log.info("SecAgg+ discovery sums: fixed-point step 2^%d (public bound %.6g): exact to %.3g",
-                     -self.code.exponent, self.discovery_bound(), self.code.tolerance())
-            return
+                return False
+            if not self.merges_discovery:  # the next exchange's step; discovery-counts carried every count already
+                self.code = limb_code(self.discovery_bound(), self.m)
+                log.info("SecAgg+ discovery sums: fixed-point step 2^%d (public bound %.6g): exact to %.3g",
+                         -self.code.exponent, self.discovery_bound(), self.code.tolerance())
+            return True
         if phase == "discovery-sums":
             calls = values[d: 2 * d]
             if values[2 * d] != n or np.any((calls < 0) | (calls > n)) or np.any(calls != np.round(calls)):
                 self.abort_round(server_round, f"the clients' rows sum to {values[2 * d]:.0f} and their calls to "
                                                f"{calls.min():.0f}..{calls.max():.0f} per column, not the n = {n} "
                                                "of their row counts' sum")
-                return
+                return False
             frequency = None  # plink2's founders rule: (calls, allele sums) of the founders, where they differ
             if self.sends_founders:
                 totals, counts = values[2 * d + 1: 3 * d + 1], values[3 * d + 1:]
@@ -354,7 +421,7 @@ class SecurePowerStrategy(FedPowerStrategy):
                         np.any((totals < 0) | (totals > 2 * counts)):
                     self.abort_round(server_round, "the SecAgg+ sums of the founders' calls and allele sums are not "
                                                    "whole numbers within the calls' sums")
-                    return
+                    return False
                 if not (np.array_equal(counts, calls) and np.array_equal(totals, values[:d])):
                     frequency = (counts, totals)
                     log.info("allele frequencies from the founders alone (plink2's default; nonfounders = true takes "
@@ -367,7 +434,7 @@ class SecurePowerStrategy(FedPowerStrategy):
                     "sums", frequency)
             except ConfigError as ex:
                 self.abort_round(server_round, str(ex))
-                return
+                return False
             if keep is not None:  # the nodes read the kept variants from the next exchange on; Z_0 drawn again
                 self._keep_variants(keep)
                 calls = self.calls
@@ -376,21 +443,28 @@ class SecurePowerStrategy(FedPowerStrategy):
                     self._start_pruning()
                 except ConfigError as ex:
                     self.abort_round(server_round, str(ex))
-                    return
+                    return False
             self.code = limb_code(self.discovery_bound(), self.m)
             log.info("center = true: the mean of %d rows, from the SecAgg+ sum of the clients' row sums", n)
             if np.any(calls < n):
                 log.info("missing genotype calls: %.4g %% of the calls missing, %d variant(s) without a call (from the "
                          "SecAgg+ sum of the clients' call counts); each missing call imputed with the variant's mean "
                          "(0 after centring)", 100.0 * (1.0 - float(np.sum(calls)) / (n * d)), int(np.sum(calls == 0)))
+            return True
+        self._squares_sum(values)
+        return True
+
+    def _squares_sum(self, values: np.ndarray) -> None:
+        """``scale`` and ``tr(C)`` from ``sum_i q_i`` (d,), the sums of squares about the mean over the calls; then
+        the fixed-point step of the rounds."""
+        d, n = self.d, self.num_rows
+        calls = self.calls if self.calls is not None else np.full(d, float(n))
+        variance = pooled_mean([calls], [values])  # sum_i q_i / sum_i c_i: the pooled variance over the calls
+        if self.scales_columns:
+            self.standardize(variance, calls, "the SecAgg+ sums of the clients' row sums and sums of squares")
         else:
-            calls = self.calls if self.calls is not None else np.full(d, float(n))
-            variance = pooled_mean([calls], [values])  # sum_i q_i / sum_i c_i: the pooled variance over the calls
-            if self.scales_columns:
-                self.standardize(variance, calls, "the SecAgg+ sums of the clients' row sums and sums of squares")
-            else:
-                self.total_variance = float(np.sum(values) / n)
-            self.code = limb_code(self.upload_bound(), self.m)
+            self.total_variance = float(np.sum(values) / n)
+        self.code = limb_code(self.upload_bound(), self.m)
 
     def secagg_ranges(self) -> tuple[float, int, int]:
         """SecAgg+'s ``(clipping_range, quantization_range, modulus_range)``: its quantiser is the identity on
@@ -465,6 +539,10 @@ class SecurePowerStrategy(FedPowerStrategy):
             if self._first_basis is not None:  # Z_0 in the dimension the variant filters left
                 parameters, self._first_basis = ndarrays_to_parameters([self._first_basis]), None
             instructions = super().configure_fit(server_round, parameters, client_manager)
+            if self._align_first_round:  # the kept variants, after a merged discovery (no discovery-squares)
+                for _, ins in instructions[:1]:
+                    ins.config["variant-align"] = self._variant_align
+                self._align_first_round = False
         for _, ins in instructions[:1]:  # one FitIns object is shared by every client
             ins.config.update(self._secure_config())
         return instructions
@@ -545,3 +623,27 @@ class SecurePowerStrategy(FedPowerStrategy):
             if diagonal else None
         self.summary_model(Z, CZ, float(values[dr + 1]) / n, int(round(n)),
                            uploaded_bytes(results) + len(results) * Z.nbytes, plink2)
+
+
+def exact_squares(squares: np.ndarray, sums: np.ndarray, calls: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """``sum (x - mu)^2 = Q - 2 mu T + C mu^2`` per column from whole-number sums, in exact rational arithmetic
+    and rounded once (no cancellation, whatever ``mu``).
+
+    Parameters
+    ----------
+    squares, sums, calls : ndarray of shape (d,)
+        ``Q``, ``T``, ``C``: the sums over the non-missing calls of ``x^2``, of ``x`` and of 1 (whole numbers).
+    mean : ndarray of shape (d,)
+        ``mu``, float64 (each an exact binary fraction ``a / b``).
+
+    Returns
+    -------
+    ndarray of shape (d,)
+        ``(Q b^2 - 2 T a b + C a^2) / b^2``, the float64 nearest to the exact value.
+    """
+    pairs = [float(mu).as_integer_ratio() for mu in mean]
+    a = np.array([p[0] for p in pairs], dtype=object)
+    b = np.array([p[1] for p in pairs], dtype=object)
+    Q, T, C = (np.array([int(v) for v in values], dtype=object) for values in (squares, sums, calls))
+    exact = (Q * b * b - 2 * T * a * b + C * a * a) / (b * b)  # Python ints: true division rounds once
+    return np.asarray(exact, dtype=np.float64).reshape(len(mean))
