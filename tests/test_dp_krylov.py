@@ -111,6 +111,20 @@ def test_the_run_is_one_gaussian_certified_by_dp_accounting_and_the_exact_curve(
     assert dk.privacy_plan(epsilon, 1e-6, "tight").multipliers[dk.RELEASE] > sigma
 
 
+@pytest.mark.parametrize("epsilon", [0.3, 1.0, 4.0])
+def test_the_default_calibration_is_the_exact_gaussian_curve_and_matches_pld(epsilon):
+    """``dp-calibration = "paper"`` (the default) for dp-krylov: the exact curve of one Gaussian, spending the
+    target on that curve, within 1e-6 of the PLD accountant's multiplier (no composition to be loose about)."""
+    releases = dk.privacy_plan(epsilon, 1e-6, "paper")
+    sigma = releases.multipliers[dk.RELEASE]
+    assert releases.calibration == "paper" and releases.epsilon <= epsilon
+    assert accounting.gaussian_delta(epsilon, 1.0 / sigma) <= 1e-6 * (1 + 1e-6)
+    assert accounting.gaussian_delta(epsilon, 1.0 / (0.999 * sigma)) > 1e-6
+    assert dk.exact_epsilon(sigma, 1e-6) == pytest.approx(epsilon, rel=1e-6)
+    if accounting.available():
+        assert sigma == pytest.approx(dk.privacy_plan(epsilon, 1e-6, "pld").multipliers[dk.RELEASE], rel=1e-6)
+
+
 def test_a_target_the_calibration_cannot_meet_is_a_config_error_naming_it():
     with pytest.raises(ConfigError, match="epsilon"):
         validate_run_config(fused_run_config({"strategy": "dp-krylov", "row-normalize": True, "epsilon": 1e-300,

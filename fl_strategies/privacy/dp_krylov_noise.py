@@ -36,8 +36,9 @@ privacy (Koskela, Tobaben, Honkela, ICLR 2023, after Feldman and Zrnic 2021 for 
 ``(1 / sigma)``-GDP, i.e. it has the privacy profile of ONE Gaussian mechanism of multiplier ``sigma`` whatever
 ``T``: the budget of the private ``covariance`` release, of which ``dp-krylov`` with ``B = I`` is the same
 mechanism. :func:`privacy_plan` calibrates that one Gaussian (``dp-calibration``: ``pld`` the PLD accountant of one
-Gaussian, which is exact for it; ``rdp`` its Renyi curve (Feldman and Zrnic's filter); ``paper`` / ``tight``
-zCDP). This holds only if the blocks really are orthonormal and orthogonal to each other: every client checks
+Gaussian; ``paper``, the default, the exact curve of one Gaussian (Balle and Wang's analytic Gaussian
+mechanism, :class:`ExactGaussian`: the calibration the GDP filter gives, without ``dp-accounting``); ``rdp`` its
+Renyi curve (Feldman and Zrnic's filter); ``tight`` zCDP). This holds only if the blocks really are orthonormal and orthogonal to each other: every client checks
 the broadcast block against the ones it multiplied before (:func:`check_block`) and refuses a block that is not,
 and the noise covers the tolerance (:data:`BLOCK_TOLERANCE`: ``||M B||_F^2 <= ||M||_F^2 ||B||_2^2`` with
 ``||B||_2^2 <= 1 + ||B^T B - I||_2``).
@@ -54,6 +55,7 @@ import math
 import numpy as np
 
 from ..kernels.linalg import into_unit_ball, orth
+from . import accounting, zcdp
 from . import analyze_gauss as ag
 
 __all__ = ["PRODUCT_SENSITIVITY", "MEAN_WEIGHT", "BLOCK_TOLERANCE", "RELEASE", "release_sensitivity",
@@ -105,7 +107,40 @@ def privacy_plan(epsilon: float, delta: float, calibration: str) -> ag.PrivateRe
     """
     if not epsilon > 0:
         return None
-    return ag.calibrate(epsilon, delta, calibration, {RELEASE: (1.0, 1)})
+    if calibration != "paper":
+        return ag.calibrate(epsilon, delta, calibration, {RELEASE: (1.0, 1)})
+    zcdp.check_target(epsilon, delta)
+    sigma = accounting.exact_noise_multiplier(epsilon, delta, 1)
+    if not (math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"epsilon = {epsilon!r} (with delta = {delta!r}) cannot be met: the noise multiplier of the "
+                         f"exact Gaussian curve is {sigma!r}")
+    releases = ExactGaussian({RELEASE: sigma}, {RELEASE: 1}, sigma, delta, "paper", epsilon)
+    if not epsilon * (1 - 1e-6) <= releases.epsilon <= epsilon * (1 + 1e-9):  # float64 cannot resolve the curve
+        raise ValueError(f"epsilon = {epsilon!r} (with delta = {delta!r}) cannot be met with the exact Gaussian "
+                         f"curve in float64 (it spends epsilon' = {releases.epsilon:.6g}); use a larger epsilon")
+    return releases
+
+
+def exact_epsilon(sigma: float, delta: float) -> float:
+    """The smallest ``epsilon`` with ``delta(epsilon) <= delta`` on the exact curve of one Gaussian of multiplier
+    ``sigma`` (:func:`fl_strategies.privacy.accounting.gaussian_delta`), by bisection to 1e-12 relative."""
+    mu = 1.0 / sigma
+    lo, hi = 0.0, 1.0
+    while accounting.gaussian_delta(hi, mu) > delta:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 1e-12 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if accounting.gaussian_delta(mid, mu) > delta else (lo, mid)
+    return hi
+
+
+class ExactGaussian(ag.PrivateReleases):
+    """The run's one Gaussian calibrated on its exact ``(epsilon, delta)`` curve (``dp-calibration = "paper"``:
+    Balle and Wang's analytic Gaussian mechanism, which is what ``(1 / sigma)``-GDP means; no ``dp-accounting``)."""
+
+    def spent(self, counts) -> float:
+        """Epsilon at ``delta`` on the exact curve (0 before the release)."""
+        return exact_epsilon(self.multipliers[RELEASE], self.delta) if counts.get(RELEASE, 0) > 0 else 0.0
 
 
 def client_noise_std(channel: str, num_clients: int, releases: ag.PrivateReleases | None, center: bool) -> float:

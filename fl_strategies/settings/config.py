@@ -217,7 +217,7 @@ KEYS: dict[str, Key] = {
         _key("dp-sensitivity", str, "dp-power: Delta_l of each noisy product: row-norm (the paper's max row norm of "
              "X, relation (12)), max-entry (Hardt & Price, sqrt(p) max |X_ij|) or one (runtime-independent; also "
              "valid for adding or removing one unit-norm row)", choices=SENSITIVITIES),
-        _key("dp-channel", str, "dp-power: how the clients' noisy products reach the server: secagg (Flower's "
+        _key("dp-channel", str, "dp-power, dp-krylov: how the clients' noisy products reach the server: secagg (Flower's "
              "SecAgg+, each client adds noise sigma/sqrt(s)), plaintext (same noise, summed in the clear: a test "
              "mode, private only with one client) or public (each client adds the full central noise, no SecAgg)",
              choices=("secagg", "plaintext", "public")),
@@ -225,7 +225,8 @@ KEYS: dict[str, Key] = {
              "(fedpower: Theorem 6; dp-power: sigma = sqrt(4 L ln(1/delta))/epsilon), tight (exact zCDP "
              "conversion, less noise), pld or rdp (the smallest noise that dp-accounting's privacy-loss-"
              "distribution or Renyi accountant certifies over the run's releases; needs the privacy extra); "
-             "epsilon_spent is by the same accountant", choices=CALIBRATIONS),
+             "epsilon_spent is by the same accountant; dp-krylov (its whole run is one Gaussian): paper = the exact "
+             "Gaussian curve (no extra needed), tight = zCDP, pld / rdp as above", choices=CALIBRATIONS),
         _key("secure-aggregation", str, "covariance: send each client's Gram matrix (and row sum, with center) "
              "through Flower's SecAgg+, so that the server learns only the sums: auto (= true whenever epsilon is "
              "set and there are >= 2 clients), true or false (dp-power: see dp-channel); power, ssi, fedpower, "
