@@ -4,7 +4,8 @@ Its privacy rests on the blocks (:mod:`fl_strategies.privacy.dp_krylov_noise`): 
 multiplied in its node state and refuses a broadcast block that is not orthonormal and orthogonal to them
 (:func:`~fl_strategies.privacy.dp_krylov_noise.check_block`), so that a server cannot ask twice about the same
 direction. With ``center`` its first upload has one more column, ``a`` times its row sum, with the same noise.
-Noise source, SecAgg+ weights and clipping refusal are ``dp-power``'s (:class:`client_app.dp_power_client.DPPowerClient`).
+Noise source, SecAgg+ weights and clipping refusal are ``dp-power``'s
+(:class:`client_app.dp_power_client.DPPowerClient`).
 """
 
 from __future__ import annotations

@@ -217,7 +217,8 @@ KEYS: dict[str, Key] = {
         _key("dp-sensitivity", str, "dp-power: Delta_l of each noisy product: row-norm (the paper's max row norm of "
              "X, relation (12)), max-entry (Hardt & Price, sqrt(p) max |X_ij|) or one (runtime-independent; also "
              "valid for adding or removing one unit-norm row)", choices=SENSITIVITIES),
-        _key("dp-channel", str, "dp-power, dp-krylov: how the clients' noisy products reach the server: secagg (Flower's "
+        _key("dp-channel", str, "dp-power, dp-krylov: how the clients' noisy products reach the server: secagg "
+             "(Flower's "
              "SecAgg+, each client adds noise sigma/sqrt(s)), plaintext (same noise, summed in the clear: a test "
              "mode, private only with one client) or public (each client adds the full central noise, no SecAgg)",
              choices=("secagg", "plaintext", "public")),

@@ -88,7 +88,8 @@ class DPKrylovStrategy(DPPowerStrategy):
                 f"channel={c.dp_channel}, {self.releases or 'no noise'})")
 
     def noise_std(self) -> float:
-        """Per-entry noise std of one client's share (:func:`~fl_strategies.privacy.dp_krylov_noise.client_noise_std`)."""
+        """Per-entry noise std of one client's share
+        (:func:`~fl_strategies.privacy.dp_krylov_noise.client_noise_std`)."""
         s = self.settings
         return dk.client_noise_std(s.dp_channel, self.m, self.releases, self.centred)
 
