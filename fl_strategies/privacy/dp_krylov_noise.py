@@ -30,20 +30,19 @@ same noise ``nu = D sigma`` on every product entry (``nu / a`` on the row sum),
     ``sum_t (||M Q_t||_F^2 + [t = 0] a^2 ||x - y||^2) / nu^2 <= D^2 / nu^2 = 1 / sigma^2``  (``D``: the
     :func:`release_sensitivity`),
 
-for every realisation of the (adaptively chosen) blocks. The blocks depend on earlier noisy releases only
-(public), so each step's parameter for the pair is fixed before the step, and each pair's privacy losses form a
-fully adaptive composition of Gaussian mechanisms whose squared parameters sum to at most ``1 / sigma^2`` almost
-surely: by the individual filter for Gaussian differential privacy (Koskela, Tobaben, Honkela, ICLR 2023, after Feldman and Zrnic 2021 for Renyi DP) the run is
-``(1 / sigma)``-GDP, i.e. it has the privacy profile of ONE Gaussian mechanism of multiplier ``sigma`` whatever
-``T``: the budget of the private ``covariance`` release, of which ``dp-krylov`` with ``B = I`` is the same
-mechanism. :func:`privacy_plan` calibrates that one Gaussian (``dp-calibration``: ``pld`` the PLD accountant of one
-Gaussian; ``paper``, the default, the exact curve of one Gaussian (Balle and Wang's analytic Gaussian
-mechanism, :class:`ExactGaussian`: the calibration the GDP filter gives, without ``dp-accounting``); ``rdp`` its
-Renyi curve (Feldman and Zrnic's filter); ``tight`` zCDP). This holds only if the blocks really are orthonormal
-and orthogonal to each other: every client checks
-the broadcast block against the ones it multiplied before (:func:`check_block`) and refuses a block that is not,
-and the noise covers the tolerance (:data:`BLOCK_TOLERANCE`: ``||M B||_F^2 <= ||M||_F^2 ||B||_2^2`` with
-``||B||_2^2 <= 1 + ||B^T B - I||_2``).
+for every realisation of the (adaptively chosen) blocks. The blocks depend on earlier noisy releases only (public),
+so each step's parameter for the pair is fixed before the step, and each pair's privacy losses form a fully
+adaptive composition of Gaussian mechanisms whose squared parameters sum to at most ``1 / sigma^2`` almost surely:
+by the individual filter for Gaussian differential privacy (Koskela, Tobaben, Honkela, ICLR 2023, after Feldman and
+Zrnic 2021 for Renyi DP) the run is ``(1 / sigma)``-GDP, i.e. it has the privacy profile of ONE Gaussian mechanism
+of multiplier ``sigma`` whatever ``T``: the budget of the private ``covariance`` release, of which ``dp-krylov``
+with ``B = I`` is the same mechanism. :func:`privacy_plan` calibrates that one Gaussian (``dp-calibration``:
+``pld`` the PLD accountant of one Gaussian; ``paper``, the default, the exact curve of one Gaussian (Balle and
+Wang's analytic Gaussian mechanism, :class:`ExactGaussian`: the calibration the GDP filter gives, without
+``dp-accounting``); ``rdp`` its Renyi curve (Feldman and Zrnic's filter); ``tight`` zCDP). This holds only if the
+blocks really are orthonormal and orthogonal to each other: every client checks the broadcast block against the
+ones it multiplied before (:func:`check_block`) and refuses a block that is not, and the noise covers the tolerance
+(:data:`BLOCK_TOLERANCE`: ``||M B||_F^2 <= ||M||_F^2 ||B||_2^2`` with ``||B||_2^2 <= 1 + ||B^T B - I||_2``).
 
 Noise split across the sites: each of ``s`` clients adds ``N(0, nu^2 / s)`` per entry to its share and the
 shares are summed (through SecAgg+ with ``dp-channel = "secagg"``), so the sum carries the central noise, as
