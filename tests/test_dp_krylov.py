@@ -231,3 +231,22 @@ def test_a_client_uploads_each_direction_once_and_refuses_a_block_it_already_mul
     for again in (B[:, :3], B[:, 2:5]):
         with pytest.raises(ValueError, match="not orthonormal"):
             DPKrylovClient(data, cfg, context).fit([again], {"round": 3})
+
+
+def test_through_secagg_the_run_gives_the_plaintext_sum_model(tmp_path):
+    """dp-channel = "secagg" (the default): each client's share goes through Flower's SecAgg+ (in-process), and
+    the model is the plaintext channel's to SecAgg+'s quantisation (the same seeded noise shares, summed)."""
+    from simulations.engines.local import run_local
+    from simulations.experiments.private_pca.owners import owner_rows, write_folder
+
+    blocks = owner_rows(num_owners=2, num_rows=400, dimension=12, seed=1)
+    base = {"strategy": "dp-krylov", "num-clients": 2, "rank": 2, "iteration-rank": 3, "num-server-rounds": 3,
+            "row-normalize": True, "center": True, "epsilon": 4.0, "delta": 1e-6, "seed": 3,
+            "dataset": str(write_folder(blocks, tmp_path / "owners"))}
+    models = {}
+    for channel in ("secagg", "plaintext"):
+        strategy = run_local(fused_run_config({**base, "dp-channel": channel}))
+        assert strategy.failure is None and strategy.secure == (channel == "secagg")
+        models[channel] = strategy.model
+    assert subspace_distance(models["secagg"]["components"].T, models["plaintext"]["components"].T) < 1e-3
+    np.testing.assert_allclose(models["secagg"]["mean"], models["plaintext"]["mean"], atol=1e-4)
