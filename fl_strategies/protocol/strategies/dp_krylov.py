@@ -190,6 +190,10 @@ class DPKrylovStrategy(DPPowerStrategy):
         return {**record, "channel": self.settings.dp_channel, "noise_source": self.noise_source()}
 
     # -- results ------------------------------------------------------------------------------------
+    def evaluate(self, server_round: int, parameters: Parameters):
+        """Record the round's row for the round's estimate (the Rayleigh-Ritz basis), not the block sent next."""
+        return super().evaluate(server_round, ndarrays_to_parameters([self.iterates[-1]]))
+
     def round_columns(self, server_round: int) -> dict[str, Any]:
         """The release's sensitivity, the noise, and the privacy spent after the round (all of it from round 1)."""
         if not server_round:
