@@ -235,6 +235,7 @@ def test_a_client_uploads_each_direction_once_and_refuses_a_block_it_already_mul
             DPKrylovClient(data, cfg, context).fit([again], {"round": 3})
 
 
+@pytest.mark.slow
 def test_through_secagg_the_run_gives_the_plaintext_sum_model(tmp_path):
     """dp-channel = "secagg" (the default): each client's share goes through Flower's SecAgg+ (in-process), and
     the model is the plaintext channel's to SecAgg+'s quantisation (the same seeded noise shares, summed)."""
