@@ -88,6 +88,15 @@ def test_the_client_noise_is_the_sensitivity_times_the_multiplier_shared_by_the_
     assert dk.client_noise_std("secagg", 4, None, True) == 0.0
 
 
+def test_the_noise_covers_the_block_tolerance_and_the_default_width_follows_the_rank():
+    """The release sensitivity is sqrt(2) (or 1.48) times sqrt(1 + tolerance), never less (mutation testing)."""
+    assert dk.release_sensitivity(False) == math.sqrt(2.0) * math.sqrt(1.0 + dk.BLOCK_TOLERANCE)
+    assert dk.release_sensitivity(True) == ag.joint_sensitivity(A) * math.sqrt(1.0 + dk.BLOCK_TOLERANCE)
+    assert dk.release_sensitivity(False) > math.sqrt(2.0)
+    assert [dk.default_block_width(k) for k in (1, 3, 5, 8)] == [10, 10, 14, 20]
+    assert dk.privacy_plan(0.0, 1e-6, "pld") is None and dk.privacy_plan(0.0, 1e-6, "paper") is None
+
+
 # -- the accounting -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("epsilon", [0.5, 1.0, 4.0])
 def test_the_run_is_one_gaussian_certified_by_dp_accounting_and_the_exact_curve(epsilon):
@@ -157,6 +166,8 @@ def test_next_blocks_are_orthonormal_together_and_a_client_refuses_any_other():
         dk.check_block(None, 2.0 * basis[:, :5])  # longer columns: a larger move than accounted
     with pytest.raises(ValueError, match="not orthonormal"):
         dk.check_block(None, np.full((d, p), np.nan))
+    with pytest.raises(ValueError, match="not orthonormal"):
+        dk.check_block(None, (1 + 1e-7) * basis[:, :5])  # 2e-7 longer: beyond the tolerance the noise covers
 
 
 def test_rayleigh_ritz_of_exact_products_on_an_invariant_subspace_gives_the_eigenpairs():

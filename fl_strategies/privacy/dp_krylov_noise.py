@@ -61,7 +61,7 @@ from . import analyze_gauss as ag
 
 __all__ = ["PRODUCT_SENSITIVITY", "MEAN_WEIGHT", "BLOCK_TOLERANCE", "RELEASE", "release_sensitivity",
            "privacy_plan", "client_noise_std", "initial_block", "next_block", "check_block", "centre_product",
-           "rayleigh_ritz", "project_mean", "default_block_width", "num_products"]
+           "rayleigh_ritz", "project_mean", "default_block_width", "exact_epsilon", "ExactGaussian"]
 
 PRODUCT_SENSITIVITY = math.sqrt(2.0)
 """L2 sensitivity of ``A Q`` for ``Q`` with orthonormal columns when one row of norm <= 1 is replaced."""
@@ -83,11 +83,6 @@ def default_block_width(rank: int) -> int:
     (``simulations/experiments/private_pca/dp_krylov_design.py``); a wider block costs no privacy (the
     sensitivity does not grow with ``p``), only upload."""
     return max(2 * rank + 4, 10)
-
-
-def num_products(rounds: int, p: int, d: int) -> int:
-    """``T``, the products of a run: ``num-server-rounds``, at most ``d // p`` (the blocks fill ``R^d``)."""
-    return max(1, min(rounds, d // p))
 
 
 def release_sensitivity(center: bool, weight: float = MEAN_WEIGHT) -> float:
