@@ -58,6 +58,10 @@ BEFORE = {
         'epsilon', 'first-k', 'iteration-rank', 'latency-model', 'latency-scale', 'latency-shift', 'latency-tail',
         'latency-upload', 'noise-source', 'num-server-rounds', 'rank', 'round-policy', 'row-normalize', 'secagg-clip',
         'secagg-num-shares', 'slow-factor', 'slow-fraction'],
+    'dp-krylov': ['center', 'deadline', 'delta', 'dp-calibration', 'dp-channel', 'dropout', 'epsilon', 'first-k',
+        'iteration-rank', 'latency-model', 'latency-scale', 'latency-shift', 'latency-tail', 'latency-upload',
+        'noise-source', 'num-server-rounds', 'rank', 'round-policy', 'row-normalize', 'secagg-clip',
+        'secagg-num-shares', 'slow-factor', 'slow-fraction'],
 }
 for _name in ("fedpower", "power", "krylov", "ssi", "localpower", "faps", "covariance"):  # added with PcaSettings since
     BEFORE[_name] = BEFORE[_name] + ["maf-min", "geno-max", "nonfounders", "indep-pairwise", "exclude-range",
@@ -89,7 +93,8 @@ def test_every_field_is_a_key_and_every_class_is_frozen(name):
 
 @pytest.mark.parametrize("name", STRATEGY_NAMES)
 def test_settings_are_built_from_the_effective_config_with_typed_values(name):
-    valid = {"row-normalize": True} if name == "dp-power" else {}  # its SecAgg+ channel needs bounded rows
+    # their SecAgg+ channel needs bounded rows
+    valid = {"row-normalize": True} if name in ("dp-power", "dp-krylov") else {}
     cfg = validate_run_config({**default_run_config(), "strategy": name, **valid})
     settings = settings_for(cfg)
     assert type(settings) is STRATEGIES[name].settings

@@ -95,6 +95,8 @@ NOT_RESUMABLE = {
     "mf-simgd": "mf-simgd's server state is not checkpointed",
     "dp-power": "a dp-power run with SecAgg+ does not run in this server loop, and every client counts its released "
                 "products against L in its node state (context.state)",
+    "dp-krylov": "every dp-krylov client keeps the blocks it multiplied in its node state (context.state), which a "
+                 "new run does not have: a resumed run could ask again about a direction already released",
 }
 
 

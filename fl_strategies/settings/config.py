@@ -35,6 +35,7 @@ from .errors import ConfigError
 from ..files.harness import NODE_DATA, is_partition_folder, node_files
 from ..privacy.dp_sensitivity import SENSITIVITIES
 from ..privacy.dp_power_noise import privacy_plan
+from ..privacy.dp_krylov_noise import RELEASE as DP_KRYLOV_RELEASE, default_block_width, privacy_plan as dp_krylov_plan
 from ..privacy.noise import NOISE_SOURCES
 from ..privacy.accounting import AccountantUnavailable, unmeasurable
 from ..privacy.fedpower_dp import achieved_epsilon, centred_releases, epsilon_spent, noise_multiplier
@@ -105,7 +106,8 @@ KEYS: dict[str, Key] = {
         _key("clients-per-round", int, "K, clients sampled per round (FedPower: with replacement, see sampling); 0 "
              "or num-clients = full participation without sampling", lambda v: v >= 0, "an integer in [0, num-clients]"),
         _key("rank", int, "k, the target rank", lambda v: v >= 1, "an integer >= 1"),
-        _key("iteration-rank", int, "r >= k, columns iterated (0 = rank)", lambda v: v >= 0,
+        _key("iteration-rank", int, "r >= k, columns iterated (0 = rank; dp-krylov: its block width, 0 = "
+             "max(2 rank + 4, 10))", lambda v: v >= 0,
              "0 or an integer >= rank"),
         _key("num-server-rounds", int, "communication rounds (the maximum, with stop-tol; used when "
              "total-iterations is 0)", lambda v: v >= 1, "an integer in [1, 1000000]"),
@@ -215,7 +217,8 @@ KEYS: dict[str, Key] = {
         _key("dp-sensitivity", str, "dp-power: Delta_l of each noisy product: row-norm (the paper's max row norm of "
              "X, relation (12)), max-entry (Hardt & Price, sqrt(p) max |X_ij|) or one (runtime-independent; also "
              "valid for adding or removing one unit-norm row)", choices=SENSITIVITIES),
-        _key("dp-channel", str, "dp-power: how the clients' noisy products reach the server: secagg (Flower's "
+        _key("dp-channel", str, "dp-power, dp-krylov: how the clients' noisy products reach the server: secagg "
+             "(Flower's "
              "SecAgg+, each client adds noise sigma/sqrt(s)), plaintext (same noise, summed in the clear: a test "
              "mode, private only with one client) or public (each client adds the full central noise, no SecAgg)",
              choices=("secagg", "plaintext", "public")),
@@ -223,7 +226,8 @@ KEYS: dict[str, Key] = {
              "(fedpower: Theorem 6; dp-power: sigma = sqrt(4 L ln(1/delta))/epsilon), tight (exact zCDP "
              "conversion, less noise), pld or rdp (the smallest noise that dp-accounting's privacy-loss-"
              "distribution or Renyi accountant certifies over the run's releases; needs the privacy extra); "
-             "epsilon_spent is by the same accountant", choices=CALIBRATIONS),
+             "epsilon_spent is by the same accountant; dp-krylov (its whole run is one Gaussian): paper = the exact "
+             "Gaussian curve (no extra needed), tight = zCDP, pld / rdp as above", choices=CALIBRATIONS),
         _key("secure-aggregation", str, "covariance: send each client's Gram matrix (and row sum, with center) "
              "through Flower's SecAgg+, so that the server learns only the sums: auto (= true whenever epsilon is "
              "set and there are >= 2 clients), true or false (dp-power: see dp-channel); power, ssi, fedpower, "
@@ -513,8 +517,9 @@ def effective_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     m = cfg["num-clients"]
     if cfg["clients-per-round"] == 0:
         cfg["clients-per-round"] = m
-    if cfg["iteration-rank"] == 0:
-        cfg["iteration-rank"] = cfg["rank"]
+    if cfg["iteration-rank"] == 0:  # dp-krylov: its block width (fl_strategies.privacy.dp_krylov_noise)
+        cfg["iteration-rank"] = (default_block_width(cfg["rank"]) if cfg.get("strategy") == "dp-krylov"
+                                 else cfg["rank"])
     _check_conflicts(cfg)
     overridden = _apply_fixed(cfg)
     if cfg["clients-per-round"] > m:
@@ -770,7 +775,7 @@ def _check_pca(cfg: dict[str, Any]) -> None:
         raise ConfigError("scale is refused with epsilon or noise-std set: the clients' per-column sums of squares "
                           "would be released in the clear, which the privacy guarantee does not cover")
     if scaled and not row_sums_at_discovery(cfg) and not secure_power(cfg):
-        channel = ("its private channel (dp-channel)" if cfg["strategy"] == "dp-power" else
+        channel = ("its private channel (dp-channel)" if cfg["strategy"] in PRIVATE_CHANNEL else
                    f"SecAgg+ (secure-aggregation = {cfg['secure-aggregation']!r})")
         raise ConfigError(f"scale is refused for {cfg['strategy']!r} here: its row sums travel through {channel}, "
                           "and the per-column sums of squares would be sent in the clear at discovery")
@@ -778,9 +783,10 @@ def _check_pca(cfg: dict[str, Any]) -> None:
                         ("init-from", bool(cfg["init-from"]))):
         if not active:
             continue
-        if not spec(cfg["strategy"]).pca and not (key == "center" and cfg["strategy"] == "dp-power"):
+        if not spec(cfg["strategy"]).pca and not (key == "center" and cfg["strategy"] in PRIVATE_CHANNEL):
             raise ConfigError(f"{key} applies to the strategies that write a PCA model (fedpower, power, ssi, "
-                              f"localpower, faps, covariance; center also dp-power), not {cfg['strategy']!r}")
+                              f"localpower, faps, covariance; center also dp-power, dp-krylov), not "
+                              f"{cfg['strategy']!r}")
         if key == "init-from" and cfg["strategy"] == "covariance":
             raise ConfigError("init-from does not apply to strategy 'covariance': it computes the exact "
                               "components in one round from no starting basis")
@@ -846,6 +852,8 @@ def _check_more(cfg: dict[str, Any]) -> None:
                               f"over T = {T} steps is not a finite number; use 0 for no noise or a larger value")
     elif cfg["strategy"] == "dp-power":
         _check_dp_power(cfg)
+    elif cfg["strategy"] == "dp-krylov":
+        _check_dp_krylov(cfg)
     elif cfg["strategy"] == "covariance":
         _check_covariance(cfg)
     elif cfg["epsilon"] > 0:
@@ -905,7 +913,10 @@ def _check_measurable(cfg: dict[str, Any], sigma: float, releases: int) -> None:
                           "accountant cannot measure the epsilon spent (epsilon_pld); lower epsilon")
 
 
-PRIVATE_PCA = ("covariance", "dp-power", "fedpower")
+PRIVATE_PCA = ("covariance", "dp-power", "dp-krylov", "fedpower")
+
+PRIVATE_CHANNEL = ("dp-power", "dp-krylov")
+"""The strategies whose row sums (``center``) travel with their products through their ``dp-channel``."""
 """The strategies whose noisy runs centre privately (``center``; fedpower with ``epsilon``, not ``noise-std``);
 ``variance-target`` under noise: covariance only (the others' models have no explained-variance ratio)."""
 
@@ -945,7 +956,7 @@ def row_sums_at_discovery(cfg: Mapping[str, Any]) -> bool:
     SecAgg+); a secure ``covariance`` sends them through SecAgg+ with its Gram matrix instead, a secure ``power``
     or ``ssi`` in a SecAgg+ discovery round (:func:`secure_power`)."""
     return (bool(cfg.get("center")) and not secure_covariance(cfg) and not secure_power(cfg)
-            and cfg.get("strategy") != "dp-power")
+            and cfg.get("strategy") not in PRIVATE_CHANNEL)
 
 
 SECURE_SUM_STRATEGIES = ("power", "ssi", "fedpower", "localpower", "krylov")
@@ -1071,6 +1082,11 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
         _check_noise_variance(cfg, c.sigma, "its noise multiplier sigma (the noise standard deviation per unit of "
                               "sensitivity)")
         _check_measurable(cfg, c.sigma, cfg["num-server-rounds"])
+    _check_dp_channel(cfg)
+
+
+def _check_dp_channel(cfg: dict[str, Any]) -> None:
+    """dp-power, dp-krylov: a SecAgg+ set-up Flower can run (``dp-channel = "secagg"``)."""
     if cfg["dp-channel"] == "secagg":
         if not 2 <= cfg["num-clients"] <= MAX_SECAGG_CLIENTS:
             raise ConfigError(f"dp-channel = \"secagg\" needs 2 <= num-clients <= {MAX_SECAGG_CLIENTS} (SecAgg+ "
@@ -1082,6 +1098,22 @@ def _check_dp_power(cfg: dict[str, Any]) -> None:
         if cfg["secagg-num-shares"] > cfg["num-clients"]:
             raise ConfigError(f"secagg-num-shares must be at most num-clients = {cfg['num-clients']}, got "
                               f"{cfg['secagg-num-shares']}")
+
+
+def _check_dp_krylov(cfg: dict[str, Any]) -> None:
+    """dp-krylov: a target the calibration meets (one Gaussian for the whole run), and SecAgg+ as dp-power."""
+    if cfg["epsilon"] > 0:
+        try:
+            releases = dp_krylov_plan(cfg["epsilon"], cfg["delta"], cfg["dp-calibration"])
+        except AccountantUnavailable as ex:
+            raise ConfigError(f"dp-calibration = {cfg['dp-calibration']!r}: {ex}") from None
+        except (ValueError, ArithmeticError) as ex:
+            raise ConfigError(str(ex)) from None
+        sigma = releases.multipliers[DP_KRYLOV_RELEASE]
+        _check_noise_variance(cfg, sigma, "its noise multiplier sigma (the noise standard deviation per unit of "
+                              "sensitivity)")
+        _check_measurable(cfg, sigma, 1)
+    _check_dp_channel(cfg)
 
 
 def writable_directory(directory: str | Path, key: str) -> Path:

@@ -159,6 +159,11 @@ STRATEGIES: dict[str, StrategySpec] = {s.name: s for s in [
                  noise=True, stragglers="all",
                  fixed=lambda c: {"noise-std": 0.0, "clients-per-round": c["num-clients"], "local-steps": 1,
                                   "schedule": "fixed", "alignment": "none", "total-iterations": 0, "stop-tol": 0.0}),
+    StrategySpec("dp-krylov", "fl_strategies.protocol.strategies.dp_krylov:DPKrylovStrategy",
+                 "client_app.dp_krylov_client:DPKrylovClient", st.DPKrylovSettings,
+                 noise=True, stragglers="all",
+                 fixed=lambda c: {"noise-std": 0.0, "clients-per-round": c["num-clients"], "local-steps": 1,
+                                  "schedule": "fixed", "alignment": "none", "total-iterations": 0, "stop-tol": 0.0}),
 ]}
 
 STRATEGY_NAMES = tuple(STRATEGIES)

@@ -251,6 +251,22 @@ class DPPowerSettings(Settings, NoiseSettings, SecAggSettings, StragglerSettings
 
 
 @dataclass(frozen=True, kw_only=True)
+class DPKrylovSettings(Settings, NoiseSettings, SecAggSettings, StragglerSettings):
+    """``dp-krylov``: private block Krylov, every product on a block orthonormal to the ones before
+    (:mod:`fl_strategies.privacy.dp_krylov_noise`)."""
+
+    rank: int
+    iteration_rank: int
+    num_server_rounds: int
+    row_normalize: bool
+    center: bool
+    dp_channel: str
+    clients_per_round: int
+    stop_tol: float
+    noise_std: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class FedLrgdSettings(Settings, ErmSettings, StragglerSettings):
     """``fedlrgd``: low-rank gradient descent (``rank`` and the noise are fixed)."""
 
