@@ -1,7 +1,8 @@
-"""The opt-in launchers of the scripted deployment (fedspectral/launchers): ``--warm-clientapp`` runs
-Flower's ``flwr-clientapp`` in a process forked from one that has imported Flower, with the launcher's
-arguments, streams, environment and exit status; ``--supernode-poll`` runs Flower's ``flower-supernode`` with
-shorter sleeps between its polls."""
+"""The launchers every deployment and ``fedspectral supernode`` start by default (fedspectral/launchers): the fork
+server runs Flower's ``flwr-clientapp`` in a process forked from one that has imported Flower, with the launcher's
+arguments, streams, environment and exit status; ``supernode.py`` runs Flower's ``flower-supernode`` with
+shorter sleeps between its polls while a run is active. Where either does not fit the installed Flower, Flower's
+own behaviour is kept with one line; ``--flower-defaults`` keeps it on purpose."""
 
 import os
 import signal
@@ -83,22 +84,172 @@ def test_the_fork_server_imports_nothing_of_the_app():
     assert done.stdout.strip() == "[]"
 
 
-def test_the_supernode_launcher_shortens_only_the_two_polls_of_flowers_supernode_loop(monkeypatch):
+def _launcher_with_flower_loop_restored(monkeypatch):
+    """``launchers/supernode.py`` as a namespace; what it changes in Flower's SuperNode loop is undone after the
+    test."""
     import runpy
 
     import flwr.supernode.start_client_internal as loop
 
-    launcher = runpy.run_path(str(LAUNCHERS_DIR / "supernode.py"))
+    monkeypatch.setattr(loop, "time", loop.time)
+    monkeypatch.setattr(loop, "_pull_and_store_message", loop._pull_and_store_message)
+    return runpy.run_path(str(LAUNCHERS_DIR / "supernode.py")), loop
+
+
+def test_the_supernode_launcher_shortens_only_the_two_polls_of_flowers_supernode_loop(monkeypatch):
+    launcher, loop = _launcher_with_flower_loop_restored(monkeypatch)
     slept = []
-    monkeypatch.setattr(loop, "time", loop.time)  # restored after the test
     monkeypatch.setattr("time.sleep", slept.append)
-    launcher["shorten_waits"](0.2)
+    assert launcher["shorten_waits"](0.2) is None
     for seconds in (3, 0.5, 1.0, 0.01):
         loop.time.sleep(seconds)
     assert slept == [0.2, 0.2, 1.0, 0.01]
     assert loop.time.monotonic is __import__("time").monotonic
     launcher["ShortWaits"](2.0).sleep(0.5)  # a poll longer than 0.5 s leaves the reply's look at 0.5 s
     assert slept[-1] == 0.5
+
+
+def test_an_idle_supernode_polls_as_flowers_and_a_message_makes_it_poll_often_again(monkeypatch):
+    launcher, loop = _launcher_with_flower_loop_restored(monkeypatch)
+    clock = [100.0]
+    replies = iter([None, 7])
+    monkeypatch.setattr(loop, "_pull_and_store_message", lambda **kwargs: next(replies))
+    monkeypatch.setattr("time.monotonic", lambda: clock[0])
+    slept = []
+    monkeypatch.setattr("time.sleep", slept.append)
+    assert launcher["shorten_waits"](0.1) is None
+    loop.time.sleep(3)  # just started: a run may begin any moment
+    clock[0] += launcher["HOT_SECONDS"] + 1
+    loop.time.sleep(3)  # a minute without a message: Flower's 3 s
+    assert loop._pull_and_store_message(state=None) is None  # the loop's call, its result unchanged
+    loop.time.sleep(3)
+    assert loop._pull_and_store_message(state=None) == 7  # a message
+    loop.time.sleep(3)
+    assert slept == [0.1, 3, 3, 0.1]
+
+
+def test_the_supernode_launcher_fits_the_flower_versions_pyproject_allows():
+    import runpy
+    import tomllib
+
+    from flwr.supercore.version import package_version
+
+    launcher = runpy.run_path(str(LAUNCHERS_DIR / "supernode.py"))
+    (pin,) = [d for d in tomllib.loads((LAUNCHERS_DIR.parents[1] / "pyproject.toml").read_text())["project"][
+        "dependencies"] if d.startswith("flwr")]
+    assert pin.endswith(">=1.41,<1.43") and launcher["FLOWER_SERIES"] == ("1.41.", "1.42.")
+    import flwr.supernode.start_client_internal as loop
+
+    source = __import__("inspect").getsource(loop)
+    assert launcher["misfit"](package_version, source) is None  # the installed Flower is changed
+    assert "found 1.43.0" in launcher["misfit"]("1.43.0", source)
+    assert "no time.sleep(3)" in launcher["misfit"](package_version, source.replace("time.sleep(3)", "sleep(2)"))
+    assert "_pull_and_store_message" in launcher["misfit"](package_version, source.replace("run_id = _pull", "_x"))
+
+
+def test_a_flower_the_supernode_launcher_does_not_fit_keeps_its_own_waits_with_one_line(tmp_path):
+    """Flower's SuperNode starts unchanged (here: its --help) after one line saying why."""
+    script = tmp_path / "supernode.py"
+    script.write_text((LAUNCHERS_DIR / "supernode.py").read_text().replace('("1.41.", "1.42.")', '("0.9.",)'))
+    done = subprocess.run([sys.executable, str(script), "0.2", "--help"], capture_output=True, text=True)
+    own = subprocess.run([str(FLOWER.parent / "flower-supernode"), "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == own.stdout
+    line, rest = done.stderr.split("\n", 1)
+    assert line == (f"supernode.py: written for Flower 0.9.x, found {__import__('flwr').__version__}: Flower's "
+                    "own waits are kept (3 s after an empty poll)") and rest == own.stderr
+
+
+def test_a_fork_server_that_does_not_fit_flower_exits_at_once_and_the_supernodes_start_flowers_clientapp():
+    import runpy
+
+    from fedspectral.supernode import start_forkserver
+
+    server = runpy.run_path(str(LAUNCHERS_DIR / "forkserver.py"))
+    assert server["misfit"]() is None  # the installed Flower's flwr-clientapp is the function it forks
+    assert "not flwr.other:clientapp" in server["misfit"]("flwr.other:clientapp")
+    folders = []
+
+    def misfit_server(cmd):
+        folders.append(Path(cmd[-1]).parent)
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+
+    proc, socket_path, problem = start_forkserver(misfit_server)
+    assert socket_path is None and problem == "the ClientApp fork server exited with status 3"
+    assert proc.returncode == 3 and not folders[0].exists()
+
+
+@pytest.mark.deploy  # a fork server (imports Flower: a few seconds)
+@pytest.mark.timeout(180)
+def test_the_fork_server_stops_with_the_process_that_started_it_and_removes_its_socket(tmp_path):
+    folder = tmp_path / "server"
+    folder.mkdir()
+    path = folder / "s.sock"
+    starter = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, sys.argv[1], sys.argv[2]]); "
+               "print(p.pid, flush=True); import pathlib\nwhile not pathlib.Path(sys.argv[2]).exists(): "
+               "time.sleep(0.05)")
+    done = subprocess.run([sys.executable, "-c", starter, str(LAUNCHERS_DIR / "forkserver.py"), str(path)],
+                          capture_output=True, text=True, timeout=150)
+    server = int(done.stdout.split()[0])  # its starter has ended once the server served
+    deadline = time.monotonic() + 60
+    while _running(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(server) and not folder.exists()
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is no zombie."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+def test_a_local_deployment_starts_warm_clientapps_and_short_polls_by_default(monkeypatch, tmp_path):
+    """Without a flag, the SuperNodes start as ``fedspectral supernode`` starts one: through supernode.py with
+    the default poll, the fork server's launcher first on their PATH; ``flower-defaults`` is Flower's own."""
+    import simulations.engines.deploy as deploy
+    from fedspectral.supernode import DEFAULT_POLL
+
+    started = []
+
+    class Stub:
+        pid = 0
+
+        def poll(self):
+            return None
+
+    def start(self, name, cmd):
+        started.append((name, cmd, dict(self.env)))
+        if name == "clientapp_forkserver":
+            Path(cmd[-1]).touch()  # it serves
+        return Stub()
+
+    monkeypatch.setattr(deploy.LocalDeployment, "_start", start)
+    monkeypatch.setattr(deploy.LocalDeployment, "_start_superlink", lambda self, ca: None)
+    monkeypatch.setattr(deploy.LocalDeployment, "stop", lambda self: None)
+    files = [tmp_path / f"partition_{i}.npy" for i in range(2)]
+    with deploy.LocalDeployment(files, tmp_path / "out", port=1):
+        pass
+    (server, _, _), (node, cmd, env) = started[0], started[1]
+    assert server == "clientapp_forkserver" and node == "supernode_0"
+    assert cmd[1:3] == [str(LAUNCHERS_DIR / "supernode.py"), str(DEFAULT_POLL)]
+    assert env["PATH"].split(os.pathsep)[0] == str(LAUNCHERS_DIR) and env[FORKSERVER_VARIABLE].endswith(".sock")
+    started.clear()
+    with deploy.LocalDeployment(files, tmp_path / "plain", port=1, warm_clientapp=False, supernode_poll=None):
+        pass
+    assert [name for name, _, _ in started] == ["supernode_0", "supernode_1"]
+    assert started[0][1][0] == "flower-supernode" and FORKSERVER_VARIABLE not in started[0][2]
+
+
+@pytest.mark.parametrize("flags, given", [(["--flower-defaults", "--supernode-poll", "0.2"], "--supernode-poll"),
+                                          (["--warm-clientapp", "--flower-defaults"], "--warm-clientapp")])
+def test_deploy_refuses_a_fast_flag_with_flower_defaults_in_one_line(capsys, flags, given):
+    from simulations.engines.deploy import main
+
+    assert main([*flags, "--out", "/nonexistent/never-created"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith(f"{given} and --flower-defaults contradict each other: give one")
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("argv", [["0.01"], ["x"], []])
