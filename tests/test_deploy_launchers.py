@@ -329,3 +329,47 @@ def test_a_local_deployment_unpacks_the_app_in_memory_unless_the_user_chose_a_tm
     assert env.get("TMPDIR") == (str(MEMORY_TMP) if os.access(MEMORY_TMP, os.W_OK) else None)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     assert LocalDeployment([tmp_path / "partition_0.npy"], tmp_path).env["TMPDIR"] == str(tmp_path)
+
+
+@pytest.mark.deploy  # a SuperNode and its fork server (each imports Flower: 10-30 s under load)
+@pytest.mark.timeout(240)
+def test_fedspectral_supernode_becomes_flowers_supernode_and_its_fork_server_ends_with_it(tmp_path):
+    """``fedspectral supernode ARGS`` starts the fork server, then execs ``supernode.py POLL ARGS`` (same process:
+    Flower's signals and exit status); SIGTERM stops the SuperNode, and the fork server ends with it, removing
+    its socket's folder."""
+    import re
+
+    from fedspectral.deploy import free_port_block
+    from fedspectral.supernode import DEFAULT_POLL
+
+    port = free_port_block(4)  # nothing answers there: the SuperNode retries until it is stopped
+    log = tmp_path / "supernode.log"
+    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr-home"), "PATH": f"{FLOWER.parent}{os.pathsep}"
+           f"{os.environ.get('PATH', '')}"}
+    with log.open("w") as handle:
+        node = subprocess.Popen([sys.executable, "-m", "fedspectral", "supernode", "--insecure", "--superlink",
+                                 f"127.0.0.1:{port}", "--port", str(port + 1)], env=env, stdout=handle,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while "Flower imported, serving" not in log.read_text() or "supernode.py" not in Path(
+                f"/proc/{node.pid}/cmdline").read_text():
+            assert node.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert Path(f"/proc/{node.pid}/cmdline").read_text().split("\0")[2:4] == [str(DEFAULT_POLL), "--insecure"]
+        socket_path = Path(re.search(r"serving (\S+)", log.read_text()).group(1))
+        children = subprocess.run(["pgrep", "-P", str(node.pid)], capture_output=True, text=True).stdout.split()
+        (server,) = [int(pid) for pid in children if "forkserver.py" in Path(f"/proc/{pid}/cmdline").read_text()]
+        node.send_signal(signal.SIGTERM)
+        node.wait(timeout=60)
+        while (_running(server) or socket_path.parent.exists()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(server) and not socket_path.parent.exists()
+    finally:
+        try:
+            os.killpg(node.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        node.wait()
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
+    assert left.strip() == ""
