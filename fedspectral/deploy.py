@@ -73,8 +73,9 @@ from fedspectral.run_config import (ArgumentError, ArgumentParser, check_node_fi
                                     checked_run_config, config_word, listed, parse_run_config)
 from fedspectral.run_config import app_dir as default_app_dir
 from fedspectral.credentials import write_node_keys, write_tls_files, written_names
-from fedspectral.supernode import (DEFAULT_POLL, FORKSERVER_VARIABLE, LAUNCHERS_DIR, POLL_RANGE,  # noqa: F401
-                                   start_forkserver, supernode_command, warm_env)
+from fedspectral.supernode import (DEFAULT_POLL, FORKSERVER_VARIABLE, LAUNCHERS_DIR, MEMORY_TMP,  # noqa: F401
+                                   POLL_RANGE, SUPEREXEC_POLL_VARIABLE, node_env, start_forkserver,
+                                   supernode_command, warm_env)
 from fedspectral.outcome import missing_model, model_stamp
 from simulations.data.federated_data import federated_dataset
 from fedspectral.run import absolute_paths, flower_env, run_status, stream_run, terminate
@@ -89,12 +90,8 @@ MANIFEST = ".deploy-outputs.json"
 """The file in ``--out`` listing every path a deployment wrote there (relative to ``--out``)."""
 MAX_NODES = 200
 """Most SuperNodes (one process each) a deployment on one machine starts."""
-SUPEREXEC_POLL_VARIABLE, SUPEREXEC_POLL_SECONDS = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1"
-"""Flower's SuperExec reads its task polling interval (default 1 s) from this variable."""
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """Threads of the linear algebra libraries per process: the cores divided among the SuperNodes."""
-MEMORY_TMP = Path("/dev/shm")
-"""A memory file system: the deployment's ``TMPDIR`` (each ClientApp process unpacks the app there to check it)."""
 
 
 def write_node_files(cfg: dict, directory: Path) -> list[Path]:
@@ -336,19 +333,13 @@ class LocalDeployment:
         self.supernode_poll = supernode_poll
         self.env = flower_env()
         self.env["FLWR_HOME"] = str(workdir / "flwr-home")
-        # each SuperExec (the SuperLink's, every SuperNode's) looks for a new task every second by default; a
-        # message waited up to that long before its ClientApp process started (a user's setting is kept)
-        self.env.setdefault(SUPEREXEC_POLL_VARIABLE, SUPEREXEC_POLL_SECONDS)
+        # the SuperExecs' task poll and TMPDIR as on a device (fedspectral.supernode.node_env; a user's kept)
+        self.env = node_env(self.env)
         # the ClientApps of all nodes share this machine's cores: OpenBLAS's own threads, one per core in every
         # ClientApp process, made a message's small products up to 20 times slower under load
         threads = str(max(1, (os.cpu_count() or 1) // max(len(files), 1)))
         for name in BLAS_THREAD_VARIABLES:
             self.env.setdefault(name, threads)
-        # every ClientApp process (and ServerApp) unpacks the whole app (FAB) into a new private folder of TMPDIR
-        # and checks its hashes before it runs (Flower's install_from_fab, even when the app is installed): 0.30 s
-        # on disk, 0.06 s in memory, at a load of 11 on 2 cores (a TMPDIR the user set is kept)
-        if MEMORY_TMP.is_dir() and os.access(MEMORY_TMP, os.W_OK | os.X_OK):
-            self.env.setdefault("TMPDIR", str(MEMORY_TMP))
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
         with open_file(self.workdir / "logs" / f"{name}.log", truncate=True) as log:  # the process keeps its copy

@@ -9,7 +9,10 @@ any flag:
   ClientApp, running Flower's own ``flwr-clientapp`` entry point; the SuperNode finds the launcher
   ``launchers/flwr-clientapp`` first on its ``PATH``;
 * Flower's ``flower-supernode`` through ``launchers/supernode.py``: within a minute of its last message it polls
-  the SuperLink every ``--poll`` seconds instead of sleeping 3 s (idle, as Flower's does).
+  the SuperLink every ``--poll`` seconds instead of sleeping 3 s (idle, as Flower's does);
+* Flower's own settings as ``deploy`` gives them (:func:`node_env`; a value the user set is kept): its SuperExec
+  looks for a new task every 0.1 s (``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``; Flower's 1 s), and ``TMPDIR`` is a
+  memory file system where there is one (``/dev/shm``: Flower unpacks and checks the app there at every message).
 
 Every other argument goes to ``flower-supernode`` unchanged, and the process becomes the SuperNode (``exec``:
 its signals and exit status are Flower's); the fork server ends with it. ``--flower-defaults`` runs
@@ -32,7 +35,7 @@ from typing import Callable
 from fl_strategies.settings.command_line import ArgumentParser
 
 __all__ = ["DEFAULT_POLL", "LAUNCHERS_DIR", "FORKSERVER_VARIABLE", "supernode_command", "start_forkserver",
-           "warm_env", "main"]
+           "warm_env", "node_env", "main"]
 
 DEFAULT_POLL = 0.1
 """Seconds between a SuperNode's polls of the SuperLink while a run is active (Flower's: 3 s)."""
@@ -42,6 +45,10 @@ LAUNCHERS_DIR = Path(__file__).resolve().parent / "launchers"
 """The fork server (``forkserver.py``), the ``flwr-clientapp`` launcher and ``supernode.py``."""
 FORKSERVER_VARIABLE = "FEDSPECTRAL_CLIENTAPP_FORKSERVER"
 """The launcher finds the fork server's socket in this variable (``forkserver.SOCKET_VARIABLE``)."""
+SUPEREXEC_POLL_VARIABLE, SUPEREXEC_POLL_SECONDS = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1"
+"""Flower's SuperExec reads its task polling interval (default 1 s) from this variable."""
+MEMORY_TMP = Path("/dev/shm")
+"""A memory file system: the SuperNodes' ``TMPDIR`` (each ClientApp process unpacks the app there to check it)."""
 FORKSERVER_START_SECONDS = 120.0
 """How long the fork server may take to import Flower before the ClientApps start without it."""
 
@@ -52,6 +59,22 @@ def supernode_command(poll: float | None) -> list[str]:
     if poll is None:
         return ["flower-supernode"]
     return [sys.executable, str(LAUNCHERS_DIR / "supernode.py"), str(poll)]
+
+
+def node_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with Flower's settings for a fast SuperNode, where ``env`` has none of its own.
+
+    Each SuperExec looks for a new task every second by default: a message waited up to that long before its
+    ClientApp started (:data:`SUPEREXEC_POLL_VARIABLE`, 0.1 s here). Every ClientApp process (and ServerApp)
+    unpacks the whole app (FAB) into a new private folder of ``TMPDIR`` and checks its hashes before it runs
+    (Flower's ``install_from_fab``, even when the app is installed): 0.30 s on disk, 0.06 s in memory
+    (:data:`MEMORY_TMP`), at a load of 11 on 2 cores.
+    """
+    env = {**env}
+    env.setdefault(SUPEREXEC_POLL_VARIABLE, SUPEREXEC_POLL_SECONDS)
+    if MEMORY_TMP.is_dir() and os.access(MEMORY_TMP, os.W_OK | os.X_OK):
+        env.setdefault("TMPDIR", str(MEMORY_TMP))
+    return env
 
 
 def warm_env(env: dict[str, str], socket_path: Path) -> dict[str, str]:
@@ -153,7 +176,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedspectral.super
                   file=sys.stderr)
             return 1
         os.execv(flower, [flower, *rest])
-    env = dict(os.environ)
+    env = node_env(dict(os.environ))
     sys.stdout.flush()
     _, socket_path, problem = start_forkserver(lambda cmd: subprocess.Popen(cmd, env=env))
     if problem:

@@ -357,6 +357,8 @@ def test_fedspectral_supernode_becomes_flowers_supernode_and_its_fork_server_end
             assert node.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         assert Path(f"/proc/{node.pid}/cmdline").read_text().split("\0")[2:4] == [str(DEFAULT_POLL), "--insecure"]
+        environ = Path(f"/proc/{node.pid}/environ").read_text().split("\0")
+        assert "FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.1" in environ  # Flower's setting, as deploy gives it
         socket_path = Path(re.search(r"serving (\S+)", log.read_text()).group(1))
         children = subprocess.run(["pgrep", "-P", str(node.pid)], capture_output=True, text=True).stdout.split()
         (server,) = [int(pid) for pid in children if "forkserver.py" in Path(f"/proc/{pid}/cmdline").read_text()]
@@ -373,3 +375,13 @@ def test_fedspectral_supernode_becomes_flowers_supernode_and_its_fork_server_end
         node.wait()
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert left.strip() == ""
+
+
+def test_a_supernode_gets_flowers_fast_settings_unless_the_user_chose_their_own(tmp_path):
+    from fedspectral.supernode import MEMORY_TMP, SUPEREXEC_POLL_VARIABLE, node_env
+
+    env = node_env({"PATH": "/bin"})
+    assert env[SUPEREXEC_POLL_VARIABLE] == "0.1" and env["PATH"] == "/bin"
+    assert env.get("TMPDIR") == (str(MEMORY_TMP) if os.access(MEMORY_TMP, os.W_OK) else None)
+    own = {SUPEREXEC_POLL_VARIABLE: "2", "TMPDIR": str(tmp_path)}
+    assert node_env(own) == own
