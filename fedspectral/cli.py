@@ -35,6 +35,8 @@ COMMANDS: dict[str, Command] = {
                        "run the runs of a comparison file and write a results table, summary and plots"),
     "deploy": Command("fedspectral.deploy",
                       "run on a SuperLink and one SuperNode process per data file on this machine"),
+    "supernode": Command("fedspectral.supernode",
+                         "start Flower's SuperNode on a device as deploy does: warm ClientApps, short polls"),
     "credentials": Command("fedspectral.credentials",
                            "write TLS certificates and SuperNode keys for a secure deployment"),
     "transform": Command("client_app.transform",

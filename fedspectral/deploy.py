@@ -20,7 +20,7 @@ Usage::
 
     python -m simulations.engines.deploy [--run-config 'key=value ...'] [--out OUT [--force]] [--data-dir DIR]
                                  [--secure] [--noise-secret-dir DIR] [--port PORT] [--fault PID=nan|shape ...]
-                                 [--warm-clientapp] [--supernode-poll SECONDS]
+                                 [--supernode-poll SECONDS | --flower-defaults]
 
 ``--data-dir`` names existing node files ``partition_<i>.npy`` or ``partition_<i>.csv``; before any process
 starts, each is read and checked as its node will (format, no pickles, 2-D, finite, one width for all, fitting
@@ -34,9 +34,12 @@ any process starts, every secret already there is judged as its node will (a reg
 SuperLink and its SuperNodes take a block of free ports, so that several deployments can run on one
 machine at once.
 
-``--warm-clientapp`` and ``--supernode-poll`` start Flower's ClientApps and SuperNodes through the opt-in
-launchers of ``fedspectral/launchers`` (a fork server that has imported Flower; a shorter sleep after
-an empty poll): see their modules for exactly what they change.
+Every SuperNode starts as ``fedspectral supernode`` starts one on a device (:mod:`fedspectral.supernode`): its
+ClientApps forked from one process that has imported Flower (``fedspectral/launchers/forkserver.py``, one for
+the deployment) and a poll of the SuperLink every 0.1 s while a run is active (``--supernode-poll SECONDS``
+another) instead of Flower's 3 s sleep; where either does not fit the installed Flower, one line says so and
+Flower's own behaviour is kept. ``--flower-defaults`` starts Flower's ``flower-supernode`` as it is, a new
+``flwr-clientapp`` process per message. ``--warm-clientapp`` is the default, and kept for older commands.
 
 The server regenerates the configured data set only to *measure* the estimate
 against the exact reference, as the simulation harness does.
@@ -53,7 +56,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -71,6 +73,9 @@ from fedspectral.run_config import (ArgumentError, ArgumentParser, check_node_fi
                                     checked_run_config, config_word, listed, parse_run_config)
 from fedspectral.run_config import app_dir as default_app_dir
 from fedspectral.credentials import write_node_keys, write_tls_files, written_names
+from fedspectral.supernode import (DEFAULT_POLL, FORKSERVER_VARIABLE, LAUNCHERS_DIR, MEMORY_TMP,  # noqa: F401
+                                   POLL_RANGE, SUPEREXEC_POLL_VARIABLE, node_env, start_forkserver,
+                                   supernode_command, warm_env)
 from fedspectral.outcome import missing_model, model_stamp
 from simulations.data.federated_data import federated_dataset
 from fedspectral.run import absolute_paths, flower_env, run_status, stream_run, terminate
@@ -85,16 +90,8 @@ MANIFEST = ".deploy-outputs.json"
 """The file in ``--out`` listing every path a deployment wrote there (relative to ``--out``)."""
 MAX_NODES = 200
 """Most SuperNodes (one process each) a deployment on one machine starts."""
-SUPEREXEC_POLL_VARIABLE, SUPEREXEC_POLL_SECONDS = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1"
-"""Flower's SuperExec reads its task polling interval (default 1 s) from this variable."""
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """Threads of the linear algebra libraries per process: the cores divided among the SuperNodes."""
-LAUNCHERS_DIR = Path(__file__).resolve().parent / "launchers"
-"""The fork server (``forkserver.py``) and the ``flwr-clientapp`` launcher of ``--warm-clientapp``."""
-MEMORY_TMP = Path("/dev/shm")
-"""A memory file system: the deployment's ``TMPDIR`` (each ClientApp process unpacks the app there to check it)."""
-FORKSERVER_VARIABLE = "FEDSPECTRAL_CLIENTAPP_FORKSERVER"
-"""The launcher finds the fork server's socket in this variable (``forkserver.SOCKET_VARIABLE``)."""
 
 
 def write_node_files(cfg: dict, directory: Path) -> list[Path]:
@@ -130,7 +127,7 @@ def deployment_outputs(count: int, secure: bool, node_data: bool, results: bool,
     results : bool
         The run's results (its ``results-dir`` is ``--out``).
     warm : bool
-        ``--warm-clientapp``: the fork server's log.
+        The ClientApps' fork server (not ``--flower-defaults``): its log.
     """
     names = ["flwr-home/config.toml", "logs/superlink.log", *(f"logs/supernode_{i}.log" for i in range(count))]
     names += ["logs/clientapp_forkserver.log"] if warm else []
@@ -307,12 +304,15 @@ class LocalDeployment:
         The Flower app that ``flwr run`` ships (default: :func:`fedspectral.run_config.app_dir`).
     warm_clientapp : bool
         Start every ClientApp by forking it from one process that has imported Flower
-        (``launchers/forkserver.py``), instead of a new ``flwr-clientapp`` process importing it at every
-        message: the SuperNodes find the launcher ``launchers/flwr-clientapp`` first on their ``PATH``.
+        (``launchers/forkserver.py``, :func:`fedspectral.supernode.start_forkserver`), instead of a new
+        ``flwr-clientapp`` process importing it at every message: the SuperNodes find the launcher
+        ``launchers/flwr-clientapp`` first on their ``PATH``. When the fork server does not start, one line
+        says so and the SuperNodes start Flower's own ``flwr-clientapp``.
     supernode_poll : float, optional
         Start the SuperNodes through ``launchers/supernode.py``: Flower's ``flower-supernode`` whose 3 s sleep
-        after an empty poll of the SuperLink (and 0.5 s looks for the ClientApp's reply) last this many
-        seconds (at most 0.5 s for the latter). ``None``: Flower's ``flower-supernode`` as it is.
+        after an empty poll of the SuperLink (within a minute of its last message) and 0.5 s looks for the
+        ClientApp's reply last this many seconds (at most 0.5 s for the latter). ``None``: Flower's
+        ``flower-supernode`` as it is.
     """
 
     START_ATTEMPTS = 3
@@ -320,7 +320,7 @@ class LocalDeployment:
 
     def __init__(self, files: list[Path], workdir: Path, port: int = 0, secure: bool = False,
                  node_config: dict[int, str] | None = None, app_dir: Path | None = None,
-                 warm_clientapp: bool = False, supernode_poll: float | None = None) -> None:
+                 warm_clientapp: bool = True, supernode_poll: float | None = DEFAULT_POLL) -> None:
         self.app_dir = Path(app_dir or default_app_dir())
         self.auto_port = not port
         self.port = port or free_port_block(len(files) + 16)
@@ -333,19 +333,13 @@ class LocalDeployment:
         self.supernode_poll = supernode_poll
         self.env = flower_env()
         self.env["FLWR_HOME"] = str(workdir / "flwr-home")
-        # each SuperExec (the SuperLink's, every SuperNode's) looks for a new task every second by default; a
-        # message waited up to that long before its ClientApp process started (a user's setting is kept)
-        self.env.setdefault(SUPEREXEC_POLL_VARIABLE, SUPEREXEC_POLL_SECONDS)
+        # the SuperExecs' task poll and TMPDIR as on a device (fedspectral.supernode.node_env; a user's kept)
+        self.env = node_env(self.env)
         # the ClientApps of all nodes share this machine's cores: OpenBLAS's own threads, one per core in every
         # ClientApp process, made a message's small products up to 20 times slower under load
         threads = str(max(1, (os.cpu_count() or 1) // max(len(files), 1)))
         for name in BLAS_THREAD_VARIABLES:
             self.env.setdefault(name, threads)
-        # every ClientApp process (and ServerApp) unpacks the whole app (FAB) into a new private folder of TMPDIR
-        # and checks its hashes before it runs (Flower's install_from_fab, even when the app is installed): 0.30 s
-        # on disk, 0.06 s in memory, at a load of 11 on 2 cores (a TMPDIR the user set is kept)
-        if MEMORY_TMP.is_dir() and os.access(MEMORY_TMP, os.W_OK | os.X_OK):
-            self.env.setdefault("TMPDIR", str(MEMORY_TMP))
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
         with open_file(self.workdir / "logs" / f"{name}.log", truncate=True) as log:  # the process keeps its copy
@@ -382,21 +376,17 @@ class LocalDeployment:
         return self
 
     def _start_forkserver(self) -> None:
-        """Start the ClientApp fork server and wait until it listens (it imports Flower first)."""
-        self.forkserver_dir = Path(tempfile.mkdtemp(prefix="fedspectral-forkserver-"))  # mode 700; a socket
-        socket_path = self.forkserver_dir / "clientapp.sock"  # path must stay short (108 bytes)
+        """Start the ClientApp fork server and wait until it serves (it imports Flower first); without it (one
+        line on stderr) the SuperNodes start Flower's own ``flwr-clientapp``."""
+        _, socket_path, problem = start_forkserver(lambda cmd: self._start("clientapp_forkserver", cmd))
+        if problem:
+            print(f"deploy: {problem} (see {self.workdir / 'logs' / 'clientapp_forkserver.log'}); every message "
+                  "starts Flower's own flwr-clientapp", file=sys.stderr, flush=True)
+            return
+        self.forkserver_dir = socket_path.parent
         # the SuperNodes started after this find the launcher first on their PATH (only the name flwr-clientapp
         # is there, which the SuperLink never starts), and the fork server's socket
-        self.env[FORKSERVER_VARIABLE] = str(socket_path)
-        self.env["PATH"] = str(LAUNCHERS_DIR) + os.pathsep + self.env["PATH"]
-        server = self._start("clientapp_forkserver",
-                             [sys.executable, str(LAUNCHERS_DIR / "forkserver.py"), str(socket_path)])
-        deadline = time.monotonic() + 120
-        while not socket_path.exists():
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the ClientApp fork server did not start; see "
-                                   f"{self.workdir / 'logs' / 'clientapp_forkserver.log'}")
-            time.sleep(0.1)
+        self.env = warm_env(self.env, socket_path)
 
     def _start_superlink(self, ca: Path) -> str | None:
         """Start the SuperLink on ``self.port`` and wait until it answers; ``None``, or why it did not start."""
@@ -441,9 +431,7 @@ class LocalDeployment:
         node_config = f"partition-id={pid} num-partitions={n} {data_path}"
         if self.extra_node_config.get(pid):
             node_config += " " + self.extra_node_config[pid]
-        start = (["flower-supernode"] if self.supernode_poll is None else
-                 [sys.executable, str(LAUNCHERS_DIR / "supernode.py"), str(self.supernode_poll)])
-        cmd = [*start, "--superlink", f"127.0.0.1:{self.port}", "--port",
+        cmd = [*supernode_command(self.supernode_poll), "--superlink", f"127.0.0.1:{self.port}", "--port",
                str(self.port + 10 + len(self.processes)), "--node-config", node_config]
         if self.secure:
             cmd += ["--root-certificates", str(self.credentials / "ca.crt"), "--auth-supernode-private-key",
@@ -608,13 +596,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     parser.add_argument("--fault", action="append", default=[], metavar="PID=KIND",
                         help="make the SuperNode of partition PID reply with garbage: KIND is nan or shape "
                         "(node-config fault, see client_app/faults.py); repeatable")
-    parser.add_argument("--warm-clientapp", action="store_true", help="start each ClientApp by forking it from "
-                        "one process that has already imported Flower (fedspectral/launchers), not "
-                        "as a new flwr-clientapp process importing Flower at every message")
-    parser.add_argument("--supernode-poll", type=float, default=None, metavar="SECONDS", help="start the "
-                        "SuperNodes through fedspectral/launchers/supernode.py: Flower's flower-supernode "
-                        "with its 3 s sleep after an empty poll of the SuperLink (and its 0.5 s looks for a reply) "
-                        "shortened to SECONDS, in [0.05, 3] (default: Flower's flower-supernode unchanged)")
+    parser.add_argument("--supernode-poll", type=float, default=None, metavar="SECONDS", help="seconds between "
+                        "a SuperNode's polls of the SuperLink while a run is active, in [0.05, 3] (default "
+                        f"{DEFAULT_POLL}; Flower's flower-supernode sleeps 3 s after an empty poll)")
+    parser.add_argument("--flower-defaults", action="store_true", help="start Flower's flower-supernode as it "
+                        "is: a new flwr-clientapp process importing Flower at every message, 3 s after an empty "
+                        "poll (default: `fedspectral supernode`'s fork server and short polls)")
+    parser.add_argument("--warm-clientapp", action="store_true", help="the default (ClientApps forked from one "
+                        "process that has imported Flower); kept for older commands")
     args = parser.parse_args(argv)
     held: list = []  # the folder locks _deploy took
     with stop_signals():  # SIGTERM and SIGHUP stop the deployment as Ctrl-C does
@@ -653,8 +642,13 @@ def _deploy(args, prog: str, held: list) -> int:
     if args.port and not all(_port_free(args.port + i) for i in (0, *range(10, 11 + m))):
         return refuse(f"--port {args.port}: a port in {args.port}..{top} is in use on 127.0.0.1; choose another "
                       "--port or leave it out")
-    if args.supernode_poll is not None and not 0.05 <= args.supernode_poll <= 3.0:
+    if args.supernode_poll is not None and not POLL_RANGE[0] <= args.supernode_poll <= POLL_RANGE[1]:
         return refuse(f"--supernode-poll {args.supernode_poll}: give seconds in [0.05, 3]")
+    if args.flower_defaults and (args.warm_clientapp or args.supernode_poll is not None):
+        given = "--warm-clientapp" if args.warm_clientapp else "--supernode-poll"
+        return refuse(f"{given} and --flower-defaults contradict each other: give one")
+    warm = not args.flower_defaults
+    poll = None if args.flower_defaults else (args.supernode_poll or DEFAULT_POLL)
     faults = {}
     for item in args.fault:
         pid, _, kind = item.partition("=")
@@ -667,7 +661,7 @@ def _deploy(args, prog: str, held: list) -> int:
         return refuse(f"--out {args.out}: is a file, not a directory")
     planned = deployment_outputs(m, args.secure, node_data=not args.data_dir,
                                  results=not cfg["results-dir"] or Path(cfg["results-dir"]).resolve() == out,
-                                 warm=args.warm_clientapp)
+                                 warm=warm)
     try:
         check_earlier_outputs(out, planned, replace=args.force or cfg["resume"] or cfg["overwrite"])
     except ValueError as ex:
@@ -729,7 +723,7 @@ def _deploy(args, prog: str, held: list) -> int:
     before = model_stamp(results)  # an earlier run's pca.npz is not this run's result
     try:  # on Ctrl-C or SIGTERM the deployment stops every process it started on the way out of `with`
         with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=node_config,
-                             warm_clientapp=args.warm_clientapp, supernode_poll=args.supernode_poll) as deployment:
+                             warm_clientapp=warm, supernode_poll=poll) as deployment:
             status = deployment.run(run_config, results)
             lost = deployment.lost_nodes()  # before the deployment stops them all
     except (RuntimeError, OSError) as ex:

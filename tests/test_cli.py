@@ -60,7 +60,7 @@ def test_help_lists_every_command_on_one_line(bin_dir):
     for name, spec in COMMANDS.items():
         (line,) = [line for line in lines if line.startswith(f"  {name} ")]
         assert line.split(None, 1)[1] == spec.summary
-    assert list(COMMANDS) == ["run", "compare", "deploy", "credentials", "transform"]
+    assert list(COMMANDS) == ["run", "compare", "deploy", "supernode", "credentials", "transform"]
 
 
 def test_no_arguments_prints_the_help_and_exits_2(bin_dir):
@@ -75,7 +75,7 @@ def test_an_unknown_command_is_one_line_exit_2(bin_dir, typed, hint):
     done = command(bin_dir, "fedspectral", typed, "--help")
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("fedspectral: error: ")
-    assert hint in done.stderr and "run, compare, deploy, credentials, transform" in done.stderr
+    assert hint in done.stderr and "run, compare, deploy, supernode, credentials, transform" in done.stderr
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

@@ -218,7 +218,8 @@ def test_the_guide_has_the_commands_this_test_runs():
     assert blocks[2].startswith("flower-superlink") and "--database" in blocks[2] and "--port 9091" in blocks[2]
     assert "[superlink.fedspectral]" in blocks[3] and "superlink.example.org:9091" in blocks[3]
     assert "flwr supernode register" in blocks[4]
-    assert blocks[5].startswith("flower-supernode") and "<i>" in blocks[5] and "--port 9094" in blocks[5]
+    assert blocks[5].startswith("fedspectral supernode --superlink") and "<i>" in blocks[5]
+    assert "--port 9094" in blocks[5]
     assert blocks[6].startswith("flwr run . fedspectral") and "dataset='nodes'" in blocks[6]
     assert blocks[7] == "flwr ls fedspectral\n"
     assert blocks[8].startswith("flwr stop <run-id> fedspectral\n") and "resume=true" in blocks[8]

@@ -1,7 +1,8 @@
-"""The opt-in launchers of the scripted deployment (fedspectral/launchers): ``--warm-clientapp`` runs
-Flower's ``flwr-clientapp`` in a process forked from one that has imported Flower, with the launcher's
-arguments, streams, environment and exit status; ``--supernode-poll`` runs Flower's ``flower-supernode`` with
-shorter sleeps between its polls."""
+"""The launchers every deployment and ``fedspectral supernode`` start by default (fedspectral/launchers): the fork
+server runs Flower's ``flwr-clientapp`` in a process forked from one that has imported Flower, with the launcher's
+arguments, streams, environment and exit status; ``supernode.py`` runs Flower's ``flower-supernode`` with
+shorter sleeps between its polls while a run is active. Where either does not fit the installed Flower, Flower's
+own behaviour is kept with one line; ``--flower-defaults`` keeps it on purpose."""
 
 import os
 import signal
@@ -83,22 +84,172 @@ def test_the_fork_server_imports_nothing_of_the_app():
     assert done.stdout.strip() == "[]"
 
 
-def test_the_supernode_launcher_shortens_only_the_two_polls_of_flowers_supernode_loop(monkeypatch):
+def _launcher_with_flower_loop_restored(monkeypatch):
+    """``launchers/supernode.py`` as a namespace; what it changes in Flower's SuperNode loop is undone after the
+    test."""
     import runpy
 
     import flwr.supernode.start_client_internal as loop
 
-    launcher = runpy.run_path(str(LAUNCHERS_DIR / "supernode.py"))
+    monkeypatch.setattr(loop, "time", loop.time)
+    monkeypatch.setattr(loop, "_pull_and_store_message", loop._pull_and_store_message)
+    return runpy.run_path(str(LAUNCHERS_DIR / "supernode.py")), loop
+
+
+def test_the_supernode_launcher_shortens_only_the_two_polls_of_flowers_supernode_loop(monkeypatch):
+    launcher, loop = _launcher_with_flower_loop_restored(monkeypatch)
     slept = []
-    monkeypatch.setattr(loop, "time", loop.time)  # restored after the test
     monkeypatch.setattr("time.sleep", slept.append)
-    launcher["shorten_waits"](0.2)
+    assert launcher["shorten_waits"](0.2) is None
     for seconds in (3, 0.5, 1.0, 0.01):
         loop.time.sleep(seconds)
     assert slept == [0.2, 0.2, 1.0, 0.01]
     assert loop.time.monotonic is __import__("time").monotonic
     launcher["ShortWaits"](2.0).sleep(0.5)  # a poll longer than 0.5 s leaves the reply's look at 0.5 s
     assert slept[-1] == 0.5
+
+
+def test_an_idle_supernode_polls_as_flowers_and_a_message_makes_it_poll_often_again(monkeypatch):
+    launcher, loop = _launcher_with_flower_loop_restored(monkeypatch)
+    clock = [100.0]
+    replies = iter([None, 7])
+    monkeypatch.setattr(loop, "_pull_and_store_message", lambda **kwargs: next(replies))
+    monkeypatch.setattr("time.monotonic", lambda: clock[0])
+    slept = []
+    monkeypatch.setattr("time.sleep", slept.append)
+    assert launcher["shorten_waits"](0.1) is None
+    loop.time.sleep(3)  # just started: a run may begin any moment
+    clock[0] += launcher["HOT_SECONDS"] + 1
+    loop.time.sleep(3)  # a minute without a message: Flower's 3 s
+    assert loop._pull_and_store_message(state=None) is None  # the loop's call, its result unchanged
+    loop.time.sleep(3)
+    assert loop._pull_and_store_message(state=None) == 7  # a message
+    loop.time.sleep(3)
+    assert slept == [0.1, 3, 3, 0.1]
+
+
+def test_the_supernode_launcher_fits_the_flower_versions_pyproject_allows():
+    import runpy
+    import tomllib
+
+    from flwr.supercore.version import package_version
+
+    launcher = runpy.run_path(str(LAUNCHERS_DIR / "supernode.py"))
+    (pin,) = [d for d in tomllib.loads((LAUNCHERS_DIR.parents[1] / "pyproject.toml").read_text())["project"][
+        "dependencies"] if d.startswith("flwr")]
+    assert pin.endswith(">=1.41,<1.43") and launcher["FLOWER_SERIES"] == ("1.41.", "1.42.")
+    import flwr.supernode.start_client_internal as loop
+
+    source = __import__("inspect").getsource(loop)
+    assert launcher["misfit"](package_version, source) is None  # the installed Flower is changed
+    assert "found 1.43.0" in launcher["misfit"]("1.43.0", source)
+    assert "no time.sleep(3)" in launcher["misfit"](package_version, source.replace("time.sleep(3)", "sleep(2)"))
+    assert "_pull_and_store_message" in launcher["misfit"](package_version, source.replace("run_id = _pull", "_x"))
+
+
+def test_a_flower_the_supernode_launcher_does_not_fit_keeps_its_own_waits_with_one_line(tmp_path):
+    """Flower's SuperNode starts unchanged (here: its --help) after one line saying why."""
+    script = tmp_path / "supernode.py"
+    script.write_text((LAUNCHERS_DIR / "supernode.py").read_text().replace('("1.41.", "1.42.")', '("0.9.",)'))
+    done = subprocess.run([sys.executable, str(script), "0.2", "--help"], capture_output=True, text=True)
+    own = subprocess.run([str(FLOWER.parent / "flower-supernode"), "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == own.stdout
+    line, rest = done.stderr.split("\n", 1)
+    assert line == (f"supernode.py: written for Flower 0.9.x, found {__import__('flwr').__version__}: Flower's "
+                    "own waits are kept (3 s after an empty poll)") and rest == own.stderr
+
+
+def test_a_fork_server_that_does_not_fit_flower_exits_at_once_and_the_supernodes_start_flowers_clientapp():
+    import runpy
+
+    from fedspectral.supernode import start_forkserver
+
+    server = runpy.run_path(str(LAUNCHERS_DIR / "forkserver.py"))
+    assert server["misfit"]() is None  # the installed Flower's flwr-clientapp is the function it forks
+    assert "not flwr.other:clientapp" in server["misfit"]("flwr.other:clientapp")
+    folders = []
+
+    def misfit_server(cmd):
+        folders.append(Path(cmd[-1]).parent)
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+
+    proc, socket_path, problem = start_forkserver(misfit_server)
+    assert socket_path is None and problem == "the ClientApp fork server exited with status 3"
+    assert proc.returncode == 3 and not folders[0].exists()
+
+
+@pytest.mark.deploy  # a fork server (imports Flower: a few seconds)
+@pytest.mark.timeout(180)
+def test_the_fork_server_stops_with_the_process_that_started_it_and_removes_its_socket(tmp_path):
+    folder = tmp_path / "server"
+    folder.mkdir()
+    path = folder / "s.sock"
+    starter = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, sys.argv[1], sys.argv[2]]); "
+               "print(p.pid, flush=True); import pathlib\nwhile not pathlib.Path(sys.argv[2]).exists(): "
+               "time.sleep(0.05)")
+    done = subprocess.run([sys.executable, "-c", starter, str(LAUNCHERS_DIR / "forkserver.py"), str(path)],
+                          capture_output=True, text=True, timeout=150)
+    server = int(done.stdout.split()[0])  # its starter has ended once the server served
+    deadline = time.monotonic() + 60
+    while _running(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(server) and not folder.exists()
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is no zombie."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+def test_a_local_deployment_starts_warm_clientapps_and_short_polls_by_default(monkeypatch, tmp_path):
+    """Without a flag, the SuperNodes start as ``fedspectral supernode`` starts one: through supernode.py with
+    the default poll, the fork server's launcher first on their PATH; ``flower-defaults`` is Flower's own."""
+    import simulations.engines.deploy as deploy
+    from fedspectral.supernode import DEFAULT_POLL
+
+    started = []
+
+    class Stub:
+        pid = 0
+
+        def poll(self):
+            return None
+
+    def start(self, name, cmd):
+        started.append((name, cmd, dict(self.env)))
+        if name == "clientapp_forkserver":
+            Path(cmd[-1]).touch()  # it serves
+        return Stub()
+
+    monkeypatch.setattr(deploy.LocalDeployment, "_start", start)
+    monkeypatch.setattr(deploy.LocalDeployment, "_start_superlink", lambda self, ca: None)
+    monkeypatch.setattr(deploy.LocalDeployment, "stop", lambda self: None)
+    files = [tmp_path / f"partition_{i}.npy" for i in range(2)]
+    with deploy.LocalDeployment(files, tmp_path / "out", port=1):
+        pass
+    (server, _, _), (node, cmd, env) = started[0], started[1]
+    assert server == "clientapp_forkserver" and node == "supernode_0"
+    assert cmd[1:3] == [str(LAUNCHERS_DIR / "supernode.py"), str(DEFAULT_POLL)]
+    assert env["PATH"].split(os.pathsep)[0] == str(LAUNCHERS_DIR) and env[FORKSERVER_VARIABLE].endswith(".sock")
+    started.clear()
+    with deploy.LocalDeployment(files, tmp_path / "plain", port=1, warm_clientapp=False, supernode_poll=None):
+        pass
+    assert [name for name, _, _ in started] == ["supernode_0", "supernode_1"]
+    assert started[0][1][0] == "flower-supernode" and FORKSERVER_VARIABLE not in started[0][2]
+
+
+@pytest.mark.parametrize("flags, given", [(["--flower-defaults", "--supernode-poll", "0.2"], "--supernode-poll"),
+                                          (["--warm-clientapp", "--flower-defaults"], "--warm-clientapp")])
+def test_deploy_refuses_a_fast_flag_with_flower_defaults_in_one_line(capsys, flags, given):
+    from simulations.engines.deploy import main
+
+    assert main([*flags, "--out", "/nonexistent/never-created"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith(f"{given} and --flower-defaults contradict each other: give one")
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("argv", [["0.01"], ["x"], []])
@@ -118,8 +269,8 @@ def test_deploy_refuses_a_supernode_poll_outside_its_range(capsys):
 
 @pytest.mark.deploy  # real processes, about a minute
 @pytest.mark.timeout(400)  # every process is stopped in finally blocks; a hang fails the test
-def test_a_deployment_with_both_launchers_gives_the_same_numbers_and_leaves_nothing_behind(tmp_path):
-    import glob
+def test_a_deployment_with_its_default_launchers_gives_the_same_numbers_and_leaves_nothing_behind(tmp_path):
+    import re
 
     import numpy as np
     import pandas as pd
@@ -127,9 +278,8 @@ def test_a_deployment_with_both_launchers_gives_the_same_numbers_and_leaves_noth
     from conftest import distances, run_app
     from simulations.engines.deploy import main
 
-    before = set(glob.glob("/tmp/fedspectral-forkserver-*"))
     over = "num-clients=3 num-samples=3000 dimension=20 num-server-rounds=3 local-steps=2"
-    assert main(["--run-config", over, "--out", str(tmp_path), "--warm-clientapp", "--supernode-poll", "0.2"]) == 0
+    assert main(["--run-config", over, "--out", str(tmp_path)]) == 0  # warm ClientApps and short polls
     deployed = pd.read_csv(tmp_path / "rounds.csv")
     local = run_app(num_clients=3, num_samples=3000, dimension=20, num_server_rounds=3, local_steps=2)
     np.testing.assert_allclose(deployed["subspace_distance"].to_numpy(), distances(local), rtol=0, atol=1e-12)
@@ -138,11 +288,11 @@ def test_a_deployment_with_both_launchers_gives_the_same_numbers_and_leaves_noth
     node_log = (logs / "supernode_0.log").read_text()
     assert "no fork server" not in node_log and node_log.count("Start `flwr-clientapp` process") >= 3
     out = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
-    assert out.strip() == ""  # every process the deployment started has stopped (the fork server too)
-    servers = subprocess.run(["pgrep", "-f", "fedspectral-forkserver-"], capture_output=True, text=True).stdout
-    assert not [pid for pid in servers.split() if not any(
-        folder in open(f"/proc/{pid}/cmdline").read() for folder in before if os.path.exists(f"/proc/{pid}"))]
-    assert set(glob.glob("/tmp/fedspectral-forkserver-*")) <= before
+    assert out.strip() == ""  # every process the deployment started has stopped
+    # the fork server too (named by its log line: other deployments may run their own meanwhile), and its folder
+    server, socket_path = re.search(r"forkserver (\d+): Flower imported, serving (\S+)",
+                                    (logs / "clientapp_forkserver.log").read_text()).groups()
+    assert not _running(int(server)) and not Path(socket_path).parent.exists()
 
 
 def test_the_breakdown_splits_the_last_nodes_round_at_flowers_time_stamps():
@@ -178,3 +328,59 @@ def test_a_local_deployment_unpacks_the_app_in_memory_unless_the_user_chose_a_tm
     assert env.get("TMPDIR") == (str(MEMORY_TMP) if os.access(MEMORY_TMP, os.W_OK) else None)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     assert LocalDeployment([tmp_path / "partition_0.npy"], tmp_path).env["TMPDIR"] == str(tmp_path)
+
+
+@pytest.mark.deploy  # a SuperNode and its fork server (each imports Flower: 10-30 s under load)
+@pytest.mark.timeout(240)
+def test_fedspectral_supernode_becomes_flowers_supernode_and_its_fork_server_ends_with_it(tmp_path):
+    """``fedspectral supernode ARGS`` starts the fork server, then execs ``supernode.py POLL ARGS`` (same process:
+    Flower's signals and exit status); SIGTERM stops the SuperNode, and the fork server ends with it, removing
+    its socket's folder."""
+    import re
+
+    from fedspectral.deploy import free_port_block
+    from fedspectral.supernode import DEFAULT_POLL
+
+    port = free_port_block(4)  # nothing answers there: the SuperNode retries until it is stopped
+    log = tmp_path / "supernode.log"
+    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr-home"), "PATH": f"{FLOWER.parent}{os.pathsep}"
+           f"{os.environ.get('PATH', '')}"}
+    with log.open("w") as handle:
+        node = subprocess.Popen([sys.executable, "-m", "fedspectral", "supernode", "--insecure", "--superlink",
+                                 f"127.0.0.1:{port}", "--port", str(port + 1)], env=env, stdout=handle,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while "Flower imported, serving" not in log.read_text() or "supernode.py" not in Path(
+                f"/proc/{node.pid}/cmdline").read_text():
+            assert node.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert Path(f"/proc/{node.pid}/cmdline").read_text().split("\0")[2:4] == [str(DEFAULT_POLL), "--insecure"]
+        environ = Path(f"/proc/{node.pid}/environ").read_text().split("\0")
+        assert "FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.1" in environ  # Flower's setting, as deploy gives it
+        socket_path = Path(re.search(r"serving (\S+)", log.read_text()).group(1))
+        children = subprocess.run(["pgrep", "-P", str(node.pid)], capture_output=True, text=True).stdout.split()
+        (server,) = [int(pid) for pid in children if "forkserver.py" in Path(f"/proc/{pid}/cmdline").read_text()]
+        node.send_signal(signal.SIGTERM)
+        node.wait(timeout=60)
+        while (_running(server) or socket_path.parent.exists()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(server) and not socket_path.parent.exists()
+    finally:
+        try:
+            os.killpg(node.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        node.wait()
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
+    assert left.strip() == ""
+
+
+def test_a_supernode_gets_flowers_fast_settings_unless_the_user_chose_their_own(tmp_path):
+    from fedspectral.supernode import MEMORY_TMP, SUPEREXEC_POLL_VARIABLE, node_env
+
+    env = node_env({"PATH": "/bin"})
+    assert env[SUPEREXEC_POLL_VARIABLE] == "0.1" and env["PATH"] == "/bin"
+    assert env.get("TMPDIR") == (str(MEMORY_TMP) if os.access(MEMORY_TMP, os.W_OK) else None)
+    own = {SUPEREXEC_POLL_VARIABLE: "2", "TMPDIR": str(tmp_path)}
+    assert node_env(own) == own

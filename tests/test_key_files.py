@@ -94,7 +94,7 @@ def test_deploy_secure_writes_its_keys_with_mode_600(tmp_path, monkeypatch, open
     monkeypatch.setattr(deploy.LocalDeployment, "register", lambda self, key: None)
     monkeypatch.setattr(deploy.LocalDeployment, "stop", lambda self: None)
     files = [tmp_path / f"partition_{i}.npy" for i in range(3)]
-    with deploy.LocalDeployment(files, tmp_path / "out", port=1, secure=True) as deployment:
+    with deploy.LocalDeployment(files, tmp_path / "out", port=1, secure=True, warm_clientapp=False) as deployment:
         creds = deployment.credentials
         assert deployment.keys == [creds / f"node_{i}" for i in range(3)]
     keys = _private_files(creds)

@@ -115,7 +115,7 @@ def _deployment(base: Path, name: str, monkeypatch):
             (base / sub).mkdir(mode=0o700)
     _plant(base / name)
     files = [base / f"partition_{i}.npy" for i in range(2)]
-    with deploy.LocalDeployment(files, base, port=1, secure=True):
+    with deploy.LocalDeployment(files, base, port=1, secure=True, warm_clientapp=False):  # no fork server
         pass
 
 

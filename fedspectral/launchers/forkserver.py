@@ -15,12 +15,16 @@ stdout and stderr (``socket.send_fds``) with a JSON object ``{"argv", "env", "cw
 child's process id (4 bytes), and the child, when it ends, its exit status (4 bytes). A child killed by a signal
 closes the connection without a status.
 
-Usage (started by ``python -m simulations.engines.deploy --warm-clientapp``; on a device, by hand)::
+Usage (started by ``fedspectral deploy`` and ``fedspectral supernode``: :mod:`fedspectral.supernode`)::
 
     python fedspectral/launchers/forkserver.py SOCKET
 
 Run it as a script, not as a module of the repository: it must import nothing of the app, so that the app's
-modules are imported by each child from its run's FAB.
+modules are imported by each child from its run's FAB. It exits when the process that started it has ended
+(``fedspectral supernode`` or ``deploy``, even when killed), removing its socket (and its folder when empty).
+When Flower's ``flwr-clientapp`` script is not the function it forks (:data:`ENTRY_POINT`), it exits before it
+serves anything, with one line and exit status :data:`MISFIT`: its starters then leave Flower's own
+``flwr-clientapp`` to the SuperNodes.
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ import threading
 SOCKET_VARIABLE = "FEDSPECTRAL_CLIENTAPP_FORKSERVER"
 """The launcher finds the server's socket in this environment variable."""
 HEADER = struct.Struct("!i")
+ENTRY_POINT = "flwr.supernode.cli:flwr_clientapp"
+"""What Flower's ``flwr-clientapp`` script runs (Flower 1.41 and 1.42), and what each child runs."""
+MISFIT = 3
+"""Exit status when the installed Flower's ``flwr-clientapp`` is another function."""
+PARENT_CHECK_SECONDS = 1.0
 
 
 def _receive_exact(conn: socket.socket, size: int) -> bytes:
@@ -98,9 +107,22 @@ def preload() -> None:
     from flwr.supernode.cli import flwr_clientapp  # noqa: F401
 
 
+def misfit(expected: str = ENTRY_POINT) -> str | None:
+    """Why the installed Flower's ``flwr-clientapp`` script is not ``expected``, or ``None``."""
+    from importlib.metadata import entry_points
+
+    found = [e.value for e in entry_points(group="console_scripts", name="flwr-clientapp")]
+    return None if found == [expected] else f"Flower's flwr-clientapp runs {found or 'nothing'}, not {expected}"
+
+
 def serve(path: str) -> None:
     """Import Flower (:func:`preload`), listen on the Unix socket ``path`` (mode 600) and fork a ClientApp per
-    connection."""
+    connection, until the process that started this one has ended."""
+    problem = misfit()
+    if problem:
+        print(f"forkserver: {problem}; not serving", flush=True)
+        sys.exit(MISFIT)
+    parent = os.getppid()
     preload()
     if threading.active_count() != 1:  # a fork copies only the forking thread: the imports must start none
         sys.exit(f"forkserver: importing Flower started {threading.active_count() - 1} thread(s); refusing to fork")
@@ -111,19 +133,32 @@ def serve(path: str) -> None:
     finally:
         os.umask(old)
     server.listen(128)
+    server.settimeout(PARENT_CHECK_SECONDS)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     print(f"forkserver {os.getpid()}: Flower imported, serving {path}", flush=True)
-    while True:
-        conn, _ = server.accept()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if os.fork() == 0:
-            server.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            _child(conn)
-        conn.close()
-
+    try:
+        while os.getppid() == parent:
+            try:
+                conn, _ = server.accept()
+            except socket.timeout:
+                continue
+            conn.settimeout(None)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            if os.fork() == 0:
+                server.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                _child(conn)
+            conn.close()
+        print(f"forkserver {os.getpid()}: the process that started it has ended; stopping", flush=True)
+    finally:  # the socket, and its folder when nothing else is in it
+        server.close()
+        for remove in (os.unlink, os.rmdir):
+            try:
+                remove(path if remove is os.unlink else os.path.dirname(os.path.abspath(path)))
+            except OSError:
+                pass
 
 if __name__ == "__main__":
     # the script's own directory is no place to import anything from

@@ -29,7 +29,8 @@ a temporary folder that is removed at the end (``--keep`` keeps it). Usage::
                                                         [--run-config TEXT] [--after-flags TEXT] [--out DIR]
 
 Each ``--after-flags TEXT`` adds a variant ``after TEXT``: this checkout with more ``deploy`` options (e.g.
-``--warm-clientapp``, which the ``before`` code may not know). ``--breakdown`` runs every process at Flower's
+``--flower-defaults``, Flower's SuperNode and ClientApp as installed, or ``--supernode-poll 0.2``, which the
+``before`` code may not know). ``--breakdown`` runs every process at Flower's
 DEBUG level and adds a table of where the last-replying node's round went (:data:`PARTS`), from Flower's own time
 stamps.
 """
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                         "time-stamped lines; the logging itself costs time) and a table of the parts of a round for "
                         "the node whose reply came last")
     parser.add_argument("--after-flags", action="append", default=[], help="more options of the deploy command "
-                        "for this checkout, e.g. '--warm-clientapp': each given value is one more variant, "
+                        "for this checkout, e.g. '--flower-defaults': each given value is one more variant, "
                         "`after FLAGS`, run in every repeat next to `before` and `after`")
     args = parser.parse_args(argv)
     out = out_folder("bench_deploy_round", args.out)
