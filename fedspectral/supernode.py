@@ -126,11 +126,11 @@ def check_flower_arguments(rest: list[str], prog: str) -> None:
     """Parse ``rest`` as ``flower-supernode`` will, with Flower's own parser, so that a bad argument is refused
     before anything starts: ``SystemExit(2)`` after one line ``prog: error: ...``. Skipped when this Flower has
     no such parser (the SuperNode then refuses it itself)."""
-    try:
-        from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode
-    except ImportError:
+    from fl_strategies.protocol.flower_compat import supernode_argument_parser
+
+    if supernode_argument_parser is None:
         return
-    parser = _parse_args_run_supernode()
+    parser = supernode_argument_parser()
     parser.prog = prog
     parser.error = lambda message: parser.exit(2, f"{prog}: error: {message}\n")  # one line, not its usage
     parser.parse_args(rest)

@@ -64,6 +64,10 @@ name (area module)                                 Flower 1.41 path      used by
                                                                          ``_register_nodes``)
 ``add_exit_handler`` (process_exit)                flwr.supercore.exit   stop_request (the ServerApp stops between   none (Flower's and Ray's signal
                                                                          rounds when Flower stops its process)       handlers replace our own)
+``supernode_argument_parser`` (supernode_cli)      flwr.supernode.cli    fedspectral.supernode (flower-supernode's   none (flower-supernode refuses a bad
+                                                   .flower_supernode     arguments refused before anything starts)   argument itself, later)
+                                                   (``_parse_args_run_
+                                                   supernode``)
 =================================================  ====================  ==========================================  ==========================================
 
 Private names the opt-in deployment launchers import themselves (``fedspectral/launchers``: standalone
@@ -139,6 +143,8 @@ _AREA = {
     "vce_api": "ray_engine",
     # a ServerApp process's clean exit when Flower stops it
     "add_exit_handler": "process_exit",
+    # the SuperNode's command line (fedspectral supernode checks its arguments first)
+    "supernode_argument_parser": "supernode_cli",
 }
 
 __all__ = sorted(_AREA)
@@ -173,6 +179,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names are resol
     from .legacy_server import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, start_grid
     from .process_exit import add_exit_handler
     from .ray_engine import private_run_simulation, vce_api
+    from .supernode_cli import supernode_argument_parser
     from .records import (
         EXCEPTION_MESSAGE_WRONG_RETURN_TYPE_FIT,
         check_mapping_from_recordscalartype_to_scalar,
