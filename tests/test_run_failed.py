@@ -26,7 +26,7 @@ def _zero_folder(path):
 
 DEGENERATE = "the data of its 3 node(s) are degenerate (sum of squares 0 at every node"
 
-NEEDS = {"dp-power": dict(secagg_clip=1.0)}
+NEEDS = {"dp-power": dict(secagg_clip=1.0), "dp-krylov": dict(secagg_clip=1.0)}
 """What a strategy needs besides its spec's server inputs to run on a folder of node files."""
 
 
