@@ -138,25 +138,9 @@ class DPKrylovStrategy(DPPowerStrategy):
         """Sum the ``s`` noisy shares (or take SecAgg+'s sum), centre, keep, Rayleigh-Ritz, and the next block."""
         pend = self._pending
         pend["bytes_up"] = uploaded_bytes(results)
-        shape = self.upload_shape(server_round)
-        if self.secure:
-            total = self._secure_sum(server_round, results, failures, shape)
-            if total is None:
-                return None, {}
-        else:
-            replies, rejected = self.collect_replies(server_round, results, pend["asked"], [shape],
-                                                     broadcast=pend["X"])
-            missing = sorted(pend["asked"] - set(replies))
-            if missing:
-                self.abort_round(server_round, f"no valid product from partition(s) {', '.join(map(str, missing))} "
-                                         f"({len(failures)} failure(s), {rejected} rejected)")
-                return None, {}
-            total = np.sum([replies[pid][0][0] for pid in sorted(replies)], axis=0)
-        pend.update(participants=self.m, distinct=self.m, rejected=0, failures=len(failures))
-        if not np.all(np.isfinite(total)):
-            self.abort_round(server_round, "the sum of the products is not finite")
+        total = self.noisy_sum(server_round, results, failures, self.upload_shape(server_round), pend["X"])
+        if total is None:
             return None, {}
-        self.aggregated.add(server_round)
         n, Q = self.num_rows, pend["X"]
         if total.shape[1] > self.r:  # the weighted row sum: the private mean (post-processing)
             self.mean = dk.project_mean(total[:, -1] / (dk.MEAN_WEIGHT * n))

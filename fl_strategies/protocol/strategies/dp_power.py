@@ -206,6 +206,40 @@ class DPPowerStrategy(EigenspaceStrategy):
         self.abort(f"round {server_round}: {reason}; the run stops rather than release a sum with missing noise "
                    f"(results of rounds 0..{server_round - 1} are kept)")
 
+    def noisy_sum(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list,
+                  shape: tuple[int, ...], broadcast: np.ndarray | None) -> np.ndarray | None:
+        """The sum of every client's noisy share of ``shape`` (SecAgg+'s with ``dp-channel = "secagg"``), or
+        ``None`` after aborting the run: a client missing or rejected (its noise would be missing from the sum),
+        or a sum that is not finite.
+
+        Parameters
+        ----------
+        shape : tuple of int
+            Each share's shape (``(d,)`` for a mean, ``(d, p)`` or ``(d, p + 1)`` for a product).
+        broadcast : ndarray or None
+            The block the shares multiplied (checked against each plaintext reply), ``None`` for a mean.
+        """
+        pend = self._pending
+        if self.secure:
+            total = self._secure_sum(server_round, results, failures, shape)
+            if total is None:
+                return None
+        else:
+            replies, rejected = self.collect_replies(server_round, results, pend["asked"], [shape],
+                                                     broadcast=broadcast)
+            missing = sorted(pend["asked"] - set(replies))
+            if missing:
+                self.abort_round(server_round, f"no valid product from partition(s) {', '.join(map(str, missing))} "
+                                         f"({len(failures)} failure(s), {rejected} rejected)")
+                return None
+            total = np.sum([replies[pid][0][0] for pid in sorted(replies)], axis=0)
+        pend.update(participants=self.m, distinct=self.m, rejected=0, failures=len(failures))
+        if not np.all(np.isfinite(total)):
+            self.abort_round(server_round, "the sum of the products is not finite")
+            return None
+        self.aggregated.add(server_round)
+        return total
+
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                       failures: list) -> tuple[Parameters | None, dict[str, Scalar]]:
         """Sum the ``s`` noisy products (or take SecAgg+'s sum) and orthonormalise; stop if one is missing."""
@@ -213,24 +247,9 @@ class DPPowerStrategy(EigenspaceStrategy):
         pend["bytes_up"] = uploaded_bytes(results)
         mean_round = pend["phase"] == "mean"
         shape = (self.d,) if mean_round else (self.d, self.r)
-        if self.secure:
-            total = self._secure_sum(server_round, results, failures, shape)
-            if total is None:
-                return None, {}
-        else:
-            replies, rejected = self.collect_replies(server_round, results, pend["asked"], [shape],
-                                                     broadcast=None if mean_round else pend["X"])
-            missing = sorted(pend["asked"] - set(replies))
-            if missing:
-                self.abort_round(server_round, f"no valid product from partition(s) {', '.join(map(str, missing))} "
-                                         f"({len(failures)} failure(s), {rejected} rejected)")
-                return None, {}
-            total = np.sum([replies[pid][0][0] for pid in sorted(replies)], axis=0)
-        pend.update(participants=self.m, distinct=self.m, rejected=0, failures=len(failures))
-        if not np.all(np.isfinite(total)):
-            self.abort_round(server_round, "the sum of the products is not finite")
+        total = self.noisy_sum(server_round, results, failures, shape, None if mean_round else pend["X"])
+        if total is None:
             return None, {}
-        self.aggregated.add(server_round)
         n = self.num_rows
         if mean_round:  # the private mean; the estimate is unchanged
             self.mean = project_mean(total / n)
