@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import run_aborted, run_app, tagged_flower_processes
+from conftest import run_aborted, run_app, tagged_flower_processes, tagged_processes
 from fedspectral.run_config import ArgumentError, checked_run_config, fused_run_config
 from fl_strategies.settings.config import ConfigError, validate_run_config
 
@@ -123,8 +123,8 @@ def test_a_deployment_that_lost_a_supernode_exits_1_naming_its_partition(tmp_pat
         deadline = time.monotonic() + 200
         while time.monotonic() < deadline and not killed:
             if rounds.exists() and len(rounds.read_text().splitlines()) >= 3:  # header, round 0, round 1
-                for pid, args in tagged_flower_processes(flower_processes):
-                    if "flower-supernode" in args and "partition-id=1 " in args:
+                for pid, args in tagged_processes(flower_processes):  # Flower's SuperNode or deploy's launcher
+                    if ("flower-supernode" in args or "supernode.py" in args) and "partition-id=1 " in args:
                         os.killpg(pid, signal.SIGKILL)  # its own session: the node and its ClientApps
                         killed.append(pid)
                 return
