@@ -50,8 +50,12 @@ def test_the_benchmark_runs_at_a_tiny_size(tmp_path, capsys):
     assert found["rounds"] < 40  # stop-tol on the kept components ended the run
     kept = next((tmp_path / "data").glob("plink2-exact-*/run.json"))  # exact plink2, kept for a later run
     assert main(["--people", "240", "--variants", "1200", "--rank", "2", "--iteration-rank", "4", "--rounds", "40",
-                 "--stop-tol", "1e-9", "--out", str(tmp_path / "again"), "--data", str(tmp_path / "data")]) == 0
+                 "--stop-tol", "1e-9", "1e-2", "--out", str(tmp_path / "again"), "--data", str(tmp_path / "data")]) == 0
     again = json.loads((tmp_path / "again" / "bench_plink2.json").read_text())
+    (looser,) = again["fedspectral_other"]  # a second stop-tol: its own run in the same table
+    assert looser["stop_tol"] == 1e-2 and looser["rounds"] < again["rounds"] == found["rounds"]
+    assert 0.99 < looser["correlation"][0] <= 1 and looser["wall"] > 0 and looser["cpu"] > 0
+    assert f"stop-tol 0.01, {looser['rounds']} rounds) |" in (tmp_path / "again" / "bench_plink2.md").read_text()
     assert again["plink2_exact_cached"] == json.loads(kept.read_text())["when"]
     assert again["plink2_exact_s"] == found["plink2_exact_s"] and again["exact_eigenvalues"] == found["exact_eigenvalues"]
     assert "kept with the data" in (tmp_path / "again" / "bench_plink2.md").read_text()

@@ -107,7 +107,7 @@ def run_size(args, people: int, variants: int, data: Path) -> dict:
     work = data / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
-    (work / "c.toml").write_text(_config(data / "sites", args))
+    (work / "c.toml").write_text(_config(data / "sites", args, args.stop_tol))
     fed = _measured(WORKER + ["fedspectral", str(work / "c.toml"), str(work / "compare")], THREADS)
     (model_path,) = sorted((work / "compare" / "estimates").glob("*.pca.npz"))
     scored = _measured(WORKER + ["transform", str(model_path), str(data), str(work)], THREADS)

@@ -278,7 +278,8 @@ def _measured(command: list[str], env: dict | None = None) -> dict:
     return {"wall": wall, "cpu": cpu, "peak_mb": peak, "marked": marked}
 
 
-def _config(data: Path, args) -> str:
+def _config(data: Path, args, stop_tol: float) -> str:
+    """The ``compare`` config of a fedspectral run over the sites in ``data`` with ``stop_tol``."""
     return f'''title = "ancestry PCA"
 [defaults]
 dataset = "{data}"
@@ -288,7 +289,7 @@ iteration-rank = {args.iteration_rank}
 num-server-rounds = {args.rounds}
 local-steps = {args.local_steps}
 schedule = "fixed"
-stop-tol = {args.stop_tol:g}
+stop-tol = {stop_tol:g}
 center = true
 scale = "hwe"
 row-normalize = false
@@ -426,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", default="krylov", choices=("krylov", "power", "fedpower"))
     parser.add_argument("--local-steps", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=30, help="at most; stop-tol may stop sooner")
-    parser.add_argument("--stop-tol", type=float, default=1e-9)
+    parser.add_argument("--stop-tol", type=float, nargs="+", default=[1e-9],
+                        help="the stopping rule's tolerance; more than one: a fedspectral run for each, in the same "
+                             "run of the benchmark (the first is the main row: its transform and site passes)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=Path, default=None,
                         help="where the .bed files go (default: a temporary folder, removed at the end); kept, "
@@ -480,13 +483,24 @@ def _bench(args, data: Path, out: Path) -> int:
     made, simulated = _simulated(args, data)
     work = data / "work"  # the runs' own outputs: temporary with the data
     work.mkdir(exist_ok=True)
-    (work / "c.toml").write_text(_config(data / "sites", args))
+    (work / "c.toml").write_text(_config(data / "sites", args, args.stop_tol[0]))
     me = [sys.executable, "-m", "simulations.benchmarks.bench_plink2", "--worker"]
     threads = {"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
     fed = _measured(me + ["fedspectral", str(work / "c.toml"), str(work / "compare")], threads)
     (model_path,) = sorted((work / "compare" / "estimates").glob("*.pca.npz"))
     rounds = _rounds(work / "compare")
     scored = _measured(me + ["transform", str(model_path), str(data), str(work)], threads)
+    more = []  # the other stop-tols: their own fedspectral run and scores
+    for tol in args.stop_tol[1:]:
+        folder = work / f"stop-tol-{tol:g}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        (folder / "c.toml").write_text(_config(data / "sites", args, tol))
+        run = _measured(me + ["fedspectral", str(folder / "c.toml"), str(folder / "compare")], threads)
+        (path,) = sorted((folder / "compare" / "estimates").glob("*.pca.npz"))
+        _measured(me + ["transform", str(path), str(data), str(folder)], threads)
+        more.append({"stop_tol": tol, "rounds": _rounds(folder / "compare"), "wall": run["wall"], "cpu": run["cpu"],
+                     "peak_mb": run["peak_mb"], "scores": np.load(folder / "scores.npy")})
     libraries = blas_choices()
     approxes = {blas: _plink2(data / "pooled", work, args.rank, approx=True, library=library,
                               tag="-" + blas.replace(" ", "-"))
@@ -510,7 +524,7 @@ def _bench(args, data: Path, out: Path) -> int:
         "people": n, "variants": d, "sites": made["sites"], "model": made["model"], "segments": made["segments"],
         "missing": made["missing"], "simulation_s": simulated, "rank": args.rank,
         "iteration_rank": args.iteration_rank, "strategy": args.strategy, "local_steps": args.local_steps,
-        "stop_tol": args.stop_tol,
+        "stop_tol": args.stop_tol[0],
         "rounds": rounds, "fedspectral_s": fed["wall"], "fedspectral_peak_mb": fed["peak_mb"],
         "transform_s": scored["wall"], "transform_peak_mb": scored["peak_mb"],
         "plink2_approx_s": approx["wall"], "plink2_approx_peak_mb": approx["peak_mb"],
@@ -530,6 +544,9 @@ def _bench(args, data: Path, out: Path) -> int:
         "above_noise": above, "threads": 2,
         "correlation_fedspectral": correlations(scores[:, : args.rank], reference["vectors"][:, : args.rank]),
         "correlation_approx": correlations(approx["vectors"], reference["vectors"][:, : args.rank]),
+        "fedspectral_other": [{**{k: v for k, v in run.items() if k != "scores"},
+                               "correlation": correlations(run["scores"][:, : args.rank],
+                                                           reference["vectors"][:, : args.rank])} for run in more],
         "load": os.getloadavg(),
     }
     (out / "bench_plink2.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -552,21 +569,28 @@ def markdown(r: dict) -> str:
     d, rank = r["variants"], r["iteration_rank"]
     dr_mb = d * rank * 8 / mb
     exact = r["reference"] == "exact"
+    also = "".join(f"; {run['rounds']} at stop-tol {run['stop_tol']:g}" for run in r.get("fedspectral_other", []))
     header = (f"{r['people']:,} people x {r['variants']:,} variants (MAF >= 1 %, {100 * r['missing']:.2f} % missing "
               f"calls), four sites of {', '.join(str(sum(s)) for s in r['sites'])} people (YRI/CEU/CHB "
               f"{'; '.join('/'.join(map(str, s)) for s in r['sites'])}), {r['model']}, {r['segments']} segments "
               f"of msprime; fedspectral: {r['strategy']}, scale = \"hwe\", center, rank {r['rank']} of "
               f"iteration-rank {r['iteration_rank']}"
               f"{', ' + str(r['local_steps']) + ' local steps' if r['strategy'] == 'fedpower' else ''}, "
-              f"{r['rounds']} rounds (stop-tol {r.get('stop_tol', 1e-9):g}); 2 threads each; load average "
+              f"{r['rounds']} rounds (stop-tol {r.get('stop_tol', 1e-9):g}"
+              f"{also}"
+              f"); 2 threads each; load average "
               f"{r['load'][0]:.1f} at the end (1 min; {r['load'][2]:.1f} over 15 min)\n\n")
     fed_total = r["fedspectral_s"] + r["transform_s"]
     cpu = r["cpu_s"]
+    other_runs = r.get("fedspectral_other", [])
+    tag = f", stop-tol {r.get('stop_tol', 1e-9):g}, {r['rounds']} rounds" if other_runs else ""
     rows = [
-        ("fedspectral (4 sites, in-process engine)", r["fedspectral_s"], cpu["fedspectral"], r["fedspectral_peak_mb"],
-         r["correlation_fedspectral"]),
+        (f"fedspectral (4 sites, in-process engine{tag})", r["fedspectral_s"], cpu["fedspectral"],
+         r["fedspectral_peak_mb"], r["correlation_fedspectral"]),
         ("fedspectral + transform of every site", fed_total, cpu["fedspectral"] + cpu["transform"],
          max(r["fedspectral_peak_mb"], r["transform_peak_mb"]), r["correlation_fedspectral"]),
+        *[(f"fedspectral (4 sites, in-process engine, stop-tol {run['stop_tol']:g}, {run['rounds']} rounds)",
+           run["wall"], run["cpu"], run["peak_mb"], run["correlation"]) for run in other_runs],
         (f"plink2 --pca approx (pooled, {r.get('plink2_blas', 'as installed')})", r["plink2_approx_s"],
          cpu["plink2_approx"], r["plink2_approx_peak_mb"], r["correlation_approx"]),
     ]
