@@ -378,7 +378,8 @@ class LocalDeployment:
     def _start_forkserver(self) -> None:
         """Start the ClientApp fork server and wait until it serves (it imports Flower first); without it (one
         line on stderr) the SuperNodes start Flower's own ``flwr-clientapp``."""
-        _, socket_path, problem = start_forkserver(lambda cmd: self._start("clientapp_forkserver", cmd))
+        _, socket_path, problem = start_forkserver(lambda cmd: self._start("clientapp_forkserver", cmd),
+                                                   app=self.app_dir)
         if problem:
             print(f"deploy: {problem} (see {self.workdir / 'logs' / 'clientapp_forkserver.log'}); every message "
                   "starts Flower's own flwr-clientapp", file=sys.stderr, flush=True)
