@@ -113,15 +113,19 @@ def test_a_clientapp_keeps_the_app_imported_in_advance_only_when_its_fab_holds_t
     import importlib
 
     server = forkserver_module
-    app = server["preload"](str(_tiny_app(tmp_path / "checkout", "tinyapp_same")))
-    assert sorted(app) == ["tinyapp_same", "tinyapp_same.app"]  # later.py is not imported yet
+    checkout = _tiny_app(tmp_path / "checkout", "tinyapp_same")
+    (checkout / "tinyapp_same" / "broken.py").write_text("raise RuntimeError('left to the FAB')\n")
+    app = server["preload"](str(checkout))
+    assert sorted(app) == ["tinyapp_same", "tinyapp_same.app", "tinyapp_same.later"]  # the whole package
     assert not any(str(tmp_path) in entry for entry in sys.path)
     installed = _tiny_app(tmp_path / "installed", "tinyapp_same")  # the FAB as Flower installed it: same bytes
     assert server["adopt"](app, installed) is None
     module = sys.modules["tinyapp_same.app"]
     assert module.app == "v1" and module.__file__ == str(installed / "tinyapp_same" / "app.py")
-    later = importlib.import_module("tinyapp_same.later")  # imported after: from the FAB, as a new process does
-    assert later.where == str(installed / "tinyapp_same" / "later.py")
+    assert sys.modules["tinyapp_same.later"].__file__ == str(installed / "tinyapp_same" / "later.py")
+    (installed / "tinyapp_same" / "newer.py").write_text("where = __file__\n")  # only in the FAB
+    newer = importlib.import_module("tinyapp_same.newer")  # imported later: from the FAB, as a new process does
+    assert newer.where == str(installed / "tinyapp_same" / "newer.py")
 
     app = server["preload"](str(_tiny_app(tmp_path / "old", "tinyapp_other")))
     other = _tiny_app(tmp_path / "other", "tinyapp_other", version="2")  # the run's FAB has another app.py
@@ -135,6 +139,7 @@ def test_an_app_that_does_not_import_leaves_the_fork_server_serving_without_it(f
                                                                                 capsys):
     broken = _tiny_app(tmp_path / "broken", "tinyapp_broken")
     (broken / "tinyapp_broken" / "app.py").write_text("raise RuntimeError('no')\n")
+    (broken / "tinyapp_broken" / "later.py").write_text("raise RuntimeError('not either')\n")
     assert forkserver_module["preload"](str(broken)) == {}
     assert not any(name.startswith("tinyapp_broken") for name in sys.modules)
     assert "does not import here (RuntimeError: no)" in capsys.readouterr().out

@@ -9,21 +9,20 @@ the launcher's arguments, environment, working directory and standard streams. F
 wrapped function (below): the child runs the same function the ``flwr-clientapp`` script runs, in a copy of a
 process that has already imported it.
 
-Given the app's directory (``APP_DIR``: the folder ``flwr run`` builds the FAB from, as ``fedspectral deploy``
-and ``fedspectral supernode`` give it), the server also imports the app's ClientApp module from there, with
-numpy and the scipy modules the app imports when it runs (about 1 s per message on two loaded cores), and notes
-each module of the app it imported (file, SHA-256). A message still runs the code of its own run: Flower's
+Given the app's directory (``APP_DIR``: the folder ``flwr run`` builds the FAB from, as ``fedspectral deploy`` and
+``fedspectral supernode`` give it), the server also imports the app's ClientApp module and the rest of its package
+from there, with the scipy modules the app imports when it runs (about 1 s per message on two loaded cores), and
+notes each module of the app it imported (file, SHA-256). A message still runs the code of its own run: Flower's
 ``install_from_fab`` in the child's ``flwr.supernode.runtime.run_clientapp`` is wrapped so that, once Flower has
 installed the run's FAB, every module imported in advance is compared with the file of the same path in that
 installation, byte for byte; all equal, they are kept (their ``__file__`` and package ``__path__`` then name the
-installed files, so that anything imported later comes from the FAB as before); any different or missing, they
-are all dropped (one line on stderr) and Flower imports the app from the FAB as a new process does. The same
-wrapper installs a FAB once per fork server: Flower's own ``install_from_fab`` unpacks the FAB into a temporary
-folder and checks every file's hash at every message, then keeps an existing installation as it is; the wrapper
-remembers, per FAB (its SHA-256) and ``FLWR_HOME``, the folder Flower installed it to, and while that folder
-exists returns it without unpacking again (same bytes: same checks, same folder). A Flower whose
-``run_clientapp`` does not call ``install_from_fab`` as 1.41 and 1.42 do gets neither (one line; the app is then
-not imported in advance).
+installed files, so that anything imported later comes from the FAB as before); any different or missing, they are
+all dropped (one line on stderr) and Flower imports the app from the FAB as a new process does. The same wrapper
+installs a FAB once per fork server: Flower's own ``install_from_fab`` unpacks the FAB into a temporary folder and
+checks every file's hash at every message, then keeps an existing installation as it is; the wrapper remembers, per
+FAB (its SHA-256) and ``FLWR_HOME``, the folder Flower installed it to, and while that folder exists returns it
+without unpacking again (same bytes: same checks, same folder). A Flower whose ``run_clientapp`` does not call
+``install_from_fab`` as 1.41 and 1.42 do gets neither (one line; the app is then not imported in advance).
 
 Protocol (Unix socket, one connection per ClientApp): the launcher sends a 4-byte length, then its stdin,
 stdout and stderr (``socket.send_fds``) with a JSON object ``{"argv", "env", "cwd"}``; the server answers the
@@ -35,10 +34,10 @@ Usage (started by ``fedspectral deploy`` and ``fedspectral supernode``: :mod:`fe
     python fedspectral/launchers/forkserver.py SOCKET [APP_DIR]
 
 Run it as a script, not as a module of the repository: it imports of the app only what it finds in ``APP_DIR``
-(checked against each run's FAB as above), nothing from the repository it lives in. It exits when the process that started it has ended
-(``fedspectral supernode`` or ``deploy``, even when killed), removing its socket (and its folder when empty).
-When Flower's ``flwr-clientapp`` script is not the function it forks (:data:`ENTRY_POINT`), it exits before it
-serves anything, with one line and exit status :data:`MISFIT`: its starters then leave Flower's own
+(checked against each run's FAB as above), nothing from the repository it lives in. It exits when the process that
+started it has ended (``fedspectral supernode`` or ``deploy``, even when killed), removing its socket (and its
+folder when empty). When Flower's ``flwr-clientapp`` script is not the function it forks (:data:`ENTRY_POINT`), it
+exits before it serves anything, with one line and exit status :data:`MISFIT`: its starters then leave Flower's own
 ``flwr-clientapp`` to the SuperNodes.
 """
 
@@ -49,6 +48,7 @@ import importlib
 import inspect
 import json
 import os
+import pkgutil
 import signal
 import socket
 import struct
@@ -69,8 +69,9 @@ FLOWER_SERIES = ("1.41.", "1.42.")
 """The Flower versions whose ``run_clientapp`` the install wrapper is written for (pyproject's pin)."""
 INSTALL_CALL = "install_from_fab(fab.content, skip_prompt=True)"
 """How Flower's ``run_clientapp`` installs the run's FAB (1.41, 1.42): the call the wrapper stands in for."""
-APP_LIBRARIES = ("numpy", "scipy.linalg", "scipy.sparse", "scipy.sparse.linalg", "scipy.special")
-"""Third-party modules the app imports (some only when it runs), imported before the app."""
+LIBRARIES = ("numpy", "scipy.linalg", "scipy.sparse", "scipy.sparse.linalg", "scipy.special", "httpcore", "h11")
+"""Third-party modules a ClientApp imports only when it runs (the app's scipy; httpx's transport, when Flower
+creates its Runtime API client), imported before any message."""
 
 
 def _receive_exact(conn: socket.socket, size: int) -> bytes:
@@ -132,8 +133,10 @@ def _child(conn: socket.socket, app: dict[str, tuple[str, str]] | None = None, m
 
 def preload(app_dir: str | None = None) -> dict[str, tuple[str, str]]:
     """Import what every ClientApp process imports before the app: Flower's ``flwr-clientapp`` entry point and
-    :data:`APP_LIBRARIES`; with ``app_dir``, the app's ClientApp module from there (its ``pyproject.toml``'s
-    ``[tool.flwr.app.components] clientapp``).
+    :data:`LIBRARIES`; with ``app_dir``, the app's ClientApp module from there (its ``pyproject.toml``'s
+    ``[tool.flwr.app.components] clientapp``) and every other module of its package (the app imports some only
+    when a message needs them: one strategy's replies); a module of the package that does not import is left
+    to the FAB.
 
     Returns
     -------
@@ -144,7 +147,7 @@ def preload(app_dir: str | None = None) -> dict[str, tuple[str, str]]:
     """
     from flwr.supernode.cli import flwr_clientapp  # noqa: F401
 
-    for name in APP_LIBRARIES:
+    for name in LIBRARIES:
         try:
             importlib.import_module(name)
         except ImportError:
@@ -157,7 +160,14 @@ def preload(app_dir: str | None = None) -> dict[str, tuple[str, str]]:
     try:
         with open(os.path.join(root, "pyproject.toml"), "rb") as handle:
             component = tomllib.load(handle)["tool"]["flwr"]["app"]["components"]["clientapp"]
-        importlib.import_module(component.partition(":")[0])
+        module = component.partition(":")[0]
+        importlib.import_module(module)
+        package = sys.modules[module.partition(".")[0]]
+        for sibling in pkgutil.iter_modules(getattr(package, "__path__", [])):
+            try:
+                importlib.import_module(f"{package.__name__}.{sibling.name}")
+            except Exception:  # pylint: disable=broad-except
+                pass
     except Exception as ex:  # pylint: disable=broad-except
         print(f"forkserver: the app in {root} does not import here ({type(ex).__name__}: {ex}); each ClientApp "
               "imports it from its FAB", flush=True)
