@@ -303,6 +303,7 @@ def test_a_local_deployment_starts_warm_clientapps_and_short_polls_by_default(mo
     """Without a flag, the SuperNodes start as ``fedspectral supernode`` starts one: through supernode.py with
     the default poll, the fork server's launcher first on their PATH; ``flower-defaults`` is Flower's own."""
     import simulations.engines.deploy as deploy
+    from fedspectral.app_bundle import fab_dir
     from fedspectral.supernode import DEFAULT_POLL
 
     started = []
@@ -323,11 +324,14 @@ def test_a_local_deployment_starts_warm_clientapps_and_short_polls_by_default(mo
     monkeypatch.setattr(deploy.LocalDeployment, "_start_superlink", lambda self, ca: None)
     monkeypatch.setattr(deploy.LocalDeployment, "stop", lambda self: None)
     files = [tmp_path / f"partition_{i}.npy" for i in range(2)]
-    with deploy.LocalDeployment(files, tmp_path / "out", port=1):
-        pass
+    with deploy.LocalDeployment(files, tmp_path / "out", port=1) as deployment:
+        flwr_run = deployment._run_cmd("", tmp_path / "results", False)
+    # Flower builds the FAB from a folder of the FAB's files only, not from the whole checkout
+    assert flwr_run[:3] == ["flwr", "run", str(fab_dir(tmp_path / "out" / "flwr-home"))]
     (server, _, _), (node, cmd, env) = started[0], started[1]
     assert server == "clientapp_forkserver" and node == "supernode_0"
-    assert started[0][1][3] == str(deploy.LocalDeployment(files, tmp_path).app_dir)  # its app imported in advance
+    # its app imported in advance: the FAB's files, the folder `flwr run` is given
+    assert started[0][1][3] == str(fab_dir(tmp_path / "out" / "flwr-home"))
     assert cmd[1:3] == [str(LAUNCHERS_DIR / "supernode.py"), str(DEFAULT_POLL)]
     assert env["PATH"].split(os.pathsep)[0] == str(LAUNCHERS_DIR) and env[FORKSERVER_VARIABLE].endswith(".sock")
     started.clear()
