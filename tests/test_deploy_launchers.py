@@ -171,6 +171,26 @@ def test_a_fab_is_unpacked_once_per_fork_server_and_flower_home(forkserver_modul
     assert install(b"fab one") != first and len(calls) == 4
 
 
+def test_each_forked_clientapp_draws_its_own_numpy_random_numbers(forkserver_module):
+    """numpy's global generator is seeded at import: a child forked from the server gets fresh entropy, as a new
+    process would (Flower's SecAgg+ quantization draws from it)."""
+    import numpy as np
+
+    draws = []
+    for _ in range(2):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: as _child does before Flower runs
+            forkserver_module["fresh_random_state"]()
+            os.write(write, np.random.bytes(16))
+            os._exit(0)
+        os.close(write)
+        draws.append(os.read(read, 16))
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert draws[0] != draws[1]
+
+
 def test_the_install_wrapper_fits_the_flower_pyproject_allows_and_refuses_another(forkserver_module, monkeypatch):
     import flwr.supercore.version
 

@@ -101,6 +101,7 @@ def _child(conn: socket.socket, app: dict[str, tuple[str, str]] | None = None, m
         os.environ.update(request["env"])
         sys.argv = list(request["argv"])
         conn.sendall(HEADER.pack(os.getpid()))
+        fresh_random_state()
         from flwr.supernode.cli import flwr_clientapp
 
         if marks is not None:
@@ -129,6 +130,15 @@ def _child(conn: socket.socket, app: dict[str, tuple[str, str]] | None = None, m
         except OSError:
             pass
         os._exit(code)
+
+
+def fresh_random_state() -> None:
+    """Seed numpy's global generator from the operating system's entropy, as importing numpy does in a new
+    process: a forked child would otherwise draw what every other child draws (Flower's SecAgg+ quantization
+    rounds with ``np.random.rand``). Python's ``random`` reseeds itself after a fork."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
 
 
 def preload(app_dir: str | None = None) -> dict[str, tuple[str, str]]:
