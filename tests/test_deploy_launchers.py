@@ -173,14 +173,17 @@ def test_a_fab_is_unpacked_once_per_fork_server_and_flower_home(forkserver_modul
 
 def test_each_forked_clientapp_draws_its_own_numpy_random_numbers(forkserver_module):
     """numpy's global generator is seeded at import: a child forked from the server gets fresh entropy, as a new
-    process would (Flower's SecAgg+ quantization draws from it)."""
+    process would (Flower's SecAgg+ quantization draws from it). Each child starts from the server's state, as
+    under a numpy that does not reseed after a fork (the pin allows numpy 1.26)."""
     import numpy as np
 
+    server_state = np.random.get_state()
     draws = []
     for _ in range(2):
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: as _child does before Flower runs
+            np.random.set_state(server_state)
             forkserver_module["fresh_random_state"]()
             os.write(write, np.random.bytes(16))
             os._exit(0)

@@ -134,8 +134,9 @@ def _child(conn: socket.socket, app: dict[str, tuple[str, str]] | None = None, m
 
 def fresh_random_state() -> None:
     """Seed numpy's global generator from the operating system's entropy, as importing numpy does in a new
-    process: a forked child would otherwise draw what every other child draws (Flower's SecAgg+ quantization
-    rounds with ``np.random.rand``). Python's ``random`` reseeds itself after a fork."""
+    process: under a numpy that keeps the parent's state in a fork (the pin allows 1.26), every child would draw
+    what every other child draws (Flower's SecAgg+ quantization rounds with ``np.random.rand``). Python's
+    ``random`` reseeds itself after a fork."""
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()
