@@ -194,6 +194,20 @@ def test_each_forked_clientapp_draws_its_own_numpy_random_numbers(forkserver_mod
     assert draws[0] != draws[1]
 
 
+def test_a_forked_clientapp_asks_again_for_a_message_still_arriving_after_a_tenth_of_a_second(
+        forkserver_module, monkeypatch):
+    import flwr.supernode.runtime.run_clientapp as runner
+
+    calls = []
+    monkeypatch.setattr(runner, "pull_and_inflate_object_from_tree", lambda *a, **k: calls.append((a, k)))
+    forkserver_module["wrap_pull"]()
+    runner.pull_and_inflate_object_from_tree("tree", "pull", "confirm", return_type=int)
+    runner.pull_and_inflate_object_from_tree("tree", initial_backoff=2.0)
+    assert calls == [(("tree", "pull", "confirm"), {"return_type": int, "initial_backoff": 0.1}),
+                     (("tree",), {"initial_backoff": 2.0})]  # a caller's own wait is kept
+    assert runner.pull_task_input.__module__ == runner.__name__  # what calls it: Flower's, unchanged
+
+
 def test_the_install_wrapper_fits_the_flower_pyproject_allows_and_refuses_another(forkserver_module, monkeypatch):
     import flwr.supercore.version
 

@@ -21,8 +21,11 @@ all dropped (one line on stderr) and Flower imports the app from the FAB as a ne
 installs a FAB once per fork server: Flower's own ``install_from_fab`` unpacks the FAB into a temporary folder and
 checks every file's hash at every message, then keeps an existing installation as it is; the wrapper remembers, per
 FAB (its SHA-256) and ``FLWR_HOME``, the folder Flower installed it to, and while that folder exists returns it
-without unpacking again (same bytes: same checks, same folder). A Flower whose ``run_clientapp`` does not call
-``install_from_fab`` as 1.41 and 1.42 do gets neither (one line; the app is then not imported in advance).
+without unpacking again (same bytes: same checks, same folder). And a child asks its SuperNode again after 0.1 s,
+not Flower's 1 s, for a part of its message the SuperNode is still receiving (:func:`wrap_pull`: the SuperExec
+starts the ClientApp as soon as the message is announced). A Flower outside 1.41/1.42, or whose ``run_clientapp``
+does not call ``install_from_fab`` and ``pull_and_inflate_object_from_tree`` as those do, gets none of the three
+(one line; the app is then not imported in advance).
 
 Protocol (Unix socket, one connection per ClientApp): the launcher sends a 4-byte length, then its stdin,
 stdout and stderr (``socket.send_fds``) with a JSON object ``{"argv", "env", "cwd"}``; the server answers the
@@ -69,6 +72,12 @@ FLOWER_SERIES = ("1.41.", "1.42.")
 """The Flower versions whose ``run_clientapp`` the install wrapper is written for (pyproject's pin)."""
 INSTALL_CALL = "install_from_fab(fab.content, skip_prompt=True)"
 """How Flower's ``run_clientapp`` installs the run's FAB (1.41, 1.42): the call the wrapper stands in for."""
+PULL_CALL = "pull_and_inflate_object_from_tree("
+"""How Flower's ``run_clientapp`` fetches the message from its SuperNode (1.41, 1.42): the call whose first wait
+the child shortens."""
+PULL_BACKOFF = 0.1
+"""Seconds a forked ClientApp waits before it asks its SuperNode again for a part of the message the SuperNode is
+still receiving (then twice as long each time, as Flower's; Flower's first wait is 1 s)."""
 LIBRARIES = ("numpy", "scipy.linalg", "scipy.sparse", "scipy.sparse.linalg", "scipy.special", "httpcore", "h11")
 """Third-party modules a ClientApp imports only when it runs (the app's scipy; httpx's transport, when Flower
 creates its Runtime API client), imported before any message."""
@@ -106,6 +115,7 @@ def _child(conn: socket.socket, app: dict[str, tuple[str, str]] | None = None, m
 
         if marks is not None:
             wrap_install(app or {}, marks)
+            wrap_pull()
 
         try:
             flwr_clientapp()
@@ -253,7 +263,26 @@ def hook_misfit() -> str | None:
     if INSTALL_CALL not in inspect.getsource(runner.run_clientapp) or not callable(
             getattr(runner, "install_from_fab", None)):
         return f"Flower's run_clientapp does not call {INSTALL_CALL}"
+    pull = getattr(runner, PULL_CALL[:-1], None)
+    if PULL_CALL not in inspect.getsource(runner.pull_task_input) or not callable(pull) or (
+            "initial_backoff" not in inspect.signature(pull).parameters):
+        return f"Flower's pull_task_input does not call {PULL_CALL}..., initial_backoff=...)"
     return None
+
+
+def wrap_pull(backoff: float = PULL_BACKOFF) -> None:
+    """In this (child) process, make Flower's ``run_clientapp`` fetch its message with a first wait of ``backoff``
+    seconds (not 1 s) when its SuperNode has not received all of it yet: the SuperExec starts the ClientApp as soon
+    as the message is announced, often before its contents have arrived. Every other argument is the caller's."""
+    import flwr.supernode.runtime.run_clientapp as runner
+
+    flower_pull = getattr(runner, PULL_CALL[:-1])
+
+    def pull(*args, **kwargs):
+        kwargs.setdefault("initial_backoff", backoff)
+        return flower_pull(*args, **kwargs)
+
+    setattr(runner, PULL_CALL[:-1], pull)
 
 
 def wrap_install(app: dict[str, tuple[str, str]], marks: Path) -> None:
