@@ -71,6 +71,7 @@ from fl_strategies.privacy.noise import SECRET_KEY, read_secret
 
 from fedspectral.run_config import (ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
                                     checked_run_config, config_word, listed, parse_run_config)
+from fedspectral.app_bundle import AppBundleError, fab_dir
 from fedspectral.run_config import app_dir as default_app_dir
 from fedspectral.credentials import write_node_keys, write_tls_files, written_names
 from fedspectral.supernode import (DEFAULT_POLL, FORKSERVER_VARIABLE, LAUNCHERS_DIR, MEMORY_TMP,  # noqa: F401
@@ -301,7 +302,9 @@ class LocalDeployment:
         Extra ``--node-config`` text by partition id, e.g. ``{2: 'fault="nan"'}``
         (:mod:`client_app.faults`) or ``noise-secret`` (:func:`secret_files`).
     app_dir : Path, optional
-        The Flower app that ``flwr run`` ships (default: :func:`fedspectral.run_config.app_dir`).
+        The folder ``flwr run`` builds the app's FAB from (default: :func:`fedspectral.app_bundle.fab_dir` of
+        ``workdir/flwr-home``, written on entering: the FAB's files only, as ``fedspectral run`` gives it, so that
+        Flower does not read a whole checkout; the FAB is the same).
     warm_clientapp : bool
         Start every ClientApp by forking it from one process that has imported Flower
         (``launchers/forkserver.py``, :func:`fedspectral.supernode.start_forkserver`), instead of a new
@@ -321,7 +324,7 @@ class LocalDeployment:
     def __init__(self, files: list[Path], workdir: Path, port: int = 0, secure: bool = False,
                  node_config: dict[int, str] | None = None, app_dir: Path | None = None,
                  warm_clientapp: bool = True, supernode_poll: float | None = DEFAULT_POLL) -> None:
-        self.app_dir = Path(app_dir or default_app_dir())
+        self.app_dir = Path(app_dir) if app_dir else None  # None: fab_dir(FLWR_HOME), written on __enter__
         self.auto_port = not port
         self.port = port or free_port_block(len(files) + 16)
         self.files, self.workdir, self.secure = files, workdir, secure
@@ -351,6 +354,11 @@ class LocalDeployment:
     def __enter__(self) -> "LocalDeployment":
         make_directory(self.workdir / "logs")
         make_directory(self.env["FLWR_HOME"])
+        if self.app_dir is None:  # only the FAB's files: Flower reads every file under the folder it is given
+            try:
+                self.app_dir = fab_dir(Path(self.env["FLWR_HOME"]))
+            except AppBundleError as ex:
+                raise RuntimeError(str(ex)) from None
         ca = self.credentials / "ca.crt"
         if self.secure:
             make_directory(self.credentials, mode=0o700)
@@ -378,7 +386,8 @@ class LocalDeployment:
     def _start_forkserver(self) -> None:
         """Start the ClientApp fork server and wait until it serves (it imports Flower first); without it (one
         line on stderr) the SuperNodes start Flower's own ``flwr-clientapp``."""
-        _, socket_path, problem = start_forkserver(lambda cmd: self._start("clientapp_forkserver", cmd))
+        _, socket_path, problem = start_forkserver(lambda cmd: self._start("clientapp_forkserver", cmd),
+                                                   app=self.app_dir)
         if problem:
             print(f"deploy: {problem} (see {self.workdir / 'logs' / 'clientapp_forkserver.log'}); every message "
                   "starts Flower's own flwr-clientapp", file=sys.stderr, flush=True)

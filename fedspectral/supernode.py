@@ -5,9 +5,10 @@ SuperExec to the user, and its SuperExec still starts one ``flwr-clientapp`` pro
 after that message) and no option for the SuperNode's 3 s sleep after an empty poll. This command runs, without
 any flag:
 
-* the ClientApp fork server (``launchers/forkserver.py``): one process that has imported Flower forks every
-  ClientApp, running Flower's own ``flwr-clientapp`` entry point; the SuperNode finds the launcher
-  ``launchers/flwr-clientapp`` first on its ``PATH``;
+* the ClientApp fork server (``launchers/forkserver.py``): one process that has imported Flower and this
+  installation's ClientApp (:func:`fedspectral.app_bundle.app_dir`) forks every ClientApp, running Flower's own
+  ``flwr-clientapp`` entry point, which keeps those modules only when the run's FAB holds the same files and
+  unpacks a FAB once; the SuperNode finds the launcher ``launchers/flwr-clientapp`` first on its ``PATH``;
 * Flower's ``flower-supernode`` through ``launchers/supernode.py``: within a minute of its last message it polls
   the SuperLink every ``--poll`` seconds instead of sleeping 3 s (idle, as Flower's does);
 * Flower's own settings as ``deploy`` gives them (:func:`node_env`; a value the user set is kept): its SuperExec
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from fedspectral.app_bundle import AppBundleError, app_dir
 from fl_strategies.settings.command_line import ArgumentParser
 
 __all__ = ["DEFAULT_POLL", "LAUNCHERS_DIR", "FORKSERVER_VARIABLE", "supernode_command", "start_forkserver",
@@ -85,8 +87,8 @@ def warm_env(env: dict[str, str], socket_path: Path) -> dict[str, str]:
             "PATH": str(LAUNCHERS_DIR) + os.pathsep + env.get("PATH", os.defpath)}
 
 
-def start_forkserver(popen: Callable[[list[str]], subprocess.Popen],
-                     timeout: float = FORKSERVER_START_SECONDS) -> tuple[subprocess.Popen, Path | None, str]:
+def start_forkserver(popen: Callable[[list[str]], subprocess.Popen], timeout: float = FORKSERVER_START_SECONDS,
+                     app: Path | None = None) -> tuple[subprocess.Popen, Path | None, str]:
     """Start the ClientApp fork server with ``popen(command)`` and wait until it serves.
 
     Parameters
@@ -95,6 +97,9 @@ def start_forkserver(popen: Callable[[list[str]], subprocess.Popen],
         Starts the command (the caller chooses its log, environment and session).
     timeout : float
         Seconds it may take to import Flower.
+    app : Path, optional
+        The app's directory (what ``flwr run`` builds the FAB from): the server imports its ClientApp in advance
+        and each ClientApp keeps those modules when its run's FAB holds the same files (``forkserver.py``).
 
     Returns
     -------
@@ -107,7 +112,8 @@ def start_forkserver(popen: Callable[[list[str]], subprocess.Popen],
     """
     folder = Path(tempfile.mkdtemp(prefix="fedspectral-forkserver-"))  # a socket path must stay short (108 bytes)
     socket_path = folder / "clientapp.sock"
-    proc = popen([sys.executable, str(LAUNCHERS_DIR / "forkserver.py"), str(socket_path)])
+    proc = popen([sys.executable, str(LAUNCHERS_DIR / "forkserver.py"), str(socket_path),
+                  *([str(app)] if app is not None else [])])
     deadline = time.monotonic() + timeout
     while not socket_path.exists():
         code = proc.poll()
@@ -178,7 +184,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedspectral.super
         os.execv(flower, [flower, *rest])
     env = node_env(dict(os.environ))
     sys.stdout.flush()
-    _, socket_path, problem = start_forkserver(lambda cmd: subprocess.Popen(cmd, env=env))
+    try:
+        app = app_dir()
+    except AppBundleError as ex:  # the ClientApps import the app from their FAB
+        print(f"{prog}: {ex}; the app is not imported in advance", file=sys.stderr, flush=True)
+        app = None
+    _, socket_path, problem = start_forkserver(lambda cmd: subprocess.Popen(cmd, env=env), app=app)
     if problem:
         print(f"{prog}: {problem}; every message starts Flower's own flwr-clientapp", file=sys.stderr, flush=True)
     else:

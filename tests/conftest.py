@@ -70,7 +70,10 @@ def app():
 PROCESS_TAG = "FEDSPECTRAL_TEST_PROCESS_TAG"
 """Environment variable that marks every process a deploy / ray test starts (children inherit it)."""
 FLOWER_PROGRAMS = ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp", "flwr-clientapp",
-                   "flwr-simulation", "/flwr ", "flwr run")
+                   "flwr-simulation", "/flwr ", "flwr run", "launchers/supernode.py", "launchers/forkserver.py")
+"""What a Flower process's command line names: Flower's programs, and fedspectral's launchers that start them
+(``fedspectral/launchers/``: ``deploy`` and ``fedspectral supernode`` start the SuperNode as ``supernode.py``,
+the ClientApps' fork server as ``forkserver.py``; the ``flwr-clientapp`` launcher has Flower's name)."""
 
 
 def tagged_processes(tag: str, programs: tuple[str, ...] = ()) -> list[tuple[int, str]]:

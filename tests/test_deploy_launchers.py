@@ -74,14 +74,146 @@ def test_a_signal_to_the_launcher_reaches_the_clientapp(forkserver):
     assert launcher.returncode != 0
 
 
-def test_the_fork_server_imports_nothing_of_the_app():
-    """Each child imports the app from its run's FAB: the server itself must not have imported it."""
-    code = ("import runpy, sys; ns = runpy.run_path(sys.argv[1]); ns['preload']();"
+def test_the_fork_server_imports_nothing_of_the_app_unless_given_its_folder():
+    """Without the app's folder, each child imports the app from its run's FAB: the server itself has not."""
+    code = ("import runpy, sys; ns = runpy.run_path(sys.argv[1]); print(ns['preload']());"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('client_app', 'server_app', 'fl_strategies', 'simulations')))")
     done = subprocess.run([sys.executable, "-c", code, str(LAUNCHERS_DIR / "forkserver.py")],
                           capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.split("\n")[:2] == ["{}", "[]"]
+
+
+def _tiny_app(folder: Path, package: str, version: str = "1") -> Path:
+    """An app folder: ``pyproject.toml`` naming ``{package}.app:app`` and the package (``later.py`` is imported
+    only when used)."""
+    (folder / package).mkdir(parents=True)
+    (folder / "pyproject.toml").write_text(f'[tool.flwr.app.components]\nclientapp = "{package}.app:app"\n')
+    (folder / package / "__init__.py").write_text("")
+    (folder / package / "app.py").write_text(f"app = 'v{version}'\n")
+    (folder / package / "later.py").write_text("where = __file__\n")
+    return folder
+
+
+@pytest.fixture
+def forkserver_module(monkeypatch):
+    """``launchers/forkserver.py`` as a namespace; ``sys.path`` and the test app's modules restored after."""
+    import runpy
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield runpy.run_path(str(LAUNCHERS_DIR / "forkserver.py"))
+    for name in set(sys.modules) - before:
+        if name.startswith("tinyapp"):
+            del sys.modules[name]
+
+
+def test_a_clientapp_keeps_the_app_imported_in_advance_only_when_its_fab_holds_the_same_files(
+        forkserver_module, tmp_path):
+    import importlib
+
+    server = forkserver_module
+    checkout = _tiny_app(tmp_path / "checkout", "tinyapp_same")
+    (checkout / "tinyapp_same" / "broken.py").write_text("raise RuntimeError('left to the FAB')\n")
+    app = server["preload"](str(checkout))
+    assert sorted(app) == ["tinyapp_same", "tinyapp_same.app", "tinyapp_same.later"]  # the whole package
+    assert not any(str(tmp_path) in entry for entry in sys.path)
+    installed = _tiny_app(tmp_path / "installed", "tinyapp_same")  # the FAB as Flower installed it: same bytes
+    assert server["adopt"](app, installed) is None
+    module = sys.modules["tinyapp_same.app"]
+    assert module.app == "v1" and module.__file__ == str(installed / "tinyapp_same" / "app.py")
+    assert sys.modules["tinyapp_same.later"].__file__ == str(installed / "tinyapp_same" / "later.py")
+    (installed / "tinyapp_same" / "newer.py").write_text("where = __file__\n")  # only in the FAB
+    newer = importlib.import_module("tinyapp_same.newer")  # imported later: from the FAB, as a new process does
+    assert newer.where == str(installed / "tinyapp_same" / "newer.py")
+
+    app = server["preload"](str(_tiny_app(tmp_path / "old", "tinyapp_other")))
+    other = _tiny_app(tmp_path / "other", "tinyapp_other", version="2")  # the run's FAB has another app.py
+    assert server["adopt"](app, other) == "tinyapp_other/app.py differs"
+    assert not any(name.startswith("tinyapp_other") for name in sys.modules)
+    sys.path.insert(0, str(other))
+    assert importlib.import_module("tinyapp_other.app").app == "v2"
+
+
+def test_an_app_that_does_not_import_leaves_the_fork_server_serving_without_it(forkserver_module, tmp_path,
+                                                                                capsys):
+    broken = _tiny_app(tmp_path / "broken", "tinyapp_broken")
+    (broken / "tinyapp_broken" / "app.py").write_text("raise RuntimeError('no')\n")
+    (broken / "tinyapp_broken" / "later.py").write_text("raise RuntimeError('not either')\n")
+    assert forkserver_module["preload"](str(broken)) == {}
+    assert not any(name.startswith("tinyapp_broken") for name in sys.modules)
+    assert "does not import here (RuntimeError: no)" in capsys.readouterr().out
+
+
+def test_a_fab_is_unpacked_once_per_fork_server_and_flower_home(forkserver_module, tmp_path, monkeypatch):
+    server = forkserver_module
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    calls = []
+
+    def flower_install(fab, install_dir, skip_prompt):
+        calls.append(fab)
+        folder = tmp_path / f"installed-{len(calls)}"
+        folder.mkdir()
+        return folder
+
+    def install(fab):
+        return server["installed_fab"](flower_install, {}, marks, fab, None, True)
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home-a"))
+    first = install(b"fab one")
+    assert install(b"fab one") == first and calls == [b"fab one"]  # the same FAB: Flower's folder, not unpacked
+    assert install(b"fab two") != first and len(calls) == 2  # another FAB
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home-b"))
+    assert install(b"fab one") != first and len(calls) == 3  # another FLWR_HOME: Flower installs it there
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home-a"))
+    first.rmdir()  # its installation gone: Flower installs it again
+    assert install(b"fab one") != first and len(calls) == 4
+
+
+def test_each_forked_clientapp_draws_its_own_numpy_random_numbers(forkserver_module):
+    """numpy's global generator is seeded at import: a child forked from the server gets fresh entropy, as a new
+    process would (Flower's SecAgg+ quantization draws from it). Each child starts from the server's state, as
+    under a numpy that does not reseed after a fork (the pin allows numpy 1.26)."""
+    import numpy as np
+
+    server_state = np.random.get_state()
+    draws = []
+    for _ in range(2):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: as _child does before Flower runs
+            np.random.set_state(server_state)
+            forkserver_module["fresh_random_state"]()
+            os.write(write, np.random.bytes(16))
+            os._exit(0)
+        os.close(write)
+        draws.append(os.read(read, 16))
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert draws[0] != draws[1]
+
+
+def test_a_forked_clientapp_asks_again_for_a_message_still_arriving_after_a_tenth_of_a_second(
+        forkserver_module, monkeypatch):
+    import flwr.supernode.runtime.run_clientapp as runner
+
+    calls = []
+    monkeypatch.setattr(runner, "pull_and_inflate_object_from_tree", lambda *a, **k: calls.append((a, k)))
+    forkserver_module["wrap_pull"]()
+    runner.pull_and_inflate_object_from_tree("tree", "pull", "confirm", return_type=int)
+    runner.pull_and_inflate_object_from_tree("tree", initial_backoff=2.0)
+    assert calls == [(("tree", "pull", "confirm"), {"return_type": int, "initial_backoff": 0.1}),
+                     (("tree",), {"initial_backoff": 2.0})]  # a caller's own wait is kept
+    assert runner.pull_task_input.__module__ == runner.__name__  # what calls it: Flower's, unchanged
+
+
+def test_the_install_wrapper_fits_the_flower_pyproject_allows_and_refuses_another(forkserver_module, monkeypatch):
+    import flwr.supercore.version
+
+    assert forkserver_module["hook_misfit"]() is None
+    monkeypatch.setattr(flwr.supercore.version, "package_version", "1.50.0")
+    assert forkserver_module["hook_misfit"]() == "written for Flower 1.41.x or 1.42.x, found 1.50.0"
 
 
 def _launcher_with_flower_loop_restored(monkeypatch):
@@ -208,6 +340,7 @@ def test_a_local_deployment_starts_warm_clientapps_and_short_polls_by_default(mo
     """Without a flag, the SuperNodes start as ``fedspectral supernode`` starts one: through supernode.py with
     the default poll, the fork server's launcher first on their PATH; ``flower-defaults`` is Flower's own."""
     import simulations.engines.deploy as deploy
+    from fedspectral.app_bundle import fab_dir
     from fedspectral.supernode import DEFAULT_POLL
 
     started = []
@@ -221,17 +354,21 @@ def test_a_local_deployment_starts_warm_clientapps_and_short_polls_by_default(mo
     def start(self, name, cmd):
         started.append((name, cmd, dict(self.env)))
         if name == "clientapp_forkserver":
-            Path(cmd[-1]).touch()  # it serves
+            Path(cmd[2]).touch()  # it serves
         return Stub()
 
     monkeypatch.setattr(deploy.LocalDeployment, "_start", start)
     monkeypatch.setattr(deploy.LocalDeployment, "_start_superlink", lambda self, ca: None)
     monkeypatch.setattr(deploy.LocalDeployment, "stop", lambda self: None)
     files = [tmp_path / f"partition_{i}.npy" for i in range(2)]
-    with deploy.LocalDeployment(files, tmp_path / "out", port=1):
-        pass
+    with deploy.LocalDeployment(files, tmp_path / "out", port=1) as deployment:
+        flwr_run = deployment._run_cmd("", tmp_path / "results", False)
+    # Flower builds the FAB from a folder of the FAB's files only, not from the whole checkout
+    assert flwr_run[:3] == ["flwr", "run", str(fab_dir(tmp_path / "out" / "flwr-home"))]
     (server, _, _), (node, cmd, env) = started[0], started[1]
     assert server == "clientapp_forkserver" and node == "supernode_0"
+    # its app imported in advance: the FAB's files, the folder `flwr run` is given
+    assert started[0][1][3] == str(fab_dir(tmp_path / "out" / "flwr-home"))
     assert cmd[1:3] == [str(LAUNCHERS_DIR / "supernode.py"), str(DEFAULT_POLL)]
     assert env["PATH"].split(os.pathsep)[0] == str(LAUNCHERS_DIR) and env[FORKSERVER_VARIABLE].endswith(".sock")
     started.clear()
@@ -285,8 +422,10 @@ def test_a_deployment_with_its_default_launchers_gives_the_same_numbers_and_leav
     np.testing.assert_allclose(deployed["subspace_distance"].to_numpy(), distances(local), rtol=0, atol=1e-12)
     logs = tmp_path / "logs"
     assert "Flower imported, serving" in (logs / "clientapp_forkserver.log").read_text()
+    assert "modules of the app in" in (logs / "clientapp_forkserver.log").read_text()  # imported in advance
     node_log = (logs / "supernode_0.log").read_text()
     assert "no fork server" not in node_log and node_log.count("Start `flwr-clientapp` process") >= 3
+    assert "forkserver:" not in node_log  # the FAB holds the app imported in advance: kept at every message
     out = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert out.strip() == ""  # every process the deployment started has stopped
     # the fork server too (named by its log line: other deployments may run their own meanwhile), and its folder

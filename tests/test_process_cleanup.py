@@ -27,3 +27,24 @@ def test_only_the_processes_carrying_this_tests_tag_are_found_and_stopped():
         for proc in (ours, theirs):
             proc.kill()
             proc.wait()
+
+
+def test_a_leftover_supernode_launcher_or_fork_server_is_found_as_a_flower_process():
+    """``deploy`` and ``fedspectral supernode`` start SuperNodes through ``launchers/supernode.py`` and ClientApps
+    through ``launchers/forkserver.py``: look-alikes named by those scripts' paths are found and stopped."""
+    from fedspectral.supernode import LAUNCHERS_DIR
+
+    lookalikes = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(LAUNCHERS_DIR / name)],
+                                   env={**os.environ, PROCESS_TAG: "launchers"}, start_new_session=True)
+                  for name in ("supernode.py", "forkserver.py")]
+    try:
+        deadline = time.monotonic() + 10
+        while len(tagged_flower_processes("launchers")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(pid for pid, _ in tagged_flower_processes("launchers")) == sorted(p.pid for p in lookalikes)
+        _stop([p.pid for p in lookalikes])
+        assert all(p.wait(timeout=10) is not None for p in lookalikes)
+    finally:
+        for proc in lookalikes:
+            proc.kill()
+            proc.wait()

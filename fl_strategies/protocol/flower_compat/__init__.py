@@ -77,6 +77,12 @@ Flower but 1.42 in one line; ``tests/test_flower_compat.py`` checks that each is
 * ``flwr.supernode.cli.flwr_clientapp`` (forkserver: ``flwr-clientapp``'s entry point, imported once and run
   unchanged in a forked child per message; public alternative: the ``flwr-clientapp`` command, a new process and
   about 1 s of imports per message).
+* ``flwr.supernode.runtime.run_clientapp`` (its ``install_from_fab`` and ``pull_and_inflate_object_from_tree``
+  names, wrapped in a forked child) and ``flwr.supercore.version.package_version`` (forkserver: a FAB unpacked
+  once per fork server, the app's modules imported in advance kept when the FAB holds the same files, a message
+  still arriving asked for again after 0.1 s, not 1 s; any Flower but 1.41/1.42, or a ``run_clientapp`` without
+  those calls, keeps Flower's own behaviour, one line; public alternative: none, a new ``flwr-clientapp``
+  unpacks the FAB and imports the app at every message, and waits 1 s for a message still arriving).
 * ``flwr.supernode.cli.flower_supernode.flower_supernode``, ``flwr.supernode.start_client_internal`` and
   ``flwr.supercore.version.package_version`` (supernode: runs ``flower-supernode`` with its loop module's
   ``time`` replaced by a proxy with shorter waits; public alternative: none, no option sets the 3 s and 0.5 s
