@@ -112,6 +112,14 @@ def test_the_block_tolerance_is_1e_9_in_the_check_and_in_the_noise():
     assert dk.release_sensitivity(False) == pytest.approx(math.sqrt(2.0 * (1.0 + 1e-9)), rel=1e-14)
 
 
+def test_a_large_epsilon_gets_a_multiplier_below_1_on_the_exact_curve():
+    """At epsilon = 10 the exact curve's multiplier is 0.541 (below 1: no floor at 1 on the multiplier), and the
+    run spends epsilon 10 (mutation testing: ``sigma > 0`` in :func:`privacy_plan`)."""
+    releases = dk.privacy_plan(10.0, 1e-6, "paper")
+    assert releases.multipliers[dk.RELEASE] == pytest.approx(0.5410868, rel=1e-6)
+    assert 10.0 * (1 - 1e-6) <= releases.epsilon <= 10.0
+
+
 def test_the_privacy_record_names_its_one_release_krylov_products():
     """The model's privacy record lists one release, named ``krylov-products``, counted once."""
     record = dk.privacy_plan(1.0, 1e-6, "paper").record({dk.RELEASE: dk.release_sensitivity(True)})
