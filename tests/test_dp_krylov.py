@@ -120,6 +120,13 @@ def test_a_large_epsilon_gets_a_multiplier_below_1_on_the_exact_curve():
     assert 10.0 * (1 - 1e-6) <= releases.epsilon <= 10.0
 
 
+def test_a_target_spent_to_within_1e_9_below_is_accepted():
+    """At epsilon = 2 the exact curve's multiplier spends 2 (1 - 9e-10), within 1e-9 of the target: accepted
+    (mutation testing: the upper bound of the float64 check is the target itself, plus round-off)."""
+    releases = dk.privacy_plan(2.0, 1e-6, "paper")
+    assert 2.0 * (1 - 1e-9) < releases.epsilon <= 2.0
+
+
 def test_the_privacy_record_names_its_one_release_krylov_products():
     """The model's privacy record lists one release, named ``krylov-products``, counted once."""
     record = dk.privacy_plan(1.0, 1e-6, "paper").record({dk.RELEASE: dk.release_sensitivity(True)})
