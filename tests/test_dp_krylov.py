@@ -127,6 +127,15 @@ def test_a_target_spent_to_within_1e_9_below_is_accepted():
     assert 2.0 * (1 - 1e-9) < releases.epsilon <= 2.0
 
 
+def test_a_target_float64_misses_by_more_than_1e_6_is_refused():
+    """At epsilon = 3.1e-9 the exact curve in float64 spends 1.7e-6 (relative) less than the target: more than the
+    check's 1e-6, so the target is refused as unresolvable (mutation testing: the lower bound's 1e-6)."""
+    sigma = accounting.exact_noise_multiplier(3.1e-9, 1e-6, 1)
+    assert 1e-6 < 1 - dk.exact_epsilon(sigma, 1e-6) / 3.1e-9 < 2e-6
+    with pytest.raises(ValueError, match="float64"):
+        dk.privacy_plan(3.1e-9, 1e-6, "paper")
+
+
 def test_the_privacy_record_names_its_one_release_krylov_products():
     """The model's privacy record lists one release, named ``krylov-products``, counted once."""
     record = dk.privacy_plan(1.0, 1e-6, "paper").record({dk.RELEASE: dk.release_sensitivity(True)})
