@@ -67,6 +67,7 @@ from fl_strategies.files.variants import check_unique_ids, decode_variants, read
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_power
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import MISSING_CODE, BedVariants, RowBlocks
+from fl_strategies.kernels.unit_genotypes import UnitGenotypes
 
 __all__ = ["NodeData", "partition_id", "check_local_matrix", "check_local_operator", "stats_from_state",
            "stats_to_state"]
@@ -145,12 +146,14 @@ class NodeData:
             return str(folder_file), "dataset folder file"
         return None
 
-    def _stored(self) -> RowBlocks:
+    def _stored(self, unit_genotypes: bool = False) -> RowBlocks:
         """The node's rows as stored (a file's, read once per process and file version; a ``.bed`` as the columns of
-        the run's variant list when the server sent one)."""
+        the run's variant list when the server sent one; with ``unit_genotypes`` a ``.bed`` under ``row-normalize``
+        stays on disk, :class:`~fl_strategies.kernels.unit_genotypes.UnitGenotypes`)."""
         file = self._file()
         if file is not None:
-            return _file_rows(self.cfg, self.partition_id, *file, variants=self.run_variants, removed=self.removed)
+            return _file_rows(self.cfg, self.partition_id, *file, variants=self.run_variants, removed=self.removed,
+                              unit_genotypes=unit_genotypes)
         rows = _harness(self.cfg, self.partition_id).client_rows(self.cfg, self.partition_id)
         if rows.shape[0] < 1:
             raise ValueError(f"partition {self.partition_id}: the partition has no rows")
@@ -177,7 +180,7 @@ class NodeData:
         ``row-normalize`` for a node file."""
         if self._rows is None:
             stored = self.stored_rows()
-            rows = next(stored.blocks()) if isinstance(stored, BedVariants) else stored.rows
+            rows = next(stored.blocks()) if isinstance(stored, (BedVariants, UnitGenotypes)) else stored.rows
             if stored.normalize or stored.clip > 0 or not (
                     hasattr(rows, "tocsr") or isinstance(rows, np.ndarray) and rows.dtype == np.float64
                     and not isinstance(rows, np.memmap)):
@@ -189,10 +192,12 @@ class NodeData:
     def stored_rows(self) -> RowBlocks:
         """The rows ``M_i`` (s_i, d) as stored, read in float64 blocks (normalised or clipped block by block as the
         run config says): those of the local operator where one is built, else read now (a file once per
-        process). Only one block at a time is float64 (``dp-power``'s products)."""
+        process). Only one block at a time is float64 (``dp-power``'s and ``dp-krylov``'s products); a ``.bed``
+        with ``row-normalize`` (and no ``clip-norm``) is never decoded whole: its products are weighted ones on
+        the file (:class:`~fl_strategies.kernels.unit_genotypes.UnitGenotypes`)."""
         if self._operator is not None and self._operator.rows is not None:
             return self._operator.rows
-        return self._stored()
+        return self._stored(unit_genotypes=True)
 
     @property
     def num_rows(self) -> int:
@@ -536,10 +541,12 @@ def _harness(cfg: Mapping[str, Any], pid: int):
 
 
 def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node config data-path",
-               variants: bytes | None = None, removed: np.ndarray | None = None) -> RowBlocks:
+               variants: bytes | None = None, removed: np.ndarray | None = None,
+               unit_genotypes: bool = False) -> RowBlocks:
     """The rows of a ``data-path`` file as stored, checked; with ``row-normalize`` normalised block by block; a
     ``.bed`` as the columns of the run's ``variants`` when given
-    (:meth:`~fl_strategies.kernels.rows.BedVariants.aligned`)."""
+    (:meth:`~fl_strategies.kernels.rows.BedVariants.aligned`), and with ``row-normalize``, ``unit_genotypes`` and
+    no ``clip-norm`` as :class:`~fl_strategies.kernels.unit_genotypes.UnitGenotypes` (products on the file)."""
     X = _read_cached(path, _version(path), f"partition {pid}: {what}")
     if variants is not None:
         X = _aligned_cached(path, _version(path), variants, f"partition {pid}: {what} {path!r}")
@@ -564,6 +571,8 @@ def _file_rows(cfg: Mapping[str, Any], pid: int, path: str, what: str = "node co
             if column_scaling(cfg.get("scale", False)) == "hwe" and X.code_counts[:, MISSING_CODE].any():
                 return X.weighted(X.missingness_weights())  # plink2's correction for missingness
             return X
+        if unit_genotypes and cfg["row-normalize"] and cfg.get("clip-norm", 0.0) <= 0:
+            return UnitGenotypes(X)
         X = next(X.blocks())  # rows scaled one by one: the decoded counts in memory
     return RowBlocks(X, normalize=bool(cfg["row-normalize"]), clip=cfg.get("clip-norm", 0.0))
 

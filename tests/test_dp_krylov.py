@@ -97,6 +97,51 @@ def test_the_noise_covers_the_block_tolerance_and_the_default_width_follows_the_
     assert dk.privacy_plan(0.0, 1e-6, "pld") is None and dk.privacy_plan(0.0, 1e-6, "paper") is None
 
 
+def test_the_block_tolerance_is_1e_9_in_the_check_and_in_the_noise():
+    """A block whose ``||Q^T Q - I||`` is 1.5e-9 is refused and one at 0.5e-9 accepted; the sensitivity is
+    ``sqrt(2 (1 + 1e-9))`` (mutation testing: the tolerance's value, not only its name)."""
+    Q = orth(np.random.default_rng(5).standard_normal((30, 4)))
+    for gap, accepted in ((0.5e-9, True), (1.5e-9, False)):
+        bent = Q.copy()
+        bent[:, 0] *= math.sqrt(1.0 + gap)  # ||B^T B - I||_2 = gap (to round-off, ~1e-16)
+        if accepted:
+            assert dk.check_block(None, bent) == pytest.approx(gap, rel=1e-5)
+        else:
+            with pytest.raises(ValueError, match="not orthonormal"):
+                dk.check_block(None, bent)
+    assert dk.release_sensitivity(False) == pytest.approx(math.sqrt(2.0 * (1.0 + 1e-9)), rel=1e-14)
+
+
+def test_a_large_epsilon_gets_a_multiplier_below_1_on_the_exact_curve():
+    """At epsilon = 10 the exact curve's multiplier is 0.541 (below 1: no floor at 1 on the multiplier), and the
+    run spends epsilon 10 (mutation testing: ``sigma > 0`` in :func:`privacy_plan`)."""
+    releases = dk.privacy_plan(10.0, 1e-6, "paper")
+    assert releases.multipliers[dk.RELEASE] == pytest.approx(0.5410868, rel=1e-6)
+    assert 10.0 * (1 - 1e-6) <= releases.epsilon <= 10.0
+
+
+def test_a_target_spent_to_within_1e_9_below_is_accepted():
+    """At epsilon = 2 the exact curve's multiplier spends 2 (1 - 9e-10), within 1e-9 of the target: accepted
+    (mutation testing: the upper bound of the float64 check is the target itself, plus round-off)."""
+    releases = dk.privacy_plan(2.0, 1e-6, "paper")
+    assert 2.0 * (1 - 1e-9) < releases.epsilon <= 2.0
+
+
+def test_a_target_float64_misses_by_more_than_1e_6_is_refused():
+    """At epsilon = 3.1e-9 the exact curve in float64 spends 1.7e-6 (relative) less than the target: more than the
+    check's 1e-6, so the target is refused as unresolvable (mutation testing: the lower bound's 1e-6)."""
+    sigma = accounting.exact_noise_multiplier(3.1e-9, 1e-6, 1)
+    assert 1e-6 < 1 - dk.exact_epsilon(sigma, 1e-6) / 3.1e-9 < 2e-6
+    with pytest.raises(ValueError, match="float64"):
+        dk.privacy_plan(3.1e-9, 1e-6, "paper")
+
+
+def test_the_privacy_record_names_its_one_release_krylov_products():
+    """The model's privacy record lists one release, named ``krylov-products``, counted once."""
+    record = dk.privacy_plan(1.0, 1e-6, "paper").record({dk.RELEASE: dk.release_sensitivity(True)})
+    assert [(r["name"], r["count"]) for r in record["releases"]] == [("krylov-products", 1)]
+
+
 # -- the accounting -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("epsilon", [0.5, 1.0, 4.0])
 def test_the_run_is_one_gaussian_certified_by_dp_accounting_and_the_exact_curve(epsilon):
