@@ -26,6 +26,14 @@ def tagged_processes(tag: str) -> list[str]:
     return [args[:160] for _, args in conftest.tagged_processes(tag)]
 
 
+def _interruptible() -> None:
+    """In the child before it runs the command: Ctrl-C's default action, as a terminal's foreground command has it.
+    A command started in the background of a shell without job control (``cmd &`` in a script, as a CI runner may
+    start the tests) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt: the test would see a
+    run that Ctrl-C cannot stop, which is the shell's doing, not the command's."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for(path, text: str, proc: subprocess.Popen, timeout: float = 240.0) -> None:
     deadline = time.monotonic() + timeout
     while text not in path.read_text(errors="replace"):
@@ -44,7 +52,8 @@ def test_a_stopped_run_leaves_no_process_and_resume_continues_it_exactly(sig, tm
     log = tmp_path / "log"
     with open(log, "w") as sink:  # a terminal's Ctrl-C reaches the whole foreground group: here the new session
         proc = subprocess.Popen([sys.executable, "-m", "fedspectral", "run", "--run-config", config],
-                                stdout=sink, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                stdout=sink, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=_interruptible)
     try:
         _wait_for(log, "round 1 of ", proc)
         if sig == signal.SIGINT:
@@ -83,7 +92,8 @@ def test_ctrl_c_of_deploy_stops_every_process_in_one_line(tmp_path, flower_proce
     with open(log, "w") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "fedspectral", "deploy", "--out", str(out), "--run-config",
                                  f"num-clients=2 num-server-rounds={ROUNDS}"],
-                                stdout=sink, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                stdout=sink, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=_interruptible)
     try:
         _wait_for(log, "round 1 of ", proc, timeout=400)
         os.killpg(proc.pid, signal.SIGINT)
