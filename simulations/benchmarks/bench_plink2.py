@@ -483,22 +483,24 @@ def _bench(args, data: Path, out: Path) -> int:
     made, simulated = _simulated(args, data)
     work = data / "work"  # the runs' own outputs: temporary with the data
     work.mkdir(exist_ok=True)
-    (work / "c.toml").write_text(_config(data / "sites", args, args.stop_tol[0]))
     me = [sys.executable, "-m", "simulations.benchmarks.bench_plink2", "--worker"]
     threads = {"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
-    fed = _measured(me + ["fedspectral", str(work / "c.toml"), str(work / "compare")], threads)
-    (model_path,) = sorted((work / "compare" / "estimates").glob("*.pca.npz"))
+
+    def fedspectral(folder: Path, tol: float) -> tuple[dict, Path, dict]:
+        """``(the compare run measured, its model, its transform measured)`` with ``tol``, in ``folder``."""
+        (folder / "c.toml").write_text(_config(data / "sites", args, tol))
+        run = _measured(me + ["fedspectral", str(folder / "c.toml"), str(folder / "compare")], threads)
+        (path,) = sorted((folder / "compare" / "estimates").glob("*.pca.npz"))
+        return run, path, _measured(me + ["transform", str(path), str(data), str(folder)], threads)
+
+    fed, model_path, scored = fedspectral(work, args.stop_tol[0])
     rounds = _rounds(work / "compare")
-    scored = _measured(me + ["transform", str(model_path), str(data), str(work)], threads)
     more = []  # the other stop-tols: their own fedspectral run and scores
     for tol in args.stop_tol[1:]:
         folder = work / f"stop-tol-{tol:g}"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
-        (folder / "c.toml").write_text(_config(data / "sites", args, tol))
-        run = _measured(me + ["fedspectral", str(folder / "c.toml"), str(folder / "compare")], threads)
-        (path,) = sorted((folder / "compare" / "estimates").glob("*.pca.npz"))
-        _measured(me + ["transform", str(path), str(data), str(folder)], threads)
+        run, _, _ = fedspectral(folder, tol)
         more.append({"stop_tol": tol, "rounds": _rounds(folder / "compare"), "wall": run["wall"], "cpu": run["cpu"],
                      "peak_mb": run["peak_mb"], "scores": np.load(folder / "scores.npy")})
     libraries = blas_choices()
