@@ -179,6 +179,48 @@ def test_the_default_calibration_is_the_exact_gaussian_curve_and_matches_pld(eps
         assert sigma == pytest.approx(dk.privacy_plan(epsilon, 1e-6, "pld").multipliers[dk.RELEASE], rel=1e-6)
 
 
+@pytest.mark.parametrize("sigma", [0.6, 1.0, 3.0])
+def test_exact_epsilon_inverts_the_exact_curve_where_its_bisection_can_land_on_the_answer(sigma):
+    """For ``delta = delta(e)`` on the exact curve, ``e`` is the smallest epsilon with ``delta(epsilon) <= delta``:
+    the bracket starts at [0, 1] and doubles, so every dyadic ``e`` (below 1, or needing one or two doublings) is a
+    point the bisection visits and must return exactly, a certified point (``delta(mid) = delta``) being the upper
+    end (mutation testing: the doubling's factor and test, the bisection's side)."""
+    mu = 1.0 / sigma
+    for e in (0.375, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0):
+        assert dk.exact_epsilon(sigma, accounting.gaussian_delta(e, mu)) == e
+
+
+def test_exact_epsilon_is_the_smallest_certified_epsilon_to_1e_12_relative():
+    """Against the root of ``delta(epsilon) = delta`` found independently (Brent's method to 1e-15): the answer is
+    certified (not below the root) and at most 1e-12 (relative) above it, as its docstring states (mutation
+    testing: the bisection's stopping width)."""
+    from scipy.optimize import brentq
+
+    for sigma in np.linspace(0.55, 4.0, 12):
+        for delta in (1e-3, 1e-6, 1e-9):
+            mu = 1.0 / sigma
+            root = brentq(lambda e: accounting.gaussian_delta(e, mu) - delta, 0.0, 200.0, xtol=1e-300, rtol=1e-15)
+            got = dk.exact_epsilon(sigma, delta)
+            assert accounting.gaussian_delta(got, mu) <= delta
+            assert root * (1 - 1e-14) <= got <= root * (1 + 1e-12)
+
+
+def test_the_exact_gaussian_spends_nothing_before_its_release_and_its_curve_after():
+    """``ExactGaussian.spent``: 0 with no release counted (none, or a count of 0), and after the one release the
+    epsilon of the exact curve at the run's multiplier, which dp-accounting's PLD accountant (pessimistic, 1e-4
+    grid) brackets within 0.1% (mutation testing: the default count and the comparison with 0)."""
+    releases = dk.privacy_plan(1.0, 1e-6, "paper")
+    sigma = releases.multipliers[dk.RELEASE]
+    assert releases.spent({}) == 0.0
+    assert releases.spent({dk.RELEASE: 0}) == 0.0
+    assert releases.spent({dk.RELEASE: 1}) == releases.epsilon == dk.exact_epsilon(sigma, 1e-6)
+    assert 1.0 - 1e-8 <= releases.epsilon <= 1.0
+    dpa = pytest.importorskip("dp_accounting")
+    acc = dpa.pld.PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(dpa.GaussianDpEvent(sigma))
+    assert releases.epsilon <= acc.get_epsilon(1e-6) <= releases.epsilon * (1 + 1e-3)
+
+
 def test_a_target_the_calibration_cannot_meet_is_a_config_error_naming_it():
     with pytest.raises(ConfigError, match="epsilon"):
         validate_run_config(fused_run_config({"strategy": "dp-krylov", "row-normalize": True, "epsilon": 1e-300,
@@ -213,6 +255,53 @@ def test_next_blocks_are_orthonormal_together_and_a_client_refuses_any_other():
         dk.check_block(None, np.full((d, p), np.nan))
     with pytest.raises(ValueError, match="not orthonormal"):
         dk.check_block(None, (1 + 1e-7) * basis[:, :5])  # 2e-7 longer: beyond the tolerance the noise covers
+
+
+def test_next_blocks_stay_orthonormal_once_the_krylov_space_holds_the_data():
+    """Exact products (no noise) of rank-6 data, blocks of 4: after two blocks the Krylov space holds the data's
+    range, each product lies in the span already multiplied, and the next block's directions come from round-off.
+    They must still be orthonormal and orthogonal to every block before (to 1e-12), or every client would refuse
+    them (mutation testing: the projection of the singular vectors)."""
+    rng = np.random.default_rng(11)
+    d, p = 40, 4
+    X = rng.standard_normal((d, 6))
+    C = X @ X.T
+    Q = dk.initial_block(d, p, rng)
+    basis = Q
+    for _ in range(5):
+        Q = dk.next_block(basis, C @ Q, p)
+        assert dk.check_block(basis, Q, tolerance=1e-12) <= 1e-12
+        basis = np.hstack([basis, Q])
+
+
+def test_next_block_allocates_nothing_of_size_d_by_d():
+    """At d = 4,000 the next block (p = 4 after 8 directions) takes memory of the order of ``d (m + p)``, not of a
+    ``d x d`` matrix (128 MB): no ``d x d`` anywhere, as a run at genomic width needs (mutation testing: the thin
+    SVD)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(12)
+    d, m, p = 4000, 8, 4
+    basis = orth(rng.standard_normal((d, m)))
+    Y = rng.standard_normal((d, p))
+    tracemalloc.start()
+    try:
+        Q = dk.next_block(basis, Y, p)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert Q.shape == (d, p)
+    assert peak < 20 * d * (m + p) * 8  # 7.7 MB; d x d is 128 MB
+
+
+def test_the_block_tolerance_is_inclusive():
+    """``check_block`` refuses only above its tolerance: exactly orthonormal blocks (``B^T B - I`` exactly 0) pass
+    even a tolerance of 0 (mutation testing: ``<=``, not ``<``)."""
+    E = np.eye(6)
+    assert dk.check_block(None, E[:, :3], tolerance=0.0) == 0.0
+    assert dk.check_block(E[:, :3], E[:, 3:], tolerance=0.0) == 0.0
+    with pytest.raises(ValueError, match="not orthonormal"):
+        dk.check_block(E[:, :3], E[:, 2:4], tolerance=0.0)
 
 
 def test_rayleigh_ritz_of_exact_products_on_an_invariant_subspace_gives_the_eigenpairs():
