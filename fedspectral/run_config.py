@@ -342,14 +342,22 @@ def _shared_variants(files: list[Path], option: str, where: str, drop_ambiguous:
     from fl_strategies.files.variants import align_variants, check_unique_ids, is_ambiguous, read_bim, variant_digest
 
     lists, digests = {}, set()
+    seen: dict[bytes, tuple[list, str]] = {}  # a variant file's bytes: its list and digest (sites' copies of one list)
     for pid, path in enumerate(files):
         try:
-            bim = read_bim(path)
-            check_unique_ids(path, "genotype file", bim)  # the list just read, not read again
+            listing = Path(path).with_suffix(".pvar" if str(path).lower().endswith(".pgen") else ".bim")
+            data = listing.read_bytes()
+            if data in seen:  # the same bytes as an earlier site's: the same list, checked already
+                lists[pid], digest = seen[data]
+                check_unique_ids(path, "genotype file", people_only=True)
+            else:
+                bim = read_bim(path)
+                check_unique_ids(path, "genotype file", bim)  # the list just read, not read again
+                lists[pid], digest = [(vid, a1, a2) for _, vid, _, a1, a2 in bim], variant_digest(bim)
+                seen[data] = lists[pid], digest
         except (OSError, ValueError) as ex:
             raise ArgumentError(f"{option}: partition {pid}: {getattr(ex, 'strerror', None) or ex}") from None
-        lists[pid] = [(vid, a1, a2) for _, vid, _, a1, a2 in bim]
-        digests.add(variant_digest(bim))
+        digests.add(digest)
     if len(digests) == 1 and not (drop_ambiguous and any(is_ambiguous(a1, a2) for _, a1, a2 in lists[0])):
         return len(lists[0])
     try:

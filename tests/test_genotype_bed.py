@@ -448,3 +448,16 @@ def test_aligned_products_with_missing_calls_are_those_of_the_dense_rows(tmp_pat
     assert parts[1] == pytest.approx(delta, rel=1e-12)
     assert W.summary(Z, None, None, diagonal=False)[1] == pytest.approx(
         weights @ (np.nan_to_num(listed) ** 2).sum(axis=1))
+
+
+@pytest.mark.parametrize("text", [b"", b"\n", b"a\n", b"a", b"a\nb", b"a\n\nb\n", b"a\n  \nb", b"\n\na\n",
+                                  b"a\r\nb\r\n", b"a\nb\n\n", b"a\nb\n \n", b" a\n", b"a\n\t\n", b"\r\n", b" ",
+                                  b"a\n ", b"\na", b"1 v1 0 1 A C\n" * 1000])
+def test_people_and_variants_are_the_non_blank_lines_of_the_fam_and_bim(tmp_path, text):
+    """A ``.fam`` / ``.bim`` counts its lines that are not blank (white space alone), as line by line, however its
+    blank lines and last newline fall (the count is made in one pass where the file has no blank line)."""
+    from fl_strategies.files.data_files import _lines
+
+    path = tmp_path / "g.bim"
+    path.write_bytes(text)
+    assert _lines(path) == sum(1 for line in text.split(b"\n") if line.strip())

@@ -272,6 +272,31 @@ def test_the_allele_weights_list_a_monomorphic_variant_by_its_absent_allele_alon
                      ["d", "G", "T", "G", "0.0"]]  # A2 never called: its line alone
 
 
+def test_the_weight_files_write_every_number_as_its_repr():
+    """``.score``, ``.eigenvec.allele`` and ``.afreq`` give every number as ``repr`` of the float (exact), the REF
+    line of ``.eigenvec.allele`` the negated weight: the texts are formatted once and negated as text, checked
+    against formatting each number (zeros of either sign, tiny and huge weights, monomorphic variants)."""
+    from fl_strategies.files.plink_outputs import afreq_text, eigenvec_allele_text, plink2_eigenvectors, score_text
+
+    rng = np.random.default_rng(5)
+    d, k = 300, 3
+    components = np.linalg.qr(rng.standard_normal((d, k)))[0].T
+    components[:, :4] = [[0.0, -0.0, 1e-300, -1e-17]] * k
+    mean = rng.uniform(0, 2, d)
+    mean[[5, 9]] = [0.0, 2.0]
+    model = {"components": components, "singular_values": np.array([3.0, 1e-3, 7e5]), "mean": mean,
+             "variants": [(f"v{j}", "A", "G") for j in range(d)]}
+    weights = plink2_eigenvectors(components.T, model)
+    expected = [["ID", "A1", "PC1", "PC2", "PC3"]] + [[f"v{j}", "A", *(repr(float(w)) for w in weights[j])]
+                                                      for j in range(d)]
+    assert [line.split("\t") for line in score_text(model).splitlines()] == expected
+    lines = [line.split("\t") for line in eigenvec_allele_text(model).splitlines()][1:]
+    polymorphic = [j for j in range(d) if 0 < mean[j] < 2]
+    assert [line[4:] for line in lines if line[0] != "v5" and line[0] != "v9"] == [
+        [repr(float(sign * d * w)) for w in weights[j]] for j in polymorphic for sign in (-1.0, 1.0)]
+    assert [line.split("\t")[3] for line in afreq_text(model).splitlines()[1:]] == [repr(float(m) / 2) for m in mean]
+
+
 @pytest.mark.plink2
 @pytest.mark.skipif(shutil.which("plink2") is None, reason="plink2 is not installed")
 def test_plink2_scores_with_the_allele_weights_as_transform_with_monomorphic_variants_and_missing_calls(tmp_path):

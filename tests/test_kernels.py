@@ -7,7 +7,7 @@ import pytest
 import scipy.linalg
 from scipy.stats import ortho_group
 
-from fl_strategies.kernels.linalg import orth, procrustes, subspace_distance, top_eigenvectors
+from fl_strategies.kernels.linalg import orth, procrustes, subspace_distance, tall_norm2, top_eigenvectors
 from fl_strategies.privacy.fedpower_dp import achieved_epsilon, noise_multiplier, noise_std, sensitivity
 from fl_strategies.settings.schedule import round_lengths
 from fl_strategies.kernels.power import local_power_iterations
@@ -49,6 +49,14 @@ def test_subspace_distance_known_angle_and_r_greater_than_k():
     tiny = 1e-12
     Zt = np.column_stack([e[:, 0], math.cos(tiny) * e[:, 1] + math.sin(tiny) * e[:, 2]])
     assert subspace_distance(Zt, U) == pytest.approx(tiny, rel=1e-3)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-9, 1e-14, 1e-200, 1e200])
+def test_tall_norm2_is_the_largest_singular_value_to_round_off(scale):
+    rng = np.random.default_rng(7)
+    R = rng.standard_normal((5000, 6)) @ np.diag([3.0, 1.0, 0.5, 0.2, 1e-3, 0.0]) * scale
+    assert tall_norm2(R) == pytest.approx(np.linalg.svd(R, compute_uv=False)[0], rel=1e-14)
+    assert tall_norm2(np.zeros((5, 2))) == 0.0 and tall_norm2(np.zeros((0, 3))) == 0.0
 
 
 def test_top_eigenvectors_match_numpy():

@@ -168,3 +168,39 @@ def test_the_latency_model_gives_round_times_and_changes_nothing_else():
     plain = run_app(**MODEL1, strategy="krylov", num_server_rounds=5)
     assert all(r["round_time"] > 1.0 for r in timed.records[1:])  # latency-shift 1 per work unit, plus the tail
     np.testing.assert_array_equal(distances(timed), distances(plain))
+
+
+def _counting_orth(monkeypatch):
+    """Count the QR factorisations ``next_block`` makes."""
+    import fl_strategies.kernels.krylov as krylov_module
+
+    calls = []
+
+    def counted(Y):
+        calls.append(Y.shape)
+        return orth(Y)
+
+    monkeypatch.setattr(krylov_module, "orth", counted)
+    return calls
+
+
+def test_next_block_skips_the_last_pass_only_when_the_block_is_orthogonal_already(monkeypatch):
+    rng = np.random.default_rng(3)
+    d = 2000
+    Q = orth(rng.standard_normal((d, 40)))
+    calls = _counting_orth(monkeypatch)
+    W = rng.standard_normal((d, 4)) + 50 * Q[:, :4]  # a well-conditioned residual: one QR is enough
+    B = next_block(Q, W, rng)
+    assert len(calls) == 1
+    assert np.abs(Q.T @ B).max() <= 1e-13
+    np.testing.assert_allclose(B.T @ B, np.eye(4), atol=1e-13)
+    # residuals nearly dependent (the second column the first plus 1e-11 of a new direction): the QR of such a
+    # block amplifies its round-off along Q by its condition number, and a further pass restores orthogonality
+    calls.clear()
+    fresh = rng.standard_normal((d, 2))
+    fresh -= Q @ (Q.T @ fresh)
+    W = 10 * Q @ rng.standard_normal((40, 2)) + np.column_stack([fresh[:, 0], fresh[:, 0] + 1e-11 * fresh[:, 1]])
+    B = next_block(Q, W, rng)
+    assert len(calls) >= 2
+    assert np.abs(Q.T @ B).max() <= 1e-12
+    np.testing.assert_allclose(B.T @ B, np.eye(2), atol=1e-12)

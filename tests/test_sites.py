@@ -109,7 +109,9 @@ def test_an_id_listed_twice_within_a_site_is_refused_naming_it(tmp_path, which):
 
 def test_the_command_and_a_node_read_each_variant_list_once(tmp_path, monkeypatch):
     """The checks before Flower starts read each site's ``.bim`` once (the IDs listed twice are found in that
-    list), and so does a node opening its ``.bed`` (its checks and its variant list share the read)."""
+    list), a list the same bytes as an earlier site's not at all (the sites of one panel: its people are still
+    checked), and a node opening its ``.bed`` reads its own once (its checks and its variant list share the
+    read)."""
     from client_app import data
     from fedspectral.run_config import check_node_files
     from fl_strategies.files import variants
@@ -127,7 +129,12 @@ def test_the_command_and_a_node_read_each_variant_list_once(tmp_path, monkeypatc
     monkeypatch.setattr(variants, "read_bim", counted)
     monkeypatch.setattr(data, "read_bim", counted)
     cfg = fused_run_config({"num-clients": 2, "center": True})
-    check_node_files(cfg, node_files(tmp_path / "data", 2), "--data-dir D", "node file", "--data-dir D")
+    assert check_node_files(cfg, node_files(tmp_path / "data", 2), "--data-dir D", "node file", "--data-dir D") == 40
+    assert reads == ["partition_0.bed"]  # partition 1's .bim is the same bytes
+    reads.clear()
+    bim = tmp_path / "data" / "partition_1.bim"
+    bim.write_text(bim.read_text().replace("\n", "\r\n"))  # the same list in other bytes: read
+    assert check_node_files(cfg, node_files(tmp_path / "data", 2), "--data-dir D", "node file", "--data-dir D") == 40
     assert sorted(reads) == ["partition_0.bed", "partition_1.bed"]
     reads.clear()
     node = {"partition-id": 1, "data-path": str(tmp_path / "data" / "partition_1.bed")}

@@ -22,6 +22,8 @@ for a csv, the line and the cell.
 
 from __future__ import annotations
 
+import re
+
 import hashlib
 import os
 import warnings
@@ -160,9 +162,19 @@ def _read_npz(path: Path, where: str):
     return X.tocsr()
 
 
+_BLANK_LINE = re.compile(rb"\n[ \t\r\f\v]*\n")
+"""A line of white space alone (or none) between two newlines: what :func:`_lines` does not count."""
+
+
 def _lines(path: Path) -> int:
+    """The lines of ``path`` that are not blank (a ``.fam`` or ``.bim``: one person or variant each): its
+    newlines counted in one pass, line by line only where a blank line is there."""
     with open(path, "rb") as handle:
-        return sum(1 for line in handle if line.strip())
+        data = handle.read()
+    body = b"\n" + (data[:-1] if data.endswith(b"\n") else data) + b"\n"  # every line between two newlines
+    if _BLANK_LINE.search(body) is None:
+        return body.count(b"\n") - 1
+    return sum(1 for line in data.splitlines() if line.strip())
 
 
 def _read_bed(path: Path, where: str) -> BedVariants:

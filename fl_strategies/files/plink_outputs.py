@@ -76,17 +76,30 @@ def score_text(model: Mapping[str, Any]) -> str:
     (module docstring), every number exact (``repr``)."""
     weights = plink2_eigenvectors(np.asarray(model["components"]).T, model)
     k = weights.shape[1]
+    texts = exact_texts(weights)
     lines = ["\t".join(["ID", "A1"] + [f"PC{j + 1}" for j in range(k)])]
-    lines += ["\t".join([vid, a1] + [repr(float(w)) for w in row]) for (vid, a1, _), row
-              in zip(model["variants"], weights)]
+    lines += ["\t".join([vid, a1, *texts[i * k:(i + 1) * k]]) for i, (vid, a1, _) in enumerate(model["variants"])]
     return "\n".join(lines) + "\n"
+
+
+def exact_texts(values: np.ndarray) -> list[str]:
+    """``repr`` of every number of ``values`` as a Python float (the shortest text that reads back exactly), in
+    C order: ``k`` numbers a row for a (d, k) array."""
+    return list(map(repr, np.asarray(values, dtype=np.float64).ravel().tolist()))
+
+
+def negated_text(text: str) -> str:
+    """``repr(-x)`` from ``repr(x)`` of a finite ``x`` (``0.0`` gives ``-0.0`` as ``repr(-0.0)``), without
+    formatting the number again."""
+    return text[1:] if text.startswith("-") else "-" + text
 
 
 def afreq_text(model: Mapping[str, Any]) -> str:
     """The model's allele frequencies as plink2's ``.afreq`` (``#ID REF ALT ALT_FREQS``): A1 (the allele counted)
     as ALT, its frequency ``mean / 2``."""
     lines = ["#ID\tREF\tALT\tALT_FREQS"]
-    lines += [f"{vid}\t{a2}\t{a1}\t{float(m) / 2!r}" for (vid, a1, a2), m in zip(model["variants"], model["mean"])]
+    frequencies = exact_texts(np.asarray(model["mean"], dtype=np.float64) / 2)
+    lines += [f"{vid}\t{a2}\t{a1}\t{p}" for (vid, a1, a2), p in zip(model["variants"], frequencies)]
     return "\n".join(lines) + "\n"
 
 
@@ -113,11 +126,13 @@ def eigenvec_allele_text(model: Mapping[str, Any]) -> str:
     k, d = components.shape
     weights = d * plink2_eigenvectors(components.T, model)  # (d, k)
     frequency = np.asarray(model["mean"], dtype=np.float64) / 2
+    texts = exact_texts(weights)  # each weight formatted once: the REF line's are their negations
     lines = ["\t".join(["#ID", "REF", "ALT", "A1"] + [f"PC{j + 1}" for j in range(k)])]
-    for (vid, a1, a2), row, p in zip(model["variants"], weights, frequency):
+    for i, ((vid, a1, a2), p) in enumerate(zip(model["variants"], frequency.tolist())):
         if p * (1 - p) > 0:
-            lines.append("\t".join([vid, a2, a1, a2] + [repr(float(-w)) for w in row]))
-            lines.append("\t".join([vid, a2, a1, a1] + [repr(float(w)) for w in row]))
+            row = texts[i * k:(i + 1) * k]
+            lines.append("\t".join([vid, a2, a1, a2, *map(negated_text, row)]))
+            lines.append("\t".join([vid, a2, a1, a1, *row]))
         else:
             lines.append("\t".join([vid, a2, a1, a1 if p <= 0 else a2] + ["0.0"] * k))
     return "\n".join(lines) + "\n"

@@ -118,22 +118,26 @@ def duplicate_ids(ids, limit: int = 5) -> str:
 
 
 def check_unique_ids(bed_path: str | Path, label: str = "file",
-                     bim: list[tuple[str, str, str, str, str]] | None = None) -> None:
+                     bim: list[tuple[str, str, str, str, str]] | None = None, people_only: bool = False) -> None:
     """Refuse a genotype file whose ``.bim`` / ``.pvar`` lists a variant ID twice, or whose ``.fam`` / ``.psam``
     lists a person (FID IID) twice: variants are aligned by ID and people kept by ID, which a repeated ID leaves
     ambiguous (plink2 allows repeated variant IDs in some commands; ``.`` IDs are not counted here).
 
     ``bim``, when given, is the file's variant list as :func:`read_bim` returned it (a caller that read it already
-    saves a second read: 100,000 variants take about 0.5 s).
+    saves a second read: 100,000 variants take about 0.5 s); ``people_only``: the people alone (a caller that checked
+    the same variant list already).
 
     Raises
     ------
     ValueError
         One line: ``label``, the path, what is repeated and the IDs (:func:`duplicate_ids`).
     """
-    for what, ids in (("variant IDs", [vid for _, vid, _, _, _ in (read_bim(bed_path) if bim is None else bim)]),
-                      ("people (FID IID)", read_fam(bed_path))):
-        twice = duplicate_ids(ids)
+    checks = [("people (FID IID)", lambda: read_fam(bed_path))]
+    if not people_only:
+        checks.insert(0, ("variant IDs", lambda: [vid for _, vid, _, _, _ in (read_bim(bed_path) if bim is None
+                                                                               else bim)]))
+    for what, listed in checks:
+        twice = duplicate_ids(listed())
         if twice:
             raise ValueError(f"{label} {str(bed_path)!r} lists {what} more than once: {twice}; each must be listed "
                              "once (plink2 --rm-dup force-first or --set-all-var-ids for variants; one line per "

@@ -1,4 +1,5 @@
-"""Compiled (numba) kernels of a ``.bed`` file's products: ``D^T Z`` by table look-up, and a block's decode.
+"""Compiled (numba) kernels of a ``.bed`` file's products: ``D^T Z`` by table look-up, a block's decode, and the
+count of its codes and missing calls (:func:`count_block`, :func:`missing_people`: a node's first read of its file).
 
 ``D`` (variants x people) holds the allele counts, ``Z`` (variants, r) a factor. No decoded copy of ``D`` is made:
 four variants at a time, the codes of one person at those four variants make an 8-bit index
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["available", "left_block", "add_missing", "decode_block", "PEOPLE_CHUNK", "COUNT_OF_CODE",
-           "FLIPPED_COUNT_OF_CODE"]
+__all__ = ["available", "left_block", "add_missing", "decode_block", "count_block", "missing_people",
+           "PEOPLE_CHUNK", "COUNT_OF_CODE", "FLIPPED_COUNT_OF_CODE"]
 
 import importlib.util
 
@@ -171,3 +172,63 @@ def _decode_block(raw, rows, flips, fills, ptr, people, start, out):
 
 
 decode_block = _Kernel(_decode_block)
+
+
+def _count_block(raw, people, code_counts, missing_flags, counts, missing):
+    """One block's code counts and missing calls per person (:meth:`.rows.BedVariants._count_codes`).
+
+    ``counts[j, c]`` (b, 4) int64, set: how many of the ``people`` carry code ``c`` at variant ``j`` of ``raw``
+    (b, width) uint8, the full bytes from ``code_counts`` (256,) uint32 (a byte's four code counts as 8-bit lanes,
+    summed 63 bytes at a time so that no lane overflows), a last byte's codes one by one (its padding left out).
+    ``missing`` (4 width,) int64, added to: each person's missing calls over the block, from ``missing_flags``
+    (256,) uint32 (a byte's four missing flags as lanes; a padding code is ``00``, never missing).
+    """
+    b, width = raw.shape[0], raw.shape[1]
+    full = people // 4
+    for j in range(b):
+        c = np.zeros(4, dtype=np.int64)
+        for p0 in range(0, full, 63):
+            acc = np.uint32(0)
+            for p in range(p0, min(p0 + 63, full)):
+                acc += code_counts[raw[j, p]]
+            c[0] += np.int64(acc & 0xFF)
+            c[1] += np.int64((acc >> 8) & 0xFF)
+            c[2] += np.int64((acc >> 16) & 0xFF)
+            c[3] += np.int64(acc >> 24)
+        for t in range(people - 4 * full):
+            c[(raw[j, full] >> (2 * t)) & 3] += 1
+        for code in range(4):
+            counts[j, code] = c[code]
+        for p in range(width):
+            flags = missing_flags[raw[j, p]]
+            if flags:
+                missing[4 * p] += np.int64(flags & 1)
+                missing[4 * p + 1] += np.int64((flags >> 8) & 1)
+                missing[4 * p + 2] += np.int64((flags >> 16) & 1)
+                missing[4 * p + 3] += np.int64(flags >> 24)
+
+
+def _missing_people(raw, missing_flags, bytes_with, people):
+    """Who has each missing call of ``raw`` (b, width) uint8, variant by variant, into ``people`` (as many as
+    there are: the counts of code ``01`` of :func:`count_block`), in the order of
+    :func:`.rows._missing_calls`: within a variant, the people of bit pair 0 of every byte first, then of pair 1,
+    2 and 3, each in byte order. ``bytes_with`` (width,) int64 scratch."""
+    b, width = raw.shape[0], raw.shape[1]
+    m = 0
+    for j in range(b):
+        found = 0
+        for p in range(width):
+            if missing_flags[raw[j, p]]:
+                bytes_with[found] = p
+                found += 1
+        for slot in range(4):
+            shift = 8 * slot
+            for i in range(found):
+                p = bytes_with[i]
+                if (missing_flags[raw[j, p]] >> shift) & 1:
+                    people[m] = 4 * p + slot
+                    m += 1
+
+
+count_block = _Kernel(_count_block)
+missing_people = _Kernel(_missing_people)

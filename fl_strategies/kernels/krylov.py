@@ -16,6 +16,11 @@ from .linalg import orth, ritz_rotation
 
 __all__ = ["extend_projection", "next_block", "rayleigh_ritz"]
 
+#: ``|Q^T B|`` at most this (a few hundred units of round-off) needs no further pass of Gram-Schmidt: the usual
+#: case, where the second pass before the QR already made ``R`` orthogonal to ``Q`` and the QR of a
+#: well-conditioned ``R`` keeps it so; a nearly dependent ``R`` or the random columns of a deflation exceed it
+ORTHOGONALITY_TOL = 1e-13
+
 #: a column whose residual after reorthogonalisation is below this fraction of the product's norm carries no
 #: new direction (the Krylov space is exhausted along it) and is replaced by a random one
 DEFLATION_TOL = 1e-10
@@ -49,7 +54,10 @@ def next_block(Q: np.ndarray, W: np.ndarray, rng: np.random.Generator) -> np.nda
         R[:, deflated] = rng.standard_normal((R.shape[0], int(deflated.sum())))
     B = orth(R)
     for _ in range(2):  # QR of a nearly dependent block, and the random columns, need another pass
-        B = orth(B - Q @ (Q.T @ B))
+        C = Q.T @ B
+        if np.abs(C).max(initial=0.0) <= ORTHOGONALITY_TOL:  # B is orthogonal to Q to round-off already
+            break
+        B = orth(B - Q @ C)
     return B
 
 
