@@ -225,7 +225,21 @@ def _launcher_with_flower_loop_restored(monkeypatch):
 
     monkeypatch.setattr(loop, "time", loop.time)
     monkeypatch.setattr(loop, "_pull_and_store_message", loop._pull_and_store_message)
+    monkeypatch.setattr(loop, "pull_objects", loop.pull_objects)
     return runpy.run_path(str(LAUNCHERS_DIR / "supernode.py")), loop
+
+
+def test_the_supernode_asks_again_for_a_message_still_arriving_after_a_tenth_of_a_second(monkeypatch):
+    """The ServerApp pushes a message before its contents: a SuperNode polling every 0.1 s often sees it in between,
+    and Flower's loop then waited 1 s before asking again for the contents."""
+    launcher, loop = _launcher_with_flower_loop_restored(monkeypatch)
+    calls = []
+    monkeypatch.setattr(loop, "pull_objects", lambda *a, **k: calls.append((a, k)) or {})
+    assert launcher["shorten_waits"](0.2) is None
+    loop.pull_objects(["id"], pull_object_fn=print)  # as Flower's _pull_and_store_message calls it
+    loop.pull_objects(["id"], print, initial_backoff=2.0)
+    assert calls == [((["id"],), {"pull_object_fn": print, "initial_backoff": 0.1}),
+                     ((["id"], print), {"initial_backoff": 2.0})]  # a caller's own wait is kept
 
 
 def test_the_supernode_launcher_shortens_only_the_two_polls_of_flowers_supernode_loop(monkeypatch):
@@ -277,6 +291,8 @@ def test_the_supernode_launcher_fits_the_flower_versions_pyproject_allows():
     assert "found 1.43.0" in launcher["misfit"]("1.43.0", source)
     assert "no time.sleep(3)" in launcher["misfit"](package_version, source.replace("time.sleep(3)", "sleep(2)"))
     assert "_pull_and_store_message" in launcher["misfit"](package_version, source.replace("run_id = _pull", "_x"))
+    assert "does not call pull_objects" in launcher["misfit"](package_version,
+                                                              source.replace("= pull_objects(", "= fetch("))
 
 
 def test_a_flower_the_supernode_launcher_does_not_fit_keeps_its_own_waits_with_one_line(tmp_path):

@@ -36,7 +36,7 @@ from flwr.server.client_proxy import ClientProxy
 
 from . import stop_request
 from .fit_records import fitins_content, fitres_from_content
-from .flower_compat import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients
+from .flower_compat import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, quicken_reply_pulls
 
 __all__ = ["fit_in_one_batch", "send_and_receive", "simulated_grid", "prompt_grid", "PromptGrid", "MissingReply",
            "SUPERLINK_PULL_INTERVAL"]
@@ -135,7 +135,16 @@ class PromptGrid:
 
 def prompt_grid(grid):
     """``grid`` as a :class:`PromptGrid` where :func:`send_and_receive` paces it (Flower's ``HttpGrid`` and
-    ``InMemoryGrid``); any other grid (the in-process engine's, which answers as it is pushed) unchanged."""
+    ``InMemoryGrid``); any other grid (the in-process engine's, which answers as it is pushed) unchanged.
+
+    For a SuperLink's grid (``HttpGrid``) the process's reply pulls are also quickened
+    (:func:`~fl_strategies.protocol.flower_compat.grid_pull.quicken_reply_pulls`: a reply whose contents are still
+    arriving is asked for again after 0.1 s, not Flower's 1 s); where that does not fit the installed Flower, one
+    line says so and Flower's wait is kept."""
+    if isinstance(grid, HttpGrid):
+        problem = quicken_reply_pulls()
+        if problem:
+            log.info("fedspectral: %s: Flower's own 1 s wait for a reply still arriving is kept", problem)
     return PromptGrid(grid) if isinstance(grid, (HttpGrid, InMemoryGrid)) else grid
 
 
