@@ -21,7 +21,7 @@ from fl_strategies.protocol.flower_compat import HttpGrid, grid_pull
 def waits(monkeypatch):
     """The seconds each of Flower's ``pull_objects`` retries waited (its ``early_stop.wait``), recorded, not slept;
     what this test changes in Flower's ``http_grid`` is undone after it."""
-    monkeypatch.setattr(http_grid, "pull_objects", http_grid.pull_objects)
+    monkeypatch.setattr(http_grid, "pull_objects", inflatable.pull_objects)  # Flower's own, whatever ran before
     recorded = []
 
     class Event(threading.Event):

@@ -455,10 +455,12 @@ def main(argv: list[str] | None = None) -> int:
                      f"{row['critical_start']:.2f} | {row['critical_app']:.2f} |")
     lines += [""] + [f"{row['variant']} / {table[0]['variant']} (median s per round): "
                      f"{row['s_per_round_median'] / table[0]['s_per_round_median']:.2f}" for row in table[1:]]
-    if args.breakdown:
+    single = [variant for variant in variants if max(
+        (row["exchange"] for run in runs[variant] for row in run["exchanges"]), default=1) == 1]
+    if args.breakdown and any(run["critical"] for variant in single for run in runs[variant]):
         lines += ["", "Where a round's seconds go, for the node whose reply came last (Flower's own time stamps at "
                   "DEBUG level; mean over rounds 2.. of every run, seconds): `server`: last reply of the previous "
-                  "round to the server's round line (its 0.2 s pull, its work); `poll`: to the SuperNode's "
+                  "round to the server's round line (its pull, its work); `poll`: to the SuperNode's "
                   "`Receiving` (its 3 s sleep after an empty poll); `process`: to the ClientApp process's first "
                   "line (the SuperExec's task poll, the process start, Flower's imports); `task_input`: its task "
                   "and message fetched; `fab`: the app (FAB) unpacked and checked; `app_import`: the app imported "
@@ -466,10 +468,9 @@ def main(argv: list[str] | None = None) -> int:
                   "`reply_poll`: until the SuperNode sends it (it looks every 0.5 s); `send`: the reply sent.", "",
                   "| variant | rounds | " + " | ".join(PARTS) + " | total |",
                   "|---|---|" + "---|" * (len(PARTS) + 1)]
-        for variant in variants:
+        for variant in single:  # a round of several exchanges (SecAgg+): the table below only
             rows_ = [row for run in runs[variant] for row in run["critical"]]
-            exchanges = max((row["exchange"] for run in runs[variant] for row in run["exchanges"]), default=1)
-            if rows_ and exchanges == 1:  # a round of several exchanges (SecAgg+): the table below only
+            if rows_:
                 lines.append(f"| {variant} | {len(rows_)} | " + " | ".join(
                     f"{statistics.fmean(row[key] for row in rows_):.2f}" for key in (*PARTS, "total")) + " |")
     if args.breakdown:

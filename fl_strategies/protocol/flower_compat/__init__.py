@@ -29,7 +29,7 @@ name (area module)                                 Flower 1.41 path      used by
 ``InMemoryGrid`` (legacy_server)                   flwr.superlink.grid   round_exchange.send_and_receive (slower     ``flwr.serverapp.Grid`` (no tuning)
                                                    .inmemory_grid        polling in simulation)
 ``HttpGrid`` (legacy_server)                       flwr.superlink.grid   round_exchange.send_and_receive (pulls a    ``flwr.serverapp.Grid`` (3 s pauses)
-                                                   .http_grid            SuperLink every 0.2 s, not 3 s)
+                                                   .http_grid            SuperLink every 0.1 s, not 3 s)
 ``start_grid`` (legacy_server)                     flwr.server.compat    server_app.app (own ``@app.main`` runs the  ``ServerApp(server_fn=...)``
                                                    .app                  legacy Server)
 ``quicken_reply_pulls`` (grid_pull)                flwr.superlink.grid   round_exchange.prompt_grid (a reply still   none (1 s first wait)

@@ -1,7 +1,7 @@
 """Private Flower names of how a SuperLink's grid fetches a reply's contents (``HttpGrid.pull_messages``).
 
 A SuperNode registers its reply with the SuperLink before it uploads the reply's contents. A ServerApp that pulls
-in between (it pulls every 0.2 s: :mod:`fl_strategies.protocol.round_exchange`) gets the reply and then asks for its
+in between (it pulls every 0.1 s: :mod:`fl_strategies.protocol.round_exchange`) gets the reply and then asks for its
 contents with Flower's ``pull_objects``, which waits 1 s before it asks again for a part not there yet: at four
 replies per exchange that happened in about one SecAgg+ exchange in four, a second each time.
 :func:`quicken_reply_pulls` makes that first wait :data:`REPLY_PULL_BACKOFF`; the waits still double after each
