@@ -158,7 +158,7 @@ def run_server(grid: Grid, context: Context, observer=None, components: ServerAp
     :func:`server_app.secure_loop.run_secure_aggregation`; all others through Flower's legacy server loop
     (:class:`fl_strategies.protocol.server_loop.StoppingServer`). Either gets ``grid`` as a
     :class:`~fl_strategies.protocol.round_exchange.PromptGrid` where that paces it (a SuperLink's grid is pulled
-    every 0.2 s by every exchange: the SecAgg+ stages, discovery, the rounds).
+    every 0.1 s by every exchange: the SecAgg+ stages, discovery, the rounds).
 
     Parameters
     ----------

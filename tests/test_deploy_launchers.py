@@ -225,7 +225,21 @@ def _launcher_with_flower_loop_restored(monkeypatch):
 
     monkeypatch.setattr(loop, "time", loop.time)
     monkeypatch.setattr(loop, "_pull_and_store_message", loop._pull_and_store_message)
+    monkeypatch.setattr(loop, "pull_objects", loop.pull_objects)
     return runpy.run_path(str(LAUNCHERS_DIR / "supernode.py")), loop
+
+
+def test_the_supernode_asks_again_for_a_message_still_arriving_after_a_tenth_of_a_second(monkeypatch):
+    """The ServerApp pushes a message before its contents: a SuperNode polling every 0.1 s often sees it in between,
+    and Flower's loop then waited 1 s before asking again for the contents."""
+    launcher, loop = _launcher_with_flower_loop_restored(monkeypatch)
+    calls = []
+    monkeypatch.setattr(loop, "pull_objects", lambda *a, **k: calls.append((a, k)) or {})
+    assert launcher["shorten_waits"](0.2) is None
+    loop.pull_objects(["id"], pull_object_fn=print)  # as Flower's _pull_and_store_message calls it
+    loop.pull_objects(["id"], print, initial_backoff=2.0)
+    assert calls == [((["id"],), {"pull_object_fn": print, "initial_backoff": 0.1}),
+                     ((["id"], print), {"initial_backoff": 2.0})]  # a caller's own wait is kept
 
 
 def test_the_supernode_launcher_shortens_only_the_two_polls_of_flowers_supernode_loop(monkeypatch):
@@ -277,6 +291,8 @@ def test_the_supernode_launcher_fits_the_flower_versions_pyproject_allows():
     assert "found 1.43.0" in launcher["misfit"]("1.43.0", source)
     assert "no time.sleep(3)" in launcher["misfit"](package_version, source.replace("time.sleep(3)", "sleep(2)"))
     assert "_pull_and_store_message" in launcher["misfit"](package_version, source.replace("run_id = _pull", "_x"))
+    assert "does not call pull_objects" in launcher["misfit"](package_version,
+                                                              source.replace("= pull_objects(", "= fetch("))
 
 
 def test_a_flower_the_supernode_launcher_does_not_fit_keeps_its_own_waits_with_one_line(tmp_path):
@@ -523,3 +539,42 @@ def test_a_supernode_gets_flowers_fast_settings_unless_the_user_chose_their_own(
     assert env.get("TMPDIR") == (str(MEMORY_TMP) if os.access(MEMORY_TMP, os.W_OK) else None)
     own = {SUPEREXEC_POLL_VARIABLE: "2", "TMPDIR": str(tmp_path)}
     assert node_env(own) == own
+
+
+def test_the_breakdown_splits_each_exchange_of_a_secure_round_at_flowers_time_stamps():
+    """A SecAgg+ round is four train messages of one round at every node: each is one exchange, measured from the
+    last reply of the exchange before it (the old breakdown followed only a round's first message)."""
+    from simulations.benchmarks.bench_deploy_round import (EXCHANGE_PARTS, exchange_breakdown, exchange_table,
+                                                           node_exchanges, server_pushes)
+
+    texts = ["Receiving: train message", "Start `flwr-clientapp` process", "Runtime.PushMessages",
+             "Sending: train message", "Sent successfully"]
+
+    def stamp(seconds):
+        ms = round(seconds * 1000)
+        return f"10:{ms // 60000:02d}:{ms // 1000 % 60:02d},{ms % 1000:03d}"
+
+    def node(offset):  # exchange k of round r starts at 10 r + 2 k + 0.5 + offset, one stage every 0.1 s
+        lines = ["INFO 2026-01-01 10:00:00,000:  [RUN 7]", "INFO 2026-01-01 10:00:00,500:  Sent successfully"]
+        for r in (1, 2, 3):
+            for k in range(4):
+                lines.append(f"INFO 2026-01-01 {stamp(10 * r + 2 * k)}:  [RUN 7, ROUND {r}]")
+                lines += [f"DEBUG 2026-01-01 {stamp(10 * r + 2 * k + 0.5 + offset + j / 10)}:  {text}"
+                          for j, text in enumerate(texts)]
+        return node_exchanges(lines)
+
+    nodes = [node(0.0), node(0.3)]  # the second node replies last
+    assert [len(nodes[0][r]) for r in (1, 2, 3)] == [4, 4, 4]
+    pushes = server_pushes([f"DEBUG 2026-01-01 {stamp(10 * r + 2 * k + 0.2)}:  Runtime.PushMessages"
+                            for r in (1, 2, 3) for k in range(4)])
+    rows = exchange_breakdown(nodes, pushes, last_round=2)
+    assert [(row["round"], row["exchange"]) for row in rows] == [(2, 1), (2, 2), (2, 3), (2, 4)]
+    first, second = rows[0], rows[1]
+    # round 1's last reply at 10 + 6 + 0.5 + 0.3 + 0.4 = 17.2; round 2's first push at 20.2, receive at 20.8
+    assert first["server"] == pytest.approx(3.0) and first["poll"] == pytest.approx(0.6)
+    assert second["server"] == pytest.approx(22.2 - 21.2) and second["total"] == pytest.approx(23.2 - 21.2)
+    assert all(row[part] == pytest.approx(0.1) for row in rows for part in EXCHANGE_PARTS[2:])
+    assert all(row["total"] == pytest.approx(sum(row[part] for part in EXCHANGE_PARTS)) for row in rows)
+    table = exchange_table(["after"], {"after": [{"exchanges": rows}]})
+    assert [line.split(" | ")[1] for line in table[-5:]] == ["setup", "share_keys", "collect_masked_vectors",
+                                                              "unmask", "round"]

@@ -36,10 +36,10 @@ from flwr.server.client_proxy import ClientProxy
 
 from . import stop_request
 from .fit_records import fitins_content, fitres_from_content
-from .flower_compat import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients
+from .flower_compat import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, quicken_reply_pulls
 
 __all__ = ["fit_in_one_batch", "send_and_receive", "simulated_grid", "prompt_grid", "PromptGrid", "MissingReply",
-           "SUPERLINK_PULL_INTERVAL"]
+           "SUPERLINK_PULL_INTERVAL", "SUPERLINK_MIN_PAUSE"]
 
 log = logging.getLogger("flwr.fedspectral")
 
@@ -48,8 +48,12 @@ class MissingReply(ValueError):
     """A node sent no reply before the round's timeout (recorded as a failure, like Flower's proxies do)."""
 
 
-SUPERLINK_PULL_INTERVAL = 0.2
-"""Seconds between the server's pulls for replies from a SuperLink (Flower's ``HttpGrid`` pauses 3 s)."""
+SUPERLINK_PULL_INTERVAL = 0.1
+"""Seconds from one of the server's pulls for replies from a SuperLink to the next (Flower's ``HttpGrid`` pauses 3 s
+after each). Each pull is one HTTP request to the SuperLink (a few milliseconds of its time): at most ten a second
+while the server waits, none otherwise."""
+SUPERLINK_MIN_PAUSE = 0.02
+"""The least pause after a pull of a SuperLink, however long the pull took."""
 
 
 def simulated_grid(grid) -> bool:
@@ -71,10 +75,11 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
     3 s after every pull that leaves a reply missing: a round whose last reply
     arrived just after a pull waited up to 3 s more, during which the SuperNodes
     that had replied first slept through another of their own 3 s polls. It is
-    pulled every :data:`SUPERLINK_PULL_INTERVAL` instead (a pull that took long
-    on a loaded machine is no reason to wait longer: the replies are in the
-    SuperLink's store, not in this process). Any other grid uses its own ``send_and_receive`` (the in-process
-    engine's answers as it is pushed).
+    pulled every :data:`SUPERLINK_PULL_INTERVAL` instead, counted from the start
+    of one pull to the next (a pull that took long on a loaded machine is no
+    reason to wait longer: the replies are in the SuperLink's store, not in this
+    process; the pause is at least :data:`SUPERLINK_MIN_PAUSE`). Any other grid uses its own
+    ``send_and_receive`` (the in-process engine's answers as it is pushed).
 
     Returns
     -------
@@ -85,7 +90,7 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
     if isinstance(grid, InMemoryGrid):
         interval, backoff = float(grid.pull_interval), 10.0
     elif isinstance(grid, HttpGrid):  # a pull is an HTTP request to the SuperLink: not slower when pulled often
-        interval, backoff = SUPERLINK_PULL_INTERVAL, 0.0
+        interval, backoff = SUPERLINK_PULL_INTERVAL, None
     else:
         return list(grid.send_and_receive(messages, timeout=timeout))
     waiting = set(grid.push_messages(messages))
@@ -101,7 +106,7 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
         left = None if end is None else end - time.monotonic()
         if not waiting or (left is not None and left <= 0):
             break
-        pause = max(interval, backoff * spent)
+        pause = max(interval - spent, SUPERLINK_MIN_PAUSE) if backoff is None else max(interval, backoff * spent)
         time.sleep(pause if left is None else min(pause, left))
     return replies
 
@@ -135,7 +140,16 @@ class PromptGrid:
 
 def prompt_grid(grid):
     """``grid`` as a :class:`PromptGrid` where :func:`send_and_receive` paces it (Flower's ``HttpGrid`` and
-    ``InMemoryGrid``); any other grid (the in-process engine's, which answers as it is pushed) unchanged."""
+    ``InMemoryGrid``); any other grid (the in-process engine's, which answers as it is pushed) unchanged.
+
+    For a SuperLink's grid (``HttpGrid``) the process's reply pulls are also quickened
+    (:func:`~fl_strategies.protocol.flower_compat.grid_pull.quicken_reply_pulls`: a reply whose contents are still
+    arriving is asked for again after 0.1 s, not Flower's 1 s); where that does not fit the installed Flower, one
+    line says so and Flower's wait is kept."""
+    if isinstance(grid, HttpGrid):
+        problem = quicken_reply_pulls()
+        if problem:
+            log.info("fedspectral: %s: Flower's own 1 s wait for a reply still arriving is kept", problem)
     return PromptGrid(grid) if isinstance(grid, (HttpGrid, InMemoryGrid)) else grid
 
 

@@ -31,8 +31,9 @@ a temporary folder that is removed at the end (``--keep`` keeps it). Usage::
 Each ``--after-flags TEXT`` adds a variant ``after TEXT``: this checkout with more ``deploy`` options (e.g.
 ``--flower-defaults``, Flower's SuperNode and ClientApp as installed, or ``--supernode-poll 0.2``, which the
 ``before`` code may not know). ``--breakdown`` runs every process at Flower's
-DEBUG level and adds a table of where the last-replying node's round went (:data:`PARTS`), from Flower's own time
-stamps.
+DEBUG level and adds a table of where each exchange of a round went for the node whose reply came last
+(:data:`EXCHANGE_PARTS`; a SecAgg+ round is four exchanges, named by stage, and their sum) from Flower's own time
+stamps, and for rounds of one exchange (plain) the finer :data:`PARTS` of that node's round.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ from pathlib import Path
 
 from simulations.benchmarks import out_folder
 
-__all__ = ["main", "node_events", "round_parts", "flower_stamps", "server_stamps", "critical_breakdown"]
+__all__ = ["main", "node_events", "round_parts", "flower_stamps", "server_stamps", "critical_breakdown",
+           "node_exchanges", "server_pushes", "exchange_breakdown", "exchange_table"]
 
 APP_DIR = Path(__file__).resolve().parents[2]
 EVENTS = {"receive": "Receiving: train message", "start": "Start `flwr-clientapp` process",
@@ -183,6 +185,96 @@ def critical_breakdown(nodes: list[dict[int, dict[str, float]]], server: dict[in
     return rows
 
 
+EXCHANGE_STAGES = (("receive", "Receiving: train message"), ("start", "Start `flwr-clientapp` process"),
+                   ("push", "Runtime.PushMessages"), ("send", "Sending: train message"), ("sent", "Sent successfully"))
+"""Events of every train message in a SuperNode's log at DEBUG level, in order, present for each message of a
+round (a SecAgg+ round is four train messages of the same round: its stages)."""
+EXCHANGE_PARTS = ("server", "poll", "process", "app", "reply_poll", "send")
+"""The parts of one exchange (one message to every node and their replies) for the node whose reply came last:
+from the last reply of the previous exchange to the ServerApp's push of this one (``Runtime.PushMessages`` in the
+SuperLink's log: its pull of that reply, the reply's contents fetched, its own work), to this node's ``Receiving``
+(its poll), to its ClientApp process's first line (the SuperExec's task poll, the fork), to the ClientApp's reply
+handed to the SuperNode (the message and app fetched, the app loaded, the work), to the SuperNode's ``Sending``
+(its look for replies), to ``Sent``."""
+SECAGG_EXCHANGES = ("setup", "share_keys", "collect_masked_vectors", "unmask")
+"""The names of a SecAgg+ round's four exchanges, in Flower's order."""
+RUN_LINE = re.compile(r"\[RUN \d+(?:, ROUND (\d+))?\]")
+
+
+def _seconds(stamp: re.Match) -> float:
+    h, m, sec, ms = (int(x) for x in stamp.groups())
+    return h * 3600 + m * 60 + sec + ms / 1000
+
+
+def node_exchanges(lines: list[str]) -> dict[int, list[dict[str, float]]]:
+    """``{round: [{stage: seconds after midnight}, ...]}``: each train message of a round in one SuperNode's log
+    (DEBUG level), in the order received, with its :data:`EXCHANGE_STAGES` (a ``Receiving`` starts a message)."""
+    out: dict[int, list[dict[str, float]]] = {}
+    current = None
+    for line in lines:
+        match = RUN_LINE.search(line)
+        if match:
+            current = int(match.group(1)) if match.group(1) else None
+            continue
+        stamp = STAMP.search(line)
+        if current is None or stamp is None:
+            continue
+        for name, text in EXCHANGE_STAGES:
+            if text in line:
+                if name == "receive":
+                    out.setdefault(current, []).append({})
+                if out.get(current):
+                    out[current][-1].setdefault(name, _seconds(stamp))
+    return out
+
+
+def server_pushes(lines: list[str]) -> list[float]:
+    """The times (seconds after midnight) of the ServerApp's pushes of messages, from the SuperLink's log (DEBUG)."""
+    return sorted(_seconds(stamp) for line in lines if "Runtime.PushMessages" in line
+                  and (stamp := STAMP.search(line)))
+
+
+def exchange_breakdown(nodes: list[dict[int, list[dict[str, float]]]], pushes: list[float],
+                       last_round: int | None = None) -> list[dict]:
+    """Per exchange of every round after the first, the :data:`EXCHANGE_PARTS` of the node whose reply came last.
+
+    Parameters
+    ----------
+    nodes : list of dict
+        :func:`node_exchanges` of each SuperNode.
+    pushes : list of float
+        :func:`server_pushes`.
+    last_round : int, optional
+        The run's last round (``num-server-rounds``): later ones (a secure run's summary) are left out.
+
+    Returns
+    -------
+    list of dict
+        ``round``, ``exchange`` (1, 2, ... within the round), each part and ``total`` (seconds; the parts add up to
+        it), for the rounds in which every node has the same number of complete messages.
+    """
+    rows = []
+    previous_last = None
+    for r in sorted(set.intersection(*(set(n) for n in nodes))) if nodes else []:
+        counts = {len(n[r]) for n in nodes}
+        if len(counts) != 1 or not all(len(m) == len(EXCHANGE_STAGES) for n in nodes for m in n[r]):
+            previous_last = None
+            continue
+        for k in range(counts.pop()):
+            messages = [n[r][k] for n in nodes]
+            first_receive = min(m["receive"] for m in messages)
+            node = max(messages, key=lambda m: m["sent"])
+            push = max((t for t in pushes if t <= first_receive), default=None)
+            if (1 < r <= (last_round or r) and previous_last is not None and push is not None
+                    and push >= previous_last):
+                times = [previous_last, push, *(node[name] for name, _ in EXCHANGE_STAGES)]
+                rows.append({"round": r, "exchange": k + 1,
+                             **{part: b - a for part, a, b in zip(EXCHANGE_PARTS, times, times[1:])},
+                             "total": node["sent"] - previous_last})
+            previous_last = node["sent"]
+    return rows
+
+
 def server_stamps(log: str) -> dict[int, float]:
     """``{round: seconds after midnight}`` of the server's round lines, :data:`SERVER_LINE` (DEBUG level: time
     stamped)."""
@@ -231,12 +323,16 @@ def run_once(source: Path, work: Path, nodes: int, rounds: int, extra: str, flag
         table = [row for row in csv.DictReader(handle) if int(row["round"]) > 0]
     if done.returncode != 0 or len(table) != rounds:
         raise RuntimeError(f"deployment in {work} failed (exit {done.returncode}): {done.stderr[-2000:]}")
-    critical = []
+    critical, exchanges = [], []
     if breakdown:
         logs = [(work / "out" / "logs" / f"supernode_{i}.log").read_text(errors="replace").splitlines()
                 for i in range(nodes)]
         critical = critical_breakdown([flower_stamps(lines) for lines in logs], server_stamps(done.stdout))
+        superlink = (work / "out" / "logs" / "superlink.log").read_text(errors="replace").splitlines()
+        exchanges = exchange_breakdown([node_exchanges(lines) for lines in logs], server_pushes(superlink),
+                                       rounds)
     return {"wall": [float(row["wall_time"]) for row in table], "elapsed": elapsed, "critical": critical,
+            "exchanges": exchanges,
             "parts": round_parts([node_events(tail.lines[i]) for i in range(nodes)]),
             "log": done.stdout, "load": (load, os.getloadavg()[0])}
 
@@ -251,6 +347,33 @@ def summary(variant: str, runs: list[dict]) -> dict:
     for key in ("pickup", "start", "app", "critical_pickup", "critical_start", "critical_app"):
         row[key] = statistics.fmean(p[key] for p in parts) if parts else float("nan")
     return row
+
+
+def exchange_table(variants: list[str], runs: dict[str, list[dict]]) -> list[str]:
+    """The Markdown lines of the per-exchange breakdown: per variant and exchange of a round (SecAgg+'s stages by
+    name when a round has four), the mean :data:`EXCHANGE_PARTS` over rounds 2.. of every run."""
+    lines = ["", "Where each exchange of a round goes, for the node whose reply came last (rounds 2.., mean seconds; "
+             "a plain round is one exchange, a SecAgg+ round four): `server`: the last reply of the previous "
+             "exchange to the ServerApp's push of this one (its pull, the reply fetched, its work); `poll`: to the "
+             "SuperNode's `Receiving`; `process`: to the ClientApp process's first line (the SuperExec's task poll, "
+             "the fork); `app`: to its reply handed to the SuperNode (message and app fetched, app loaded, work); "
+             "`reply_poll`: to the SuperNode's `Sending`; `send`: to `Sent`.", "",
+             "| variant | exchange | count | " + " | ".join(EXCHANGE_PARTS) + " | total |",
+             "|---|---|---|" + "---|" * (len(EXCHANGE_PARTS) + 1)]
+    for variant in variants:
+        rows = [row for run in runs[variant] for row in run["exchanges"]]
+        count = max((row["exchange"] for row in rows), default=0)
+        for k in range(1, count + 1):
+            chosen = [row for row in rows if row["exchange"] == k]
+            name = SECAGG_EXCHANGES[k - 1] if count == len(SECAGG_EXCHANGES) else str(k)
+            lines.append(f"| {variant} | {name} | {len(chosen)} | " + " | ".join(
+                f"{statistics.fmean(row[key] for row in chosen):.2f}" for key in (*EXCHANGE_PARTS, "total")) + " |")
+        if count > 1:  # the whole round: the sum of its exchanges' means
+            means = [{key: statistics.fmean(row[key] for row in rows if row["exchange"] == k)
+                      for key in (*EXCHANGE_PARTS, "total")} for k in range(1, count + 1)]
+            lines.append(f"| {variant} | round | {len(rows) // count} | " + " | ".join(
+                f"{sum(mean[key] for mean in means):.2f}" for key in (*EXCHANGE_PARTS, "total")) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,10 +455,12 @@ def main(argv: list[str] | None = None) -> int:
                      f"{row['critical_start']:.2f} | {row['critical_app']:.2f} |")
     lines += [""] + [f"{row['variant']} / {table[0]['variant']} (median s per round): "
                      f"{row['s_per_round_median'] / table[0]['s_per_round_median']:.2f}" for row in table[1:]]
-    if args.breakdown:
+    single = [variant for variant in variants if max(
+        (row["exchange"] for run in runs[variant] for row in run["exchanges"]), default=1) == 1]
+    if args.breakdown and any(run["critical"] for variant in single for run in runs[variant]):
         lines += ["", "Where a round's seconds go, for the node whose reply came last (Flower's own time stamps at "
                   "DEBUG level; mean over rounds 2.. of every run, seconds): `server`: last reply of the previous "
-                  "round to the server's round line (its 0.2 s pull, its work); `poll`: to the SuperNode's "
+                  "round to the server's round line (its pull, its work); `poll`: to the SuperNode's "
                   "`Receiving` (its 3 s sleep after an empty poll); `process`: to the ClientApp process's first "
                   "line (the SuperExec's task poll, the process start, Flower's imports); `task_input`: its task "
                   "and message fetched; `fab`: the app (FAB) unpacked and checked; `app_import`: the app imported "
@@ -343,11 +468,13 @@ def main(argv: list[str] | None = None) -> int:
                   "`reply_poll`: until the SuperNode sends it (it looks every 0.5 s); `send`: the reply sent.", "",
                   "| variant | rounds | " + " | ".join(PARTS) + " | total |",
                   "|---|---|" + "---|" * (len(PARTS) + 1)]
-        for variant in variants:
+        for variant in single:  # a round of several exchanges (SecAgg+): the table below only
             rows_ = [row for run in runs[variant] for row in run["critical"]]
             if rows_:
                 lines.append(f"| {variant} | {len(rows_)} | " + " | ".join(
                     f"{statistics.fmean(row[key] for row in rows_):.2f}" for key in (*PARTS, "total")) + " |")
+    if args.breakdown:
+        lines += exchange_table(variants, runs)
     (out / "bench_deploy_round.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"written: {out / 'bench_deploy_round.csv'}, {out / 'bench_deploy_round.md'}")

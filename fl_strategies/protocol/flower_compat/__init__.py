@@ -29,9 +29,12 @@ name (area module)                                 Flower 1.41 path      used by
 ``InMemoryGrid`` (legacy_server)                   flwr.superlink.grid   round_exchange.send_and_receive (slower     ``flwr.serverapp.Grid`` (no tuning)
                                                    .inmemory_grid        polling in simulation)
 ``HttpGrid`` (legacy_server)                       flwr.superlink.grid   round_exchange.send_and_receive (pulls a    ``flwr.serverapp.Grid`` (3 s pauses)
-                                                   .http_grid            SuperLink every 0.2 s, not 3 s)
+                                                   .http_grid            SuperLink every 0.1 s, not 3 s)
 ``start_grid`` (legacy_server)                     flwr.server.compat    server_app.app (own ``@app.main`` runs the  ``ServerApp(server_fn=...)``
                                                    .app                  legacy Server)
+``quicken_reply_pulls`` (grid_pull)                flwr.superlink.grid   round_exchange.prompt_grid (a reply still   none (1 s first wait)
+                                                   .http_grid            arriving asked for again after 0.1 s, not
+                                                   .pull_objects         1 s; Flower 1.41/1.42, else one line)
 ``RECORD_KEY_CONFIGS`` (secagg)                    flwr.common.secure_   client_app.app (tell SecAgg+ stages from    none
                                                    aggregation.secagg…   fit messages), server_app.secure_loop
                                                                          (name the stages in a round's cost line)
@@ -85,8 +88,8 @@ Flower but 1.42 in one line; ``tests/test_flower_compat.py`` checks that each is
   unpacks the FAB and imports the app at every message, and waits 1 s for a message still arriving).
 * ``flwr.supernode.cli.flower_supernode.flower_supernode``, ``flwr.supernode.start_client_internal`` and
   ``flwr.supercore.version.package_version`` (supernode: runs ``flower-supernode`` with its loop module's
-  ``time`` replaced by a proxy with shorter waits; public alternative: none, no option sets the 3 s and 0.5 s
-  waits).
+  ``time`` replaced by a proxy with shorter waits, and its ``pull_objects`` asking again for a message still
+  arriving after 0.1 s, not 1 s; public alternative: none, no option sets the 3 s, 0.5 s and 1 s waits).
 
 Private internals reached through attributes (no import to move; check them on an upgrade too):
 
@@ -122,6 +125,8 @@ _AREA = {
     "InMemoryGrid": "legacy_server",
     "HttpGrid": "legacy_server",
     "start_grid": "legacy_server",
+    # a SuperLink's grid fetches a reply's contents
+    "quicken_reply_pulls": "grid_pull",
     # SecAgg+ rounds
     "RECORD_KEY_CONFIGS": "secagg",
     "SecAggKey": "secagg",
@@ -183,6 +188,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names are resol
         TaskIdentity,
     )
     from .legacy_server import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, start_grid
+    from .grid_pull import quicken_reply_pulls
     from .process_exit import add_exit_handler
     from .ray_engine import private_run_simulation, vce_api
     from .supernode_cli import supernode_argument_parser

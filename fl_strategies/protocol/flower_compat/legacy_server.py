@@ -35,7 +35,7 @@ __all__ = ["GridClientProxy", "HttpGrid", "InMemoryGrid", "fit_clients", "start_
 
 # HttpGrid : class, from ``flwr.superlink.grid.http_grid``
 #   What: the ``Grid`` a ServerApp started by a SuperLink gets (a deployment).
-#   Why: round_exchange.send_and_receive pulls it every 0.2 s; its own ``send_and_receive`` pauses 3 s
+#   Why: round_exchange.send_and_receive pulls it every 0.1 s; its own ``send_and_receive`` pauses 3 s
 #   after every pull that leaves a reply missing. The ServerApp wraps it (round_exchange.PromptGrid) so that
 #   Flower's own exchanges (SecAgg+ stages, discovery's get_properties) pull that way too, through the public
 #   ``push_messages`` / ``pull_messages``.
