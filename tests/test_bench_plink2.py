@@ -50,8 +50,15 @@ def test_the_benchmark_runs_at_a_tiny_size(tmp_path, capsys):
     assert found["rounds"] < 40  # stop-tol on the kept components ended the run
     kept = next((tmp_path / "data").glob("plink2-exact-*/run.json"))  # exact plink2, kept for a later run
     assert main(["--people", "240", "--variants", "1200", "--rank", "2", "--iteration-rank", "4", "--rounds", "40",
-                 "--stop-tol", "1e-9", "1e-2", "--out", str(tmp_path / "again"), "--data", str(tmp_path / "data")]) == 0
+                 "--stop-tol", "1e-9", "1e-2", "--plink2-runs", "2", "--out", str(tmp_path / "again"), "--data",
+                 str(tmp_path / "data")]) == 0
     again = json.loads((tmp_path / "again" / "bench_plink2.json").read_text())
+    for blas, walls in again["plink2_approx_walls"].items():  # plink2 approx twice with each BLAS: the fastest
+        assert len(walls) == 2 and min(walls) == (again["plink2_approx_s"] if blas == again["plink2_blas"]
+                                                  else again["plink2_approx_other"][blas]["wall"])
+        assert f"{blas}; fastest of 2: {walls[0]:.1f}, {walls[1]:.1f} s) |" in \
+            (tmp_path / "again" / "bench_plink2.md").read_text()
+    assert len(found["plink2_approx_walls"][found["plink2_blas"]]) == 1 and "fastest of" not in table
     (looser,) = again["fedspectral_other"]  # a second stop-tol: its own run in the same table
     assert looser["stop_tol"] == 1e-2 and looser["rounds"] < again["rounds"] == found["rounds"]
     assert 0.99 < looser["correlation"][0] <= 1 and looser["wall"] > 0 and looser["cpu"] > 0

@@ -148,32 +148,3 @@ def test_plain_flwr_run_in_a_fresh_copy_finishes_and_says_so(tmp_path):
         return
     assert re.search(r"round 3 of 3: .*; subspace distance", log) and "fedspectral: run completed" in log, log
     assert "fedspectral: results in /" in log  # the absolute path, wherever the SuperLink runs
-
-
-def test_local_engine_gives_nodes_one_blas_thread_and_the_server_the_process_s(monkeypatch):
-    """The in-process engine's nodes compute in one BLAS thread (OpenBLAS's threads contend with theirs); the
-    server's steps keep the process's threads (krylov's basis at genomic width is the server's largest work)."""
-    from threadpoolctl import threadpool_info
-
-    import client_app.app as client_module
-
-    def blas_threads():
-        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
-
-    process = blas_threads()
-    if process == {1}:
-        pytest.skip("this process has one BLAS thread (OPENBLAS_NUM_THREADS=1 or one core)")
-    seen = {"node": set(), "server": set()}
-    real = client_module.app
-
-    def node(message, context):
-        seen["node"] |= blas_threads()
-        return real(message, context)
-
-    def observer(*args, **kwargs):
-        seen["server"] |= blas_threads()
-
-    monkeypatch.setattr(client_module, "app", node)
-    run_app(strategy="krylov", num_server_rounds=2, observer=observer)
-    assert seen == {"node": {1}, "server": process}
-    assert blas_threads() == process

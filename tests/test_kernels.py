@@ -26,6 +26,21 @@ def test_orth_is_orthonormal_with_positive_diagonal_and_unique():
     np.testing.assert_allclose(orth(Y @ T), Q, atol=1e-12)
 
 
+def test_orth_of_a_genomic_width_block_is_numpy_s_to_round_off():
+    """From :data:`SCIPY_QR_SIZE` entries ``orth`` factorises with scipy (faster on a tall block): the same basis
+    and signs as numpy's QR, to round-off; below it numpy's own."""
+    from fl_strategies.kernels import linalg
+
+    rng = np.random.default_rng(4)
+    for shape in [(linalg.SCIPY_QR_SIZE // 8, 8), (50_000, 3)]:
+        Y = rng.standard_normal(shape)
+        Q = orth(Y)
+        assert (Y.size >= linalg.SCIPY_QR_SIZE) == (shape[1] == 8)
+        reference, R = np.linalg.qr(Y)
+        np.testing.assert_allclose(Q, reference * np.where(np.diag(R) < 0, -1.0, 1.0), atol=1e-13)
+        np.testing.assert_allclose(Q.T @ Q, np.eye(shape[1]), atol=1e-13)
+
+
 def test_procrustes_recovers_a_rotation():
     rng = np.random.default_rng(1)
     Z = orth(rng.standard_normal((20, 4)))

@@ -7,10 +7,14 @@ piece of linear algebra lives in exactly one place.
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 __all__ = ["orth", "tall_norm2", "procrustes", "subspace_distance", "ritz_rotation", "ritz_pairs", "leading_changes",
            "top_eigenvectors", "gaussian_basis", "into_unit_ball"]
+
+
+SCIPY_QR_SIZE = 1 << 18
+"""Entries of a block from which :func:`orth` factorises with scipy (a genomic-width block, e.g. 32,768 x 8);
+below it with numpy, so that a small node's process does not import scipy (0.3 s) for a QR of microseconds."""
 
 
 def orth(Y: np.ndarray) -> np.ndarray:
@@ -32,9 +36,12 @@ def orth(Y: np.ndarray) -> np.ndarray:
     Q : ndarray of shape (d, r)
         ``Q.T @ Q = I_r`` and ``span(Q) = span(Y)`` when ``Y`` has full column rank.
     """
-    # scipy's economic QR: the same LAPACK factorisation as numpy's "reduced" one, 2.5x faster on a tall block
-    # (188,000 x 8: 14 ms against 35 ms); NaN propagate as in numpy's
-    Q, R = scipy.linalg.qr(Y, mode="economic", check_finite=False)
+    if np.size(Y) >= SCIPY_QR_SIZE:  # scipy's economic QR, the same LAPACK factorisation as numpy's "reduced"
+        import scipy.linalg  # one, 2.5x faster on a tall block (188,000 x 8: 14 ms against 35 ms); NaN propagate
+
+        Q, R = scipy.linalg.qr(Y, mode="economic", check_finite=False)
+    else:
+        Q, R = np.linalg.qr(Y, mode="reduced")
     signs = np.where(np.diag(R) < 0, -1.0, 1.0)
     return Q * signs
 

@@ -110,11 +110,7 @@ class LocalGrid(Grid):
             else:
                 try:
                     shared = counts[id(msg.content)] > 1
-                    # a node's products in one BLAS thread: OpenBLAS's own threads contend with the node's on
-                    # such products (on 2 cores a round ran 3-4x slower, measured when the server still used a
-                    # worker thread per client); the server's steps (e.g. krylov's basis at large d) keep the
-                    # process's threads
-                    with self._client_lock, threadpool_limits(limits=1, user_api="blas"):
+                    with self._client_lock:
                         reply = self.client_app(copy.deepcopy(msg) if shared else msg, self.contexts[nid])
                 except Exception as ex:  # a failing client becomes an error reply, as in Flower
                     reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=repr(ex)),
@@ -162,11 +158,15 @@ def run_local(run_config: dict, fault_fn: FaultFn | None = None, node_ids: list[
     except BaseException:  # run_server, which releases the run's folders, is not reached
         release_folders(components.server.strategy)
         raise
-    # Replies are computed synchronously, one client at a time, in this thread (in one BLAS thread:
-    # LocalGrid.push_messages).
+    # Replies are computed synchronously, one client at a time, in this thread. OpenBLAS's own threads
+    # contend with it on such small products (on 2 cores a round ran 3-4x slower than with one BLAS thread,
+    # measured when the server still used a worker thread per client), so the rounds use one. The server's steps
+    # too: at 3,000 x 188,000 krylov's basis step took 1.7 s over 9 rounds on one thread and 2.1 s with the
+    # process's two (the thread count switched at every node's call; the whole run 17.9 s against 19.2 s).
     if run_config.get("discovery") == "engine":  # the server reads the node -> partition map, asks nothing
         node_directory.register(grid.run.run_id, engine_directory(run_config, grid.partition_of))
     try:
-        return run_server(grid, context, observer=observer, components=components)
+        with threadpool_limits(limits=1, user_api="blas"):
+            return run_server(grid, context, observer=observer, components=components)
     finally:
         node_directory.unregister(grid.run.run_id)
