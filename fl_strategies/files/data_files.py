@@ -22,10 +22,9 @@ for a csv, the line and the cell.
 
 from __future__ import annotations
 
-import re
-
 import hashlib
 import os
+import re
 import warnings
 from functools import lru_cache
 from pathlib import Path
