@@ -47,8 +47,8 @@ def assert_same(tables, numpy):
 
 
 def test_numba_is_there_and_the_products_use_its_kernels(monkeypatch):
-    """The compiled kernels are the default where numba is installed (a dependency): ``left`` and the row
-    squares never ask for a decoded block, ``right`` decodes without numpy's byte table."""
+    """The compiled kernels are the default where numba is installed (a dependency): ``left``, the row squares
+    and ``right`` never ask for a decoded block."""
     X = BedVariants(random_bed(21, 30, 0), 21)
     assert BedVariants.compiled and X.compiled
     expected = both(X, lambda X: X.left(np.ones((30, 2)), np.full(30, 0.7), np.full(30, 1.3)))[1]
@@ -57,7 +57,7 @@ def test_numba_is_there_and_the_products_use_its_kernels(monkeypatch):
     X.row_squares(np.full(30, 0.7))
     monkeypatch.undo()
     Y, dense = np.ones((21, 2)), np.asarray(X)
-    monkeypatch.setattr(BedVariants, "_raw_range", lambda *args, **kwargs: pytest.fail("numpy's decode"))
+    monkeypatch.setattr(BedVariants, "_passes", lambda *args, **kwargs: pytest.fail("decoded a block"))
     assert_same(X.right(Y, np.full(30, 0.7)), np.nan_to_num(dense - 0.7).T @ Y)
 
 
@@ -66,7 +66,7 @@ def test_left_products_and_row_squares_agree_with_the_numpy_decode(people, threa
     variants = 41
     rng = np.random.default_rng(people)
     X = BedVariants(random_bed(people, variants, people), people)
-    X.product_block, X.threads = block, threads
+    X.product_block, X.right_block, X.threads = block, block, threads
     mean, scale = rng.uniform(0.2, 1.8, variants), rng.uniform(0.5, 2.0, variants)
     Z = rng.standard_normal((variants, 3))
     assert_same(*both(X, lambda X: X.left(Z, mean, scale)))
@@ -75,6 +75,9 @@ def test_left_products_and_row_squares_agree_with_the_numpy_decode(people, threa
     Y = rng.standard_normal((people, 3))
     assert_same(*both(X, lambda X: X.right(Y, mean, scale)))
     assert_same(*both(X, lambda X: X.right(Y)))
+    wide = rng.standard_normal((people, 10))  # past the eight columns the right kernel sums at a time
+    assert_same(*both(X, lambda X: X.right(wide, mean, scale)))
+    assert_same(*both(X, lambda X: X.right(wide[:, 0], mean)))  # a vector
     assert_same(*both(X, lambda X: X.row_squares(mean, scale)))
     assert_same(*both(X, lambda X: X.row_squares(mean)))
     assert_same(*both(X, lambda X: X._left(Z, None, scale, None, squares=True)))
@@ -99,7 +102,7 @@ def test_a_subset_of_an_aligned_list_agrees_with_the_numpy_decode(threads):
     chosen = np.sort(rng.choice(people, 23, replace=False))
     for Y in (X.aligned(order, flip, int(kept.sum())).subset(chosen),
               X.subset(chosen).aligned(order, flip, int(kept.sum()))):
-        Y.product_block, Y.threads = 6, threads
+        Y.product_block, Y.right_block, Y.threads = 6, 6, threads
         d = Y.dimension
         mean, scale = rng.uniform(0.2, 1.8, d), rng.uniform(0.5, 2.0, d)
         Z = rng.standard_normal((d, 4))

@@ -37,7 +37,7 @@ def test_a_bed_product_reads_the_file_in_variant_blocks_in_file_order(tmp_path):
     G = rng.integers(0, 3, (37, 101)).astype(float)
     X = open_samples(write_bed(tmp_path / "g.bed", G))
     assert isinstance(X, BedVariants) and X.shape == (37, 101)
-    X.product_block, X.threads = 10, 1  # variants per block, one thread: its blocks in file order
+    X.product_block, X.right_block, X.threads = 10, 10, 1  # variants per block, one thread: blocks in file order
     X.code_counts  # the codes counted (one read, on first use) before the reads recorded
     X.rows = recorder = Recorder(X.rows)
     op = LocalOperator.from_rows(X)
@@ -46,7 +46,7 @@ def test_a_bed_product_reads_the_file_in_variant_blocks_in_file_order(tmp_path):
     Xc = (G - mean) / scale
     np.testing.assert_allclose(op.centered(mean, scale) @ Z, Xc.T @ (Xc @ Z) / 37, rtol=0, atol=1e-12)
     blocks = [(start, min(start + 10, 101)) for start in range(0, 101, 10)]
-    assert recorder.reads == [(a, a + 10) for a, _ in blocks] * 2  # two passes (X Z, then X^T Y), each in order
+    assert recorder.reads == [(a, a + 10) for a, _ in blocks] + blocks  # two passes (X Z, then X^T Y), in order
     np.testing.assert_allclose(op @ Z, G.T @ (G @ Z) / 37, rtol=0, atol=1e-12)
     np.testing.assert_allclose(op.centered(mean, scale).trace(), np.trace(Xc.T @ Xc) / 37, rtol=1e-13)
 
@@ -389,17 +389,26 @@ def test_a_bed_product_on_threads_decodes_each_block_once_and_agrees_with_numpy(
     G = rng.integers(0, 3, (53, 211)).astype(float)
     G[rng.random(G.shape) < 0.05] = np.nan
     X = open_samples(write_bed(tmp_path / "g.bed", G))
-    X.product_block, X.threads = 16, threads
+    X.product_block, X.right_block, X.threads = 16, 16, threads
     X.code_counts  # the codes counted (one read, on first use) before the reads recorded
     X.rows = recorder = Recorder(X.rows)
     mean, scale = rng.uniform(0.1, 1.9, 211), rng.uniform(0.5, 2.0, 211)
     Xc = np.where(np.isnan(G), 0.0, (G - mean) / scale)
     Z, Y = rng.standard_normal((211, 4)), rng.standard_normal((53, 4))
     np.testing.assert_allclose(X.left(Z, mean, scale), Xc @ Z, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(X.right(Y, mean, scale), Xc.T @ Y, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(X.right(Y[:, 0]), np.nan_to_num(G).T @ Y[:, 0], rtol=0, atol=1e-12)
     blocks = sorted((a, a + 16) for a in range(0, 211, 16))
-    assert sorted(recorder.reads) == sorted(blocks * 3)  # every block once per pass
+    assert sorted(recorder.reads) == blocks  # every block once
+    for pass_ in range(2):
+        recorder.reads = []
+        if pass_ == 0:
+            np.testing.assert_allclose(X.right(Y, mean, scale), Xc.T @ Y, rtol=0, atol=1e-12)
+        else:
+            np.testing.assert_allclose(X.right(Y[:, 0]), np.nan_to_num(G).T @ Y[:, 0], rtol=0, atol=1e-12)
+        read = np.zeros(211, dtype=int)  # each thread's run of variants in blocks of at most 16
+        for start, stop in recorder.reads:
+            assert 0 < stop - start <= 16
+            read[start:stop] += 1
+        assert (read == 1).all()  # every variant once
 
 
 @pytest.mark.parametrize("people,threads,block", [(29, 1, 4), (32, 2, 3), (31, 3, 64)])

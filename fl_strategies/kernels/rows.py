@@ -260,6 +260,16 @@ PRODUCT_BLOCK_BYTES = 1 << 22
 ``left`` then ``right`` with 8 columns) a pair of passes took 1.4x (1 MiB), 1.0x (2 MiB) and 1.0x (4 MiB) the time
 of 4 MiB blocks: fewer, larger blocks spend less time in Python between the decoding and the product."""
 
+RIGHT_PEOPLE_BYTES = 1 << 19
+"""Bytes of the tables of a right product's chunk of people (:meth:`BedVariants._right_tables`): 512 KiB, 32 bytes
+of a variant (128 people) at ``r = 8``, in a core's cache. At 750 and 5,000 people a site, 256 KiB and 512 KiB
+ran alike, 128 KiB and 1 MiB slower."""
+
+RIGHT_BLOCK_VARIANTS = 4096
+"""Variants of a right product's block (:meth:`BedVariants._right_tables`): each table is built once per block
+(336 row additions against the block's 4,096 look-ups); 2,048 to 8,192 ran alike at 750 and 5,000 people a site,
+16,384 slower at 5,000."""
+
 _CODE_COUNTS = np.stack([np.count_nonzero(_CODES == code, axis=1) for code in range(4)], axis=1).astype(np.int64)
 """How many of a byte's four codes are ``00``, ``01``, ``10``, ``11``: (256, 4)."""
 
@@ -336,9 +346,8 @@ class BedVariants:
     counts, a missing call 0. A product (:meth:`left`, :meth:`right`) reads the file once in file order, decoding
     one block of variants at a time to allele counts (one table of the 256 byte values) into a buffer of about
     :data:`PRODUCT_BLOCK_BYTES` per thread, with each missing call set to its variant's mean; the centring and the
-    scale are applied to the other factor and as a rank-one term. With numba (:attr:`compiled`) the left product
-    decodes nothing (table look-ups of the codes, :mod:`.bed_tables`) and the right one decodes in one compiled
-    loop. Memory: the mapped file's pages, 2 bytes per
+    scale are applied to the other factor and as a rank-one term. With numba (:attr:`compiled`) neither product
+    decodes: both look up tables of the codes (:mod:`.bed_tables`). Memory: the mapped file's pages, 2 bytes per
     missing call (4 above 65,536 people: where they are, found with the code counts, :attr:`missing_ptr`), and
     O(threads block + s r + d r).
 
@@ -372,6 +381,8 @@ class BedVariants:
         ``omega``: the products are those of ``X^T diag(omega) X`` (:meth:`weighted`); ``None``: all ones.
     product_block : int
         Variants decoded at a time in a product (about :data:`PRODUCT_BLOCK_BYTES` of float64).
+    right_block : int
+        Variants of a block of a compiled right product (:data:`RIGHT_BLOCK_VARIANTS`).
     threads : int or None
         Threads of a product; ``None``: :func:`product_threads`.
     """
@@ -379,8 +390,8 @@ class BedVariants:
     sparse, normalize, clip, ndim, dtype = False, False, 0.0, 2, np.dtype(np.int8)
     compiled = bed_tables.available()
     """Whether the products run numba's compiled kernels (:mod:`.bed_tables`, where numba can be imported): the
-    left products and row squares by table look-up (:meth:`_left_tables`), the right products' blocks decoded in
-    one loop (:meth:`_decode_compiled`); else numpy's decode (:meth:`_passes`)."""
+    left products and row squares (:meth:`_left_tables`) and the right products (:meth:`_right_tables`) by table
+    look-up; else numpy's decode (:meth:`_passes`)."""
     centers_inside = True
     """Whether this class centres and scales inside its products (missing calls need it): see
     :class:`~.products.LocalOperator`."""
@@ -393,6 +404,7 @@ class BedVariants:
         self.shape = (self.num_rows, self.dimension)
         self.block = max(1, int(block_bytes) // (8 * max(self.num_rows, 1)))
         self.product_block = max(1, PRODUCT_BLOCK_BYTES // (32 * max(int(raw.shape[1]), 1)))
+        self.right_block = RIGHT_BLOCK_VARIANTS
         self.threads: int | None = None
         self.columns: np.ndarray | None = None
         self.flip: np.ndarray | None = None
@@ -640,11 +652,6 @@ class BedVariants:
             packed = _scratch((b, width), np.uint32)  # mapped, as the decoded block: no arena keeps it
             decoded = _scratch((b, 4 * width))
             for start in range(worker * b, d_file, threads * b):
-                if self.compiled:  # one compiled loop: counts, flips and missing calls straight into the block
-                    columns, k = self._decode_compiled(start, b, fill, decoded)
-                    if k:
-                        step(worker, columns, decoded[:k, chosen])
-                    continue
                 stop = min(start + b, d_file)
                 columns, raw = self._raw_range(start, start + b)
                 k = raw.shape[0]
@@ -671,29 +678,6 @@ class BedVariants:
         with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
             for done in [pool.submit(work, w) for w in range(threads)]:
                 done.result()
-
-    def _decode_compiled(self, start: int, b: int, fill: np.ndarray | None, out: np.ndarray
-                         ) -> tuple[slice | np.ndarray, int]:
-        """``(columns, k)``: the file's variants ``start .. start + b - 1`` that :attr:`columns` keeps decoded into
-        ``out[:k]`` (k, 4 width) by :func:`.bed_tables.decode_block` (the counts, ``2 - g`` when flipped, each
-        missing call its column's ``fill``, else 0), and their columns (a slice without a list)."""
-        raw = np.ascontiguousarray(self.rows[start:start + b])
-        k = raw.shape[0]
-        fills = np.zeros(k)
-        if self.columns is None:
-            columns, rows, flips = slice(start, start + k), np.arange(k), np.zeros(k, dtype=bool)
-            if fill is not None:
-                fills[:] = fill[columns]
-        else:
-            listed = self.columns[start:start + k]
-            kept = listed >= 0
-            rows, flips = np.where(kept, np.cumsum(kept) - 1, -1), self.flip[start:start + k]
-            columns = listed[kept]
-            if fill is not None:
-                fills[kept] = fill[columns]
-            k = int(kept.sum())
-        bed_tables.decode_block(raw, rows, flips, fills, self.missing_ptr, self.missing_people, start, out)
-        return columns, k
 
     def _left(self, Z: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None, threads: int | None,
               squares: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
@@ -790,6 +774,49 @@ class BedVariants:
         total = total[self.chosen()]
         return np.ascontiguousarray(total[:, :r]), (total[:, r].copy() if squares else None)
 
+    def _right_tables(self, Y: np.ndarray, fill: np.ndarray | None, threads: int | None) -> np.ndarray:
+        """``D Y`` (d, r) of :meth:`right` with the compiled table kernels (:mod:`.bed_tables`): no decoded block.
+
+        ``Y`` (s, r) is laid out over the file's people (zero rows for those a :meth:`subset` leaves out and for
+        the padding); per :data:`RIGHT_PEOPLE_BYTES` of table, each byte of a person group gets a table of the 256
+        values' sums of its four people's rows (:func:`.bed_tables.right_block`), so a variant costs a look-up per
+        byte instead of a decode and ``4 r`` multiply-adds per byte; then the flipped variants and the missing
+        calls' ``fill`` (:func:`.bed_tables.right_missing`). Worker ``w`` of ``threads`` takes the ``w``-th of
+        equal runs of the file's variants, in blocks of :attr:`right_block` variants (the tables are built once per
+        block), and writes its own rows of the result.
+        """
+        d_file, width = self.rows.shape
+        r = Y.shape[1]
+        wide = -(-r // 8) * 8  # the kernel sums eight columns at a time
+        Y4 = np.zeros((4 * width, wide))
+        Y4[self.chosen(), :r] = Y
+        total = Y4.sum(axis=0)
+        chunk = max(1, RIGHT_PEOPLE_BYTES // (256 * 8 * wide))
+        threads = self.threads if threads is None else threads
+        threads = max(1, min(product_threads() if threads is None else int(threads), d_file))
+        columns = np.arange(d_file) if self.columns is None else self.columns
+        flips = np.zeros(d_file, dtype=bool) if self.flip is None else self.flip
+        fills = np.zeros(d_file) if fill is None else np.where(columns >= 0, fill[np.maximum(columns, 0)], 0.0)
+        out = np.zeros((self.dimension, wide))
+        edges = np.linspace(0, d_file, threads + 1).astype(np.int64)
+
+        def work(worker: int) -> None:
+            tables = np.empty((256 * chunk, wide))
+            for start in range(edges[worker], edges[worker + 1], self.right_block):
+                stop = min(start + self.right_block, edges[worker + 1])
+                raw = np.ascontiguousarray(self.rows[start:stop])
+                bed_tables.right_block(raw, columns[start:stop], Y4, chunk, out, tables)
+                bed_tables.right_missing(self.missing_ptr, self.missing_people, start, stop, columns[start:stop],
+                                         flips[start:stop], fills[start:stop], Y4, total, out)
+
+        if threads == 1:
+            work(0)
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                for done in [pool.submit(work, w) for w in range(threads)]:
+                    done.result()
+        return out if wide == r else np.ascontiguousarray(out[:, :r])
+
     def left(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None,
              threads: int | None = None) -> np.ndarray:
         """``X Z`` with ``X`` (s, d) the people x variants of the class docstring, ``Z`` (d, r); (s, r).
@@ -803,16 +830,21 @@ class BedVariants:
 
     def right(self, Y: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None,
               threads: int | None = None) -> np.ndarray:
-        """``X^T Y`` for ``Y`` (s, r): shape (d, r); one read of the file, ``D_J Y`` per variant block (the counts,
-        a missing call ``mean``: :meth:`_passes`), then ``(D Y - mean 1^T Y) / scale``."""
+        """``X^T Y`` for ``Y`` (s, r): shape (d, r); one read of the file, ``D Y`` (the counts, a missing call
+        ``mean``: by table look-up with numba, :meth:`_right_tables`, else per decoded variant block,
+        :meth:`_passes`), then ``(D Y - mean 1^T Y) / scale``."""
         Y = np.asarray(Y, dtype=np.float64)
         Y2 = np.ascontiguousarray(Y.reshape(Y.shape[0], -1))
-        out = np.zeros((self.dimension, Y2.shape[1]))
+        fill = None if mean is None else np.asarray(mean, dtype=np.float64)
+        if self.compiled and Y2.shape[1]:
+            out = self._right_tables(Y2, fill, threads)
+        else:
+            out = np.zeros((self.dimension, Y2.shape[1]))
 
-        def step(worker, columns, DJ):
-            out[columns] = np.dot(DJ, Y2)  # np.dot: it lets go of the GIL (see _left)
+            def step(worker, columns, DJ):
+                out[columns] = np.dot(DJ, Y2)  # np.dot: it lets go of the GIL (see _left)
 
-        self._passes(step, None if mean is None else np.asarray(mean, dtype=np.float64), threads)
+            self._passes(step, fill, threads)
         if mean is not None:
             out -= np.asarray(mean, dtype=np.float64)[:, None] * Y2.sum(axis=0)
         if scale is not None:
