@@ -339,14 +339,14 @@ def _shared_variants(files: list[Path], option: str, where: str, drop_ambiguous:
     agree are used as they are, less the strand-ambiguous variants with ``drop-ambiguous``; others by
     :func:`fl_strategies.files.variants.align_variants`). A file listing a variant ID twice, or a person (FID IID)
     twice, is refused naming them (:func:`fl_strategies.files.variants.check_unique_ids`)."""
-    from fl_strategies.files.variants import align_variants, check_unique_ids, is_ambiguous, read_bim, variant_digest
+    from fl_strategies.files.variants import (align_variants, check_unique_ids, is_ambiguous, read_bim, variant_digest,
+                                              variant_list_path)
 
     lists, digests = {}, set()
     seen: dict[bytes, tuple[list, str]] = {}  # a variant file's bytes: its list and digest (sites' copies of one list)
     for pid, path in enumerate(files):
         try:
-            listing = Path(path).with_suffix(".pvar" if str(path).lower().endswith(".pgen") else ".bim")
-            data = listing.read_bytes()
+            data = variant_list_path(path).read_bytes()  # the file read_bim reads
             if data in seen:  # the same bytes as an earlier site's: the same list, checked already
                 lists[pid], digest = seen[data]
                 check_unique_ids(path, "genotype file", people_only=True)

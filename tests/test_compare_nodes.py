@@ -94,3 +94,30 @@ def test_an_all_empty_metric_column_is_reported_as_empty_not_drawn(tmp_path, cap
     assert "No run wrote a value of iterated_explained_variance_ratio" in (out / "summary.md").read_text()
     assert "warning: no run wrote a value of iterated_explained_variance_ratio" in capsys.readouterr().err
     assert not (out / "iterated_explained_variance_ratio.png").exists()
+
+
+def test_a_summary_shows_the_leading_pcs_converged_while_the_kept_subspace_still_turns(tmp_path):
+    """Two clear PCs, then a bulk of equal eigenvalues: with rank 4 the kept subspace (PC3-4 in the bulk) keeps
+    turning, so "final estimate change first k" stays large and "rounds to 0.01" is "—", while PC1-2 are exact:
+    "PCs converged" says so, and the footnote says what each column measures."""
+    rng = np.random.default_rng(5)
+    basis = np.linalg.qr(rng.standard_normal((30, 30)))[0]
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for i in range(3):
+        np.save(folder / f"partition_{i}.npy", (rng.standard_normal((300, 30)) * ([8.0, 4.0] + [1.0] * 28)) @ basis.T)
+    f = _file(tmp_path, folder, runs=("power",))
+    f.write_text(f.read_text().replace("rank = 2\niteration-rank = 2\nnum-server-rounds = 12",
+                                       "rank = 4\niteration-rank = 4\nnum-server-rounds = 15"))
+    out = tmp_path / "o"
+    assert main([str(f), "--out", str(out)]) == 0
+    summary = (out / "summary.md").read_text()
+    header, _, row = summary.splitlines()[-3:]
+    cells = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
+    assert float(cells["final estimate change first k"].split()[0]) > 1e-2 and cells["rounds to 0.01"] == "—"
+    named, moved = cells["PCs converged"].split(" (moved ")
+    assert named == "PC1-2" and float(moved.rstrip(")")) < 1e-10
+    assert "PCs converged: the leading kept components that moved by at most 0.001" in summary
+    assert "the column stays large while the leading PCs are exact" in summary
+    results = pd.read_csv(out / "results.csv")
+    assert results["converged_components"].iloc[-1] == 2 and results["converged_components"].iloc[1] == 0

@@ -313,3 +313,19 @@ def test_a_node_with_an_empty_file_stops_a_node_data_run_before_round_1(tmp_path
     with pytest.raises(ConfigError, match=r"no usable node for partition\(s\) 1 .*node 1001: it failed to start: "
                                           r".*partition 1: node config data-path .*at least 1 row"):
         _node_run(tmp_path, blocks, **{"rank": 2, "iteration-rank": 2})
+
+
+def test_the_leading_columns_change_is_leading_changes_to_round_off():
+    """leading_column_changes (one d x k residual) gives leading_changes' sin theta of each leading j columns, down
+    to round-off for estimates that have barely moved."""
+    from fl_strategies.kernels.linalg import leading_changes, leading_column_changes, orth, subspace_distance
+
+    rng = np.random.default_rng(11)
+    Z = orth(rng.standard_normal((500, 5)))
+    for step in (1.0, 1e-3, 1e-11):
+        moved = orth(Z + step * rng.standard_normal(Z.shape) * [0.0, 0.0, 1.0, 1.0, 1.0])  # PC1-2 stay put
+        expected = leading_changes(moved, Z)
+        got = leading_column_changes(moved, Z)
+        assert got == pytest.approx(expected, rel=1e-9, abs=1e-15)
+        assert got[1] < 1e-14 < got[2]
+        assert got[-1] == subspace_distance(moved, Z)  # the kept components' change, as the column had it

@@ -95,3 +95,37 @@ def test_the_change_fits_the_flower_pyproject_allows_and_refuses_another(waits, 
     assert [r.getMessage() for r in caplog.records if "reply still arriving" in r.getMessage()] == [
         "fedspectral: written for Flower 1.41.x or 1.42.x, found 1.43.0: Flower's own 1 s wait for a reply still "
         "arriving is kept"]
+
+
+def test_the_launchers_use_this_one_wrapper_loaded_by_its_path_importing_no_package_of_the_repository(tmp_path):
+    """``fedspectral/launchers`` import nothing of the repository's packages (a forked ClientApp runs its own run's
+    code): they load grid_pull.py by its path, which therefore imports only the standard library."""
+    import subprocess
+    import sys
+
+    from simulations.engines.deploy import LAUNCHERS_DIR
+
+    code = ("import json, runpy, sys\n"
+            f"supernode = runpy.run_path({str(LAUNCHERS_DIR / 'supernode.py')!r})['flower_pulls']()\n"
+            f"forkserver = runpy.run_path({str(LAUNCHERS_DIR / 'forkserver.py')!r})['PULLS']\n"
+            "print(json.dumps([supernode.__file__, forkserver.__file__, supernode.PULL_BACKOFF, sorted(\n"
+            "    m for m in sys.modules if m.partition('.')[0] in ('fl_strategies', 'fedspectral', 'client_app',\n"
+            "                                                   'server_app', 'simulations', 'flwr', 'numpy'))]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
+    supernode_file, forkserver_file, backoff, imported = __import__("json").loads(done.stdout)
+    assert supernode_file == forkserver_file == grid_pull.__file__ and backoff == grid_pull.PULL_BACKOFF == 0.1
+    assert imported == []
+
+
+def test_the_one_wrapper_wraps_once_and_keeps_every_argument():
+    calls = []
+
+    def pull(*args, **kwargs):
+        calls.append((args, kwargs))
+
+    once = grid_pull.with_first_wait(pull)
+    assert grid_pull.with_first_wait(once) is once
+    once("tree", "fn", return_type=int)
+    once("tree", initial_backoff=2.0)
+    assert calls == [(("tree", "fn"), {"return_type": int, "initial_backoff": 0.1}),
+                     (("tree",), {"initial_backoff": 2.0})]  # a caller's own wait is kept

@@ -143,6 +143,25 @@ def test_the_command_and_a_node_read_each_variant_list_once(tmp_path, monkeypatc
     assert reads == ["partition_1.bed"]
 
 
+def test_the_command_and_read_bim_take_a_sites_variant_list_from_one_rule(tmp_path, monkeypatch):
+    """``variant_list_path`` names the variant list of a genotype file (``.pvar`` beside a ``.pgen``, else the
+    ``.bim``); the command's checks and ``read_bim`` both ask it."""
+    from fedspectral.run_config import check_node_files
+    from fl_strategies.files import variants
+    from simulations.engines import fused_run_config
+
+    assert variants.variant_list_path("d/x.pgen") == variants.variant_list_path("d/x.PGEN") == Path("d/x.pvar")
+    assert variants.variant_list_path("d/x.bed") == Path("d/x.bim")
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(simulated_sites((20, 30), 40, missing=0.0, seed=33)):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    asked, rule = [], variants.variant_list_path
+    monkeypatch.setattr(variants, "variant_list_path", lambda path: asked.append(Path(path).name) or rule(path))
+    cfg = fused_run_config({"num-clients": 2, "center": True})
+    assert check_node_files(cfg, node_files(tmp_path / "data", 2), "--data-dir D", "node file", "--data-dir D") == 40
+    assert asked == ["partition_0.bed", "partition_0.bed", "partition_1.bed"]  # the check; read_bim; the check
+
+
 @pytest.mark.parametrize("strategy, missing", [("krylov", 0.01), ("power", 0.0)])
 def test_secure_aggregation_over_genotypes_needs_no_secagg_clip_and_gives_the_plain_model(tmp_path, strategy,
                                                                                          missing):

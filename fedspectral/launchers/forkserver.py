@@ -75,9 +75,6 @@ INSTALL_CALL = "install_from_fab(fab.content, skip_prompt=True)"
 PULL_CALL = "pull_and_inflate_object_from_tree("
 """How Flower's ``run_clientapp`` fetches the message from its SuperNode (1.41, 1.42): the call whose first wait
 the child shortens."""
-PULL_BACKOFF = 0.1
-"""Seconds a forked ClientApp waits before it asks its SuperNode again for a part of the message the SuperNode is
-still receiving (then twice as long each time, as Flower's; Flower's first wait is 1 s)."""
 LIBRARIES = ("numpy", "scipy.linalg", "scipy.sparse", "scipy.sparse.linalg", "scipy.special", "httpcore", "h11")
 """Third-party modules a ClientApp imports only when it runs (the app's scipy; httpx's transport, when Flower
 creates its Runtime API client), imported before any message."""
@@ -250,6 +247,23 @@ def adopt(app: dict[str, tuple[str, str]], installed: Path) -> str | None:
     return None
 
 
+def flower_pulls():
+    """``fl_strategies/protocol/flower_compat/grid_pull.py`` (:func:`with_first_wait`, ``PULL_BACKOFF``), loaded by
+    its path under a name of its own: the standard library only, and no package of the repository imported."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "fl_strategies" / "protocol" / "flower_compat" / "grid_pull.py"
+    spec = importlib.util.spec_from_file_location("_fedspectral_grid_pull", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PULLS = flower_pulls()
+"""The one wrapper that shortens Flower's first wait for a message still arriving (here: :func:`wrap_pull`)."""
+
+
 def hook_misfit() -> str | None:
     """Why Flower's ``run_clientapp`` does not install a FAB as :func:`wrap_install` assumes, or ``None``."""
     from flwr.supercore.version import package_version
@@ -270,19 +284,14 @@ def hook_misfit() -> str | None:
     return None
 
 
-def wrap_pull(backoff: float = PULL_BACKOFF) -> None:
-    """In this (child) process, make Flower's ``run_clientapp`` fetch its message with a first wait of ``backoff``
-    seconds (not 1 s) when its SuperNode has not received all of it yet: the SuperExec starts the ClientApp as soon
-    as the message is announced, often before its contents have arrived. Every other argument is the caller's."""
+def wrap_pull() -> None:
+    """In this (child) process, make Flower's ``run_clientapp`` fetch its message with a first wait of
+    :data:`PULLS`'s ``PULL_BACKOFF`` seconds (0.1 s, not 1 s; then twice as long each time, as Flower's) when its
+    SuperNode has not received all of it yet: the SuperExec starts the ClientApp as soon as the message is announced,
+    often before its contents have arrived. Every other argument is the caller's."""
     import flwr.supernode.runtime.run_clientapp as runner
 
-    flower_pull = getattr(runner, PULL_CALL[:-1])
-
-    def pull(*args, **kwargs):
-        kwargs.setdefault("initial_backoff", backoff)
-        return flower_pull(*args, **kwargs)
-
-    setattr(runner, PULL_CALL[:-1], pull)
+    setattr(runner, PULL_CALL[:-1], PULLS.with_first_wait(getattr(runner, PULL_CALL[:-1])))
 
 
 def wrap_install(app: dict[str, tuple[str, str]], marks: Path) -> None:

@@ -14,8 +14,9 @@ POLL)``; every other sleep and every other function of ``time`` is the module's 
 cost: a SuperNode in a run asks the SuperLink for a message every ``POLL`` seconds (one HTTP request) instead of
 every 3 s; an idle one polls as Flower's does.
 
-And the loop's ``pull_objects`` (the message's contents fetched from the SuperLink) first waits
-:data:`OBJECT_PULL_BACKOFF` seconds, not Flower's 1 s, before it asks again for a part the SuperLink does not have
+And the loop's ``pull_objects`` (the message's contents fetched from the SuperLink) first waits 0.1 s
+(``PULL_BACKOFF`` of ``fl_strategies/protocol/flower_compat/grid_pull.py``, whose ``with_first_wait`` this launcher
+loads by its path: :func:`flower_pulls`), not Flower's 1 s, before it asks again for a part the SuperLink does not have
 yet: the ServerApp pushes a message before its contents, and a SuperNode polling every 0.1 s often sees it in
 between (about one message in twenty; a SecAgg+ round of four exchanges then waited a whole second more). The
 waits still double after each try (0.1, 0.2, 0.4 s, ...; Flower's cap, tries and time limit are kept): a few more
@@ -47,8 +48,6 @@ HOT_SECONDS = 60.0
 PULL_FUNCTION = "_pull_and_store_message"
 OBJECTS_FUNCTION = "pull_objects"
 """What the loop's ``_pull_and_store_message`` fetches a message's contents with (Flower 1.41, 1.42)."""
-OBJECT_PULL_BACKOFF = 0.1
-"""Seconds the SuperNode first waits before it asks again for a part of a message still arriving (Flower's: 1 s)."""
 
 
 class ShortWaits:
@@ -87,6 +86,19 @@ def misfit(version: str, source: str) -> str | None:
     return None
 
 
+def flower_pulls():
+    """``fl_strategies/protocol/flower_compat/grid_pull.py`` (:func:`with_first_wait`, ``PULL_BACKOFF``), loaded by
+    its path under a name of its own: the standard library only, and no package of the repository imported."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "fl_strategies" / "protocol" / "flower_compat" / "grid_pull.py"
+    spec = importlib.util.spec_from_file_location("_fedspectral_grid_pull", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def shorten_waits(poll: float) -> str | None:
     """Give Flower's SuperNode loop :class:`ShortWaits`; ``None``, or (nothing changed) why it does not fit."""
     from flwr.supercore.version import package_version
@@ -104,12 +116,7 @@ def shorten_waits(poll: float) -> str | None:
             waits.received()
         return run_id
 
-    flower_objects = getattr(loop, OBJECTS_FUNCTION)
-
-    def pull_objects_promptly(*args, **kwargs):
-        kwargs.setdefault("initial_backoff", OBJECT_PULL_BACKOFF)
-        return flower_objects(*args, **kwargs)
-
+    pull_objects_promptly = flower_pulls().with_first_wait(getattr(loop, OBJECTS_FUNCTION))
     loop.time = waits
     setattr(loop, PULL_FUNCTION, pull_and_note)
     setattr(loop, OBJECTS_FUNCTION, pull_objects_promptly)

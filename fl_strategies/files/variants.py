@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MIN_SHARED", "read_bim", "read_fam", "variant_digest", "encode_variants", "decode_variants",
-           "align_variants", "site_alignment", "as_variants", "AMBIGUOUS", "is_ambiguous", "duplicate_ids",
-           "check_unique_ids"]
+__all__ = ["MIN_SHARED", "variant_list_path", "read_bim", "read_fam", "variant_digest", "encode_variants",
+           "decode_variants", "align_variants", "site_alignment", "as_variants", "AMBIGUOUS", "is_ambiguous",
+           "duplicate_ids", "check_unique_ids"]
 
 MIN_SHARED = 0.5
 """The smallest share of a site's variants that every site must hold for a run over aligned variant lists."""
@@ -49,21 +49,28 @@ NO_ID = (".", "")
 use them."""
 
 
+def variant_list_path(path: str | Path) -> Path:
+    """The variant list of a genotype file: the ``.pvar`` beside a ``.pgen``, else the ``.bim`` beside it (a
+    ``.bed``); what :func:`read_bim` reads."""
+    return Path(path).with_suffix(".pvar" if str(path).lower().endswith(".pgen") else ".bim")
+
+
 def read_bim(bed_path: str | Path) -> list[tuple[str, str, str, str, str]]:
     """The ``.bim`` beside a ``.bed``: ``(chromosome, ID, position, A1, A2)`` per variant, in file order; for a
-    ``.pgen`` its ``.pvar``, ALT as A1 (:func:`fl_strategies.files.pgen.read_pvar`)."""
-    if str(bed_path).lower().endswith(".pgen"):
+    ``.pgen`` its ``.pvar``, ALT as A1 (:func:`fl_strategies.files.pgen.read_pvar`); the file is
+    :func:`variant_list_path`'s."""
+    listing = variant_list_path(bed_path)
+    if listing.suffix == ".pvar":
         from .pgen import read_pvar
 
         return read_pvar(bed_path)
     rows = []
-    with open(Path(bed_path).with_suffix(".bim"), encoding="utf-8") as handle:
+    with open(listing, encoding="utf-8") as handle:
         for line in handle:
             fields = line.split()
             if fields:
                 if len(fields) != 6:
-                    raise ValueError(f"{Path(bed_path).with_suffix('.bim')}: line {len(rows) + 1} has "
-                                     f"{len(fields)} fields, not 6")
+                    raise ValueError(f"{listing}: line {len(rows) + 1} has {len(fields)} fields, not 6")
                 rows.append((fields[0], fields[1], fields[3], fields[4], fields[5]))
     return rows
 

@@ -38,8 +38,8 @@ from . import stop_request
 from .fit_records import fitins_content, fitres_from_content
 from .flower_compat import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, quicken_reply_pulls
 
-__all__ = ["fit_in_one_batch", "send_and_receive", "simulated_grid", "prompt_grid", "PromptGrid", "MissingReply",
-           "SUPERLINK_PULL_INTERVAL", "SUPERLINK_MIN_PAUSE"]
+__all__ = ["fit_in_one_batch", "send_and_receive", "pause_after_pull", "simulated_grid", "prompt_grid", "PromptGrid",
+           "MissingReply", "SUPERLINK_PULL_INTERVAL", "SUPERLINK_MIN_PAUSE", "ENGINE_PULL_SLOWDOWN"]
 
 log = logging.getLogger("flwr.fedspectral")
 
@@ -54,6 +54,8 @@ after each). Each pull is one HTTP request to the SuperLink (a few milliseconds 
 while the server waits, none otherwise."""
 SUPERLINK_MIN_PAUSE = 0.02
 """The least pause after a pull of a SuperLink, however long the pull took."""
+ENGINE_PULL_SLOWDOWN = 10.0
+"""An engine's grid (``InMemoryGrid``) pauses at least this many times what its last pull took."""
 
 
 def simulated_grid(grid) -> bool:
@@ -87,11 +89,7 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
         The replies that arrived before ``timeout`` (all of them with ``None``).
     """
     grid = grid.grid if isinstance(grid, PromptGrid) else grid
-    if isinstance(grid, InMemoryGrid):
-        interval, backoff = float(grid.pull_interval), 10.0
-    elif isinstance(grid, HttpGrid):  # a pull is an HTTP request to the SuperLink: not slower when pulled often
-        interval, backoff = SUPERLINK_PULL_INTERVAL, None
-    else:
+    if not isinstance(grid, (InMemoryGrid, HttpGrid)):
         return list(grid.send_and_receive(messages, timeout=timeout))
     waiting = set(grid.push_messages(messages))
     end = None if timeout is None else time.monotonic() + timeout
@@ -106,9 +104,20 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
         left = None if end is None else end - time.monotonic()
         if not waiting or (left is not None and left <= 0):
             break
-        pause = max(interval - spent, SUPERLINK_MIN_PAUSE) if backoff is None else max(interval, backoff * spent)
+        pause = pause_after_pull(grid, spent)
         time.sleep(pause if left is None else min(pause, left))
     return replies
+
+
+def pause_after_pull(grid, spent: float) -> float:
+    """Seconds :func:`send_and_receive` pauses after a pull of ``grid`` that took ``spent`` seconds and left a reply
+    missing: for a SuperLink's grid (``HttpGrid``: a pull is an HTTP request to the SuperLink, no slower when pulled
+    often) the rest of :data:`SUPERLINK_PULL_INTERVAL` from the pull's start, at least :data:`SUPERLINK_MIN_PAUSE`;
+    for an engine's (``InMemoryGrid``: a pull holds the link state's lock) its ``pull_interval`` or
+    :data:`ENGINE_PULL_SLOWDOWN` times ``spent``, whichever is longer."""
+    if isinstance(grid, HttpGrid):
+        return max(SUPERLINK_PULL_INTERVAL - spent, SUPERLINK_MIN_PAUSE)
+    return max(float(grid.pull_interval), ENGINE_PULL_SLOWDOWN * spent)
 
 
 class PromptGrid:

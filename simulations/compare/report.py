@@ -62,6 +62,12 @@ LOG_FLOOR = 1e-16
 RATIO = "explained_variance_ratio"
 """The results column of a PCA model's explained-variance ratio (its kept components, summed; last row)."""
 FINAL_RATIO = "final_explained_variance_ratio"
+CONVERGED = "converged_components"
+"""The results column of a run without an exact reference: how many leading kept components (``rank``) moved by
+at most ``CONVERGED_CHANGE`` (sin theta) in the round (:meth:`~fl_strategies.protocol.strategies.eigenspace.
+EigenspaceStrategy.converged_columns`); ``converged_change``: how far they moved."""
+CONVERGED_CHANGE_COLUMN = "converged_change"
+FINAL_CONVERGED, FINAL_CONVERGED_CHANGE = "final_converged_components", "final_converged_change"
 
 #: Maximum number of subplots per row in :func:`plot_metric`.
 MAX_PANELS_PER_ROW = 3
@@ -163,6 +169,11 @@ def _summarize_run(
     row["total_bytes"] = _median_total_bytes(df_run)
     if RATIO in df_run.columns:
         row[FINAL_RATIO] = float(pd.to_numeric(_final_values(df_run, RATIO), errors="coerce").median())
+    if CONVERGED in df_run.columns:  # the leading PCs every seed has converged, and the most any of them moved
+        counts = pd.to_numeric(_final_values(df_run, CONVERGED), errors="coerce")
+        row[FINAL_CONVERGED] = float(counts.min()) if counts.notna().all() else float("nan")
+        changes = pd.to_numeric(_final_values(df_run, CONVERGED_CHANGE_COLUMN), errors="coerce")
+        row[FINAL_CONVERGED_CHANGE] = float(changes.max()) if row[FINAL_CONVERGED] > 0 else float("nan")
     if "failure" in df_run:
         row["failed"] = _failed_seeds(df_run)
     return row
@@ -217,6 +228,12 @@ def summarize(
             without an exact reference that wrote a PCA model): median over
             seeds of its final value, the share of the variance the model's
             kept components explain.
+        ``final_converged_components``, ``final_converged_change``
+            Only when some run wrote ``converged_components`` (a run without
+            an exact reference): the fewest over seeds, at each seed's last
+            row, of the leading kept components that moved by at most
+            ``CONVERGED_CHANGE`` in that round, and the most any seed's moved
+            (``converged_change``; NaN when none converged).
         ``failed``
             Only when the results have a ``failure`` column: ``"seed 0: why; ..."``
             for the seeds whose run failed, else ``""``.
@@ -225,6 +242,8 @@ def summarize(
     df = df.reset_index(drop=True)  # duplicate indices (e.g. from concat) are fine
     if RATIO in df.columns and pd.to_numeric(df[RATIO], errors="coerce").isna().all():
         df = df.drop(columns=RATIO)  # no run has a model's ratio: no column for it
+    if CONVERGED in df.columns and pd.to_numeric(df[CONVERGED], errors="coerce").isna().all():
+        df = df.drop(columns=CONVERGED)  # measured against a reference, or an older results.csv
     rows = [
         _summarize_run(run, df_run, thresholds, metric)
         for run, df_run in df.groupby("run", sort=False)
@@ -234,6 +253,7 @@ def summarize(
         + [_threshold_column(t) for t in thresholds]
         + ["total_bytes"]
         + ([FINAL_RATIO] if RATIO in df.columns else [])
+        + ([FINAL_CONVERGED, FINAL_CONVERGED_CHANGE] if CONVERGED in df.columns else [])
         + (["failed"] if "failure" in df else [])
     )
     return pd.DataFrame(rows, columns=columns)
@@ -301,6 +321,7 @@ def _markdown_header(summary: pd.DataFrame, metric: str) -> list[str]:
     ]
     return (
         ["run", "strategy", "seeds", "rounds", f"final {label}"]
+        + (["PCs converged"] if FINAL_CONVERGED in summary.columns else [])
         + thresholds
         + ["total bytes"]
         + (["final explained variance ratio"] if FINAL_RATIO in summary.columns else [])
@@ -317,11 +338,23 @@ def _markdown_row(row: pd.Series, threshold_cols: Sequence[str]) -> list[str]:
             _fmt_rounds(row["rounds"]),
             _fmt_final(row),
         ]
+        + ([_fmt_converged(row)] if FINAL_CONVERGED in row.index else [])
         + [_fmt_rounds(row[c]) for c in threshold_cols]
         + [_fmt_bytes(row["total_bytes"])]
         + ([MISSING if _is_missing(row[FINAL_RATIO]) else f"{row[FINAL_RATIO]:.4f}"]
            if FINAL_RATIO in row.index else [])
     )
+
+
+def _fmt_converged(row: pd.Series) -> str:
+    """``PC1-2 (moved 3.05e-12)``, ``PC1 (...)``, ``none`` or ``—`` (not known)."""
+    count = row[FINAL_CONVERGED]
+    if _is_missing(count):
+        return MISSING
+    if count < 1:
+        return "none"
+    named = "PC1" if count == 1 else f"PC1-{count:.0f}"
+    return f"{named} (moved {_fmt_float(row[FINAL_CONVERGED_CHANGE])})"
 
 
 def _pipe_line(cells: Sequence[str]) -> str:
@@ -363,7 +396,8 @@ def write_summary_markdown(
         f"{label} <= t (\u201c{MISSING}\u201d where some seed never reached it); "
         "total bytes: median over seeds of uploaded + downloaded bytes."
         + (" Final explained variance ratio: median over seeds of the share of the variance the PCA model's kept "
-           "components explain." if FINAL_RATIO in summary.columns else ""),
+           "components explain." if FINAL_RATIO in summary.columns else "")
+        + (_converged_note(metric) if FINAL_CONVERGED in summary.columns else ""),
         "",
     ]
     if note:
@@ -380,6 +414,21 @@ def write_summary_markdown(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_file(path, "\n".join(lines) + "\n")
+
+
+def _converged_note(metric: str) -> str:
+    """The prose of the ``PCs converged`` column (and of ``estimate_change_first_k`` beside it)."""
+    from fl_strategies.protocol.strategies.eigenspace import CONVERGED_CHANGE
+
+    return (
+        f" PCs converged: the leading kept components that moved by at most {CONVERGED_CHANGE:g} (sin theta of "
+        "the leading ones together, Ritz vectors or the estimate's leading columns) in the last round, in every "
+        "seed, and the most any seed's moved."
+        + (" Estimate change first k is that sin theta of all k kept components (k = rank) at once: where the "
+           "k-th eigenvalue is in a bulk of near-equal ones (genotypes past their few clear PCs), their subspace "
+           "keeps turning and the column stays large while the leading PCs are exact; PCs converged tells them "
+           "apart." if metric == "estimate_change_first_k" else "")
+    )
 
 
 # --------------------------------------------------------------------------- #

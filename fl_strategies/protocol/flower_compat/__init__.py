@@ -75,7 +75,8 @@ name (area module)                                 Flower 1.41 path      used by
 
 Private names the opt-in deployment launchers import themselves (``fedspectral/launchers``: standalone
 scripts that must not import fedspectral, so that a forked ClientApp runs its own run's code; both refuse any
-Flower but 1.42 in one line; ``tests/test_flower_compat.py`` checks that each is listed here):
+Flower but 1.42 in one line; ``tests/test_flower_compat.py`` checks that each is listed here; both load
+``grid_pull.py`` by its path for its one first-wait wrapper, ``with_first_wait``):
 
 * ``flwr.supernode.cli.flwr_clientapp`` (forkserver: ``flwr-clientapp``'s entry point, imported once and run
   unchanged in a forked child per message; public alternative: the ``flwr-clientapp`` command, a new process and

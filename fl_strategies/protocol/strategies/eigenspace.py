@@ -10,7 +10,9 @@
 * **Progress without a reference.** With no exact reference (data on the
   nodes) every row has ``estimate_change`` (sin theta between successive
   estimates, all ``iteration-rank`` columns) and ``estimate_change_first_k``, the change of the kept components
-  (below) and, in a noise-free run of a strategy whose clients can report
+  (below), with ``converged_components`` and ``converged_change`` (:meth:`EigenspaceStrategy.converged_columns`:
+  how many leading kept components have converged, which a kept subspace still turning in a bulk of near-equal
+  eigenvalues hides) and, in a noise-free run of a strategy whose clients can report
   ``f_i`` (FedPower's and FAPS's), ``iterated_explained_variance`` = ``F / n`` =
   ``tr(Z^T C Z)`` of the row's whole estimate (all ``iteration-rank`` columns)
   and ``iterated_explained_variance_ratio`` = that over ``tr(C)``
@@ -56,7 +58,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from ..base import FederatedStrategy, log, uploaded_bytes
-from ...kernels.linalg import gaussian_basis, leading_changes, ritz_pairs, subspace_distance
+from ...kernels.linalg import gaussian_basis, leading_changes, leading_column_changes, ritz_pairs, subspace_distance
 from ...kernels.metrics import round_metrics
 from ...privacy.noise import run_noise_source
 from ...files.pca import MISSINGNESS_DIAGONAL, choose_rank, pca_model, released_product_model
@@ -188,7 +190,9 @@ class EigenspaceStrategy(FederatedStrategy):
 
     def kept_progress(self, gram: np.ndarray) -> float:
         """The kept components' ``F`` from ``G = Z^T (sum_i s_i A_i) Z`` of the held row's estimate ``Z``, and
-        their change since the previous estimate in the held row (``estimate_change_first_k``).
+        their change since the previous estimate in the held row (``estimate_change_first_k``), with
+        ``converged_components``: the largest ``j <= rank`` whose leading ``j`` Ritz vectors moved by at most
+        :data:`CONVERGED_CHANGE` (sin theta), and ``converged_change``: how far they moved (empty for ``j = 0``).
 
         Parameters
         ----------
@@ -212,10 +216,21 @@ class EigenspaceStrategy(FederatedStrategy):
             changes = leading_changes(basis, previous)
             row["estimate_change_first_k"] = float(changes[self.k - 1])
             converged = max((j for j in range(1, self.r + 1) if changes[j - 1] <= CONVERGED_CHANGE), default=0)
+            row.update(self.converged_columns(changes))
             self.progress_notes["kept"] = (
                 f"round {row['round']}'s {self.k} kept components moved {changes[self.k - 1]:.3e} (sin theta, "
                 f"Ritz), {converged} of {self.r} leading converged (moved <= {CONVERGED_CHANGE:g})")
         return float(np.sum(values[: self.k]))
+
+    def converged_columns(self, changes: np.ndarray | None) -> dict[str, Any]:
+        """A row's ``converged_components``, the largest ``j <= rank`` whose leading ``j`` components moved by at
+        most :data:`CONVERGED_CHANGE` (sin theta) since the previous estimate, and ``converged_change``, how far
+        they moved (``None`` for ``j = 0``), from ``changes`` (:func:`~fl_strategies.kernels.linalg.leading_changes`;
+        ``None``: not known yet, both ``None``)."""
+        if changes is None:
+            return {"converged_components": None, "converged_change": None}
+        kept = max((j for j in range(1, self.k + 1) if changes[j - 1] <= CONVERGED_CHANGE), default=0)
+        return {"converged_components": kept, "converged_change": float(changes[kept - 1]) if kept else None}
 
     def _fill_explained_variance(self, row: dict, explained: float) -> None:
         """Set a held row's ``iterated_explained_variance`` (``tr(Z^T C Z)``) and its ratio to ``total_variance``."""
@@ -241,9 +256,12 @@ class EigenspaceStrategy(FederatedStrategy):
         if self.reference is None:  # progress a user can judge without pooled data: the server's own iterates
             previous = self.iterates[-2] if server_round and len(self.iterates) >= 2 else None  # restored on resume
             row["estimate_change"] = None if previous is None else subspace_distance(Z, previous)
-            # the kept components: from the Ritz bases once G is known (kept_progress), else the first k columns
-            row["estimate_change_first_k"] = (None if previous is None or self.ritz_progress else
-                                              subspace_distance(Z[:, : self.k], previous[:, : self.k]))
+            # the kept components and which leading ones converged: from the Ritz bases once G is known
+            # (kept_progress), else from the first k columns (the last change: subspace_distance of all k)
+            changes = (None if previous is None or self.ritz_progress else
+                       leading_column_changes(Z[:, : self.k], previous[:, : self.k]))
+            row["estimate_change_first_k"] = None if changes is None else float(changes[-1])
+            row.update(self.converged_columns(changes))
             if self.tracks_objective:  # F / n, once the next round's clients report F at this Z
                 row.update(iterated_explained_variance=None, iterated_explained_variance_ratio=None,
                            explained_variance_ratio=None)
