@@ -71,6 +71,7 @@ class ResultsWriter:
         self.dir = writable_directory(directory, "results-dir")
         self.csv_path = self.dir / "rounds.csv"
         self._trim_pending = keep
+        self._warned_columns = False
         if keep:
             self._refuse_links(directory)
         else:  # overwrite: nothing of the earlier run stays beside the new results
@@ -98,10 +99,21 @@ class ResultsWriter:
         self._save_estimate(estimate)
 
     def _append(self, record: dict) -> None:
+        """Append ``record`` as a row of ``rounds.csv``, under the file's own header when it has one (a run
+        resumed from one begun by another version may have other columns: a column the header lacks is left out,
+        with one WARNING, and a column the record lacks is left empty), else under a new header of its keys."""
         text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, fieldnames=list(record))
-        if not self.csv_path.exists():
+        header = self._header()
+        writer = csv.DictWriter(text, fieldnames=list(record) if header is None else header, restval="",
+                                extrasaction="ignore")
+        if header is None:
             writer.writeheader()
+        else:
+            left_out = [key for key in record if key not in header]
+            if left_out and not self._warned_columns:
+                self._warned_columns = True
+                log.warning("%s was begun with other columns (a run resumed from another version): %s not "
+                            "written to it", self.csv_path, ", ".join(left_out))
         row = {key: csv_cell(value) for key, value in record.items()}
         blanked = [key for key, value in record.items() if value is not None and row[key] == ""
                    and not isinstance(value, str)]
@@ -110,6 +122,14 @@ class ResultsWriter:
                         ", ".join(blanked))
         writer.writerow(row)
         append_file(self.csv_path, text.getvalue().encode("utf-8"))
+
+    def _header(self) -> list[str] | None:
+        """The column names of the existing ``rounds.csv`` (its first line), ``None`` when there is none yet."""
+        try:
+            with self.csv_path.open(newline="") as fh:
+                return next(csv.reader(fh), None)
+        except FileNotFoundError:
+            return None
 
     def _save_estimate(self, estimate: np.ndarray) -> None:
         write_file(self.dir / "estimate.npy", lambda handle: np.save(handle, estimate, allow_pickle=False))

@@ -174,3 +174,21 @@ def test_a_failing_checkpoint_write_is_reported_and_the_run_goes_on(tmp_path, mo
     resumed = run_app(checkpoint_dir=str(tmp_path), resume=True, **over)  # from round 1
     assert [r["round"] for r in resumed.records] == [0, 1, 2, 3, 4]
     np.testing.assert_array_equal(resumed.estimate, whole.estimate)
+
+
+def test_rows_of_a_resumed_run_keep_the_columns_its_rounds_csv_was_begun_with(tmp_path, caplog):
+    """A run resumed from one begun by a version that wrote other columns: the new rows go under the file's own
+    header (a column it lacks left out, with a WARNING; a column the record lacks empty), never shifted."""
+    from server_app.results import ResultsWriter
+
+    (tmp_path / "rounds.csv").write_text("round,old_column,objective\n1,x,0.5\n")
+    writer = ResultsWriter(tmp_path, keep=True)
+    writer({"round": 2, "objective": 0.25, "new_column": 7}, np.zeros((3, 1)))
+    writer({"round": 3, "objective": 0.125, "new_column": 8}, np.zeros((3, 1)))
+    assert (tmp_path / "rounds.csv").read_text().splitlines() == [
+        "round,old_column,objective", "1,x,0.5", "2,,0.25", "3,,0.125"]
+    assert sum("new_column not written" in r.getMessage() for r in caplog.records) == 1
+    fresh = ResultsWriter(tmp_path / "fresh")
+    fresh({"round": 1, "objective": 0.5, "new_column": 7}, np.zeros((3, 1)))
+    assert (tmp_path / "fresh" / "rounds.csv").read_text().splitlines() == ["round,objective,new_column",
+                                                                             "1,0.5,7"]
