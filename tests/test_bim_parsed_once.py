@@ -1,0 +1,56 @@
+"""A ``.bim`` is parsed once per process for each content (``fl_strategies/files/variants.py``: ``read_bim``,
+``file_variants``): the same file asked for again, or another site's copy of the list, is not parsed again, and a
+changed file is read as it is now, even at the same size and modification time."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from fl_strategies.files import variants
+from fl_strategies.files.variants import file_variants, read_bim, variant_digest
+
+
+def write_bim(path, rows):
+    path.with_suffix(".bim").write_text("".join(f"{c}\t{v}\t0\t{p}\t{a1}\t{a2}\n" for c, v, p, a1, a2 in rows))
+    return path
+
+
+ROWS = [("1", "rs1", "100", "A", "G"), ("1", "rs2", "200", "C", "T"), ("2", "rs3", "50", "G", "T")]
+
+
+def test_the_same_text_is_parsed_once_and_a_changed_file_again(tmp_path, monkeypatch):
+    parsed = []
+    parse = variants._parse_bim
+    monkeypatch.setattr(variants, "_parse_bim", lambda data, listing: parsed.append(listing) or parse(data, listing))
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    one, two = write_bim(tmp_path / "a.bed", ROWS), write_bim(tmp_path / "b.bed", ROWS)
+    assert read_bim(one) == ROWS and read_bim(one) == ROWS and read_bim(two) == ROWS
+    assert file_variants(two) == [(v, a1, a2) for _, v, _, a1, a2 in ROWS]
+    assert len(parsed) == 1  # one text, four reads
+    got = read_bim(one)
+    got.clear()  # a caller's list is its own
+    assert read_bim(one) == ROWS
+    # the same size and modification time, other alleles: read as it is now
+    stat = one.with_suffix(".bim").stat()
+    changed = [ROWS[0], ("1", "rs2", "200", "C", "A"), ROWS[2]]
+    write_bim(one, changed)
+    os.utime(one.with_suffix(".bim"), ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert one.with_suffix(".bim").stat().st_size == stat.st_size
+    assert read_bim(one) == changed and file_variants(one)[1] == ("rs2", "C", "A")
+    assert read_bim(two) == ROWS and len(parsed) == 2
+
+
+def test_a_bad_line_is_refused_every_time_and_the_digest_is_that_of_the_lines(tmp_path):
+    bad = tmp_path / "bad.bed"
+    bad.with_suffix(".bim").write_text("1 rs1 0 100 A G\n\n1 rs2 0 200 C\n")
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"bad\.bim: line 2 has 5 fields, not 6"):
+            read_bim(bad)
+    expected = hashlib.sha256()
+    for row in ROWS:
+        expected.update(("\t".join(row) + "\n").encode("utf-8"))
+    assert variant_digest(ROWS) == expected.hexdigest()
+    assert variant_digest([]) == hashlib.sha256().hexdigest()
