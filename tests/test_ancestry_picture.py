@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pytest
 
 from fl_strategies.files.plink_outputs import draw_ancestry
 
@@ -31,3 +32,22 @@ def test_the_site_drawn_last_does_not_cover_the_others():
     closer_blue = np.linalg.norm(painted - blue, axis=1) < np.linalg.norm(painted - orange, axis=1)
     assert painted.shape[0] > 10_000
     assert 0.2 < closer_blue.mean() < 0.8
+
+
+def test_compare_draws_the_sites_with_the_files_its_clients_opened(tmp_path, monkeypatch):
+    """An in-process compare projects every site's people with the file its client opened in the process: each
+    ``.bed``'s calls are counted once (by its client), not once more for the picture."""
+    pytest.importorskip("bed_reader")
+    from fl_strategies.kernels.rows import BedVariants
+    from tests.test_genotype_bed import compare_sites, simulated_sites, write_bed
+
+    counted = []
+    count = BedVariants._count_codes
+    monkeypatch.setattr(BedVariants, "_count_codes", lambda self: counted.append(self) or count(self))
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(simulated_sites((40, 50, 45), 200, seed=3)):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    compare_sites(tmp_path, 3, scale='"hwe"', rounds=5, rank=3)
+    (picture,) = (tmp_path / "out" / "estimates").glob("*.ancestry.png")
+    assert picture.read_bytes()[:4] == b"\x89PNG"
+    assert len(counted) == 3

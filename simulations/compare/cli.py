@@ -483,7 +483,8 @@ def ancestry_picture(job: Job, model_path: Path) -> bytes | None:
     scale, one colour a partition) when the run's data set is a folder of ``.bed`` files; ``None`` otherwise."""
     import io
 
-    from fl_strategies.files.data_files import is_genotype_file, open_samples
+    from client_app.data import folder_file
+    from fl_strategies.files.data_files import is_genotype_file
     from fl_strategies.files.harness import partition_file
     from fl_strategies.files.pca import load_model, transform
     from fl_strategies.files.plink_outputs import draw_ancestry, plink2_eigenvectors
@@ -498,7 +499,7 @@ def ancestry_picture(job: Job, model_path: Path) -> bytes | None:
         return None
     vectors, groups = [], []
     for i, file in enumerate(files):
-        X = open_samples(file, "dataset folder file")
+        X = folder_file(str(file), i)  # as the run's in-process client opened it: counted once
         if model.get("variants") is not None:
             X = as_variants(X, file, model["variants"], "dataset folder file")
         vectors.append(plink2_eigenvectors(transform(model, X), model))
