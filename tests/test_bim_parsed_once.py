@@ -54,3 +54,15 @@ def test_a_bad_line_is_refused_every_time_and_the_digest_is_that_of_the_lines(tm
         expected.update(("\t".join(row) + "\n").encode("utf-8"))
     assert variant_digest(ROWS) == expected.hexdigest()
     assert variant_digest([]) == hashlib.sha256().hexdigest()
+
+
+@pytest.mark.parametrize("ids,named", [
+    (["rs1", "rs2", "rs3"], ""),
+    (["rs1", ".", ".", "", "", "rs2"], ""),  # IDs that name no variant are not counted
+    (["rs1", "rs2", "rs1", ".", "."], "rs1 (2 times)"),
+    ([("f", "i"), ("f", "j"), ("f", "i")], "f i (2 times)"),
+    ([f"rs{j % 7}" for j in range(100)], "rs0 (15 times), rs1 (15 times), rs2 (14 times), rs3 (14 times), rs4 (14 "
+                                         "times) and 2 more"),
+])
+def test_repeated_ids_are_named_in_first_seen_order(ids, named):
+    assert variants.duplicate_ids(iter(ids)) == named

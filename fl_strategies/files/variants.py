@@ -165,7 +165,12 @@ def is_ambiguous(a1: str, a2: str) -> bool:
 def duplicate_ids(ids, limit: int = 5) -> str:
     """The IDs listed more than once in ``ids`` (in first-seen order), ``""`` when none: up to ``limit`` named,
     then how many more, e.g. ``"rs7 (2 times), rs9 (3 times)"``; IDs in :data:`NO_ID` are not counted."""
-    counts = Counter(i for i in ids if i not in NO_ID)
+    ids = list(ids)
+    counts = Counter(ids)  # counted in C; the IDs that name no variant are taken out after
+    if len(counts) == len(ids):  # every ID once: nothing to name
+        return ""
+    for unnamed in NO_ID:
+        counts.pop(unnamed, None)
     twice = [(i, k) for i, k in counts.items() if k > 1]
     named = ", ".join(f"{' '.join(i) if isinstance(i, tuple) else i} ({k} times)" for i, k in twice[:limit])
     return named + (f" and {len(twice) - limit} more" if len(twice) > limit else "")
