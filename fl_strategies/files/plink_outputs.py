@@ -179,6 +179,11 @@ def allele_score_command(bfile: str, prefix: str, k: int, out: str) -> list[str]
             "--out", out]
 
 
+SITE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#AA3377", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+"""The sites' colours in :func:`draw_ancestry` (Okabe and Ito's colour-blind-safe set, ordered so that the first
+sites' are far apart: no two of the first four are near alike, as tab10's orange and red are); more sites: tab20."""
+
+
 def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] | None = None,
                   title: str = "") -> None:
     """A PNG of PC1 against PC2 and PC1 against PC3 (as many panels as the components allow), one colour a group.
@@ -190,8 +195,8 @@ def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] 
     vectors : ndarray of shape (m, k)
         The samples' coordinates, ``k >= 2``.
     groups : sequence of str, length m, optional
-        A label per sample (its site); one colour, with a legend, each. The samples are drawn in one seeded
-        shuffled order, so that the last site drawn does not cover the others.
+        A label per sample (its site); one colour (:data:`SITE_COLOURS`), with a legend, each. The samples are
+        drawn in one seeded shuffled order, so that the last site drawn does not cover the others.
     """
     import matplotlib
 
@@ -202,12 +207,15 @@ def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] 
     figure, axes = plt.subplots(1, len(pairs), figsize=(5.5 * len(pairs), 5), squeeze=False)
     labels = np.asarray(groups if groups is not None else [""] * len(vectors))
     names = list(dict.fromkeys(labels.tolist()))
-    colours = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
-    colour_of = {name: colours(i % colours.N) for i, name in enumerate(names)}
+    if len(names) <= len(SITE_COLOURS):
+        colour_of = dict(zip(names, SITE_COLOURS))
+    else:
+        colours = plt.get_cmap("tab20")
+        colour_of = {name: colours(i % colours.N) for i, name in enumerate(names)}
     # one scatter in a fixed shuffled order, so that no site is drawn over the others; smaller, more translucent
     # points as the samples grow (20,000 people: 2 points of 0.35)
     order = np.random.default_rng(0).permutation(len(vectors))
-    size, alpha = (8.0, 0.7) if len(vectors) <= 2_000 else (2.0, 0.35)
+    size, alpha = (8.0, 0.7) if len(vectors) <= 2_000 else (3.0, 0.8) if len(vectors) <= 10_000 else (2.0, 0.35)
     for axis, (a, b) in zip(axes[0], pairs):
         axis.scatter(vectors[order, a], vectors[order, b], s=size, alpha=alpha, linewidths=0,
                      c=[colour_of[label] for label in labels[order]])
