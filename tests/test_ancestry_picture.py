@@ -57,14 +57,18 @@ def test_a_site_that_is_a_minority_in_every_cluster_is_seen_in_each():
 
 def test_compare_draws_the_sites_with_the_files_its_clients_opened(tmp_path, monkeypatch):
     """An in-process compare projects every site's people with the file its client opened in the process: each
-    ``.bed``'s calls are counted once (by its client), not once more for the picture."""
+    ``.bed``'s calls are counted once (by its client), not once more for the picture; the run's files are moved into
+    ``estimates/``, not copied."""
     pytest.importorskip("bed_reader")
     from fl_strategies.kernels.rows import BedVariants
     from tests.test_genotype_bed import compare_sites, simulated_sites, write_bed
 
-    counted = []
-    count = BedVariants._count_codes
+    from simulations.compare import cli
+
+    counted, written = [], []
+    count, write = BedVariants._count_codes, cli.write_file
     monkeypatch.setattr(BedVariants, "_count_codes", lambda self: counted.append(self) or count(self))
+    monkeypatch.setattr(cli, "write_file", lambda path, *a, **k: written.append(path.name) or write(path, *a, **k))
     (tmp_path / "data").mkdir()
     for i, G in enumerate(simulated_sites((40, 50, 45), 200, seed=3)):
         write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
@@ -72,3 +76,9 @@ def test_compare_draws_the_sites_with_the_files_its_clients_opened(tmp_path, mon
     (picture,) = (tmp_path / "out" / "estimates").glob("*.ancestry.png")
     assert picture.read_bytes()[:4] == b"\x89PNG"
     assert len(counted) == 3
+    # the run's files are moved into the results, not read and written again: compare writes the picture alone
+    stem = picture.name[:-len(".ancestry.png")]
+    assert sorted(path.name for path in picture.parent.iterdir()) == sorted(
+        f"{stem}{suffix}" for suffix in (".npy", ".pca.npz", ".eigenval", ".eigenvec.allele", ".score", ".afreq",
+                                         ".ancestry.png"))
+    assert [name for name in written if name.startswith(stem)] == [picture.name]
