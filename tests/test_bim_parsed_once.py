@@ -66,3 +66,40 @@ def test_a_bad_line_is_refused_every_time_and_the_digest_is_that_of_the_lines(tm
 ])
 def test_repeated_ids_are_named_in_first_seen_order(ids, named):
     assert variants.duplicate_ids(iter(ids)) == named
+
+
+def old_parse(path):
+    """The one-line-at-a-time reading of a ``.bim`` (the earlier read_bim), the reference."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            fields = line.split()
+            if fields:
+                if len(fields) != 6:
+                    raise ValueError(f"{path}: line {len(rows) + 1} has {len(fields)} fields, not 6")
+                rows.append((fields[0], fields[1], fields[3], fields[4], fields[5]))
+    return rows
+
+
+@pytest.mark.parametrize("text", [
+    "1 rs1 0 100 A G\n2\trs2\t0.5\t200\tC\tT\n",
+    "1 rs1 0 100 A G\r\n\r\n  \t \r\n2 rs2 0 200 C T",  # CRLF, blank and white lines, no last newline
+    "1 rs1 0 100 A G\r2 rs2 0 200 C T\r",  # old Mac line ends
+    "1 rs1 0 100 A G\f\n1 rs\u00e91 0 7 A\x0bG\n",  # form feed and vertical tab: white space inside a line
+    "",
+    "\n\n1 rs1 0 100 A G\n1 rs2 0 200 C\n1 rs3 0 300 A G\n",  # line 2 of the non-blank ones has 5 fields
+    "1 rs1 0 100 A G extra\n",
+    "1 rs1 0 100 A G\r\n1 rs2\r0 200 C T\n",  # a lone \\r ends a line inside what \\n would keep whole
+])
+def test_a_bim_is_read_as_the_line_at_a_time_reading_read_it(tmp_path, text, monkeypatch):
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    path = tmp_path / "g.bed"
+    path.with_suffix(".bim").write_bytes(text.encode("utf-8"))
+    try:
+        expected = old_parse(path.with_suffix(".bim"))
+    except ValueError as ex:
+        with pytest.raises(ValueError) as refused:
+            read_bim(path)
+        assert str(refused.value) == str(ex)
+    else:
+        assert read_bim(path) == expected
