@@ -89,22 +89,25 @@ def _parsed_bim(bed_path: str | Path) -> list:
     listing = variant_list_path(bed_path)
     with open(listing, "rb") as handle:
         data = handle.read()
+    key = hashlib.blake2b(data, digest_size=32).digest()  # the text itself is not kept
     with _PARSED_LOCK:
-        entry = _PARSED.get(data)
+        entry = _PARSED.get(key)
         if entry is not None:
-            _PARSED.move_to_end(data)
+            _PARSED.move_to_end(key)
             return entry
     entry = [_parse_bim(data, listing), None]
     with _PARSED_LOCK:
-        _PARSED[data] = entry
+        _PARSED[key] = entry
         while len(_PARSED) > _PARSED_KEPT:
             _PARSED.popitem(last=False)
     return entry
 
 
 _PARSED: OrderedDict[bytes, list] = OrderedDict()
-"""The ``.bim`` texts :func:`read_bim` parsed, by their bytes, most recent last (at most :data:`_PARSED_KEPT`):
-``[rows, variants]``, the second :func:`file_variants`' (``None`` until asked for)."""
+"""The ``.bim`` texts :func:`read_bim` parsed, by their BLAKE2b digest (256 bits), most recent last (at most
+:data:`_PARSED_KEPT`): ``[rows, variants]``, the second :func:`file_variants`' (``None`` until asked for). What the
+process keeps: about 290 bytes a variant (53 MB at 188,000 variants, with the IDs and alleles) for each distinct
+list."""
 _PARSED_KEPT = 4
 _PARSED_LOCK = threading.Lock()
 
