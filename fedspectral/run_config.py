@@ -339,8 +339,8 @@ def _shared_variants(files: list[Path], option: str, where: str, drop_ambiguous:
     agree are used as they are, less the strand-ambiguous variants with ``drop-ambiguous``; others by
     :func:`fl_strategies.files.variants.align_variants`). A file listing a variant ID twice, or a person (FID IID)
     twice, is refused naming them (:func:`fl_strategies.files.variants.check_unique_ids`)."""
-    from fl_strategies.files.variants import (align_variants, check_unique_ids, file_variants, is_ambiguous, read_bim,
-                                              variant_digest, variant_list_path)
+    from fl_strategies.files.variants import (align_variants, check_unique_ids, is_ambiguous, read_bim, variant_digest,
+                                              variant_list_path)
 
     lists, digests = {}, set()
     seen: dict[bytes, tuple[list, str]] = {}  # a variant file's bytes: its list and digest (sites' copies of one list)
@@ -353,7 +353,7 @@ def _shared_variants(files: list[Path], option: str, where: str, drop_ambiguous:
             else:
                 bim = read_bim(path)
                 check_unique_ids(path, "genotype file", bim)  # the list just read, not read again
-                lists[pid], digest = file_variants(path), variant_digest(bim)
+                lists[pid], digest = [(vid, a1, a2) for _, vid, _, a1, a2 in bim], variant_digest(bim)
                 seen[data] = lists[pid], digest
         except (OSError, ValueError) as ex:
             raise ArgumentError(f"{option}: partition {pid}: {getattr(ex, 'strerror', None) or ex}") from None
