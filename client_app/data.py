@@ -70,7 +70,7 @@ from fl_strategies.kernels.rows import MISSING_CODE, BedVariants, RowBlocks
 from fl_strategies.kernels.unit_genotypes import UnitGenotypes
 
 __all__ = ["NodeData", "partition_id", "check_local_matrix", "check_local_operator", "stats_from_state",
-           "stats_to_state"]
+           "stats_to_state", "folder_file"]
 
 
 def partition_id(cfg: Mapping[str, Any], node_config: Mapping[str, Any]) -> int:
@@ -645,6 +645,13 @@ def _read_cached(path: str, version, label: str):
     if isinstance(X, np.ndarray) and not isinstance(X, np.memmap):
         X.setflags(write=False)
     return X
+
+
+def folder_file(path: str, pid: int):
+    """Partition ``pid``'s file of a dataset folder (``path``, as :func:`~fl_strategies.files.harness.partition_file`
+    names it) as its in-process client opened it: the same object, whose code counts and missing calls were found
+    once, or opened now and kept (a changed file, mtime or size, opened again); all its people, its own variants."""
+    return _read_cached(path, _version(path), f"partition {pid}: dataset folder file")
 
 
 def check_local_matrix(A: np.ndarray, num_rows: int, cfg: Mapping[str, Any], where: str) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pytest
 
-from fl_strategies.files.plink_outputs import draw_ancestry
+from fl_strategies.files.plink_outputs import SITE_COLOURS, draw_ancestry
 
 
 def _pixels(vectors: np.ndarray, groups: list[str]) -> np.ndarray:
@@ -26,8 +27,58 @@ def test_the_site_drawn_last_does_not_cover_the_others():
     points = np.random.default_rng(1).uniform(-1, 1, size=(3_000, 2))
     vectors = np.vstack([points, points])
     pixels = _pixels(vectors, ["site A"] * 3_000 + ["site B"] * 3_000).reshape(-1, 3)
-    blue, orange = (np.asarray(colors.to_rgb(c)) for c in ("tab:blue", "tab:orange"))
+    blue, orange = (np.asarray(colors.to_rgb(c)) for c in SITE_COLOURS[:2])
     painted = pixels[np.abs(pixels - 1.0).max(axis=1) > 0.2]  # not the white background
     closer_blue = np.linalg.norm(painted - blue, axis=1) < np.linalg.norm(painted - orange, axis=1)
     assert painted.shape[0] > 10_000
     assert 0.2 < closer_blue.mean() < 0.8
+
+
+def test_a_site_that_is_a_minority_in_every_cluster_is_seen_in_each():
+    """Three clusters of 1,000 people, each mostly one site's (525), a fourth site a quarter of every cluster: the
+    fourth site's colour is the nearest at a tenth of the painted pixels at least, as every other site's (tab10's
+    red at 2 points of 0.35 was blended into the orange and green around it: 1 % of the pixels)."""
+    from matplotlib import colors
+
+    rng = np.random.default_rng(2)
+    vectors, groups = [], []
+    centres = np.array([[3.0, 0.0], [-1.5, 2.6], [-1.5, -2.6]])
+    for c in range(3):
+        for site, count in ((c, 525), (3, 250), ((c + 1) % 3, 150), ((c + 2) % 3, 75)):
+            vectors.append(centres[c] + 0.35 * rng.standard_normal((count, 2)))
+            groups += [f"site {site}"] * count
+    pixels = _pixels(np.vstack(vectors), groups).reshape(-1, 3)
+    painted = pixels[np.abs(pixels - 1.0).max(axis=1) > 0.2]
+    palette = np.array([colors.to_rgb(c) for c in SITE_COLOURS[:4]])
+    nearest = np.argmin(np.linalg.norm(painted[:, None, :] - palette[None], axis=2), axis=1)
+    assert painted.shape[0] > 5_000
+    assert np.all(np.bincount(nearest, minlength=4) / nearest.size > 0.1)
+
+
+def test_compare_draws_the_sites_with_the_files_its_clients_opened(tmp_path, monkeypatch):
+    """An in-process compare projects every site's people with the file its client opened in the process: each
+    ``.bed``'s calls are counted once (by its client), not once more for the picture; the run's files are moved into
+    ``estimates/``, not copied."""
+    pytest.importorskip("bed_reader")
+    from fl_strategies.kernels.rows import BedVariants
+    from tests.test_genotype_bed import compare_sites, simulated_sites, write_bed
+
+    from simulations.compare import cli
+
+    counted, written = [], []
+    count, write = BedVariants._count_codes, cli.write_file
+    monkeypatch.setattr(BedVariants, "_count_codes", lambda self: counted.append(self) or count(self))
+    monkeypatch.setattr(cli, "write_file", lambda path, *a, **k: written.append(path.name) or write(path, *a, **k))
+    (tmp_path / "data").mkdir()
+    for i, G in enumerate(simulated_sites((40, 50, 45), 200, seed=3)):
+        write_bed(tmp_path / "data" / f"partition_{i}.bed", G)
+    compare_sites(tmp_path, 3, scale='"hwe"', rounds=5, rank=3)
+    (picture,) = (tmp_path / "out" / "estimates").glob("*.ancestry.png")
+    assert picture.read_bytes()[:4] == b"\x89PNG"
+    assert len(counted) == 3
+    # the run's files are moved into the results, not read and written again: compare writes the picture alone
+    stem = picture.name[:-len(".ancestry.png")]
+    assert sorted(path.name for path in picture.parent.iterdir()) == sorted(
+        f"{stem}{suffix}" for suffix in (".npy", ".pca.npz", ".eigenval", ".eigenvec.allele", ".score", ".afreq",
+                                         ".ancestry.png"))
+    assert [name for name in written if name.startswith(stem)] == [picture.name]

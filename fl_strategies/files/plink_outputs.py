@@ -76,9 +76,9 @@ def score_text(model: Mapping[str, Any]) -> str:
     (module docstring), every number exact (``repr``)."""
     weights = plink2_eigenvectors(np.asarray(model["components"]).T, model)
     k = weights.shape[1]
-    texts = exact_texts(weights)
+    tab = "\t" if k else ""
     lines = ["\t".join(["ID", "A1"] + [f"PC{j + 1}" for j in range(k)])]
-    lines += ["\t".join([vid, a1, *texts[i * k:(i + 1) * k]]) for i, (vid, a1, _) in enumerate(model["variants"])]
+    lines += [f"{vid}\t{a1}{tab}{row}" for (vid, a1, _), row in zip(model["variants"], exact_rows(weights))]
     return "\n".join(lines) + "\n"
 
 
@@ -86,6 +86,39 @@ def exact_texts(values: np.ndarray) -> list[str]:
     """``repr`` of every number of ``values`` as a Python float (the shortest text that reads back exactly), in
     C order: ``k`` numbers a row for a (d, k) array."""
     return list(map(repr, np.asarray(values, dtype=np.float64).ravel().tolist()))
+
+
+def exact_rows(values: np.ndarray) -> list[str]:
+    """Each row of ``values`` (m, k) as its numbers' :func:`exact_texts` joined by tabs, one string a row.
+
+    Each number is formatted once, and the rows are joined without a Python loop over them (``k`` texts at a
+    time from one iterator).
+
+    Parameters
+    ----------
+    values : array_like of shape (m, k)
+
+    Returns
+    -------
+    list of str, length m
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"exact_rows needs a 2-D array, got shape {values.shape}")
+    if values.shape[1] == 1:
+        return exact_texts(values)
+    texts = iter(exact_texts(values))
+    return list(map("\t".join, zip(*[texts] * values.shape[1]))) if values.shape[1] else [""] * values.shape[0]
+
+
+def negated_rows(rows: list[str]) -> list[str]:
+    """:func:`negated_text` of every tab-separated number of every row of :func:`exact_rows`, without formatting
+    the numbers again: a ``-`` put before each number's text, then ``--`` (a negative number's) taken away, each
+    over the whole text at once (a float's ``repr`` never holds ``--``)."""
+    if not rows:
+        return []
+    body = "-" + "\n".join(rows).replace("\t", "\t-").replace("\n", "\n-")
+    return body.replace("--", "").split("\n")
 
 
 def negated_text(text: str) -> str:
@@ -98,7 +131,7 @@ def afreq_text(model: Mapping[str, Any]) -> str:
     """The model's allele frequencies as plink2's ``.afreq`` (``#ID REF ALT ALT_FREQS``): A1 (the allele counted)
     as ALT, its frequency ``mean / 2``."""
     lines = ["#ID\tREF\tALT\tALT_FREQS"]
-    frequencies = exact_texts(np.asarray(model["mean"], dtype=np.float64) / 2)
+    frequencies = exact_rows((np.asarray(model["mean"], dtype=np.float64) / 2)[:, None])
     lines += [f"{vid}\t{a2}\t{a1}\t{p}" for (vid, a1, a2), p in zip(model["variants"], frequencies)]
     return "\n".join(lines) + "\n"
 
@@ -126,15 +159,14 @@ def eigenvec_allele_text(model: Mapping[str, Any]) -> str:
     k, d = components.shape
     weights = d * plink2_eigenvectors(components.T, model)  # (d, k)
     frequency = np.asarray(model["mean"], dtype=np.float64) / 2
-    texts = exact_texts(weights)  # each weight formatted once: the REF line's are their negations
+    rows = exact_rows(weights)  # each weight formatted once: the REF line's are their negations
+    negated = negated_rows(rows) if k else rows
+    zeros = "\t".join(["0.0"] * k)
+    tab = "\t" if k else ""
     lines = ["\t".join(["#ID", "REF", "ALT", "A1"] + [f"PC{j + 1}" for j in range(k)])]
-    for i, ((vid, a1, a2), p) in enumerate(zip(model["variants"], frequency.tolist())):
-        if p * (1 - p) > 0:
-            row = texts[i * k:(i + 1) * k]
-            lines.append("\t".join([vid, a2, a1, a2, *map(negated_text, row)]))
-            lines.append("\t".join([vid, a2, a1, a1, *row]))
-        else:
-            lines.append("\t".join([vid, a2, a1, a1 if p <= 0 else a2] + ["0.0"] * k))
+    lines += [f"{vid}\t{a2}\t{a1}\t{a2}{tab}{minus}\n{vid}\t{a2}\t{a1}\t{a1}{tab}{row}" if p * (1 - p) > 0
+              else f"{vid}\t{a2}\t{a1}\t{a1 if p <= 0 else a2}{tab}{zeros}"
+              for (vid, a1, a2), p, minus, row in zip(model["variants"], frequency.tolist(), negated, rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -145,6 +177,11 @@ def allele_score_command(bfile: str, prefix: str, k: int, out: str) -> list[str]
     return ["plink2", "--bfile", bfile, "--read-freq", f"{prefix}.afreq", "--score", f"{prefix}.eigenvec.allele",
             "1", "4", "header-read", "no-mean-imputation", "variance-standardize", "--score-col-nums", f"5-{k + 4}",
             "--out", out]
+
+
+SITE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#AA3377", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+"""The sites' colours in :func:`draw_ancestry` (Okabe and Ito's colour-blind-safe set, ordered so that the first
+sites' are far apart: no two of the first four are near alike, as tab10's orange and red are); more sites: tab20."""
 
 
 def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] | None = None,
@@ -158,8 +195,8 @@ def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] 
     vectors : ndarray of shape (m, k)
         The samples' coordinates, ``k >= 2``.
     groups : sequence of str, length m, optional
-        A label per sample (its site); one colour, with a legend, each. The samples are drawn in one seeded
-        shuffled order, so that the last site drawn does not cover the others.
+        A label per sample (its site); one colour (:data:`SITE_COLOURS`), with a legend, each. The samples are
+        drawn in one seeded shuffled order, so that the last site drawn does not cover the others.
     """
     import matplotlib
 
@@ -170,12 +207,15 @@ def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] 
     figure, axes = plt.subplots(1, len(pairs), figsize=(5.5 * len(pairs), 5), squeeze=False)
     labels = np.asarray(groups if groups is not None else [""] * len(vectors))
     names = list(dict.fromkeys(labels.tolist()))
-    colours = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
-    colour_of = {name: colours(i % colours.N) for i, name in enumerate(names)}
+    if len(names) <= len(SITE_COLOURS):
+        colour_of = dict(zip(names, SITE_COLOURS))
+    else:
+        colours = plt.get_cmap("tab20")
+        colour_of = {name: colours(i % colours.N) for i, name in enumerate(names)}
     # one scatter in a fixed shuffled order, so that no site is drawn over the others; smaller, more translucent
     # points as the samples grow (20,000 people: 2 points of 0.35)
     order = np.random.default_rng(0).permutation(len(vectors))
-    size, alpha = (8.0, 0.7) if len(vectors) <= 2_000 else (2.0, 0.35)
+    size, alpha = (8.0, 0.7) if len(vectors) <= 2_000 else (3.0, 0.8) if len(vectors) <= 10_000 else (2.0, 0.35)
     for axis, (a, b) in zip(axes[0], pairs):
         axis.scatter(vectors[order, a], vectors[order, b], s=size, alpha=alpha, linewidths=0,
                      c=[colour_of[label] for label in labels[order]])

@@ -483,7 +483,8 @@ def ancestry_picture(job: Job, model_path: Path) -> bytes | None:
     scale, one colour a partition) when the run's data set is a folder of ``.bed`` files; ``None`` otherwise."""
     import io
 
-    from fl_strategies.files.data_files import is_genotype_file, open_samples
+    from client_app.data import folder_file
+    from fl_strategies.files.data_files import is_genotype_file
     from fl_strategies.files.harness import partition_file
     from fl_strategies.files.pca import load_model, transform
     from fl_strategies.files.plink_outputs import draw_ancestry, plink2_eigenvectors
@@ -498,7 +499,7 @@ def ancestry_picture(job: Job, model_path: Path) -> bytes | None:
         return None
     vectors, groups = [], []
     for i, file in enumerate(files):
-        X = open_samples(file, "dataset folder file")
+        X = folder_file(str(file), i)  # as the run's in-process client opened it: counted once
         if model.get("variants") is not None:
             X = as_variants(X, file, model["variants"], "dataset folder file")
         vectors.append(plink2_eigenvectors(transform(model, X), model))
@@ -688,18 +689,19 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
             frames.append(_run_job(job, engine, workdir))
             if FAILURE_COLUMN in frames[-1]:  # a failed run has no result: its estimate is not kept
                 continue
-            write_file(stage / "estimates" / f"{job.stem}.npy", (workdir / job.stem / "estimate.npy").read_bytes())
-            if (workdir / job.stem / "pca.npz").exists():  # the PCA model of a noise-free eigenspace run
-                write_file(stage / "estimates" / f"{job.stem}.pca.npz", (workdir / job.stem / "pca.npz").read_bytes())
+            ran, kept = workdir / job.stem, stage / "estimates"
+            _take(ran / "estimate.npy", kept / f"{job.stem}.npy")
+            if (ran / "pca.npz").exists():  # the PCA model of a noise-free eigenspace run
+                _take(ran / "pca.npz", kept / f"{job.stem}.pca.npz")
+            plink2 = (ran / "pca.eigenval").exists()
             for suffix in ("eigenval", "eigenvec.allele", "score", "afreq"):  # a run over .bed files: plink2's
-                if (workdir / job.stem / f"pca.{suffix}").exists():
-                    write_file(stage / "estimates" / f"{job.stem}.{suffix}",
-                               (workdir / job.stem / f"pca.{suffix}").read_bytes())
+                if (ran / f"pca.{suffix}").exists():
+                    _take(ran / f"pca.{suffix}", kept / f"{job.stem}.{suffix}")
             for name in ("prune.in", "prune.out"):  # indep-pairwise: plink2's variant lists
-                if (workdir / job.stem / name).exists():
-                    write_file(stage / "estimates" / f"{job.stem}.{name}", (workdir / job.stem / name).read_bytes())
-            if (workdir / job.stem / "pca.eigenval").exists():
-                picture = ancestry_picture(job, workdir / job.stem / "pca.npz")
+                if (ran / name).exists():
+                    _take(ran / name, kept / f"{job.stem}.{name}")
+            if plink2:
+                picture = ancestry_picture(job, kept / f"{job.stem}.pca.npz")
                 if picture is not None:
                     write_file(stage / "estimates" / f"{job.stem}.ancestry.png", picture)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -710,6 +712,17 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
         write_report(results, meta, stage)
         target.commit()
     return results
+
+
+def _take(source: Path, destination: Path) -> None:
+    """Move a run's file ``source`` (in the staging folder's ``.runs``) to ``destination`` (in the staging folder):
+    one rename of the file as its run wrote it (whole, synced), not read and written again; a copy where the two
+    are on different file systems."""
+    check_destination(destination)
+    try:
+        os.replace(source, destination)
+    except OSError:
+        write_file(destination, source.read_bytes())
 
 
 def output_names(meta: dict) -> tuple[str, ...]:

@@ -1,0 +1,105 @@
+"""A ``.bim`` is parsed once per process for each content (``fl_strategies/files/variants.py``: ``read_bim``,
+``file_variants``): the same file asked for again, or another site's copy of the list, is not parsed again, and a
+changed file is read as it is now, even at the same size and modification time."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from fl_strategies.files import variants
+from fl_strategies.files.variants import file_variants, read_bim, variant_digest
+
+
+def write_bim(path, rows):
+    path.with_suffix(".bim").write_text("".join(f"{c}\t{v}\t0\t{p}\t{a1}\t{a2}\n" for c, v, p, a1, a2 in rows))
+    return path
+
+
+ROWS = [("1", "rs1", "100", "A", "G"), ("1", "rs2", "200", "C", "T"), ("2", "rs3", "50", "G", "T")]
+
+
+def test_the_same_text_is_parsed_once_and_a_changed_file_again(tmp_path, monkeypatch):
+    parsed = []
+    parse = variants._parse_bim
+    monkeypatch.setattr(variants, "_parse_bim", lambda data, listing: parsed.append(listing) or parse(data, listing))
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    one, two = write_bim(tmp_path / "a.bed", ROWS), write_bim(tmp_path / "b.bed", ROWS)
+    assert read_bim(one) == ROWS and read_bim(one) == ROWS and read_bim(two) == ROWS
+    assert file_variants(two) == [(v, a1, a2) for _, v, _, a1, a2 in ROWS]
+    assert len(parsed) == 1  # one text, four reads
+    got = read_bim(one)
+    got.clear()  # a caller's list is its own
+    assert read_bim(one) == ROWS
+    # the same size and modification time, other alleles: read as it is now
+    stat = one.with_suffix(".bim").stat()
+    changed = [ROWS[0], ("1", "rs2", "200", "C", "A"), ROWS[2]]
+    write_bim(one, changed)
+    os.utime(one.with_suffix(".bim"), ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert one.with_suffix(".bim").stat().st_size == stat.st_size
+    assert read_bim(one) == changed and file_variants(one)[1] == ("rs2", "C", "A")
+    assert read_bim(two) == ROWS and len(parsed) == 2
+
+
+def test_a_bad_line_is_refused_every_time_and_the_digest_is_that_of_the_lines(tmp_path):
+    bad = tmp_path / "bad.bed"
+    bad.with_suffix(".bim").write_text("1 rs1 0 100 A G\n\n1 rs2 0 200 C\n")
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"bad\.bim: line 2 has 5 fields, not 6"):
+            read_bim(bad)
+    expected = hashlib.sha256()
+    for row in ROWS:
+        expected.update(("\t".join(row) + "\n").encode("utf-8"))
+    assert variant_digest(ROWS) == expected.hexdigest()
+    assert variant_digest([]) == hashlib.sha256().hexdigest()
+
+
+@pytest.mark.parametrize("ids,named", [
+    (["rs1", "rs2", "rs3"], ""),
+    (["rs1", ".", ".", "", "", "rs2"], ""),  # IDs that name no variant are not counted
+    (["rs1", "rs2", "rs1", ".", "."], "rs1 (2 times)"),
+    ([("f", "i"), ("f", "j"), ("f", "i")], "f i (2 times)"),
+    ([f"rs{j % 7}" for j in range(100)], "rs0 (15 times), rs1 (15 times), rs2 (14 times), rs3 (14 times), rs4 (14 "
+                                         "times) and 2 more"),
+])
+def test_repeated_ids_are_named_in_first_seen_order(ids, named):
+    assert variants.duplicate_ids(iter(ids)) == named
+
+
+def old_parse(path):
+    """The one-line-at-a-time reading of a ``.bim`` (the earlier read_bim), the reference."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            fields = line.split()
+            if fields:
+                if len(fields) != 6:
+                    raise ValueError(f"{path}: line {len(rows) + 1} has {len(fields)} fields, not 6")
+                rows.append((fields[0], fields[1], fields[3], fields[4], fields[5]))
+    return rows
+
+
+@pytest.mark.parametrize("text", [
+    "1 rs1 0 100 A G\n2\trs2\t0.5\t200\tC\tT\n",
+    "1 rs1 0 100 A G\r\n\r\n  \t \r\n2 rs2 0 200 C T",  # CRLF, blank and white lines, no last newline
+    "1 rs1 0 100 A G\r2 rs2 0 200 C T\r",  # old Mac line ends
+    "1 rs1 0 100 A G\f\n1 rs\u00e91 0 7 A\x0bG\n",  # form feed and vertical tab: white space inside a line
+    "",
+    "\n\n1 rs1 0 100 A G\n1 rs2 0 200 C\n1 rs3 0 300 A G\n",  # line 2 of the non-blank ones has 5 fields
+    "1 rs1 0 100 A G extra\n",
+    "1 rs1 0 100 A G\r\n1 rs2\r0 200 C T\n",  # a lone \\r ends a line inside what \\n would keep whole
+])
+def test_a_bim_is_read_as_the_line_at_a_time_reading_read_it(tmp_path, text, monkeypatch):
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    path = tmp_path / "g.bed"
+    path.with_suffix(".bim").write_bytes(text.encode("utf-8"))
+    try:
+        expected = old_parse(path.with_suffix(".bim"))
+    except ValueError as ex:
+        with pytest.raises(ValueError) as refused:
+            read_bim(path)
+        assert str(refused.value) == str(ex)
+    else:
+        assert read_bim(path) == expected
