@@ -256,7 +256,7 @@ def claim_superlink_port(env: dict[str, str]) -> str | None:
     from fedspectral.deploy import free_port_block
 
     port = local_superlink_port(env)
-    if _own_superlinks(env)[0] or not _listening(port):
+    if not _listening(port) or _own_superlinks(env)[0]:  # a free port is kept without reading every process
         return None
     if os.environ.get(PORT_VARIABLE):
         raise ArgumentError(f"{PORT_VARIABLE}={port}: that port is in use by another program or another "
