@@ -20,7 +20,8 @@ wrong on a machine without internet; this wrapper does them:
   or ``server-data`` file, an ``init-from`` model) absolute against the directory it is run from
   (Flower's processes would resolve them against the SuperLink's);
 * ``flwr run`` exits 0 even when the run failed, so the run's final status is
-  read back with ``flwr ls`` and turned into the exit code;
+  read back from the SuperLink (as ``flwr ls`` shows it: :func:`local_run_status`) and turned into the exit
+  code;
 * the local SuperLink that ``flwr run`` starts outlives it; the wrapper stops
   it again (unless it was already running before, or ``--keep-superlink``);
 * ``results-dir`` and ``checkpoint-dir`` are this command's from before Flower starts until it ended: a second
@@ -302,23 +303,53 @@ def _running(pid: int) -> bool:
 def run_status(run_id: str, env: dict[str, str], wait: float = 30.0, connection: str | None = None) -> str:
     """Final status of a run (e.g. ``finished:completed``), polling until it has finished.
 
-    ``connection`` names the SuperLink connection of ``$FLWR_HOME/config.toml``
-    (default: Flower's local one).
+    ``connection`` names the SuperLink connection of ``$FLWR_HOME/config.toml``, read with ``flwr ls``; without
+    it, the local SuperLink of ``env`` is asked directly (:func:`local_run_status`: one request, no ``flwr``
+    process, which costs a second or two of imports at every run's end).
     """
     deadline = time.monotonic() + wait
     status = "unknown"
     while time.monotonic() < deadline:
-        cmd = ["flwr", "ls", *([connection] if connection else []), "--format", "json", "--run-id", run_id]
-        out = subprocess.run(cmd, capture_output=True,
-                             text=True, env=env, cwd=app_dir()).stdout
-        try:
-            status = str(json.loads(out)["runs"][0]["status"])
-        except (ValueError, KeyError, IndexError):
-            status = "unknown"
+        if connection is None:
+            status = local_run_status(run_id, env)
+        else:
+            cmd = ["flwr", "ls", connection, "--format", "json", "--run-id", run_id]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=app_dir()).stdout
+            try:
+                status = str(json.loads(out)["runs"][0]["status"])
+            except (ValueError, KeyError, IndexError):
+                status = "unknown"
         if status.startswith("finished"):
             break
         time.sleep(1)
     return status
+
+
+def local_run_status(run_id: str, env: dict[str, str]) -> str:
+    """The status of run ``run_id`` on the local SuperLink of ``env`` as ``flwr ls`` shows it (``status`` or
+    ``status:sub-status``, e.g. ``finished:failed``); ``"unknown"`` when the SuperLink does not answer or does not
+    know the run.
+
+    One ``ListRuns`` request to its Control API with Flower's own client, as ``flwr ls`` makes it
+    (``flwr/cli/ls.py``, ``flwr/cli/run_utils.py`` of flwr 1.42: the CLI's client header, no account
+    authentication on a local SuperLink); unlike ``flwr ls``, it never starts a SuperLink where none runs.
+    """
+    from flwr.cli.cli_client_interceptor import CliClientHttpInterceptor
+    from flwr.proto.control_pb2 import ListRunsRequest  # pylint: disable=no-name-in-module
+    from flwr.supercore.control import ControlHttpClient
+
+    client = ControlHttpClient.from_server_address(f"127.0.0.1:{local_superlink_port(env)}", insecure=True,
+                                                   root_certificates=None, interceptors=[CliClientHttpInterceptor()])
+    try:
+        runs = client.ListRuns(ListRunsRequest(run_id=int(run_id))).run_dict
+    except Exception:  # pylint: disable=broad-exception-caught  # not answering, or an error reply: as flwr ls's
+        return "unknown"
+    finally:
+        client.close()
+    if int(run_id) not in runs:
+        return "unknown"
+    status = runs[int(run_id)].status
+    return f"{status.status}:{status.sub_status}" if status.sub_status else status.status
 
 
 MISLEADING_LINES = re.compile(r"Since flwr 1\.32, default simulated SuperNodes changed from 10 to 2\."
