@@ -322,16 +322,16 @@ def run_status(run_id: str, env: dict[str, str], wait: float = 30.0, connection:
     """Final status of a run (e.g. ``finished:completed``), polling until it has finished.
 
     ``connection`` names the SuperLink connection of ``$FLWR_HOME/config.toml``, read with ``flwr ls``; without
-    it, the local SuperLink of ``env`` is asked directly (:func:`local_run_status`: one request, no ``flwr``
-    process, which costs a second or two of imports at every run's end).
+    it, the local SuperLink of ``env`` is asked directly first (:func:`local_run_status`: one request, no
+    ``flwr`` process, which costs a second or two of imports at every run's end), and ``flwr ls`` (its default
+    connection) only where that SuperLink does not answer or does not know the run.
     """
     deadline = time.monotonic() + wait
     status = "unknown"
     while time.monotonic() < deadline:
-        if connection is None:
-            status = local_run_status(run_id, env)
-        else:
-            cmd = ["flwr", "ls", connection, "--format", "json", "--run-id", run_id]
+        status = local_run_status(run_id, env) if connection is None else "unknown"
+        if status == "unknown":
+            cmd = ["flwr", "ls", *([connection] if connection else []), "--format", "json", "--run-id", run_id]
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=app_dir()).stdout
             try:
                 status = str(json.loads(out)["runs"][0]["status"])

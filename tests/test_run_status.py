@@ -69,9 +69,24 @@ def test_the_final_status_is_read_from_the_superlink_as_flwr_ls_shows_it(control
 
 def test_a_run_not_finished_yet_is_asked_again_until_it_has(control_api, monkeypatch):
     monkeypatch.setattr(flwr_run.time, "sleep", lambda seconds: None)
-    control_api["statuses"] = [None, ("running", ""), ("finished", "completed")]
+    control_api["statuses"] = [("starting", ""), ("running", ""), ("finished", "completed")]
     assert run_status("7", flower_env(), wait=10) == "finished:completed"
     assert [run_id for _, run_id in control_api["requests"]] == [7, 7, 7]
+
+
+def test_a_run_the_local_superlink_does_not_know_is_read_with_flwr_ls(control_api, monkeypatch):
+    """A ``FLWR_HOME`` whose default connection is not the local SuperLink: ``flwr ls`` asks the one ``flwr run``
+    used, as before."""
+    asked = []
+
+    def flwr_ls(cmd, **kwargs):
+        asked.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout='{"runs": [{"status": "finished:failed"}]}', stderr="")
+
+    monkeypatch.setattr(subprocess, "run", flwr_ls)
+    control_api["statuses"] = [None]
+    assert run_status("7", flower_env(), wait=10) == "finished:failed"
+    assert asked == [["flwr", "ls", "--format", "json", "--run-id", "7"]] and len(control_api["requests"]) == 1
 
 
 def test_a_superlink_that_does_not_answer_gives_unknown(monkeypatch):
