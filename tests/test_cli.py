@@ -279,6 +279,18 @@ def test_the_simulation_runs_with_one_openblas_thread_unless_set(monkeypatch):
     assert flwr_run.simulation_env()["OPENBLAS_NUM_THREADS"] == "2"
 
 
+def test_the_simulations_ray_starts_no_idle_workers_unless_the_user_set_it(monkeypatch):
+    """``fedspectral run``'s Ray (started in Flower's simulation process, which inherits the environment) does
+    not prestart a worker per CPU; a user's own setting is kept, and the scripted deployment (no Ray) sets none."""
+    from fedspectral import run
+
+    monkeypatch.delenv("RAY_prestart_worker_first_driver", raising=False)
+    assert run.simulation_env()["RAY_prestart_worker_first_driver"] == "0"
+    assert "RAY_prestart_worker_first_driver" not in run.flower_env()
+    monkeypatch.setenv("RAY_prestart_worker_first_driver", "1")
+    assert run.simulation_env()["RAY_prestart_worker_first_driver"] == "1"
+
+
 def test_the_nodes_bed_products_keep_their_actors_cpus_where_the_run_sets_one_blas_thread(monkeypatch):
     """``OPENBLAS_NUM_THREADS=1`` is set for the ServerApp's thread, and the nodes' Ray actors inherit it; their
     ``.bed`` products still get the CPUs Flower gives each actor (2, at most the machine's), unless the user set

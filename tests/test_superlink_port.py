@@ -51,6 +51,19 @@ def test_a_free_port_is_kept(monkeypatch):
     assert claim_superlink_port(env) is None and env[PORT_VARIABLE] == os.environ[PORT_VARIABLE]
 
 
+def test_a_free_port_is_kept_without_listing_the_processes(monkeypatch):
+    """The port is read first: the process list (a ``ps`` of every process, a fraction of a second of the
+    command's start) is only read when something listens there."""
+    from simulations.engines.deploy import free_port_block
+
+    def listed(env):
+        raise AssertionError("the processes were listed for a free port")
+
+    monkeypatch.setenv(PORT_VARIABLE, str(free_port_block(1)))
+    monkeypatch.setattr(flwr_run, "_own_superlinks", listed)
+    assert claim_superlink_port(flower_env()) is None
+
+
 @pytest.mark.deploy  # a real foreign SuperLink and a real flwr run, about 60 s
 @pytest.mark.timeout(300)
 def test_flwr_run_beside_another_checkouts_superlink_uses_its_own_and_leaves_the_other_running(
