@@ -122,3 +122,17 @@ def test_a_node_reads_its_variant_list_again_when_only_the_list_changed(tmp_path
     renamed = [ROWS[0], ("1", "rs22", "200", "C", "T"), ROWS[2]]
     write_bim(tmp_path / "g.bed", renamed)
     assert NodeData(cfg, node).bim == renamed
+
+
+def test_the_parsed_lists_are_let_go_of_when_asked(tmp_path, monkeypatch):
+    """``fedspectral run`` keeps no parsed list while Flower runs (fedspectral/run.py calls ``forget_parsed``)."""
+    from pathlib import Path
+
+    import fedspectral.run as run
+
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    read_bim(write_bim(tmp_path / "a.bed", ROWS))
+    assert len(variants._PARSED) == 1
+    variants.forget_parsed()
+    assert len(variants._PARSED) == 0
+    assert "forget_parsed()" in Path(run.__file__).read_text()
