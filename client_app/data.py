@@ -63,7 +63,8 @@ from flwr.common import ConfigRecord
 from fl_strategies.files.data_files import file_fingerprint, is_data_file, is_genotype_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
 from fl_strategies.files.keep import founders_of, keep_file, site_keep
-from fl_strategies.files.variants import check_unique_ids, decode_variants, read_bim, site_alignment
+from fl_strategies.files.variants import (check_unique_ids, decode_variants, read_bim, site_alignment,
+                                         variant_list_path)
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_power
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
 from fl_strategies.kernels.rows import MISSING_CODE, BedVariants, RowBlocks
@@ -509,11 +510,21 @@ def stats_to_state(state, source: tuple, rows: RowBlocks) -> None:
 
 
 def _version(path: str):
-    try:
-        stat = Path(path).stat()
-        return (stat.st_mtime_ns, stat.st_size)
-    except OSError:
-        return None  # the reader names the problem
+    """``(mtime, size)`` of the file at ``path`` (``None`` where it cannot be read: the reader names the problem),
+    for a ``.bed`` or ``.pgen`` followed by its variant list's (:func:`~fl_strategies.files.variants.variant_list_
+    path`): the caches below are keyed by it, and a genotype file's columns are those of its list, so a list
+    changed beside an unchanged ``.bed`` is read again."""
+    def stamp(file) -> tuple[int, int] | None:
+        try:
+            stat = Path(file).stat()
+            return (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            return None
+
+    own = stamp(path)
+    if own is None or not is_genotype_file(path):
+        return own
+    return own + (stamp(variant_list_path(path)),)
 
 
 def _samples_file(path: str) -> str:

@@ -496,6 +496,9 @@ def _run(args, prog: str, signals) -> int:
     except (ArgumentError, ConfigError, UnsafeDestination) as ex:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
+    from fl_strategies.files.variants import forget_parsed
+
+    forget_parsed()  # the checks' parsed variant lists: this process waits for Flower from here on
     with folders:
         return _run_flower(args, prog, signals, cfg)
 

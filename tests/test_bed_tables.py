@@ -196,3 +196,30 @@ def test_the_compiled_count_of_codes_is_numpy_s(people, threads):
         assert compiled[key].dtype == numpy[key].dtype, key
         np.testing.assert_array_equal(compiled[key], numpy[key], err_msg=key)
     assert compiled["missing_people"].size > 0
+
+
+def test_the_left_kernel_alone_is_compiled_with_the_slp_vectorizer_and_numba_s_setting_is_put_back():
+    """``left_block`` asks for LLVM's SLP vectorizer (numba's process-wide setting, off by default) while it
+    compiles; the setting is back to what it was afterwards, and the other kernels compile without it."""
+    from numba.core import config
+
+    seen = []
+
+    def probe(*args):
+        seen.append(config.SLP_VECTORIZE)
+
+    before = config.SLP_VECTORIZE
+    for slp in (True, False):
+        kernel = bed_tables._Kernel(probe, slp=slp)
+        kernel.compiled = None
+        import numba
+
+        original = numba.njit
+        try:  # the probe runs as Python where the kernel would compile: it records the setting it sees
+            numba.njit = lambda **options: (lambda function: function)
+            kernel()
+            kernel()  # compiled already: no setting changed
+        finally:
+            numba.njit = original
+    assert seen == [1, before, before, before] and config.SLP_VECTORIZE == before
+    assert bed_tables.left_block.slp and not bed_tables.right_block.slp and not bed_tables.count_block.slp

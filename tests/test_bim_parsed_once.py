@@ -103,3 +103,36 @@ def test_a_bim_is_read_as_the_line_at_a_time_reading_read_it(tmp_path, text, mon
         assert str(refused.value) == str(ex)
     else:
         assert read_bim(path) == expected
+
+
+def test_a_node_reads_its_variant_list_again_when_only_the_list_changed(tmp_path):
+    """A node's caches (client_app/data.py) are keyed by its ``.bed`` and its ``.bim``: a list changed beside an
+    unchanged ``.bed`` (a long-lived SuperNode between runs) is read as it is now, and so are the columns."""
+    bed_reader = pytest.importorskip("bed_reader")
+    import numpy as np
+
+    from client_app.data import NodeData
+
+    G = np.random.default_rng(4).integers(0, 3, (12, 3)).astype(np.float32)
+    bed_reader.to_bed(tmp_path / "g.bed", G)
+    cfg = {"num-clients": 1, "row-normalize": False, "dataset": "nodes", "dimension": 0}
+    node = {"partition-id": 0, "data-path": str(tmp_path / "g.bed")}
+    write_bim(tmp_path / "g.bed", ROWS)
+    assert NodeData(cfg, node).bim == ROWS
+    renamed = [ROWS[0], ("1", "rs22", "200", "C", "T"), ROWS[2]]
+    write_bim(tmp_path / "g.bed", renamed)
+    assert NodeData(cfg, node).bim == renamed
+
+
+def test_the_parsed_lists_are_let_go_of_when_asked(tmp_path, monkeypatch):
+    """``fedspectral run`` keeps no parsed list while Flower runs (fedspectral/run.py calls ``forget_parsed``)."""
+    from pathlib import Path
+
+    import fedspectral.run as run
+
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    read_bim(write_bim(tmp_path / "a.bed", ROWS))
+    assert len(variants._PARSED) == 1
+    variants.forget_parsed()
+    assert len(variants._PARSED) == 0
+    assert "forget_parsed()" in Path(run.__file__).read_text()

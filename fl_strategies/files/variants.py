@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MIN_SHARED", "variant_list_path", "read_bim", "file_variants", "read_fam", "variant_digest",
-           "encode_variants", "decode_variants", "align_variants", "site_alignment", "as_variants", "AMBIGUOUS",
+__all__ = ["MIN_SHARED", "variant_list_path", "read_bim", "forget_parsed", "file_variants", "read_fam",
+           "variant_digest", "encode_variants", "decode_variants", "align_variants", "site_alignment", "as_variants", "AMBIGUOUS",
            "is_ambiguous", "duplicate_ids", "check_unique_ids"]
 
 MIN_SHARED = 0.5
@@ -111,6 +111,13 @@ process keeps: about 290 bytes a variant (53 MB at 188,000 variants, with the ID
 list."""
 _PARSED_KEPT = 4
 _PARSED_LOCK = threading.Lock()
+
+
+def forget_parsed() -> None:
+    """Let go of the variant lists :func:`read_bim` keeps (:data:`_PARSED`): for a process that has checked its
+    files and has no more use for them (``fedspectral run`` while Flower runs)."""
+    with _PARSED_LOCK:
+        _PARSED.clear()
 
 
 def _parse_bim(data: bytes, listing: Path) -> list[tuple[str, str, str, str, str]]:
