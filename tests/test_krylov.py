@@ -54,6 +54,39 @@ def test_each_round_is_rayleigh_ritz_on_the_krylov_space():
         assert subspace_distance(s.iterates[j], Z) <= 1e-7
 
 
+def test_a_round_reads_the_basis_six_times_and_keeps_q_t_c_q(monkeypatch):
+    """A round's server step passes over the ``d x m`` basis (or its products) at most six times: ``Q^T W`` (the
+    new columns of ``Q^T C Q`` and Gram-Schmidt's first projection at once), Gram-Schmidt's three other products,
+    the orthogonality check, the Ritz vectors; ``C Z`` (a seventh) only at a restart. The kept ``Q^T C Q`` is
+    that of the basis and its products to round-off, and the estimates are ``eigh``'s."""
+    import fl_strategies.kernels.krylov as krylov_module
+    from fl_strategies.protocol.strategies.krylov import KrylovStrategy
+
+    passes, rounds = [], []
+    for name in ("basis_times", "basis_transpose_times"):
+        def counted(Q, S, plain=getattr(krylov_module, name)):
+            passes.append(Q.shape)
+            return plain(Q, S)
+        monkeypatch.setattr(krylov_module, name, counted)
+    extend = KrylovStrategy.extend
+
+    def counted_extend(self, *args):
+        passes.clear(), (restarts := self.restarts)
+        out = extend(self, *args)
+        rounds.append((self.restarts > restarts, len(passes)))
+        if self._projection is not None:  # the kept Q^T C Q against the basis's own
+            H = self._projection
+            np.testing.assert_allclose(H, self.Q.T @ self.CQ, rtol=0, atol=1e-12 * np.abs(H).max())
+        return out
+
+    monkeypatch.setattr(KrylovStrategy, "extend", counted_extend)
+    s = run_app(**SMALL_GAP, strategy="krylov", num_server_rounds=40, krylov_blocks=4)
+    assert [count for restart, count in rounds if not restart] and all(count <= 6 for restart, count in rounds
+                                                                       if not restart), rounds
+    assert any(restart for restart, _ in rounds) and all(count <= 7 for _, count in rounds), rounds
+    assert distances(s)[-1] <= 1e-8
+
+
 def test_next_block_is_orthogonal_and_replaces_exhausted_directions():
     rng = np.random.default_rng(0)
     Q = orth(rng.standard_normal((30, 6)))
@@ -63,6 +96,9 @@ def test_next_block_is_orthogonal_and_replaces_exhausted_directions():
     assert np.abs(Q.T @ B).max() <= 1e-12
     new = W[:, 2:] - Q @ (Q.T @ W[:, 2:])
     assert subspace_distance(B, new / np.linalg.norm(new)) <= 1e-8  # the one new direction is kept
+    # Q^T W given (the new columns of Q^T C Q): the same block, to round-off
+    W = rng.standard_normal((30, 3))
+    np.testing.assert_allclose(next_block(Q, W, rng, Q.T @ W), next_block(Q, W, rng), rtol=0, atol=1e-13)
 
 
 def test_fewer_than_a_third_of_powers_rounds_on_a_small_gap():

@@ -190,12 +190,15 @@ class KrylovStrategy(FedPowerStrategy):
             return None, {}
         self.products += 1
         Q, CQ = self._append(pend["Z"], W)
-        H = self._projection = extend_projection(self._projection, Q, CQ, W.shape[1])
+        width = W.shape[1]
+        H = self._projection = extend_projection(self._projection, Q, CQ, width)
         rng = np.random.default_rng([self.settings.seed, STREAM_KRYLOV, server_round])
         full = Q.shape[1] // self.r >= self.capacity()
-        # the next block from the whole basis, before a restart discards part of it (when there is room)
-        block = next_block(Q, W, rng) if Q.shape[1] + self.r <= self.d else None
-        values, Z, CZ = rayleigh_ritz(Q, CQ, self.kept_at_restart() if full else self.r, H)
+        # the next block from the whole basis, before a restart discards part of it (when there is room); its
+        # first pass of Gram-Schmidt is Q^T W, the new columns of H
+        block = next_block(Q, W, rng, H[:, -width:]) if Q.shape[1] + self.r <= self.d else None
+        # C Z only for a restart, which keeps it as the products of the new basis
+        values, Z, CZ = rayleigh_ritz(Q, CQ, self.kept_at_restart() if full else self.r, H, products=full)
         if full:  # thick restart from the leading Ritz vectors, whose products C Z are known: no extra round
             Q, CQ = Z, CZ
             self._projection = None
