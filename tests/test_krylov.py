@@ -87,6 +87,37 @@ def test_a_round_reads_the_basis_six_times_and_keeps_q_t_c_q(monkeypatch):
     assert distances(s)[-1] <= 1e-8
 
 
+def test_the_basis_is_never_copied_to_grow_and_restarts_reuse_its_buffers(monkeypatch):
+    """The buffers of ``Q`` and ``C Q`` are allocated once (the basis's capacity, reserved) and a restart's Ritz
+    vectors are copied into them: one pair of buffers for the whole run; with a smaller reservation they grow, and
+    the run is the same."""
+    from fl_strategies.protocol.strategies.krylov import KrylovStrategy
+
+    buffers = []
+    append = KrylovStrategy._append
+
+    def recorded(self, Z, W):
+        out = append(self, Z, W)
+        buffers.append(self._buffers)
+        assert all(np.shares_memory(view, buffer) for view, buffer in zip(out, self._buffers))
+        return out
+
+    monkeypatch.setattr(KrylovStrategy, "_append", recorded)
+    s = run_app(**SMALL_GAP, strategy="krylov", num_server_rounds=40, krylov_blocks=4)
+    assert s.restarts >= 10 and len(buffers) == 40
+    assert all(pair[0] is buffers[0][0] and pair[1] is buffers[0][1] for pair in buffers)
+    assert buffers[0][0].shape == (s.d, 4 * s.r)
+    assert distances(s)[-1] <= 1e-8
+    # a reservation of one block: the buffers grow by doubling (copied), and the run is the same
+    import fl_strategies.protocol.strategies.krylov as krylov_strategy
+
+    monkeypatch.setattr(krylov_strategy, "RESERVED_BYTES", 8 * s.d * s.r)
+    buffers.clear()
+    grown = run_app(**SMALL_GAP, strategy="krylov", num_server_rounds=40, krylov_blocks=4)
+    assert len({id(pair[0]) for pair in buffers}) >= 2
+    np.testing.assert_array_equal(grown.estimate, s.estimate)
+
+
 def test_next_block_is_orthogonal_and_replaces_exhausted_directions():
     rng = np.random.default_rng(0)
     Q = orth(rng.standard_normal((30, 6)))
