@@ -50,7 +50,7 @@ def test_each_round_is_rayleigh_ritz_on_the_krylov_space():
         for _ in range(j - 1):
             blocks.append(C @ blocks[-1])
         Q = orth(np.hstack(blocks))
-        _, Z, _ = rayleigh_ritz(Q, C @ Q, s.r)
+        _, Z, _, _ = rayleigh_ritz(Q, C @ Q, s.r)
         assert subspace_distance(s.iterates[j], Z) <= 1e-7
 
 
@@ -271,3 +271,37 @@ def test_next_block_skips_the_last_pass_only_when_the_block_is_orthogonal_alread
     assert len(calls) >= 2
     assert np.abs(Q.T @ B).max() <= 1e-12
     np.testing.assert_allclose(B.T @ B, np.eye(2), atol=1e-12)
+
+
+def test_the_summary_takes_c_z_from_the_basis_and_the_sites_read_their_files_once(tmp_path, monkeypatch):
+    """The summary of a run that stopped (its model is the round before the last's estimate) over ``.bed`` sites
+    with missing calls and ``scale = "hwe"`` (plink2's diagonal): ``C Z`` is ``C Q V`` from the basis, the sites
+    send ``tr(A_i)`` and the diagonal alone, with one pass over their files (no right pass); the model is the one
+    the sites' products give, to round-off."""
+    pytest.importorskip("bed_reader")
+    from test_genotype_bed import simulated_sites, write_bed
+
+    from fl_strategies.kernels.rows import BedVariants
+    from fl_strategies.protocol.strategies.krylov import KrylovStrategy
+
+    for i, G in enumerate(simulated_sites((60, 50, 70, 40), 1500, missing=0.01, seed=8, populations=4)):
+        write_bed(tmp_path / f"partition_{i}.bed", G)
+    over = dict(dataset=str(tmp_path), num_clients=4, strategy="krylov", rank=3, iteration_rank=5, center=True,
+                scale="hwe", row_normalize=False, num_server_rounds=40, stop_tol=1e-7)
+    asked, summary = [], BedVariants.summary
+
+    def recorded(self, Z, mean, scale, diagonal, product=True):
+        asked.append((diagonal, product))
+        return summary(self, Z, mean, scale, diagonal, product)
+
+    monkeypatch.setattr(BedVariants, "summary", recorded)
+    fast = run_app(**over)
+    assert fast.stopped and asked == [(True, False)] * 4
+    asked.clear()
+    monkeypatch.setattr(KrylovStrategy, "known_product", lambda self, Z: None)
+    slow = run_app(**over)
+    assert asked == [(True, True)] * 4 and len(slow.records) == len(fast.records)
+    for key in ("explained_variance", "explained_variance_ratio", "singular_values", "components"):
+        np.testing.assert_allclose(fast.model[key], slow.model[key], rtol=1e-12,
+                                   atol=1e-12 * np.abs(slow.model[key]).max())
+    assert fast.model["summary_bytes"] <= slow.model["summary_bytes"] - 4 * 1500 * 5 * 8  # no A_i Z uploaded

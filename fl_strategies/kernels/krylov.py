@@ -84,7 +84,7 @@ def next_block(Q: np.ndarray, W: np.ndarray, rng: np.random.Generator,
 
 
 def rayleigh_ritz(Q: np.ndarray, CQ: np.ndarray, r: int, H: np.ndarray | None = None, products: bool = True
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
     """The top ``r`` Ritz pairs of ``C`` on ``span(Q)``.
 
     Parameters
@@ -109,10 +109,12 @@ def rayleigh_ritz(Q: np.ndarray, CQ: np.ndarray, r: int, H: np.ndarray | None = 
         Ritz vectors ``Q V``, orthonormal.
     CZ : ndarray of shape (d, r) or None
         ``C Z = CQ V``, without another product; ``None`` unless ``products``.
+    V : ndarray of shape (m, r)
+        The Ritz vectors' coordinates in ``Q``: ``Z = Q V`` (``C Z = CQ V`` whenever it is needed later).
     """
     values, V = ritz_rotation(basis_transpose_times(Q, CQ) if H is None else H)
     V = np.ascontiguousarray(V[:, :r])
-    return values[:r], basis_times(Q, V), (basis_times(CQ, V) if products else None)
+    return values[:r], basis_times(Q, V), (basis_times(CQ, V) if products else None), V
 
 
 def extend_projection(H: np.ndarray | None, Q: np.ndarray, CQ: np.ndarray, width: int) -> np.ndarray:

@@ -36,7 +36,9 @@ would hold the run for rounds that change nothing it keeps. Measured on admixed 
 all eight stops at round 24, over the kept four at round 17, with PC1-2 within 1e-9 of ``eigh`` at both. No privacy noise (the Krylov relation needs exact products); with
 ``secure-aggregation = true`` the sums go through SecAgg+ as exact limbs
 (:mod:`fl_strategies.protocol.strategies.secure_krylov`: :meth:`KrylovStrategy.extend` from each round's sum).
-Checkpoints hold the basis, its products and the next block (:meth:`KrylovStrategy.state_dict`).
+Checkpoints hold the basis, its products and the next block (:meth:`KrylovStrategy.state_dict`). The summary
+exchange after the last round asks the sites for ``tr(A_i)`` (and plink2's diagonal) but no product: the model's
+estimate is ``Z = Q V`` of a basis whose products are kept, so ``C Z = C Q V`` (:meth:`KrylovStrategy.known_product`).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from ...kernels.krylov import extend_projection, next_block, rayleigh_ritz
+from ...kernels.krylov import basis_times, extend_projection, next_block, rayleigh_ritz
 from ..base import log, uploaded_bytes
 from .fedpower import FedPowerStrategy
 
@@ -96,6 +98,8 @@ class KrylovStrategy(FedPowerStrategy):
         self._objective: float | None = None
         self._buffers: tuple[np.ndarray, np.ndarray] | None = None  # Q and C Q's storage (_append)
         self._projection: np.ndarray | None = None  # Q^T C Q of the basis (extend_projection)
+        # the newest estimates' coordinates in the basis: (estimate, restarts when it was made, V with Z = Q[:, :m] V)
+        self._coordinates: list[tuple[np.ndarray, int, np.ndarray]] = []
 
     def __repr__(self) -> str:
         return (f"KrylovStrategy({self.d_repr}, k={self.k}, r={self.r}, m={self.m}, q={self.max_blocks}, "
@@ -210,19 +214,34 @@ class KrylovStrategy(FedPowerStrategy):
         # first pass of Gram-Schmidt is Q^T W, the new columns of H
         block = next_block(Q, W, rng, H[:, -width:]) if Q.shape[1] + self.r <= self.d else None
         # C Z only for a restart, which keeps it as the products of the new basis
-        values, Z, CZ = rayleigh_ritz(Q, CQ, self.kept_at_restart() if full else self.r, H, products=full)
+        values, Z, CZ, V = rayleigh_ritz(Q, CQ, self.kept_at_restart() if full else self.r, H, products=full)
+        V = V[:, : self.r]
         if full:  # thick restart from the leading Ritz vectors, whose products C Z are known: no extra round
             Q, CQ = Z, CZ
             self._projection = None
             self.restarts += 1
             log.info("round %d: Krylov basis full (%d blocks); restart %d from %d Ritz vectors", server_round,
                      self.capacity(), self.restarts, Z.shape[1])
+            V = np.eye(Z.shape[1], self.r)  # the estimate: the new basis's first r columns
         self.block = block if block is not None else next_block(Q, W, rng)
         self.Q, self.CQ = Q, CQ
         self.ritz_values, Z = values[: self.r], Z[:, : self.r]
         self._check_stop(n)
         self.iterates.append(Z)
+        self._coordinates = self._coordinates[-1:] + [(Z, self.restarts, V)]  # the summary's is one of the two
         return ndarrays_to_parameters([Z]), {}
+
+    def known_product(self, Z: np.ndarray) -> np.ndarray | None:
+        """``C Z = CQ V`` for a round's estimate ``Z = Q V`` while the basis still holds it (no restart since the
+        round that made it: the basis only grew), so the summary asks the sites for no product (one pass over
+        ``C Q``); ``None`` for another ``Z`` (a checkpoint's, a restarted basis's).
+
+        ``C Q`` holds the clients' products of the basis's blocks, so ``CQ V`` is their product at ``Z`` to
+        round-off, as the sites' ``sum_i s_i A_i Z / n`` would be."""
+        for estimate, restarts, V in self._coordinates:
+            if estimate is Z and restarts == self.restarts and self.CQ is not None:
+                return basis_times(self.CQ[:, : V.shape[0]], V)
+        return None
 
     def _check_stop(self, n: int) -> None:
         """Rule (27) on ``F = n * (sum of the leading k Ritz values)``, the objective of the round's kept components
@@ -268,5 +287,6 @@ class KrylovStrategy(FedPowerStrategy):
         self.restarts, self.products = int(saved["restarts"]), int(saved["products"])
         projection = saved.get("projection")  # Q^T C Q as the run kept it (a checkpoint before it: recomputed)
         self._buffers = None
+        self._coordinates = []
         self._projection = None if projection is None else np.asarray(projection, dtype=np.float64)
         self._objective = saved["objective"]
