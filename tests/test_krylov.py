@@ -273,21 +273,46 @@ def test_next_block_skips_the_last_pass_only_when_the_block_is_orthogonal_alread
     np.testing.assert_allclose(B.T @ B, np.eye(2), atol=1e-12)
 
 
+def bed_sites(tmp_path) -> dict:
+    """Four ``.bed`` sites with 1 % missing calls in ``tmp_path`` and a stopping krylov run over them (``scale =
+    "hwe"``: plink2's diagonal at the summary; no reference, so every row has the estimate's change)."""
+    pytest.importorskip("bed_reader")
+    from test_genotype_bed import simulated_sites, write_bed
+
+    for i, G in enumerate(simulated_sites((60, 50, 70, 40), 1500, missing=0.01, seed=8, populations=4)):
+        write_bed(tmp_path / f"partition_{i}.bed", G)
+    return dict(dataset=str(tmp_path), num_clients=4, strategy="krylov", rank=3, iteration_rank=5, center=True,
+                scale="hwe", row_normalize=False, num_server_rounds=40, stop_tol=1e-7)
+
+
+def test_the_estimates_change_takes_the_ritz_vectors_as_orthonormal(tmp_path, monkeypatch):
+    """Every round's change of the estimate (all columns and the kept ones) without a QR of the Ritz vectors: the
+    value the QR would give, to round-off."""
+    import fl_strategies.protocol.strategies.eigenspace as eigenspace_module
+
+    seen = []
+
+    def recorded(Z, U, orthonormal=False):
+        value = subspace_distance(Z, U, orthonormal)
+        seen.append((orthonormal, value, subspace_distance(Z, U)))
+        return value
+
+    monkeypatch.setattr(eigenspace_module, "subspace_distance", recorded)
+    s = run_app(**bed_sites(tmp_path))
+    assert len(seen) == 2 * (len(s.records) - 1)  # rounds 1.. (round 0 has no previous estimate)
+    assert all(flag for flag, _, _ in seen)
+    np.testing.assert_allclose([v for _, v, _ in seen], [v for _, _, v in seen], rtol=0, atol=1e-13)
+
+
 def test_the_summary_takes_c_z_from_the_basis_and_the_sites_read_their_files_once(tmp_path, monkeypatch):
     """The summary of a run that stopped (its model is the round before the last's estimate) over ``.bed`` sites
     with missing calls and ``scale = "hwe"`` (plink2's diagonal): ``C Z`` is ``C Q V`` from the basis, the sites
     send ``tr(A_i)`` and the diagonal alone, with one pass over their files (no right pass); the model is the one
     the sites' products give, to round-off."""
-    pytest.importorskip("bed_reader")
-    from test_genotype_bed import simulated_sites, write_bed
-
     from fl_strategies.kernels.rows import BedVariants
     from fl_strategies.protocol.strategies.krylov import KrylovStrategy
 
-    for i, G in enumerate(simulated_sites((60, 50, 70, 40), 1500, missing=0.01, seed=8, populations=4)):
-        write_bed(tmp_path / f"partition_{i}.bed", G)
-    over = dict(dataset=str(tmp_path), num_clients=4, strategy="krylov", rank=3, iteration_rank=5, center=True,
-                scale="hwe", row_normalize=False, num_server_rounds=40, stop_tol=1e-7)
+    over = bed_sites(tmp_path)
     asked, summary = [], BedVariants.summary
 
     def recorded(self, Z, mean, scale, diagonal, product=True):

@@ -89,6 +89,9 @@ class EigenspaceStrategy(FederatedStrategy):
     REPORTS_OBJECTIVE = False
     #: whether the server learns ``G = Z^T (sum_i s_i A_i) Z`` of the estimate whenever the clients report ``f_i``
     REPORTS_GRAM = False
+    #: whether every estimate is orthonormal to round-off as the server makes it (Ritz vectors), so that the estimate's
+    #: change needs no QR of it (:func:`~fl_strategies.kernels.linalg.subspace_distance`'s ``orthonormal``)
+    ORTHONORMAL_ESTIMATES = False
 
     @property
     def noisy(self) -> bool:
@@ -240,10 +243,11 @@ class EigenspaceStrategy(FederatedStrategy):
             row.update(objective=None, stop_statistic=None)
         if self.reference is None:  # progress a user can judge without pooled data: the server's own iterates
             previous = self.iterates[-2] if server_round and len(self.iterates) >= 2 else None  # restored on resume
-            row["estimate_change"] = None if previous is None else subspace_distance(Z, previous)
+            plain = self.ORTHONORMAL_ESTIMATES
+            row["estimate_change"] = None if previous is None else subspace_distance(Z, previous, plain)
             # the kept components: from the Ritz bases once G is known (kept_progress), else the first k columns
             row["estimate_change_first_k"] = (None if previous is None or self.ritz_progress else
-                                              subspace_distance(Z[:, : self.k], previous[:, : self.k]))
+                                              subspace_distance(Z[:, : self.k], previous[:, : self.k], plain))
             if self.tracks_objective:  # F / n, once the next round's clients report F at this Z
                 row.update(iterated_explained_variance=None, iterated_explained_variance_ratio=None,
                            explained_variance_ratio=None)

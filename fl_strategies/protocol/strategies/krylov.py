@@ -84,6 +84,7 @@ class KrylovStrategy(FedPowerStrategy):
     """
 
     REPORTS_OBJECTIVE = False
+    ORTHONORMAL_ESTIMATES = True  # Ritz vectors Q V: orthonormal Q (Gram-Schmidt twice), orthogonal V (eigh)
 
     def __init__(self, cfg: dict[str, Any], dimension: int, reference=None, wait_timeout: float = 600.0) -> None:
         super().__init__(cfg, dimension, reference, wait_timeout)
