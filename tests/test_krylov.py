@@ -108,6 +108,10 @@ def test_the_basis_is_never_copied_to_grow_and_restarts_reuse_its_buffers(monkey
     assert all(pair[0] is buffers[0][0] and pair[1] is buffers[0][1] for pair in buffers)
     assert buffers[0][0].shape == (s.d, 4 * s.r)
     assert distances(s)[-1] <= 1e-8
+    C, _ = pooled(dict(SMALL_GAP, strategy="krylov"))  # C Z of the last estimate from the basis, until a restart
+    np.testing.assert_allclose(s.known_product(s.estimate), C @ s.estimate, rtol=0, atol=1e-12 * np.abs(C).max())
+    s.restarts += 1
+    assert s.known_product(s.estimate) is None
     # a reservation of one block: the buffers grow by doubling (copied), and the run is the same
     import fl_strategies.protocol.strategies.krylov as krylov_strategy
 

@@ -121,7 +121,7 @@ def extend_projection(H: np.ndarray | None, Q: np.ndarray, CQ: np.ndarray, width
     """``Q^T C Q`` (m, m) from that of the basis without its last ``width`` columns, ``H`` (m - width, m - width):
     only the new columns ``Q^T C Q_new`` are computed (``2 d m width`` operations instead of ``d m^2``, one pass
     over ``Q``), and the new rows are their transpose (``C`` is symmetric: ``Q_new^T C Q_old = (Q_old^T C
-    Q_new)^T``, equal to the round-off of the products; :func:`~fl_strategies.kernels.linalg.ritz_rotation`
+    Q_new)^T`` up to the round-off of the products; :func:`~fl_strategies.kernels.linalg.ritz_rotation`
     symmetrises the two in any case). The last ``width`` columns are ``Q^T C Q_new``, what
     :func:`next_block` takes as its ``projection``.
 
