@@ -15,7 +15,7 @@ import numpy as np
 
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_covariance, secure_power
 from fl_strategies.files.data_files import FINGERPRINT
-from fl_strategies.files.pca import MISSINGNESS_DIAGONAL
+from fl_strategies.files.pca import MISSINGNESS_DIAGONAL, PRODUCT_KNOWN
 from fl_strategies.files.variants import encode_variants, variant_digest
 
 from .ld_replies import asks_ld, ld_reply
@@ -117,8 +117,9 @@ def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int,
 
     ``A`` is the client's (centred) local operator (:class:`fl_strategies.kernels.products.LocalOperator`). Where
     the server's ``config`` asks for it (:data:`MISSINGNESS_DIAGONAL`), also this site's part of plink2's diagonal
-    (:meth:`~fl_strategies.kernels.rows.BedVariants.missingness_diagonal`): ``S_i`` (r, r) as a second array and
-    ``sum delta`` as the metric ``diagonal``.
+    (:meth:`~fl_strategies.kernels.rows.BedVariants.missingness_diagonal`): ``S_i`` (r, r) as the next array and
+    ``sum delta`` as the metric ``diagonal``. Where the server holds ``C Z`` already (:data:`PRODUCT_KNOWN`),
+    ``A_i Z`` is left out (no right pass over a ``.bed``): the arrays are ``[S_i]`` or none.
 
     Refused when the client adds privacy noise: the summary is exact, its release would not be covered.
     """
@@ -129,14 +130,17 @@ def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int,
     if diagonal and (not hasattr(A.rows, "missingness_diagonal") or A.mean is None):
         raise ValueError(f"partition {partition_id}: the server asks for plink2's diagonal, but the node's data are "
                          "no centred .bed file")
-    if A.gram is None and getattr(A.rows, "centers_inside", False):  # a .bed file: two reads for all of it
-        product, trace, parts = A.rows.summary(Z, A.mean, A.scale, diagonal)
-        product, trace = product * (A.weight / A.num_rows), trace * A.weight / A.num_rows
+    known = bool((config or {}).get(PRODUCT_KNOWN))
+    if A.gram is None and getattr(A.rows, "centers_inside", False):  # a .bed file: two reads for all of it (one
+        product, trace, parts = A.rows.summary(Z, A.mean, A.scale, diagonal, product=not known)  # without A_i Z)
+        product = [] if known else [product * (A.weight / A.num_rows)]
+        trace = trace * A.weight / A.num_rows
         if not diagonal:
-            return [product], s, {"partition-id": partition_id, "trace": trace}
-        return [product, parts[0]], s, {"partition-id": partition_id, "trace": trace, "diagonal": parts[1]}
+            return product, s, {"partition-id": partition_id, "trace": trace}
+        return product + [parts[0]], s, {"partition-id": partition_id, "trace": trace, "diagonal": parts[1]}
     metrics = {"partition-id": partition_id, "trace": A.trace()}
+    product = [] if known else [A @ Z]
     if not diagonal:
-        return [A @ Z], s, metrics
+        return product, s, metrics
     S, delta = A.rows.missingness_diagonal(Z, A.mean, A.scale)
-    return [A @ Z, S], s, {**metrics, "diagonal": delta}
+    return product + [S], s, {**metrics, "diagonal": delta}

@@ -50,8 +50,76 @@ def test_each_round_is_rayleigh_ritz_on_the_krylov_space():
         for _ in range(j - 1):
             blocks.append(C @ blocks[-1])
         Q = orth(np.hstack(blocks))
-        _, Z, _ = rayleigh_ritz(Q, C @ Q, s.r)
+        _, Z, _, _ = rayleigh_ritz(Q, C @ Q, s.r)
         assert subspace_distance(s.iterates[j], Z) <= 1e-7
+
+
+def test_a_round_reads_the_basis_six_times_and_keeps_q_t_c_q(monkeypatch):
+    """A round's server step passes over the ``d x m`` basis (or its products) at most six times: ``Q^T W`` (the
+    new columns of ``Q^T C Q`` and Gram-Schmidt's first projection at once), Gram-Schmidt's three other products,
+    the orthogonality check, the Ritz vectors; ``C Z`` (a seventh) only at a restart. The kept ``Q^T C Q`` is
+    that of the basis and its products to round-off, and the estimates are ``eigh``'s."""
+    import fl_strategies.kernels.krylov as krylov_module
+    from fl_strategies.protocol.strategies.krylov import KrylovStrategy
+
+    passes, rounds = [], []
+    for name in ("basis_times", "basis_transpose_times"):
+        def counted(Q, S, plain=getattr(krylov_module, name)):
+            passes.append(Q.shape)
+            return plain(Q, S)
+        monkeypatch.setattr(krylov_module, name, counted)
+    extend = KrylovStrategy.extend
+
+    def counted_extend(self, *args):
+        passes.clear(), (restarts := self.restarts)
+        out = extend(self, *args)
+        rounds.append((self.restarts > restarts, len(passes)))
+        if self._projection is not None:  # the kept Q^T C Q against the basis's own
+            H = self._projection
+            np.testing.assert_allclose(H, self.Q.T @ self.CQ, rtol=0, atol=1e-12 * np.abs(H).max())
+        return out
+
+    monkeypatch.setattr(KrylovStrategy, "extend", counted_extend)
+    s = run_app(**SMALL_GAP, strategy="krylov", num_server_rounds=40, krylov_blocks=4)
+    assert [count for restart, count in rounds if not restart] and all(count <= 6 for restart, count in rounds
+                                                                       if not restart), rounds
+    assert any(restart for restart, _ in rounds) and all(count <= 7 for _, count in rounds), rounds
+    assert distances(s)[-1] <= 1e-8
+
+
+def test_the_basis_is_never_copied_to_grow_and_restarts_reuse_its_buffers(monkeypatch):
+    """The buffers of ``Q`` and ``C Q`` are allocated once (the basis's capacity, reserved) and a restart's Ritz
+    vectors are copied into them: one pair of buffers for the whole run; with a smaller reservation they grow, and
+    the run is the same."""
+    from fl_strategies.protocol.strategies.krylov import KrylovStrategy
+
+    buffers = []
+    append = KrylovStrategy._append
+
+    def recorded(self, Z, W):
+        out = append(self, Z, W)
+        buffers.append(self._buffers)
+        assert all(np.shares_memory(view, buffer) for view, buffer in zip(out, self._buffers))
+        return out
+
+    monkeypatch.setattr(KrylovStrategy, "_append", recorded)
+    s = run_app(**SMALL_GAP, strategy="krylov", num_server_rounds=40, krylov_blocks=4)
+    assert s.restarts >= 10 and len(buffers) == 40
+    assert all(pair[0] is buffers[0][0] and pair[1] is buffers[0][1] for pair in buffers)
+    assert buffers[0][0].shape == (s.d, 4 * s.r)
+    assert distances(s)[-1] <= 1e-8
+    C, _ = pooled(dict(SMALL_GAP, strategy="krylov"))  # C Z of the last estimate from the basis, until a restart
+    np.testing.assert_allclose(s.known_product(s.estimate), C @ s.estimate, rtol=0, atol=1e-12 * np.abs(C).max())
+    s.restarts += 1
+    assert s.known_product(s.estimate) is None
+    # a reservation of one block: the buffers grow by doubling (copied), and the run is the same
+    import fl_strategies.protocol.strategies.krylov as krylov_strategy
+
+    monkeypatch.setattr(krylov_strategy, "RESERVED_BYTES", 8 * s.d * s.r)
+    buffers.clear()
+    grown = run_app(**SMALL_GAP, strategy="krylov", num_server_rounds=40, krylov_blocks=4)
+    assert len({id(pair[0]) for pair in buffers}) >= 2
+    np.testing.assert_array_equal(grown.estimate, s.estimate)
 
 
 def test_next_block_is_orthogonal_and_replaces_exhausted_directions():
@@ -63,6 +131,9 @@ def test_next_block_is_orthogonal_and_replaces_exhausted_directions():
     assert np.abs(Q.T @ B).max() <= 1e-12
     new = W[:, 2:] - Q @ (Q.T @ W[:, 2:])
     assert subspace_distance(B, new / np.linalg.norm(new)) <= 1e-8  # the one new direction is kept
+    # Q^T W given (the new columns of Q^T C Q): the same block, to round-off
+    W = rng.standard_normal((30, 3))
+    np.testing.assert_allclose(next_block(Q, W, rng, Q.T @ W), next_block(Q, W, rng), rtol=0, atol=1e-13)
 
 
 def test_fewer_than_a_third_of_powers_rounds_on_a_small_gap():
@@ -204,3 +275,62 @@ def test_next_block_skips_the_last_pass_only_when_the_block_is_orthogonal_alread
     assert len(calls) >= 2
     assert np.abs(Q.T @ B).max() <= 1e-12
     np.testing.assert_allclose(B.T @ B, np.eye(2), atol=1e-12)
+
+
+def bed_sites(tmp_path) -> dict:
+    """Four ``.bed`` sites with 1 % missing calls in ``tmp_path`` and a stopping krylov run over them (``scale =
+    "hwe"``: plink2's diagonal at the summary; no reference, so every row has the estimate's change)."""
+    pytest.importorskip("bed_reader")
+    from test_genotype_bed import simulated_sites, write_bed
+
+    for i, G in enumerate(simulated_sites((60, 50, 70, 40), 1500, missing=0.01, seed=8, populations=4)):
+        write_bed(tmp_path / f"partition_{i}.bed", G)
+    return dict(dataset=str(tmp_path), num_clients=4, strategy="krylov", rank=3, iteration_rank=5, center=True,
+                scale="hwe", row_normalize=False, num_server_rounds=40, stop_tol=1e-7)
+
+
+def test_the_estimates_change_takes_the_ritz_vectors_as_orthonormal(tmp_path, monkeypatch):
+    """Every round's change of the estimate (all columns and the kept ones) without a QR of the Ritz vectors: the
+    value the QR would give, to round-off."""
+    import fl_strategies.protocol.strategies.eigenspace as eigenspace_module
+
+    seen = []
+
+    def recorded(Z, U, orthonormal=False):
+        value = subspace_distance(Z, U, orthonormal)
+        seen.append((orthonormal, value, subspace_distance(Z, U)))
+        return value
+
+    monkeypatch.setattr(eigenspace_module, "subspace_distance", recorded)
+    s = run_app(**bed_sites(tmp_path))
+    assert len(seen) == 2 * (len(s.records) - 1)  # rounds 1.. (round 0 has no previous estimate)
+    assert all(flag for flag, _, _ in seen)
+    np.testing.assert_allclose([v for _, v, _ in seen], [v for _, _, v in seen], rtol=0, atol=1e-13)
+
+
+def test_the_summary_takes_c_z_from_the_basis_and_the_sites_read_their_files_once(tmp_path, monkeypatch):
+    """The summary of a run that stopped (its model is the round before the last's estimate) over ``.bed`` sites
+    with missing calls and ``scale = "hwe"`` (plink2's diagonal): ``C Z`` is ``C Q V`` from the basis, the sites
+    send ``tr(A_i)`` and the diagonal alone, with one pass over their files (no right pass); the model is the one
+    the sites' products give, to round-off."""
+    from fl_strategies.kernels.rows import BedVariants
+    from fl_strategies.protocol.strategies.krylov import KrylovStrategy
+
+    over = bed_sites(tmp_path)
+    asked, summary = [], BedVariants.summary
+
+    def recorded(self, Z, mean, scale, diagonal, product=True):
+        asked.append((diagonal, product))
+        return summary(self, Z, mean, scale, diagonal, product)
+
+    monkeypatch.setattr(BedVariants, "summary", recorded)
+    fast = run_app(**over)
+    assert fast.stopped and asked == [(True, False)] * 4
+    asked.clear()
+    monkeypatch.setattr(KrylovStrategy, "known_product", lambda self, Z: None)
+    slow = run_app(**over)
+    assert asked == [(True, True)] * 4 and len(slow.records) == len(fast.records)
+    for key in ("explained_variance", "explained_variance_ratio", "singular_values", "components"):
+        np.testing.assert_allclose(fast.model[key], slow.model[key], rtol=1e-12,
+                                   atol=1e-12 * np.abs(slow.model[key]).max())
+    assert fast.model["summary_bytes"] <= slow.model["summary_bytes"] - 4 * 1500 * 5 * 8  # no A_i Z uploaded

@@ -56,6 +56,11 @@ MISSINGNESS_DIAGONAL = "missingness-diagonal"
 """Summary-config key: the server asks every site for its part of plink2's diagonal (a run over ``.bed`` files with
 missing calls and ``scale = "hwe"``; :func:`pca_model`'s ``diagonal``)."""
 
+PRODUCT_KNOWN = "product-known"
+"""Summary-config key: the server holds ``C Z`` at the estimate already (``krylov``: ``C Q V`` from its basis's
+products), so every site leaves ``A_i Z`` out of its reply (the right pass over its file) and sends ``tr(A_i)``, and
+plink2's diagonal where asked, alone."""
+
 
 
 def sklearn_signs(components: np.ndarray) -> np.ndarray:

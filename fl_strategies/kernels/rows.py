@@ -902,8 +902,8 @@ class BedVariants:
         return (Y * (delta * self.missingness_weights())[:, None]).T @ Y, float(delta.sum())
 
 
-    def summary(self, Z: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None, diagonal: bool
-                ) -> tuple[np.ndarray, float, tuple[np.ndarray, float] | None]:
+    def summary(self, Z: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None, diagonal: bool,
+                product: bool = True) -> tuple[np.ndarray | None, float, tuple[np.ndarray, float] | None]:
         """What the summary exchange asks of a site, in two reads of the file instead of five.
 
         Returns ``(X^T diag(omega) X Z, sum_i omega_i ||x_i||^2, parts)``: the product (:meth:`product`), the
@@ -917,13 +917,15 @@ class BedVariants:
         Z : ndarray of shape (d, r)
         mean, scale : ndarray of shape (d,) or None
         diagonal : bool
+        product : bool
+            ``False``: no right pass, ``None`` for the product (the server knows it: ``product-known``).
         """
         Z = np.asarray(Z, dtype=np.float64)
         Y, squares = self._left(Z.reshape(Z.shape[0], -1), mean, scale, None, squares=True)
         parts = self._diagonal_parts(Y, squares) if diagonal else None
         weights = np.ones(self.num_rows) if self.row_weights is None else self.row_weights
-        product = self.right(Y * weights[:, None], mean, scale).reshape(Z.shape)
-        return product, float(weights @ squares), parts
+        CZ = self.right(Y * weights[:, None], mean, scale).reshape(Z.shape) if product else None
+        return CZ, float(weights @ squares), parts
 
     def column_counts(self, start: int, stop: int) -> np.ndarray:
         """The allele counts of columns ``start .. stop - 1`` (of the run's list where :meth:`aligned` gave one),

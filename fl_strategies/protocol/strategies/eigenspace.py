@@ -61,7 +61,7 @@ from ..base import FederatedStrategy, log, uploaded_bytes
 from ...kernels.linalg import gaussian_basis, leading_changes, leading_column_changes, ritz_pairs, subspace_distance
 from ...kernels.metrics import round_metrics
 from ...privacy.noise import run_noise_source
-from ...files.pca import MISSINGNESS_DIAGONAL, choose_rank, pca_model, released_product_model
+from ...files.pca import MISSINGNESS_DIAGONAL, PRODUCT_KNOWN, choose_rank, pca_model, released_product_model
 from ...settings.participation import STREAM_SAMPLING
 from ...settings.config import column_scaling
 from ...settings.strategies import PcaSettings
@@ -91,6 +91,9 @@ class EigenspaceStrategy(FederatedStrategy):
     REPORTS_OBJECTIVE = False
     #: whether the server learns ``G = Z^T (sum_i s_i A_i) Z`` of the estimate whenever the clients report ``f_i``
     REPORTS_GRAM = False
+    #: whether every estimate is orthonormal to round-off as the server makes it (Ritz vectors), so that the estimate's
+    #: change needs no QR of it (:func:`~fl_strategies.kernels.linalg.subspace_distance`'s ``orthonormal``)
+    ORTHONORMAL_ESTIMATES = False
 
     @property
     def noisy(self) -> bool:
@@ -255,7 +258,8 @@ class EigenspaceStrategy(FederatedStrategy):
             row.update(objective=None, stop_statistic=None)
         if self.reference is None:  # progress a user can judge without pooled data: the server's own iterates
             previous = self.iterates[-2] if server_round and len(self.iterates) >= 2 else None  # restored on resume
-            row["estimate_change"] = None if previous is None else subspace_distance(Z, previous)
+            plain = self.ORTHONORMAL_ESTIMATES
+            row["estimate_change"] = None if previous is None else subspace_distance(Z, previous, plain)
             # the kept components and which leading ones converged: from the Ritz bases once G is known
             # (kept_progress), else from the first k columns (the last change: subspace_distance of all k)
             changes = (None if previous is None or self.ritz_progress else
@@ -305,11 +309,20 @@ class EigenspaceStrategy(FederatedStrategy):
             return []
         # the result: the held last row's estimate (the summary runs before finish() writes it), else the last row's
         self._summary_Z = self._held[1] if self._held is not None else self.estimate
+        self._summary_CZ = self.known_product(self._summary_Z)
         config = {"phase": "summary", **self.center_config()}
         if self.plink2_diagonal:
             config[MISSINGNESS_DIAGONAL] = True
+        if self._summary_CZ is not None:  # the sites send tr(A_i) (and the diagonal) alone: no right pass
+            config[PRODUCT_KNOWN] = True
         ins = FitIns(ndarrays_to_parameters([self._summary_Z]), config)
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
+
+    def known_product(self, Z: np.ndarray) -> np.ndarray | None:
+        """``C Z`` (d, r) at the summary's estimate ``Z`` where the server holds it without the sites' products
+        (then the summary asks them for ``tr(A_i)`` and plink2's diagonal alone, :data:`PRODUCT_KNOWN`), else
+        ``None``: here always ``None`` (``krylov`` overrides it)."""
+        return None
 
     @property
     def plink2_diagonal(self) -> bool:
@@ -325,10 +338,11 @@ class EigenspaceStrategy(FederatedStrategy):
         """The PCA model from the summary replies (every registered client must answer, else the run fails naming
         the partitions that did not, :meth:`abort`); ``on_model`` gets it at the end of a run that did not fail
         (:meth:`finish`)."""
-        Z = self._summary_Z
+        Z, known = self._summary_Z, getattr(self, "_summary_CZ", None)
         diagonal = self.plink2_diagonal
+        products = [(self.d, self.r)] if known is None else []  # the sites' A_i Z unless the server knows C Z
         valid, rejected = self.collect_replies(len(self.records), results, set(self.proxies),
-                                               [(self.d, self.r)] + [(self.r, self.r)] * diagonal,
+                                               products + [(self.r, self.r)] * diagonal,
                                                ("trace",) + ("diagonal",) * diagonal, broadcast=Z)
         if len(valid) < len(self.proxies):  # the model is of every client's rows, or there is none: a failed run
             silent = sorted(set(self.proxies) - set(valid))
@@ -337,11 +351,11 @@ class EigenspaceStrategy(FederatedStrategy):
                        "was written")  # after the last round, whose row is held: finish() still writes it
             return None
         n = sum(self.sizes[pid] for pid in valid)
-        CZ = sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
+        CZ = known if known is not None else sum(self.sizes[pid] * arrays[0] for pid, (arrays, _) in valid.items()) / n
         total = sum(self.sizes[pid] * values["trace"] for pid, (_, values) in valid.items()) / n
         plink2 = None
         if diagonal:
-            plink2 = (sum(arrays[1] for arrays, _ in valid.values()),
+            plink2 = (sum(arrays[-1] for arrays, _ in valid.values()),
                       sum(values["diagonal"] for _, values in valid.values()))
         return self.summary_model(Z, CZ, total, n, uploaded_bytes(results) + len(valid) * Z.nbytes, plink2)
 

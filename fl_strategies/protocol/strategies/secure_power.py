@@ -476,6 +476,11 @@ class SecurePowerStrategy(FedPowerStrategy):
         """Whether the summary exchange runs as one more SecAgg+ round (after the last round, no row)."""
         return self.secure
 
+    def known_product(self, Z: np.ndarray) -> np.ndarray | None:
+        """``None`` under SecAgg+, whose summary's layout holds every site's ``s_i A_i Z`` (module docstring); the
+        plain strategy's otherwise."""
+        return None if self.secure_summary else super().known_product(Z)
+
     def abort_round(self, server_round: int, reason: str) -> None:
         """Abort the run: no estimate or model from a sum SecAgg+ did not form."""
         self.abort(f"round {server_round}: {reason}; the run stops rather than use a wrong sum")
