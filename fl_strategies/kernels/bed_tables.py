@@ -54,13 +54,15 @@ _COMPILING = threading.Lock()
 
 
 class _Kernel:
-    """A function compiled by numba without the GIL (cached on disk) on its first call: numba is imported then.
+    """A function compiled by numba without the GIL (cached on disk), for each new set of argument types on the
+    first call with it: numba is imported then.
 
-    ``slp``: compiled with LLVM's SLP vectorizer, which numba leaves off (``NUMBA_SLP_VECTORIZE``, read as each
-    function is compiled): it turns :func:`left_block`'s eight additions of a table row into one vector addition
-    (1.45x faster at 750 people), where it made :func:`right_block`'s sums slower. The setting is numba's
-    process-wide one, switched on for this compilation alone (under a lock that every first call takes, so that no
-    other kernel compiles meanwhile) and put back.
+    ``slp``: compiled with LLVM's SLP vectorizer, which numba leaves off (its process-wide ``SLP_VECTORIZE``
+    setting, read as each function is compiled): it turns :func:`left_block`'s eight additions of a table row into
+    one vector addition (1.2x faster at 750 people), where it made :func:`right_block`'s sums slower. Every
+    compilation of these kernels happens here, under one lock, with the setting switched to the kernel's and put
+    back (numba would otherwise compile a call with new argument types, a writable array where a read-only one
+    was, with whatever the setting is then).
     """
 
     def __init__(self, function, slp: bool = False) -> None:
@@ -68,21 +70,23 @@ class _Kernel:
         self.__doc__ = function.__doc__
 
     def __call__(self, *args):
-        if self.compiled is None:
-            with _COMPILING:
-                if self.compiled is None:
-                    from numba import njit
-                    from numba.core import config
+        from numba import typeof
 
-                    compiled = njit(nogil=True, cache=True)(self.function)
+        types = tuple(typeof(arg) for arg in args)
+        if self.compiled is None or types not in self.compiled.overloads:
+            with _COMPILING:
+                from numba import njit
+                from numba.core import config
+
+                if self.compiled is None:
+                    self.compiled = njit(nogil=True, cache=True)(self.function)
+                if types not in self.compiled.overloads:
                     before = config.SLP_VECTORIZE
-                    config.SLP_VECTORIZE = 1 if self.slp else before
-                    try:
-                        result = compiled(*args)  # compiled (or loaded from the cache) here
+                    config.SLP_VECTORIZE = 1 if self.slp else 0
+                    try:  # compiled (or loaded from the cache) and made ready to run by this first call
+                        return self.compiled(*args)
                     finally:
                         config.SLP_VECTORIZE = before
-                    self.compiled = compiled
-                    return result
         return self.compiled(*args)
 
 
