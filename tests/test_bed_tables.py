@@ -209,11 +209,18 @@ def test_the_left_kernel_alone_is_compiled_with_the_slp_vectorizer_and_numba_s_s
 
     class Dispatcher:  # stands for numba's: records the setting each call runs with, "compiles" new types
         def __init__(self, function):
-            self.overloads = {}
+            self.overloads, self.can_compile = set(), True
+
+        def disable_compile(self, value=True):
+            self.can_compile = not value
 
         def __call__(self, *args):
+            types = tuple(numba.typeof(arg) for arg in args)
+            if types not in self.overloads:
+                if not self.can_compile:
+                    raise TypeError(f"No matching definition for argument type(s) {types}")
+                self.overloads.add(types)
             seen.append(config.SLP_VECTORIZE)
-            self.overloads[tuple(numba.typeof(arg) for arg in args)] = True
 
     monkeypatch.setattr(numba, "njit", lambda **options: Dispatcher)
     before = config.SLP_VECTORIZE

@@ -61,8 +61,9 @@ class _Kernel:
     setting, read as each function is compiled): it turns :func:`left_block`'s eight additions of a table row into
     one vector addition (1.2x faster at 750 people), where it made :func:`right_block`'s sums slower. Every
     compilation of these kernels happens here, under one lock, with the setting switched to the kernel's and put
-    back (numba would otherwise compile a call with new argument types, a writable array where a read-only one
-    was, with whatever the setting is then).
+    back: between compilations numba's own compiling is disabled, so that a call with new argument types (a
+    writable array where a read-only one was) is refused by numba and compiled here, never with whatever the
+    setting is then; a call with known types goes straight to numba's dispatch.
     """
 
     def __init__(self, function, slp: bool = False) -> None:
@@ -70,24 +71,27 @@ class _Kernel:
         self.__doc__ = function.__doc__
 
     def __call__(self, *args):
-        from numba import typeof
+        compiled = self.compiled
+        if compiled is not None:  # compiled with its setting for these argument types: no check of ours per call
+            try:
+                return compiled(*args)
+            except TypeError as ex:  # numba's refusal of new argument types, its compiling being disabled
+                if "No matching definition" not in str(ex):
+                    raise
+        with _COMPILING:
+            from numba import njit
+            from numba.core import config
 
-        types = tuple(typeof(arg) for arg in args)
-        if self.compiled is None or types not in self.compiled.overloads:
-            with _COMPILING:
-                from numba import njit
-                from numba.core import config
-
-                if self.compiled is None:
-                    self.compiled = njit(nogil=True, cache=True)(self.function)
-                if types not in self.compiled.overloads:
-                    before = config.SLP_VECTORIZE
-                    config.SLP_VECTORIZE = 1 if self.slp else 0
-                    try:  # compiled (or loaded from the cache) and made ready to run by this first call
-                        return self.compiled(*args)
-                    finally:
-                        config.SLP_VECTORIZE = before
-        return self.compiled(*args)
+            if self.compiled is None:
+                self.compiled = njit(nogil=True, cache=True)(self.function)
+            before = config.SLP_VECTORIZE
+            config.SLP_VECTORIZE = 1 if self.slp else 0
+            self.compiled.disable_compile(False)
+            try:  # compiled (or loaded from the cache) and made ready to run by this call
+                return self.compiled(*args)
+            finally:
+                self.compiled.disable_compile(True)
+                config.SLP_VECTORIZE = before
 
 
 def _left_block(raw, columns, flips, Zs, centre, inverse_scale, squares, out, table):
