@@ -352,22 +352,10 @@ def local_run_status(run_id: str, env: dict[str, str]) -> str:
     (``flwr/cli/ls.py``, ``flwr/cli/run_utils.py`` of flwr 1.42: the CLI's client header, no account
     authentication on a local SuperLink); unlike ``flwr ls``, it never starts a SuperLink where none runs.
     """
-    from flwr.cli.cli_client_interceptor import CliClientHttpInterceptor
-    from flwr.proto.control_pb2 import ListRunsRequest  # pylint: disable=no-name-in-module
-    from flwr.supercore.control import ControlHttpClient
+    from fl_strategies.protocol.flower_compat import list_run_status
 
-    client = ControlHttpClient.from_server_address(f"127.0.0.1:{local_superlink_port(env)}", insecure=True,
-                                                   root_certificates=None, interceptors=[CliClientHttpInterceptor()])
-    try:
-        runs = client.ListRuns(ListRunsRequest(run_id=int(run_id))).run_dict
-    except Exception:  # pylint: disable=broad-exception-caught  # not answering, or an error reply: as flwr ls's
-        return "unknown"
-    finally:
-        client.close()
-    if int(run_id) not in runs:
-        return "unknown"
-    status = runs[int(run_id)].status
-    return f"{status.status}:{status.sub_status}" if status.sub_status else status.status
+    status = list_run_status(f"127.0.0.1:{local_superlink_port(env)}", int(run_id))
+    return "unknown" if status is None else status
 
 
 MISLEADING_LINES = re.compile(r"Since flwr 1\.32, default simulated SuperNodes changed from 10 to 2\."

@@ -198,28 +198,36 @@ def test_the_compiled_count_of_codes_is_numpy_s(people, threads):
     assert compiled["missing_people"].size > 0
 
 
-def test_the_left_kernel_alone_is_compiled_with_the_slp_vectorizer_and_numba_s_setting_is_put_back():
-    """``left_block`` asks for LLVM's SLP vectorizer (numba's process-wide setting, off by default) while it
-    compiles; the setting is back to what it was afterwards, and the other kernels compile without it."""
+def test_the_left_kernel_alone_is_compiled_with_the_slp_vectorizer_and_numba_s_setting_is_put_back(monkeypatch):
+    """``left_block`` asks for LLVM's SLP vectorizer (numba's process-wide setting, off by default) whenever it is
+    compiled, for its first arguments and for arguments of new types; the other kernels compile without it; the
+    setting is back to what it was after each compilation, and a call that compiles nothing changes nothing."""
+    import numba
     from numba.core import config
 
     seen = []
 
-    def probe(*args):
-        seen.append(config.SLP_VECTORIZE)
+    class Dispatcher:  # stands for numba's: records the setting each call runs with, "compiles" new types
+        def __init__(self, function):
+            self.overloads, self.can_compile = set(), True
 
+        def disable_compile(self, value=True):
+            self.can_compile = not value
+
+        def __call__(self, *args):
+            types = tuple(numba.typeof(arg) for arg in args)
+            if types not in self.overloads:
+                if not self.can_compile:
+                    raise TypeError(f"No matching definition for argument type(s) {types}")
+                self.overloads.add(types)
+            seen.append(config.SLP_VECTORIZE)
+
+    monkeypatch.setattr(numba, "njit", lambda **options: Dispatcher)
     before = config.SLP_VECTORIZE
     for slp in (True, False):
-        kernel = bed_tables._Kernel(probe, slp=slp)
-        kernel.compiled = None
-        import numba
-
-        original = numba.njit
-        try:  # the probe runs as Python where the kernel would compile: it records the setting it sees
-            numba.njit = lambda **options: (lambda function: function)
-            kernel()
-            kernel()  # compiled already: no setting changed
-        finally:
-            numba.njit = original
-    assert seen == [1, before, before, before] and config.SLP_VECTORIZE == before
+        kernel = bed_tables._Kernel(lambda x: None, slp=slp)
+        kernel(np.zeros(3))  # compiles
+        kernel(np.zeros(4))  # the same types: runs as compiled
+        kernel(np.zeros(3, dtype=np.int64))  # new types: compiles again
+    assert seen == [1, before, 1, 0, before, 0] and config.SLP_VECTORIZE == before
     assert bed_tables.left_block.slp and not bed_tables.right_block.slp and not bed_tables.count_block.slp

@@ -54,13 +54,16 @@ _COMPILING = threading.Lock()
 
 
 class _Kernel:
-    """A function compiled by numba without the GIL (cached on disk) on its first call: numba is imported then.
+    """A function compiled by numba without the GIL (cached on disk), for each new set of argument types on the
+    first call with it: numba is imported then.
 
-    ``slp``: compiled with LLVM's SLP vectorizer, which numba leaves off (``NUMBA_SLP_VECTORIZE``, read as each
-    function is compiled): it turns :func:`left_block`'s eight additions of a table row into one vector addition
-    (1.45x faster at 750 people), where it made :func:`right_block`'s sums slower. The setting is numba's
-    process-wide one, switched on for this compilation alone (under a lock that every first call takes, so that no
-    other kernel compiles meanwhile) and put back.
+    ``slp``: compiled with LLVM's SLP vectorizer, which numba leaves off (its process-wide ``SLP_VECTORIZE``
+    setting, read as each function is compiled): it turns :func:`left_block`'s eight additions of a table row into
+    one vector addition (1.2x faster at 750 people), where it made :func:`right_block`'s sums slower. Every
+    compilation of these kernels happens here, under one lock, with the setting switched to the kernel's and put
+    back: between compilations numba's own compiling is disabled, so that a call with new argument types (a
+    writable array where a read-only one was) is refused by numba and compiled here, never with whatever the
+    setting is then; a call with known types goes straight to numba's dispatch.
     """
 
     def __init__(self, function, slp: bool = False) -> None:
@@ -68,22 +71,27 @@ class _Kernel:
         self.__doc__ = function.__doc__
 
     def __call__(self, *args):
-        if self.compiled is None:
-            with _COMPILING:
-                if self.compiled is None:
-                    from numba import njit
-                    from numba.core import config
+        compiled = self.compiled
+        if compiled is not None:  # compiled with its setting for these argument types: no check of ours per call
+            try:
+                return compiled(*args)
+            except TypeError as ex:  # numba's refusal of new argument types, its compiling being disabled
+                if "No matching definition" not in str(ex):
+                    raise
+        with _COMPILING:
+            from numba import njit
+            from numba.core import config
 
-                    compiled = njit(nogil=True, cache=True)(self.function)
-                    before = config.SLP_VECTORIZE
-                    config.SLP_VECTORIZE = 1 if self.slp else before
-                    try:
-                        result = compiled(*args)  # compiled (or loaded from the cache) here
-                    finally:
-                        config.SLP_VECTORIZE = before
-                    self.compiled = compiled
-                    return result
-        return self.compiled(*args)
+            if self.compiled is None:
+                self.compiled = njit(nogil=True, cache=True)(self.function)
+            before = config.SLP_VECTORIZE
+            config.SLP_VECTORIZE = 1 if self.slp else 0
+            self.compiled.disable_compile(False)
+            try:  # compiled (or loaded from the cache) and made ready to run by this call
+                return self.compiled(*args)
+            finally:
+                self.compiled.disable_compile(True)
+                config.SLP_VECTORIZE = before
 
 
 def _left_block(raw, columns, flips, Zs, centre, inverse_scale, squares, out, table):

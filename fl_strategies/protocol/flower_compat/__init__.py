@@ -71,6 +71,10 @@ name (area module)                                 Flower 1.41 path      used by
                                                    .flower_supernode     arguments refused before anything starts)   argument itself, later)
                                                    (``_parse_args_run_
                                                    supernode``)
+``list_run_status`` (control)                      flwr.supercore        fedspectral.run (the run's final status    ``flwr ls --format json`` (a process and
+                                                   .control, flwr.cli    from the local SuperLink in one request,   a second or two of imports; the fallback)
+                                                   .cli_client_inter-    no ``flwr ls`` process)
+                                                   ceptor, flwr.proto
 =================================================  ====================  ==========================================  ==========================================
 
 Private names the opt-in deployment launchers import themselves (``fedspectral/launchers``: standalone
@@ -157,6 +161,8 @@ _AREA = {
     "add_exit_handler": "process_exit",
     # the SuperNode's command line (fedspectral supernode checks its arguments first)
     "supernode_argument_parser": "supernode_cli",
+    # a run's status from a local SuperLink's Control API (fedspectral run's exit code without flwr ls)
+    "list_run_status": "control",
 }
 
 __all__ = sorted(_AREA)
