@@ -75,8 +75,8 @@ class _Kernel:
         if compiled is not None:  # compiled with its setting for these argument types: no check of ours per call
             try:
                 return compiled(*args)
-            except TypeError as ex:  # numba's refusal of new argument types, its compiling being disabled
-                if "No matching definition" not in str(ex):
+            except (TypeError, RuntimeError) as ex:  # numba's refusals of new argument types, compiling disabled
+                if "No matching definition" not in str(ex) and "compilation disabled" not in str(ex):
                     raise
         with _COMPILING:
             from numba import njit
