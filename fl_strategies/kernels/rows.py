@@ -857,6 +857,13 @@ class BedVariants:
             Y *= self.row_weights.reshape((-1,) + (1,) * (Y.ndim - 1))
         return self.right(Y, mean, scale)
 
+    def left_with_squares(self, Z: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None,
+                          squares: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(X Z, ||x_i||^2 of every person or None)``, shapes (s, r) and (s,), in one read of the file: :meth:`left`
+        (the same numbers) and, with ``squares``, :meth:`row_squares` (unweighted)."""
+        Z = np.asarray(Z, dtype=np.float64)
+        return self._left(Z.reshape(Z.shape[0], -1), mean, scale, None, squares=squares)
+
     def row_squares(self, mean: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
         """``||x_i||^2`` of every person's row of ``X`` (class docstring: ``(g - mean) / scale``, a missing call 0),
         unweighted, shape (s,): one read of the file."""
@@ -901,8 +908,10 @@ class BedVariants:
 
 
     def summary(self, Z: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None, diagonal: bool,
-                product: bool = True) -> tuple[np.ndarray | None, float, tuple[np.ndarray, float] | None]:
-        """What the summary exchange asks of a site, in two reads of the file instead of five.
+                product: bool = True, left: tuple[np.ndarray, np.ndarray] | None = None,
+                ) -> tuple[np.ndarray | None, float, tuple[np.ndarray, float] | None]:
+        """What the summary exchange asks of a site, in two reads of the file instead of five (none with ``left`` and
+        without ``product``).
 
         Returns ``(X^T diag(omega) X Z, sum_i omega_i ||x_i||^2, parts)``: the product (:meth:`product`), the
         trace of ``X^T diag(omega) X`` (what :meth:`centered_column_squares` sums, weighted), and with
@@ -917,9 +926,12 @@ class BedVariants:
         diagonal : bool
         product : bool
             ``False``: no right pass, ``None`` for the product (the server knows it: ``product-known``).
+        left : tuple of ndarray, optional
+            ``(X Z, row squares)``, shapes (s, r) and (s,), where the site has them without a read (a ``krylov``
+            site's kept blocks: :meth:`~fl_strategies.kernels.products.LocalOperator.kept_left`): no left pass.
         """
         Z = np.asarray(Z, dtype=np.float64)
-        Y, squares = self._left(Z.reshape(Z.shape[0], -1), mean, scale, None, squares=True)
+        Y, squares = left if left is not None else self.left_with_squares(Z, mean, scale)
         parts = self._diagonal_parts(Y, squares) if diagonal else None
         weights = np.ones(self.num_rows) if self.row_weights is None else self.row_weights
         CZ = self.right(Y * weights[:, None], mean, scale).reshape(Z.shape) if product else None
