@@ -8,6 +8,7 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import ConfigRecord, Context
 
+from fl_strategies.files.pca import KRYLOV_BASIS, KRYLOV_BLOCK
 from fl_strategies.privacy.analyze_gauss import covariance_releases, noise_std, row_bound, upload_vector
 from fl_strategies.settings.config import secure_covariance
 from fl_strategies.settings.registry import settings_for
@@ -116,7 +117,12 @@ class FedPowerClient(NumPyClient):
         rng = None
         if self.noise_std > 0:  # node-secret: a function of everything this release depends on
             rng = self.noise.generator(int(config["round"]), Z, A.digest_input, self.noise_std, steps)
-        Y, Z_prev = local_power_iterations(A, Z, steps, self.noise_std, rng, first=AZ)
+        basis = config.get(KRYLOV_BASIS)
+        if basis and steps == 1 and AZ is None and rng is None and getattr(A, "keeps_lefts", False):
+            # krylov's block on a .bed: the same product, keeping X Q_j for the summary (no read there)
+            Y, Z_prev = A.product_keeping(Z, str(basis), int(config.get(KRYLOV_BLOCK, -1))), Z
+        else:
+            Y, Z_prev = local_power_iterations(A, Z, steps, self.noise_std, rng, first=AZ)
         self.context.state["fedpower"] = ConfigRecord({"steps": done + steps})
         arrays = [Y, Z_prev] if steps > 1 else [Y]
         if AZ is not None and steps > 1:  # G_i = s_i Z^T A_i Z at the received Z: the server's Ritz basis

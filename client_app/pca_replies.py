@@ -15,7 +15,7 @@ import numpy as np
 
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_covariance, secure_power
 from fl_strategies.files.data_files import FINGERPRINT
-from fl_strategies.files.pca import MISSINGNESS_DIAGONAL, PRODUCT_KNOWN
+from fl_strategies.files.pca import KRYLOV_BASIS, KRYLOV_COORDINATES, MISSINGNESS_DIAGONAL, PRODUCT_KNOWN
 from fl_strategies.files.variants import encode_variants, variant_digest
 
 from .ld_replies import asks_ld, ld_reply
@@ -112,6 +112,27 @@ def fingerprint_property(data, cfg: dict[str, Any], noise) -> dict[str, str]:
     return {} if digest is None else {FINGERPRINT: noise.fingerprint(digest)}
 
 
+def kept_left(A, Z: np.ndarray, config, partition_id: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(X Z, row squares)`` from the blocks a ``krylov`` site kept in the rounds where the summary's ``config``
+    gives the estimate's coordinates in the server's basis (:data:`~fl_strategies.files.pca.KRYLOV_COORDINATES`),
+    else ``None`` (the site reads its file).
+
+    Raises
+    ------
+    ValueError
+        If the coordinates are not ``q r x r`` float64 numbers for the broadcast ``Z`` (d, r).
+    """
+    basis, coordinates = config.get(KRYLOV_BASIS), config.get(KRYLOV_COORDINATES)
+    if not basis or coordinates is None or not hasattr(A, "kept_left"):
+        return None
+    r = Z.shape[1]
+    if not isinstance(coordinates, bytes) or not coordinates or len(coordinates) % (8 * r):
+        raise ValueError(f"partition {partition_id}: the summary's {KRYLOV_COORDINATES} are not q r x r = {r} "
+                         "float64 numbers")
+    V = np.frombuffer(coordinates, dtype="<f8").reshape(-1, r).astype(np.float64)
+    return A.kept_left(str(basis), V)
+
+
 def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int, config=None):
     """The summary exchange's reply (:mod:`fl_strategies.files.pca`): ``[A_i Z]``, ``s_i`` and ``tr(A_i)``.
 
@@ -132,7 +153,8 @@ def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int,
                          "no centred .bed file")
     known = bool((config or {}).get(PRODUCT_KNOWN))
     if A.gram is None and getattr(A.rows, "centers_inside", False):  # a .bed file: two reads for all of it (one
-        product, trace, parts = A.rows.summary(Z, A.mean, A.scale, diagonal, product=not known)  # without A_i Z)
+        left = kept_left(A, Z, config or {}, partition_id)  # without A_i Z; none from a krylov site's kept blocks)
+        product, trace, parts = A.rows.summary(Z, A.mean, A.scale, diagonal, product=not known, left=left)
         product = [] if known else [product * (A.weight / A.num_rows)]
         trace = trace * A.weight / A.num_rows
         if not diagonal:

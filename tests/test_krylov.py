@@ -308,29 +308,72 @@ def test_the_estimates_change_takes_the_ritz_vectors_as_orthonormal(tmp_path, mo
     np.testing.assert_allclose([v for _, v, _ in seen], [v for _, _, v in seen], rtol=0, atol=1e-13)
 
 
-def test_the_summary_takes_c_z_from_the_basis_and_the_sites_read_their_files_once(tmp_path, monkeypatch):
+def test_the_summary_takes_c_z_from_the_basis_and_x_z_from_the_sites_kept_blocks(tmp_path, monkeypatch):
     """The summary of a run that stopped (its model is the round before the last's estimate) over ``.bed`` sites
-    with missing calls and ``scale = "hwe"`` (plink2's diagonal): ``C Z`` is ``C Q V`` from the basis, the sites
-    send ``tr(A_i)`` and the diagonal alone, with one pass over their files (no right pass); the model is the one
-    the sites' products give, to round-off."""
+    with missing calls and ``scale = "hwe"`` (plink2's diagonal): ``C Z`` is ``C Q V`` from the basis, and each
+    site's ``X Z`` is ``[X Q_0 ... X Q_{q-1}] V`` from the blocks it kept in the rounds (its row squares read with
+    the first): no pass over the files at all. A site without its blocks reads its file once (the left pass), and
+    without ``C Z`` twice; the three give the same model to round-off."""
+    from fl_strategies.kernels.products import LocalOperator
     from fl_strategies.kernels.rows import BedVariants
     from fl_strategies.protocol.strategies.krylov import KrylovStrategy
 
     over = bed_sites(tmp_path)
     asked, summary = [], BedVariants.summary
 
-    def recorded(self, Z, mean, scale, diagonal, product=True):
-        asked.append((diagonal, product))
-        return summary(self, Z, mean, scale, diagonal, product)
+    def recorded(self, Z, mean, scale, diagonal, product=True, left=None):
+        asked.append((diagonal, product, left is not None))
+        return summary(self, Z, mean, scale, diagonal, product, left)
 
     monkeypatch.setattr(BedVariants, "summary", recorded)
     fast = run_app(**over)
-    assert fast.stopped and asked == [(True, False)] * 4
+    assert fast.stopped and asked == [(True, False, True)] * 4
+    runs = {"kept": fast}
+    asked.clear()
+    with monkeypatch.context() as patch:
+        patch.setattr(LocalOperator, "kept_left", lambda self, basis, V: None)  # a node that kept nothing
+        runs["left pass"] = run_app(**over)
+    assert asked == [(True, False, False)] * 4
     asked.clear()
     monkeypatch.setattr(KrylovStrategy, "known_product", lambda self, Z: None)
     slow = run_app(**over)
-    assert asked == [(True, True)] * 4 and len(slow.records) == len(fast.records)
-    for key in ("explained_variance", "explained_variance_ratio", "singular_values", "components"):
-        np.testing.assert_allclose(fast.model[key], slow.model[key], rtol=1e-12,
-                                   atol=1e-12 * np.abs(slow.model[key]).max())
-    assert fast.model["summary_bytes"] <= slow.model["summary_bytes"] - 4 * 1500 * 5 * 8  # no A_i Z uploaded
+    assert asked == [(True, True, False)] * 4
+    for run in runs.values():
+        assert len(slow.records) == len(run.records)
+        for key in ("explained_variance", "explained_variance_ratio", "singular_values", "components"):
+            np.testing.assert_allclose(run.model[key], slow.model[key], rtol=1e-12,
+                                       atol=1e-12 * np.abs(slow.model[key]).max())
+        assert run.model["summary_bytes"] <= slow.model["summary_bytes"] - 4 * 1500 * 5 * 8  # no A_i Z uploaded
+
+
+def test_a_site_keeps_its_blocks_left_products_without_changing_its_products(tmp_path):
+    """``LocalOperator.product_keeping`` gives ``A_i Q_j`` bit for bit (with row weights too) and keeps ``X Q_j``;
+    ``kept_left`` gives ``X Z`` and the row squares for ``Z = [Q_0 Q_1] V`` as one read would, to round-off, and
+    nothing for another basis, a missing block or coordinates of another width."""
+    pytest.importorskip("bed_reader")
+    from test_genotype_bed import simulated_sites, write_bed
+
+    from fl_strategies.files.data_files import _read_bed
+    from fl_strategies.kernels.products import LocalOperator
+
+    write_bed(tmp_path / "site.bed", simulated_sites((90,), 300, missing=0.02, seed=3, populations=2)[0])
+    X = _read_bed(tmp_path / "site.bed", "site")
+    rng = np.random.default_rng(0)
+    mean, scale = 2 * rng.uniform(0.1, 0.9, X.dimension), rng.uniform(0.5, 1.5, X.dimension)
+    Q0, Q1 = np.linalg.qr(rng.standard_normal((X.dimension, 8)))[0].reshape(X.dimension, 2, 4).transpose(1, 0, 2)
+    Q0, Q1 = np.ascontiguousarray(Q0), np.ascontiguousarray(Q1)
+    for weights in (None, rng.uniform(0.5, 2.0, X.num_rows)):
+        X.row_weights = weights
+        op = LocalOperator.from_rows(X).centered(mean, scale, weight=0.75)
+        assert op.keeps_lefts
+        for j, Q in enumerate((Q0, Q1)):
+            np.testing.assert_array_equal(op.product_keeping(Q, "basis", j), op @ Q)
+        V = rng.standard_normal((8, 4))
+        XZ, squares = op.kept_left("basis", V)
+        Z = np.hstack([Q0, Q1]) @ V
+        np.testing.assert_allclose(XZ, X.left(Z, mean, scale), rtol=0, atol=1e-12 * np.abs(XZ).max())
+        np.testing.assert_allclose(squares, X.row_squares(mean, scale), rtol=1e-13)
+        assert op.kept_left("other", V) is None and op.kept_left("basis", np.vstack([V, V])) is None
+        assert op.kept_left("basis", V[:6]) is None
+        op.product_keeping(Q0, "next", 0)  # a new basis drops the old one's blocks
+        assert op.kept_left("basis", V) is None and op.kept_left("next", V) is None

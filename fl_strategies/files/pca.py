@@ -61,6 +61,21 @@ PRODUCT_KNOWN = "product-known"
 products), so every site leaves ``A_i Z`` out of its reply (the right pass over its file) and sends ``tr(A_i)``, and
 plink2's diagonal where asked, alone."""
 
+KRYLOV_BASIS = "krylov-basis"
+"""Round- and summary-config key of ``krylov``: the id of the server's Krylov basis (new for every basis: a fit, a
+thick restart, a resumed run). With :data:`KRYLOV_BLOCK` in a round, a ``.bed`` site keeps ``X Q_j`` of the
+broadcast block and, the first time, its people's row squares (:meth:`~fl_strategies.kernels.products.
+LocalOperator.product_keeping`); with :data:`KRYLOV_COORDINATES` in the summary, it answers from them without
+reading its file (:meth:`~fl_strategies.kernels.products.LocalOperator.kept_left`), else with a read as before."""
+
+KRYLOV_BLOCK = "krylov-block"
+"""Round-config key of ``krylov``: the index ``j`` of the broadcast block ``Q_j`` in the basis :data:`KRYLOV_BASIS`."""
+
+KRYLOV_COORDINATES = "krylov-coordinates"
+"""Summary-config key of ``krylov``: ``V`` (q r, r) float64 as bytes, the estimate's coordinates in the blocks
+``0 .. q - 1`` of the basis :data:`KRYLOV_BASIS` (``Z = [Q_0 ... Q_{q-1}] V``), so that ``X Z = [X Q_0 ... X
+Q_{q-1}] V`` from a site's kept blocks."""
+
 
 
 def sklearn_signs(components: np.ndarray) -> np.ndarray:

@@ -43,6 +43,11 @@ COUNT_OF_CODE = np.array([2.0, 0.0, 1.0, 0.0])
 FLIPPED_COUNT_OF_CODE = np.array([0.0, 0.0, 1.0, 2.0])
 """The same for a variant whose alleles a list names the other way round: ``2 - g``, a missing call 0."""
 
+SPREAD_CODES = np.array([sum(((byte >> (2 * t)) & 3) << (8 * t) for t in range(4)) for byte in range(256)],
+                        dtype=np.int64)
+"""Each byte value's four 2-bit codes, code ``t`` in bits ``8 t`` and ``8 t + 1``: four spread bytes shifted by 0,
+2, 4 and 6 bits and or-ed give the four people's 8-bit table indices at once (:func:`left_block`)."""
+
 
 def available() -> bool:
     """Whether numba is there to compile the kernels of this module (without importing it: 0.2 s that a run
@@ -109,6 +114,7 @@ def _left_block(raw, columns, flips, Zs, centre, inverse_scale, squares, out, ta
     k, width, r = raw.shape[0], raw.shape[1], Zs.shape[1]
     wide = r + 1 if squares else r
     parts = np.zeros((8, 4, wide))  # the group's eight variants: what each code adds
+    two, three = np.empty((16, wide)), np.empty((64, wide))  # the tables of a table's first two, three variants
     T0, T1 = table[0], table[1]
     for p0 in range(0, width, PEOPLE_CHUNK):
         for g in range(0, k, 8):
@@ -127,33 +133,33 @@ def _left_block(raw, columns, flips, Zs, centre, inverse_scale, squares, out, ta
                     if squares and code != 1:  # a missing call is imputed with the centre: 0 once centred
                         value = (count - centre[column]) * inverse_scale[column]
                         parts[i, code, r] = value * value
-            for h in range(2):  # table h: variants 4 h .. 4 h + 3 of the group
-                T = table[h]
+            for h in range(2):  # table h: variants 4 h .. 4 h + 3 of the group, from the sums of two, then three
+                T, P = table[h], parts[4 * h: 4 * h + 4]
                 for code in range(4):
-                    for c in range(wide):
-                        T[code, c] = parts[4 * h, code, c]
-                size = 4
-                for i in range(1, 4):  # rows code * size + low from rows low, written last for code 0 (in place)
-                    for code in range(3, -1, -1):
-                        for low in range(size):
-                            for c in range(wide):
-                                T[code * size + low, c] = T[low, c] + parts[4 * h + i, code, c]
-                    size *= 4
+                    for low in range(4):
+                        for c in range(wide):
+                            two[code * 4 + low, c] = P[0, low, c] + P[1, code, c]
+                for code in range(4):
+                    for low in range(16):
+                        for c in range(wide):
+                            three[code * 16 + low, c] = two[low, c] + P[2, code, c]
+                for code in range(4):
+                    for low in range(64):
+                        for c in range(wide):
+                            T[code * 64 + low, c] = three[low, c] + P[3, code, c]
             for p in range(p0, min(p0 + PEOPLE_CHUNK, width)):
-                b0 = np.int64(raw[g, p])
-                b1 = np.int64(raw[g + 1, p]) if n > 1 else np.int64(0)
-                b2 = np.int64(raw[g + 2, p]) if n > 2 else np.int64(0)
-                b3 = np.int64(raw[g + 3, p]) if n > 3 else np.int64(0)
-                b4 = np.int64(raw[g + 4, p]) if n > 4 else np.int64(0)
-                b5 = np.int64(raw[g + 5, p]) if n > 5 else np.int64(0)
-                b6 = np.int64(raw[g + 6, p]) if n > 6 else np.int64(0)
-                b7 = np.int64(raw[g + 7, p]) if n > 7 else np.int64(0)
+                # byte t of j0 (j1): person 4 p + t's table index of variants 0-3 (4-7), from each byte's spread codes
+                s1 = SPREAD_CODES[raw[g + 1, p]] if n > 1 else np.int64(0)
+                s2 = SPREAD_CODES[raw[g + 2, p]] if n > 2 else np.int64(0)
+                s3 = SPREAD_CODES[raw[g + 3, p]] if n > 3 else np.int64(0)
+                s4 = SPREAD_CODES[raw[g + 4, p]] if n > 4 else np.int64(0)
+                s5 = SPREAD_CODES[raw[g + 5, p]] if n > 5 else np.int64(0)
+                s6 = SPREAD_CODES[raw[g + 6, p]] if n > 6 else np.int64(0)
+                s7 = SPREAD_CODES[raw[g + 7, p]] if n > 7 else np.int64(0)
+                j0 = SPREAD_CODES[raw[g, p]] | (s1 << 2) | (s2 << 4) | (s3 << 6)
+                j1 = s4 | (s5 << 2) | (s6 << 4) | (s7 << 6)
                 for t in range(4):
-                    shift = 2 * t
-                    i0 = (((b0 >> shift) & 3) | (((b1 >> shift) & 3) << 2) | (((b2 >> shift) & 3) << 4)
-                          | (((b3 >> shift) & 3) << 6))
-                    i1 = (((b4 >> shift) & 3) | (((b5 >> shift) & 3) << 2) | (((b6 >> shift) & 3) << 4)
-                          | (((b7 >> shift) & 3) << 6))
+                    i0, i1 = (j0 >> (8 * t)) & 255, (j1 >> (8 * t)) & 255
                     row = 4 * p + t
                     for c in range(0, wide - 7, 8):  # eight columns as one vector addition (slp: _Kernel)
                         o, A, B = out[row, c:c + 8], T0[i0, c:c + 8], T1[i1, c:c + 8]

@@ -81,6 +81,8 @@ class LocalOperator:
         self.weight = float(weight)
         self._dense: np.ndarray | None = None
         self._centered: dict[bytes, LocalOperator] = {}
+        # a krylov run's kept left products: (basis id, {block j: X Q_j (s, r)}, row squares (s,) or None)
+        self._kept: tuple[str, dict[int, np.ndarray], np.ndarray | None] | None = None
 
     # -- construction ---------------------------------------------------------------------------------------
     @classmethod
@@ -173,6 +175,61 @@ class LocalOperator:
         if self.scale is not None:
             Y = Y / self._col(self.scale, Y)
         return Y * self.weight if self.weight != 1.0 else Y
+
+    # -- a krylov site's kept left products (the summary without a read) ---------------------------------------
+    @property
+    def keeps_lefts(self) -> bool:
+        """Whether :meth:`product_keeping` applies: the rows of a ``.bed`` file, centred inside its products."""
+        return self.gram is None and hasattr(self.rows, "left_with_squares")
+
+    def product_keeping(self, Z: np.ndarray, basis: str, block: int) -> np.ndarray:
+        """``self @ Z`` (d, r), the same numbers, keeping ``X Z`` (s, r) as block ``block`` of the Krylov basis
+        ``basis`` (and, with block 0, its people's row squares ``||x_i||^2`` (s,) from the same read) for
+        :meth:`kept_left`. A new ``basis`` drops the blocks of the one before; a block sent again (a repeated round)
+        replaces its copy. Memory: ``s r`` floats a block, at most the server's ``krylov-blocks``.
+
+        Parameters
+        ----------
+        Z : ndarray of shape (d, r)
+            The broadcast block ``Q_j``.
+        basis : str
+            The server's basis id (:data:`fl_strategies.files.pca.KRYLOV_BASIS`).
+        block : int
+            ``j``.
+        """
+        if self._kept is None or self._kept[0] != basis:
+            self._kept = (basis, {}, None)
+        _, blocks, squares = self._kept
+        # the squares with block 0 only: a node whose process ends with each message (a SuperNode's) keeps
+        # nothing, and would otherwise add them to every round's read
+        first = squares is None and int(block) == 0
+        Y, read = self.rows.left_with_squares(Z, self.mean, self.scale, squares=first)
+        blocks[int(block)] = Y
+        if first:
+            self._kept = (basis, blocks, read)
+        weights = self.rows.row_weights
+        W = Y if weights is None else Y * weights.reshape((-1,) + (1,) * (Y.ndim - 1))  # as rows.product
+        out = self.rows.right(W, self.mean, self.scale) / self.num_rows
+        return out * self.weight if self.weight != 1.0 else out
+
+    def kept_left(self, basis: str, V: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(X Z, row squares)``, shapes (s, r) and (s,), for ``Z = [Q_0 ... Q_{q-1}] V`` from the blocks kept by
+        :meth:`product_keeping` (``X Z = [X Q_0 ... X Q_{q-1}] V``, the same to round-off; no read of the file), or
+        ``None`` where this operator kept no such blocks (another basis, a block or the squares missing: a node
+        that restarted, a resumed run).
+
+        Parameters
+        ----------
+        basis : str
+        V : ndarray of shape (q r, r)
+        """
+        if self._kept is None or self._kept[0] != basis or self._kept[2] is None:
+            return None
+        blocks, squares = self._kept[1], self._kept[2]
+        width = next(iter(blocks.values())).shape[1] if blocks else 0
+        if not width or V.shape[0] % width or any(j not in blocks for j in range(V.shape[0] // width)):
+            return None
+        return np.hstack([blocks[j] for j in range(V.shape[0] // width)]) @ V, squares
 
     @staticmethod
     def _col(v: np.ndarray, like: np.ndarray) -> np.ndarray:

@@ -304,6 +304,21 @@ def product_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _worker_count(threads: int | None, jobs: int) -> int:
+    """Threads for ``jobs`` pieces of work: ``threads`` (``None``: :func:`product_threads`), at least one and at most
+    ``jobs``."""
+    return max(1, min(product_threads() if threads is None else int(threads), jobs))
+
+
+def _run_workers(work, threads: int) -> list:
+    """``[work(0), ..., work(threads - 1)]``, one thread each (in this thread when ``threads`` is 1), in worker
+    order whatever the threads' timing; a worker's exception is raised here."""
+    if threads == 1:
+        return [work(0)]
+    with ThreadPoolExecutor(threads) as pool:
+        return [done.result() for done in [pool.submit(work, w) for w in range(threads)]]
+
+
 def _release_freed_memory() -> None:
     """Give the memory freed in the threads' ``malloc`` arenas back to the system (glibc's ``malloc_trim``; nothing
     elsewhere). Opening a file leaves many small freed blocks there (the missing calls of each block of variants,
@@ -443,7 +458,7 @@ class BedVariants:
         # about 4 MiB of uint32 a block, at most 255 variants
         step = max(1, min(255, PRODUCT_BLOCK_BYTES // (4 * max(width, 1))))
         starts = list(range(0, d_file, step))
-        threads = max(1, min(product_threads() if self.threads is None else int(self.threads), len(starts)))
+        threads = _worker_count(self.threads, len(starts))
         chunks = np.arange(0, full, 63)
         people_dtype = np.uint16 if s <= np.iinfo(np.uint16).max + 1 else np.int32  # 2 bytes a missing call
 
@@ -487,11 +502,7 @@ class BedVariants:
                     found.append((start, *_missing_calls(raw, people_dtype)))
             return missing, found
 
-        if threads == 1:
-            parts = [work(0)]
-        else:
-            with ThreadPoolExecutor(threads) as pool:
-                parts = [done.result() for done in [pool.submit(work, w) for w in range(threads)]]
+        parts = _run_workers(work, threads)
         missing = sum(part[0] for part in parts)[:s]
         if self.people is not None:
             missing = missing[self.people]
@@ -643,8 +654,7 @@ class BedVariants:
         :attr:`product_block` variants in file order, with one BLAS thread each when there are several."""
         d_file, width, chosen = self.rows.shape[0], self.rows.shape[1], self.chosen()
         b = max(1, min(d_file, self.product_block))
-        threads = self.threads if threads is None else threads
-        threads = max(1, min(product_threads() if threads is None else int(threads), -(-d_file // b)))
+        threads = _worker_count(self.threads if threads is None else threads, -(-d_file // b))
         kept = None if self.columns is None else self.columns >= 0
         before = None if kept is None else np.concatenate([[0], np.cumsum(kept)])  # kept file variants before each
 
@@ -675,9 +685,8 @@ class BedVariants:
             return
         from threadpoolctl import threadpool_limits
 
-        with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
-            for done in [pool.submit(work, w) for w in range(threads)]:
-                done.result()
+        with threadpool_limits(limits=1, user_api="blas"):
+            _run_workers(work, threads)
 
     def _left(self, Z: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None, threads: int | None,
               squares: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
@@ -737,8 +746,7 @@ class BedVariants:
         r = Zs.shape[1]
         wide = r + (1 if squares else 0)
         b = max(1, min(d_file, self.product_block))
-        threads = self.threads if threads is None else threads
-        threads = max(1, min(product_threads() if threads is None else int(threads), -(-d_file // b)))
+        threads = _worker_count(self.threads if threads is None else threads, -(-d_file // b))
         mean = None if mean is None else np.asarray(mean, dtype=np.float64)
         scale = None if scale is None else np.asarray(scale, dtype=np.float64)
         fill = None if mean is None or r == 0 else mean[:, None] * Zs  # what a missing call adds, (d, r)
@@ -763,11 +771,7 @@ class BedVariants:
                                            out)
             return out
 
-        if threads == 1:
-            sums = [work(0)]
-        else:
-            with ThreadPoolExecutor(threads) as pool:
-                sums = [done.result() for done in [pool.submit(work, w) for w in range(threads)]]
+        sums = _run_workers(work, threads)
         total = sums[0]
         for part in sums[1:]:
             total += part
@@ -792,8 +796,7 @@ class BedVariants:
         Y4[self.chosen(), :r] = Y
         total = Y4.sum(axis=0)
         chunk = max(1, RIGHT_PEOPLE_BYTES // (256 * 8 * wide))
-        threads = self.threads if threads is None else threads
-        threads = max(1, min(product_threads() if threads is None else int(threads), d_file))
+        threads = _worker_count(self.threads if threads is None else threads, d_file)
         columns = np.arange(d_file) if self.columns is None else self.columns
         flips = np.zeros(d_file, dtype=bool) if self.flip is None else self.flip
         fills = np.zeros(d_file) if fill is None else np.where(columns >= 0, fill[np.maximum(columns, 0)], 0.0)
@@ -809,12 +812,7 @@ class BedVariants:
                 bed_tables.right_missing(self.missing_ptr, self.missing_people, start, stop, columns[start:stop],
                                          flips[start:stop], fills[start:stop], Y4, total, out)
 
-        if threads == 1:
-            work(0)
-        else:
-            with ThreadPoolExecutor(threads) as pool:
-                for done in [pool.submit(work, w) for w in range(threads)]:
-                    done.result()
+        _run_workers(work, threads)
         return out if wide == r else np.ascontiguousarray(out[:, :r])
 
     def left(self, Z: np.ndarray, mean: np.ndarray | None = None, scale: np.ndarray | None = None,
@@ -858,6 +856,13 @@ class BedVariants:
         if self.row_weights is not None:
             Y *= self.row_weights.reshape((-1,) + (1,) * (Y.ndim - 1))
         return self.right(Y, mean, scale)
+
+    def left_with_squares(self, Z: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None,
+                          squares: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(X Z, ||x_i||^2 of every person or None)``, shapes (s, r) and (s,), in one read of the file: :meth:`left`
+        (the same numbers) and, with ``squares``, :meth:`row_squares` (unweighted)."""
+        Z = np.asarray(Z, dtype=np.float64)
+        return self._left(Z.reshape(Z.shape[0], -1), mean, scale, None, squares=squares)
 
     def row_squares(self, mean: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
         """``||x_i||^2`` of every person's row of ``X`` (class docstring: ``(g - mean) / scale``, a missing call 0),
@@ -903,8 +908,10 @@ class BedVariants:
 
 
     def summary(self, Z: np.ndarray, mean: np.ndarray | None, scale: np.ndarray | None, diagonal: bool,
-                product: bool = True) -> tuple[np.ndarray | None, float, tuple[np.ndarray, float] | None]:
-        """What the summary exchange asks of a site, in two reads of the file instead of five.
+                product: bool = True, left: tuple[np.ndarray, np.ndarray] | None = None,
+                ) -> tuple[np.ndarray | None, float, tuple[np.ndarray, float] | None]:
+        """What the summary exchange asks of a site, in two reads of the file instead of five (none with ``left`` and
+        without ``product``).
 
         Returns ``(X^T diag(omega) X Z, sum_i omega_i ||x_i||^2, parts)``: the product (:meth:`product`), the
         trace of ``X^T diag(omega) X`` (what :meth:`centered_column_squares` sums, weighted), and with
@@ -919,9 +926,12 @@ class BedVariants:
         diagonal : bool
         product : bool
             ``False``: no right pass, ``None`` for the product (the server knows it: ``product-known``).
+        left : tuple of ndarray, optional
+            ``(X Z, row squares)``, shapes (s, r) and (s,), where the site has them without a read (a ``krylov``
+            site's kept blocks: :meth:`~fl_strategies.kernels.products.LocalOperator.kept_left`): no left pass.
         """
         Z = np.asarray(Z, dtype=np.float64)
-        Y, squares = self._left(Z.reshape(Z.shape[0], -1), mean, scale, None, squares=True)
+        Y, squares = left if left is not None else self.left_with_squares(Z, mean, scale)
         parts = self._diagonal_parts(Y, squares) if diagonal else None
         weights = np.ones(self.num_rows) if self.row_weights is None else self.row_weights
         CZ = self.right(Y * weights[:, None], mean, scale).reshape(Z.shape) if product else None

@@ -315,6 +315,7 @@ class EigenspaceStrategy(FederatedStrategy):
             config[MISSINGNESS_DIAGONAL] = True
         if self._summary_CZ is not None:  # the sites send tr(A_i) (and the diagonal) alone: no right pass
             config[PRODUCT_KNOWN] = True
+            config.update(self.summary_coordinates(self._summary_Z))
         ins = FitIns(ndarrays_to_parameters([self._summary_Z]), config)
         return [(self.proxies[pid], ins) for pid in sorted(self.proxies)]
 
@@ -323,6 +324,11 @@ class EigenspaceStrategy(FederatedStrategy):
         (then the summary asks them for ``tr(A_i)`` and plink2's diagonal alone, :data:`PRODUCT_KNOWN`), else
         ``None``: here always ``None`` (``krylov`` overrides it)."""
         return None
+
+    def summary_coordinates(self, Z: np.ndarray) -> dict[str, Scalar]:
+        """Summary-config entries with which the sites answer without a left pass (``krylov``: the estimate's
+        coordinates in its basis, whose blocks' left products the sites kept); here none."""
+        return {}
 
     @property
     def plink2_diagonal(self) -> bool:

@@ -39,11 +39,16 @@ all eight stops at round 24, over the kept four at round 17, with PC1-2 within 1
 Checkpoints hold the basis, its products and the next block (:meth:`KrylovStrategy.state_dict`). The summary
 exchange after the last round asks the sites for ``tr(A_i)`` (and plink2's diagonal) but no product: the model's
 estimate is ``Z = Q V`` of a basis whose products are kept, so ``C Z = C Q V`` (:meth:`KrylovStrategy.known_product`).
+Each round tells the sites the basis's id and the block's index (:data:`~fl_strategies.files.pca.KRYLOV_BASIS`,
+:data:`~fl_strategies.files.pca.KRYLOV_BLOCK`): a ``.bed`` site keeps ``X Q_j`` (``s x r``) and, with the first
+block, its people's row squares, and the summary sends ``V`` (:meth:`KrylovStrategy.summary_coordinates`), so the
+site's ``X Z = [X Q_0 ... X Q_{q-1}] V`` needs no read of its file (one read where it kept nothing).
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import numpy as np
@@ -51,6 +56,7 @@ from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_paramete
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
+from ...files.pca import KRYLOV_BASIS, KRYLOV_BLOCK, KRYLOV_COORDINATES
 from ...kernels.krylov import basis_times, extend_projection, next_block, rayleigh_ritz
 from ..base import log, uploaded_bytes
 from .fedpower import FedPowerStrategy
@@ -95,6 +101,7 @@ class KrylovStrategy(FedPowerStrategy):
         self.block: np.ndarray | None = None
         self.restarts = 0
         self.products = 0
+        self.basis_id: str | None = None  # KRYLOV_BASIS: the sites keep X Q_j of its blocks for the summary
         self.ritz_values: np.ndarray | None = None
         self._objective: float | None = None
         self._buffers: tuple[np.ndarray, np.ndarray] | None = None  # Q and C Q's storage (_append)
@@ -130,8 +137,11 @@ class KrylovStrategy(FedPowerStrategy):
         """Send the next Krylov block to every client (the first round: ``Z_0``)."""
         if self.block is None:
             self.block = parameters_to_ndarrays(parameters)[0]
+        if self.Q is None or self.basis_id is None:  # a new basis (a fit, a resumed run): its own id
+            self.basis_id = uuid.uuid4().hex
         config: dict[str, Scalar] = {**self.center_config(), "local-steps": 1, "round": server_round,
-                                     "iteration-offset": server_round - 1}
+                                     "iteration-offset": server_round - 1, KRYLOV_BASIS: self.basis_id,
+                                     KRYLOV_BLOCK: 0 if self.Q is None else self.Q.shape[1] // self.r}
         targets = sorted(self.proxies)
         plan = self.participation.plan(server_round, targets)  # every client is kept: the round's virtual time
         self._pending = {"start": time.perf_counter(), "steps": 1, "Z": self.block, "round_time": plan.round_time,
@@ -221,6 +231,7 @@ class KrylovStrategy(FedPowerStrategy):
             Q, CQ = Z, CZ
             self._projection = None
             self.restarts += 1
+            self.basis_id = uuid.uuid4().hex  # its first columns are Ritz vectors, no broadcast blocks
             log.info("round %d: Krylov basis full (%d blocks); restart %d from %d Ritz vectors", server_round,
                      self.capacity(), self.restarts, Z.shape[1])
             V = np.eye(Z.shape[1], self.r)  # the estimate: the new basis's first r columns
@@ -243,6 +254,17 @@ class KrylovStrategy(FedPowerStrategy):
             if estimate is Z and restarts == self.restarts and self.CQ is not None:
                 return basis_times(self.CQ[:, : V.shape[0]], V)
         return None
+
+    def summary_coordinates(self, Z: np.ndarray) -> dict[str, Scalar]:
+        """The estimate's coordinates ``V`` in the basis (``Z = Q V``) and the basis's id, where the basis is still
+        made of the broadcast blocks (no thick restart in this fit): each ``.bed`` site then has ``X Z = [X Q_0
+        ... X Q_{q-1}] V`` from the blocks it kept and reads its file no more (:data:`~fl_strategies.files.pca.
+        KRYLOV_COORDINATES`); ``{}`` otherwise."""
+        for estimate, restarts, V in self._coordinates:
+            if estimate is Z and restarts == self.restarts == 0 and self.basis_id is not None:
+                return {KRYLOV_BASIS: self.basis_id,
+                        KRYLOV_COORDINATES: np.ascontiguousarray(V, dtype="<f8").tobytes()}
+        return {}
 
     def _check_stop(self, n: int) -> None:
         """Rule (27) on ``F = n * (sum of the leading k Ritz values)``, the objective of the round's kept components
@@ -289,5 +311,6 @@ class KrylovStrategy(FedPowerStrategy):
         projection = saved.get("projection")  # Q^T C Q as the run kept it (a checkpoint before it: recomputed)
         self._buffers = None
         self._coordinates = []
+        self.basis_id = None  # the sites kept no block of the saved basis: a new id at the next round
         self._projection = None if projection is None else np.asarray(projection, dtype=np.float64)
         self._objective = saved["objective"]
