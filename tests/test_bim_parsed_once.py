@@ -136,3 +136,30 @@ def test_the_parsed_lists_are_let_go_of_when_asked(tmp_path, monkeypatch):
     variants.forget_parsed()
     assert len(variants._PARSED) == 0
     assert "forget_parsed()" in Path(run.__file__).read_text()
+
+
+def test_the_digest_and_the_repeated_ids_of_a_list_are_found_once_per_content(tmp_path, monkeypatch):
+    """The sites' copies of one ``.bim`` (four sites in one process) have their digest and their repeated IDs
+    found once; a changed list (same size and time) again; a repeated ID is still refused at every copy."""
+    from fl_strategies.files.variants import check_unique_ids, list_digest
+
+    digests, counted = [], []
+    digest, repeats = variants.variant_digest, variants.duplicate_ids
+    monkeypatch.setattr(variants, "variant_digest", lambda bim: digests.append(1) or digest(bim))
+    monkeypatch.setattr(variants, "duplicate_ids", lambda ids, *a: counted.append(1) or repeats(ids, *a))
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    sites = [write_bim(tmp_path / f"s{i}.bed", ROWS) for i in range(4)]
+    for site in sites:
+        site.with_suffix(".fam").write_text(f"f{site.stem} p1 0 0 0 -9\nf{site.stem} p2 0 0 0 -9\n")
+    assert {list_digest(site) for site in sites} == {digest(ROWS)} and len(digests) == 1
+    for site in sites:
+        check_unique_ids(site, "genotype file")
+    assert len(counted) == 1 + 4  # the variant IDs once, each site's people
+    stat = sites[0].with_suffix(".bim").stat()
+    twice = [ROWS[0], ("1", "rs1", "200", "C", "T"), ROWS[2]]
+    write_bim(sites[0], twice)
+    os.utime(sites[0].with_suffix(".bim"), ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert list_digest(sites[0]) == digest(twice) and list_digest(sites[1]) == digest(ROWS) and len(digests) == 2
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"s0\.bed' lists variant IDs more than once: rs1 \(2 times\)"):
+            check_unique_ids(sites[0], "genotype file")

@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["MIN_SHARED", "variant_list_path", "read_bim", "forget_parsed", "file_variants", "read_fam",
-           "variant_digest", "encode_variants", "decode_variants", "align_variants", "site_alignment", "as_variants", "AMBIGUOUS",
-           "is_ambiguous", "duplicate_ids", "check_unique_ids"]
+           "variant_digest", "list_digest", "encode_variants", "decode_variants", "align_variants", "site_alignment",
+           "as_variants", "AMBIGUOUS", "is_ambiguous", "duplicate_ids", "check_unique_ids"]
 
 MIN_SHARED = 0.5
 """The smallest share of a site's variants that every site must hold for a run over aligned variant lists."""
@@ -86,8 +86,34 @@ def file_variants(bed_path: str | Path) -> list[tuple[str, str, str]]:
     return list(entry[1])
 
 
+def list_digest(bed_path: str | Path) -> str:
+    """:func:`variant_digest` of the genotype file's variant list (:func:`read_bim`'s); of a ``.bim``, computed
+    once per parsed content (the sites of a simulation holding copies of one list: 34 ms each at 188,000
+    variants)."""
+    listing = variant_list_path(bed_path)
+    if listing.suffix == ".pvar":
+        return variant_digest(read_bim(bed_path))
+    entry = _parsed_bim(listing)
+    if entry[2] is None:
+        entry[2] = variant_digest(entry[0])
+    return entry[2]
+
+
+def _variant_id_repeats(bed_path: str | Path) -> str:
+    """:func:`duplicate_ids` of the variant IDs of the genotype file's list; of a ``.bim``, once per parsed
+    content."""
+    listing = variant_list_path(bed_path)
+    if listing.suffix == ".pvar":
+        return duplicate_ids([vid for _, vid, _, _, _ in read_bim(bed_path)])
+    entry = _parsed_bim(listing)
+    if entry[3] is None:
+        entry[3] = duplicate_ids([vid for _, vid, _, _, _ in entry[0]])
+    return entry[3]
+
+
 def _parsed_bim(listing: Path) -> list:
-    """The entry of :data:`_PARSED` for the ``.bim`` ``listing``: ``[rows, variants or None]``."""
+    """The entry of :data:`_PARSED` for the ``.bim`` ``listing``: ``[rows, variants, digest, repeated IDs]``, the
+    last three ``None`` until asked for."""
     with open(listing, "rb") as handle:
         data = handle.read()
     key = hashlib.blake2b(data, digest_size=32).digest()  # the text itself is not kept
@@ -96,7 +122,7 @@ def _parsed_bim(listing: Path) -> list:
         if entry is not None:
             _PARSED.move_to_end(key)
             return entry
-    entry = [_parse_bim(data, listing), None]
+    entry = [_parse_bim(data, listing), None, None, None]
     with _PARSED_LOCK:
         _PARSED[key] = entry
         while len(_PARSED) > _PARSED_KEPT:
@@ -106,7 +132,8 @@ def _parsed_bim(listing: Path) -> list:
 
 _PARSED: OrderedDict[bytes, list] = OrderedDict()
 """The ``.bim`` texts :func:`read_bim` parsed, by their BLAKE2b digest (256 bits), most recent last (at most
-:data:`_PARSED_KEPT`): ``[rows, variants]``, the second :func:`file_variants`' (``None`` until asked for). What the
+:data:`_PARSED_KEPT`): ``[rows, variants, digest, repeated IDs]``, :func:`file_variants`', :func:`list_digest`'s
+and :func:`check_unique_ids`' (``None`` until asked for). What the
 process keeps: about 290 bytes a variant (53 MB at 188,000 variants, with the IDs and alleles) for each distinct
 list."""
 _PARSED_KEPT = 4
@@ -194,20 +221,20 @@ def check_unique_ids(bed_path: str | Path, label: str = "file",
     ambiguous (plink2 allows repeated variant IDs in some commands; ``.`` IDs are not counted here).
 
     ``bim``, when given, is the file's variant list as :func:`read_bim` returned it (a caller that read it already
-    saves a second read: 100,000 variants take about 0.5 s); ``people_only``: the people alone (a caller that checked
-    the same variant list already).
+    saves a second read: 100,000 variants take about 0.5 s); without it a ``.bim``'s IDs are counted once per
+    parsed content; ``people_only``: the people alone (a caller that checked the same variant list already).
 
     Raises
     ------
     ValueError
         One line: ``label``, the path, what is repeated and the IDs (:func:`duplicate_ids`).
     """
-    checks = [("people (FID IID)", lambda: read_fam(bed_path))]
+    checks = [("people (FID IID)", lambda: duplicate_ids(read_fam(bed_path)))]
     if not people_only:
-        checks.insert(0, ("variant IDs", lambda: [vid for _, vid, _, _, _ in (read_bim(bed_path) if bim is None
-                                                                               else bim)]))
-    for what, listed in checks:
-        twice = duplicate_ids(listed())
+        checks.insert(0, ("variant IDs", lambda: _variant_id_repeats(bed_path) if bim is None
+                          else duplicate_ids([vid for _, vid, _, _, _ in bim])))
+    for what, repeats in checks:
+        twice = repeats()
         if twice:
             raise ValueError(f"{label} {str(bed_path)!r} lists {what} more than once: {twice}; each must be listed "
                              "once (plink2 --rm-dup force-first or --set-all-var-ids for variants; one line per "
