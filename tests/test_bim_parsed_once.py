@@ -163,3 +163,34 @@ def test_the_digest_and_the_repeated_ids_of_a_list_are_found_once_per_content(tm
     for _ in range(2):
         with pytest.raises(ValueError, match=r"s0\.bed' lists variant IDs more than once: rs1 \(2 times\)"):
             check_unique_ids(sites[0], "genotype file")
+
+
+def test_a_settled_list_is_not_read_again_and_a_changed_or_fresh_one_is(tmp_path, monkeypatch):
+    """A ``.bim`` unchanged for ``SETTLED_NS`` before it was read is known by its stat (path, inode, size, times)
+    afterwards; one written again (a later change time) is read again, and so is a file written just now
+    (its times could stay within a clock tick of a rewrite) at every call."""
+    reads = []
+    real_open = open
+
+    def counted(path, *args, **kwargs):
+        reads.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(variants, "open", counted, raising=False)
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    monkeypatch.setattr(variants, "_STAMPS", {})
+    fresh = write_bim(tmp_path / "fresh.bed", ROWS)
+    for _ in range(3):
+        assert read_bim(fresh) == ROWS
+    assert len(reads) == 3  # just written: read every time (the default SETTLED_NS)
+    monkeypatch.setattr(variants, "SETTLED_NS", 0)  # as if written long ago
+    settled = write_bim(tmp_path / "settled.bed", ROWS)
+    reads.clear()
+    assert read_bim(settled) == ROWS and read_bim(settled) == ROWS and file_variants(settled)[0] == ("rs1", "A", "G")
+    assert len(reads) == 1
+    changed = [ROWS[0], ("1", "rs2", "200", "C", "A"), ROWS[2], ("3", "rs4", "9", "A", "C")]
+    write_bim(settled, changed)
+    assert read_bim(settled) == changed and len(reads) == 2
+    variants.forget_parsed()  # the stamps go with the lists
+    assert not variants._STAMPS
+    assert read_bim(settled) == changed and len(reads) == 3 and len(variants._STAMPS) == 1

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import threading
+import time
 from collections import Counter, OrderedDict
 from pathlib import Path
 
@@ -62,10 +64,13 @@ def read_bim(bed_path: str | Path) -> list[tuple[str, str, str, str, str]]:
     ``.pgen`` its ``.pvar``, ALT as A1 (:func:`fl_strategies.files.pgen.read_pvar`); the file is
     :func:`variant_list_path`'s.
 
-    A ``.bim`` is parsed once per process for each content (:data:`_PARSED`): the file is read whole every time
-    (a changed file is parsed again, whatever its size and time say), and a text parsed before, the same file
-    asked for again or another site's copy of the same list, gives the list parsed then (a new list of the same
-    tuples). A compare run over 188,000 variants in four sites asked for them nine times: 0.6 s."""
+    A ``.bim`` is parsed once per process for each content (:data:`_PARSED`): the file is read whole (a changed
+    file is parsed again, whatever its size and time say), and a text parsed before, the same file asked for again
+    or another site's copy of the same list, gives the list parsed then (a new list of the same tuples). A compare
+    run over 188,000 variants in four sites asked for them nine times: 0.6 s. A file not changed for
+    :data:`SETTLED_NS` when it was read is not read again while its path, device, inode, size, modification and
+    change times stay the same (:data:`_STAMPS`; a file changed since has a later change time, which no one can set
+    back)."""
     listing = variant_list_path(bed_path)
     if listing.suffix == ".pvar":
         from .pgen import read_pvar
@@ -114,9 +119,22 @@ def _variant_id_repeats(bed_path: str | Path) -> str:
 def _parsed_bim(listing: Path) -> list:
     """The entry of :data:`_PARSED` for the ``.bim`` ``listing``: ``[rows, variants, digest, repeated IDs]``, the
     last three ``None`` until asked for."""
+    stamp = _stamp(listing)
+    if stamp is not None:
+        with _PARSED_LOCK:
+            key = _STAMPS.get(stamp[1:])
+            entry = None if key is None else _PARSED.get(key)
+            if entry is not None:
+                _PARSED.move_to_end(key)
+                return entry
     with open(listing, "rb") as handle:
         data = handle.read()
     key = hashlib.blake2b(data, digest_size=32).digest()  # the text itself is not kept
+    if stamp is not None and stamp[-1] <= stamp[0] - SETTLED_NS:  # stat'ed before the read, unchanged for a while
+        with _PARSED_LOCK:
+            if len(_STAMPS) >= _STAMPS_KEPT:
+                _STAMPS.clear()
+            _STAMPS[stamp[1:]] = key
     with _PARSED_LOCK:
         entry = _PARSED.get(key)
         if entry is not None:
@@ -139,12 +157,34 @@ list."""
 _PARSED_KEPT = 4
 _PARSED_LOCK = threading.Lock()
 
+_STAMPS: dict[tuple, bytes] = {}
+"""A settled ``.bim``'s ``(path, device, inode, size, mtime ns, ctime ns)`` to its text's key in :data:`_PARSED`
+(at most :data:`_STAMPS_KEPT`, then forgotten all at once)."""
+_STAMPS_KEPT = 64
+SETTLED_NS = 2_000_000_000
+"""Nanoseconds a ``.bim``'s latest modification or change must lie before the moment it is read for its stamp to
+stand for its text (:func:`read_bim`): a file written again within a clock tick of a read keeps its times, one
+changed later gets a later change time."""
+
+
+def _stamp(listing: Path) -> tuple | None:
+    """``(now ns, path, device, inode, size, mtime ns, ctime ns, latest of the two)`` of the file, ``None`` where it
+    cannot be stat'ed (the read names the problem)."""
+    now = time.time_ns()
+    try:
+        st = os.stat(listing)
+    except OSError:
+        return None
+    return (now, str(listing), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+            max(st.st_mtime_ns, st.st_ctime_ns))
+
 
 def forget_parsed() -> None:
     """Let go of the variant lists :func:`read_bim` keeps (:data:`_PARSED`): for a process that has checked its
     files and has no more use for them (``fedspectral run`` while Flower runs)."""
     with _PARSED_LOCK:
         _PARSED.clear()
+        _STAMPS.clear()
 
 
 def _parse_bim(data: bytes, listing: Path) -> list[tuple[str, str, str, str, str]]:
