@@ -642,7 +642,14 @@ def _bim_cached(path: str, version) -> list[tuple[str, str, str, str, str]]:
 
 @lru_cache(maxsize=64)
 def _digest_cached(path: str, version) -> str:
-    return list_digest(path)
+    return list_digest(path, _unkept_list(path, version))
+
+
+def _unkept_list(path: str, version) -> list[tuple[str, str, str, str, str]] | None:
+    """The node's variant list (read once, :func:`_bim_cached`) where :func:`~fl_strategies.files.variants.read_bim`
+    does not keep it parsed by content (a ``.pvar``); ``None`` for a ``.bim``, whose content's digest and repeated
+    IDs are kept with it."""
+    return None if variant_list_path(path).suffix == ".bim" else _bim_cached(path, version)
 
 
 @lru_cache(maxsize=16)
@@ -666,7 +673,7 @@ def _aligned_cached(path: str, version, variants: bytes, label: str) -> BedVaria
 def _read_cached(path: str, version, label: str):
     X = open_samples(path, label)
     if isinstance(X, BedVariants):  # a variant or a person listed twice: refused naming them
-        check_unique_ids(path, label)  # its variant IDs counted once per list content (the sites' copies of one)
+        check_unique_ids(path, label, _unkept_list(path, version))  # a .bim's IDs counted once per content
     if isinstance(X, np.ndarray) and not isinstance(X, np.memmap):
         X.setflags(write=False)
     return X

@@ -91,13 +91,13 @@ def file_variants(bed_path: str | Path) -> list[tuple[str, str, str]]:
     return list(entry[1])
 
 
-def list_digest(bed_path: str | Path) -> str:
+def list_digest(bed_path: str | Path, bim: list[tuple[str, str, str, str, str]] | None = None) -> str:
     """:func:`variant_digest` of the genotype file's variant list (:func:`read_bim`'s); of a ``.bim``, computed
     once per parsed content (the sites of a simulation holding copies of one list: 34 ms each at 188,000
-    variants)."""
+    variants); of another list (a ``.pvar``, not kept parsed) from ``bim`` when given (the list the caller read)."""
     listing = variant_list_path(bed_path)
     if listing.suffix == ".pvar":
-        return variant_digest(read_bim(bed_path))
+        return variant_digest(read_bim(bed_path) if bim is None else bim)
     entry = _parsed_bim(listing)
     if entry[2] is None:
         entry[2] = variant_digest(entry[0])
