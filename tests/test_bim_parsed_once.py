@@ -194,3 +194,41 @@ def test_a_settled_list_is_not_read_again_and_a_changed_or_fresh_one_is(tmp_path
     variants.forget_parsed()  # the stamps go with the lists
     assert not variants._STAMPS
     assert read_bim(settled) == changed and len(reads) == 3 and len(variants._STAMPS) == 1
+
+
+def test_sites_asking_at_once_have_the_digest_found_once(tmp_path, monkeypatch):
+    """Discovery asks the four in-process sites together (a thread each): one finds the digest and the repeated
+    IDs, the others wait for it."""
+    import threading
+    import time
+
+    from fl_strategies.files.variants import check_unique_ids, list_digest
+
+    digests, counted = [], []
+    digest, repeats = variants.variant_digest, variants.duplicate_ids
+
+    def slow_digest(bim):
+        digests.append(1)
+        time.sleep(0.05)  # long enough for the other threads to arrive meanwhile
+        return digest(bim)
+
+    def slow_repeats(ids, *args):
+        counted.append(1)
+        time.sleep(0.05)
+        return repeats(ids, *args)
+
+    monkeypatch.setattr(variants, "variant_digest", slow_digest)
+    monkeypatch.setattr(variants, "duplicate_ids", slow_repeats)
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    sites = [write_bim(tmp_path / f"s{i}.bed", ROWS) for i in range(4)]
+    for site in sites:
+        site.with_suffix(".fam").write_text("f p1 0 0 0 -9\n")
+    got = []
+    threads = [threading.Thread(target=lambda s=site: got.append(list_digest(s)) or check_unique_ids(s, "file"))
+               for site in sites]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got == [digest(ROWS)] * 4 and len(digests) == 1
+    assert len(counted) == 1 + 4  # the variant IDs once, each site's people

@@ -99,8 +99,9 @@ def list_digest(bed_path: str | Path, bim: list[tuple[str, str, str, str, str]] 
     if listing.suffix == ".pvar":
         return variant_digest(read_bim(bed_path) if bim is None else bim)
     entry = _parsed_bim(listing)
-    if entry[2] is None:
-        entry[2] = variant_digest(entry[0])
+    with _DERIVING:  # the sites' threads ask at once: one computes, the others wait for it
+        if entry[2] is None:
+            entry[2] = variant_digest(entry[0])
     return entry[2]
 
 
@@ -111,8 +112,9 @@ def _variant_id_repeats(bed_path: str | Path) -> str:
     if listing.suffix == ".pvar":
         return duplicate_ids([vid for _, vid, _, _, _ in read_bim(bed_path)])
     entry = _parsed_bim(listing)
-    if entry[3] is None:
-        entry[3] = duplicate_ids([vid for _, vid, _, _, _ in entry[0]])
+    with _DERIVING:
+        if entry[3] is None:
+            entry[3] = duplicate_ids([vid for _, vid, _, _, _ in entry[0]])
     return entry[3]
 
 
@@ -156,6 +158,8 @@ process keeps: about 290 bytes a variant (53 MB at 188,000 variants, with the ID
 list."""
 _PARSED_KEPT = 4
 _PARSED_LOCK = threading.Lock()
+_DERIVING = threading.Lock()
+"""Held while a list's digest or repeated IDs are found (:func:`list_digest`), so that it is done once."""
 
 _STAMPS: dict[tuple, bytes] = {}
 """A settled ``.bim``'s ``(path, device, inode, size, mtime ns, ctime ns)`` to its text's key in :data:`_PARSED`
