@@ -63,7 +63,7 @@ from flwr.common import ConfigRecord
 from fl_strategies.files.data_files import file_fingerprint, is_data_file, is_genotype_file, open_samples
 from fl_strategies.files.harness import find_harness, on_nodes, partition_file
 from fl_strategies.files.keep import founders_of, keep_file, site_keep
-from fl_strategies.files.variants import (check_unique_ids, decode_variants, read_bim, site_alignment,
+from fl_strategies.files.variants import (check_unique_ids, decode_variants, list_digest, read_bim, site_alignment,
                                          variant_list_path)
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_power
 from fl_strategies.kernels.products import LocalOperator, gram_is_cheaper
@@ -332,6 +332,15 @@ class NodeData:
         if file is None or not is_genotype_file(file[0]):
             return None
         return _bim_cached(file[0], _version(file[0]))
+
+    @property
+    def variant_digest(self) -> str | None:
+        """:func:`~fl_strategies.files.variants.variant_digest` of :attr:`bim` (computed once per list content:
+        :func:`~fl_strategies.files.variants.list_digest`), ``None`` for other data."""
+        file = self._file()
+        if file is None or not is_genotype_file(file[0]):
+            return None
+        return _digest_cached(file[0], _version(file[0]))
 
     @property
     def run_variants(self) -> bytes | None:
@@ -631,6 +640,18 @@ def _bim_cached(path: str, version) -> list[tuple[str, str, str, str, str]]:
     return read_bim(path)
 
 
+@lru_cache(maxsize=64)
+def _digest_cached(path: str, version) -> str:
+    return list_digest(path, _unkept_list(path, version))
+
+
+def _unkept_list(path: str, version) -> list[tuple[str, str, str, str, str]] | None:
+    """The node's variant list (read once, :func:`_bim_cached`) where :func:`~fl_strategies.files.variants.read_bim`
+    does not keep it parsed by content (a ``.pvar``); ``None`` for a ``.bim``, whose content's digest and repeated
+    IDs are kept with it."""
+    return None if variant_list_path(path).suffix == ".bim" else _bim_cached(path, version)
+
+
 @lru_cache(maxsize=16)
 def _aligned_cached(path: str, version, variants: bytes, label: str) -> BedVariants:
     """The ``.bed`` at ``path`` as the columns of ``variants`` (the run's list), its swapped alleles flipped."""
@@ -652,7 +673,7 @@ def _aligned_cached(path: str, version, variants: bytes, label: str) -> BedVaria
 def _read_cached(path: str, version, label: str):
     X = open_samples(path, label)
     if isinstance(X, BedVariants):  # a variant or a person listed twice: refused naming them
-        check_unique_ids(path, label, _bim_cached(path, version))  # the node's one read of its variant list
+        check_unique_ids(path, label, _unkept_list(path, version))  # a .bim's IDs counted once per content
     if isinstance(X, np.ndarray) and not isinstance(X, np.memmap):
         X.setflags(write=False)
     return X

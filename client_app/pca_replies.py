@@ -16,7 +16,7 @@ import numpy as np
 from fl_strategies.settings.config import column_scaling, row_sums_at_discovery, secure_covariance, secure_power
 from fl_strategies.files.data_files import FINGERPRINT
 from fl_strategies.files.pca import KRYLOV_BASIS, KRYLOV_COORDINATES, MISSINGNESS_DIAGONAL, PRODUCT_KNOWN
-from fl_strategies.files.variants import encode_variants, variant_digest
+from fl_strategies.files.variants import encode_variants
 
 from .ld_replies import asks_ld, ld_reply
 
@@ -94,7 +94,7 @@ def discovery_properties(data, cfg: dict[str, Any], dimension: int, noisy: bool,
     if not noisy and not secure_covariance(cfg) and not secure_power(cfg):
         props["sq-sum"] = data.sum_of_squares(cfg["center"])
     if bim is not None:
-        props["variant-digest"] = variant_digest(bim)
+        props["variant-digest"] = data.variant_digest
     return props
 
 

@@ -136,3 +136,99 @@ def test_the_parsed_lists_are_let_go_of_when_asked(tmp_path, monkeypatch):
     variants.forget_parsed()
     assert len(variants._PARSED) == 0
     assert "forget_parsed()" in Path(run.__file__).read_text()
+
+
+def test_the_digest_and_the_repeated_ids_of_a_list_are_found_once_per_content(tmp_path, monkeypatch):
+    """The sites' copies of one ``.bim`` (four sites in one process) have their digest and their repeated IDs
+    found once; a changed list (same size and time) again; a repeated ID is still refused at every copy."""
+    from fl_strategies.files.variants import check_unique_ids, list_digest
+
+    digests, counted = [], []
+    digest, repeats = variants.variant_digest, variants.duplicate_ids
+    monkeypatch.setattr(variants, "variant_digest", lambda bim: digests.append(1) or digest(bim))
+    monkeypatch.setattr(variants, "duplicate_ids", lambda ids, *a: counted.append(1) or repeats(ids, *a))
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    sites = [write_bim(tmp_path / f"s{i}.bed", ROWS) for i in range(4)]
+    for site in sites:
+        site.with_suffix(".fam").write_text(f"f{site.stem} p1 0 0 0 -9\nf{site.stem} p2 0 0 0 -9\n")
+    assert {list_digest(site) for site in sites} == {digest(ROWS)} and len(digests) == 1
+    for site in sites:
+        check_unique_ids(site, "genotype file")
+    assert len(counted) == 1 + 4  # the variant IDs once, each site's people
+    stat = sites[0].with_suffix(".bim").stat()
+    twice = [ROWS[0], ("1", "rs1", "200", "C", "T"), ROWS[2]]
+    write_bim(sites[0], twice)
+    os.utime(sites[0].with_suffix(".bim"), ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert list_digest(sites[0]) == digest(twice) and list_digest(sites[1]) == digest(ROWS) and len(digests) == 2
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"s0\.bed' lists variant IDs more than once: rs1 \(2 times\)"):
+            check_unique_ids(sites[0], "genotype file")
+
+
+def test_a_settled_list_is_not_read_again_and_a_changed_or_fresh_one_is(tmp_path, monkeypatch):
+    """A ``.bim`` unchanged for ``SETTLED_NS`` before it was read is known by its stat (path, inode, size, times)
+    afterwards; one written again (a later change time) is read again, and so is a file written just now
+    (its times could stay within a clock tick of a rewrite) at every call."""
+    reads = []
+    real_open = open
+
+    def counted(path, *args, **kwargs):
+        reads.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(variants, "open", counted, raising=False)
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    monkeypatch.setattr(variants, "_STAMPS", {})
+    fresh = write_bim(tmp_path / "fresh.bed", ROWS)
+    for _ in range(3):
+        assert read_bim(fresh) == ROWS
+    assert len(reads) == 3  # just written: read every time (the default SETTLED_NS)
+    monkeypatch.setattr(variants, "SETTLED_NS", 0)  # as if written long ago
+    settled = write_bim(tmp_path / "settled.bed", ROWS)
+    reads.clear()
+    assert read_bim(settled) == ROWS and read_bim(settled) == ROWS and file_variants(settled)[0] == ("rs1", "A", "G")
+    assert len(reads) == 1
+    changed = [ROWS[0], ("1", "rs2", "200", "C", "A"), ROWS[2], ("3", "rs4", "9", "A", "C")]
+    write_bim(settled, changed)
+    assert read_bim(settled) == changed and len(reads) == 2
+    variants.forget_parsed()  # the stamps go with the lists
+    assert not variants._STAMPS
+    assert read_bim(settled) == changed and len(reads) == 3 and len(variants._STAMPS) == 1
+
+
+def test_sites_asking_at_once_have_the_digest_found_once(tmp_path, monkeypatch):
+    """Discovery asks the four in-process sites together (a thread each): one finds the digest and the repeated
+    IDs, the others wait for it."""
+    import threading
+    import time
+
+    from fl_strategies.files.variants import check_unique_ids, list_digest
+
+    digests, counted = [], []
+    digest, repeats = variants.variant_digest, variants.duplicate_ids
+
+    def slow_digest(bim):
+        digests.append(1)
+        time.sleep(0.05)  # long enough for the other threads to arrive meanwhile
+        return digest(bim)
+
+    def slow_repeats(ids, *args):
+        counted.append(1)
+        time.sleep(0.05)
+        return repeats(ids, *args)
+
+    monkeypatch.setattr(variants, "variant_digest", slow_digest)
+    monkeypatch.setattr(variants, "duplicate_ids", slow_repeats)
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    sites = [write_bim(tmp_path / f"s{i}.bed", ROWS) for i in range(4)]
+    for site in sites:
+        site.with_suffix(".fam").write_text("f p1 0 0 0 -9\n")
+    got = []
+    threads = [threading.Thread(target=lambda s=site: got.append(list_digest(s)) or check_unique_ids(s, "file"))
+               for site in sites]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got == [digest(ROWS)] * 4 and len(digests) == 1
+    assert len(counted) == 1 + 4  # the variant IDs once, each site's people

@@ -305,3 +305,25 @@ def test_deploy_with_pgen_node_files_gives_the_bed_sites_model(tmp_path, flower_
                           timeout=580)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert_same_model(load_model(tmp_path / "pca-out" / "pca.npz"), reference)
+
+
+def test_a_pgen_nodes_discovery_reads_its_pvar_once(tmp_path, monkeypatch):
+    """A ``.pvar`` is not kept parsed by content as a ``.bim`` is (``read_bim``): a node's digest and its check
+    of repeated IDs use the list it read once (``client_app/data.py``: ``_unkept_list``), not two more reads."""
+    from client_app import data
+    from client_app.data import NodeData
+    from fl_strategies.files import pgen
+    from fl_strategies.files.variants import variant_digest
+
+    G = np.random.default_rng(8).integers(0, 3, (12, 5)).astype(np.float32)
+    bed_to_pgen(write_bed(tmp_path / "g.bed", G), tmp_path / "g.pgen")
+    reads = []
+    real = pgen.read_pvar
+    monkeypatch.setattr(pgen, "read_pvar", lambda path: reads.append(path) or real(path))
+    for cache in (data._read_cached, data._bim_cached, data._digest_cached):
+        cache.cache_clear()
+    cfg = {"num-clients": 1, "row-normalize": False, "dataset": "nodes", "dimension": 0}
+    node = NodeData(cfg, {"partition-id": 0, "data-path": str(tmp_path / "g.pgen")})
+    assert node.num_rows == 12  # the file opened and checked (repeated IDs)
+    assert node.variant_digest == variant_digest(node.bim) and len(node.bim) == 5
+    assert len(reads) == 2  # the file's opening (its width) and the node's list

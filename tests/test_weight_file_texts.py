@@ -80,3 +80,72 @@ def test_rows_and_their_negations_are_the_numbers_reprs():
     assert negated_rows(rows) == ["\t".join(map(repr, (-values)[i].tolist())) for i in range(3)]
     assert exact_rows(np.zeros((0, 3))) == [] and negated_rows([]) == []
     assert exact_rows(np.array([[0.5], [-1.0]])) == ["0.5", "-1.0"]
+
+
+def _awkward_numbers(size: int, seed: int = 4) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal(size) * 10.0 ** rng.integers(-310, 300, size)
+    values[:9] = [0.0, -0.0, 1e-05, 1e16, -1e+16, np.inf, -np.inf, np.nan, 5e-324]
+    return values
+
+
+def test_a_long_array_is_formatted_in_two_processes_with_the_same_texts(monkeypatch):
+    import subprocess
+
+    from fl_strategies.files import float_reprs as module
+
+    started = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(module, "IN_TWO_FROM", 100)
+    monkeypatch.setattr(module.subprocess, "Popen", Recorded)
+    values = _awkward_numbers(1001).reshape(77, 13)
+    assert module.float_reprs(values) == _old_texts(values)
+    assert len(started) == 1 and started[0].returncode == 0  # the helper ran, answered and was waited for
+    rows = exact_rows(values)  # the weight files' rows, through the helper too
+    assert rows == ["\t".join(map(repr, row)) for row in values.tolist()] and len(started) == 2
+    assert all(helper.returncode == 0 for helper in started)
+    assert module.float_reprs(values[:1, :50]) == _old_texts(values[:1, :50]) and len(started) == 2  # short: here
+
+
+@pytest.mark.parametrize("fault", ["no process", "another interpreter", "helper fails"])
+def test_the_numbers_are_formatted_here_when_the_helper_cannot_give_them(monkeypatch, fault):
+    from fl_strategies.files import float_reprs as module
+
+    monkeypatch.setattr(module, "IN_TWO_FROM", 10)
+    if fault == "no process":
+        def refuse(*args, **kwargs):
+            raise OSError("no processes left")
+        monkeypatch.setattr(module.subprocess, "Popen", refuse)
+    elif fault == "another interpreter":
+        monkeypatch.setattr(module, "_interpreter", lambda: "another")
+    else:
+        monkeypatch.setattr(module, "_HELPER", "import sys; sys.stdin.buffer.read(); sys.exit(3)")
+    values = _awkward_numbers(257)
+    assert module._in_two(values) is None
+    assert module.float_reprs(values) == _old_texts(values)
+
+
+def test_an_interrupted_formatting_leaves_no_helper_behind(monkeypatch):
+    from fl_strategies.files import float_reprs as module
+
+    started = []
+    real = module.subprocess.Popen
+
+    def recorded(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    def interrupted(value):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "IN_TWO_FROM", 10)
+    monkeypatch.setattr(module.subprocess, "Popen", recorded)
+    monkeypatch.setattr(module, "repr", interrupted, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        module.float_reprs(_awkward_numbers(100))
+    assert len(started) == 1 and started[0].returncode is not None

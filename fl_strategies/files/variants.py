@@ -30,15 +30,17 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import threading
+import time
 from collections import Counter, OrderedDict
 from pathlib import Path
 
 import numpy as np
 
 __all__ = ["MIN_SHARED", "variant_list_path", "read_bim", "forget_parsed", "file_variants", "read_fam",
-           "variant_digest", "encode_variants", "decode_variants", "align_variants", "site_alignment", "as_variants", "AMBIGUOUS",
-           "is_ambiguous", "duplicate_ids", "check_unique_ids"]
+           "variant_digest", "list_digest", "encode_variants", "decode_variants", "align_variants", "site_alignment",
+           "as_variants", "AMBIGUOUS", "is_ambiguous", "duplicate_ids", "check_unique_ids"]
 
 MIN_SHARED = 0.5
 """The smallest share of a site's variants that every site must hold for a run over aligned variant lists."""
@@ -62,10 +64,13 @@ def read_bim(bed_path: str | Path) -> list[tuple[str, str, str, str, str]]:
     ``.pgen`` its ``.pvar``, ALT as A1 (:func:`fl_strategies.files.pgen.read_pvar`); the file is
     :func:`variant_list_path`'s.
 
-    A ``.bim`` is parsed once per process for each content (:data:`_PARSED`): the file is read whole every time
-    (a changed file is parsed again, whatever its size and time say), and a text parsed before, the same file
-    asked for again or another site's copy of the same list, gives the list parsed then (a new list of the same
-    tuples). A compare run over 188,000 variants in four sites asked for them nine times: 0.6 s."""
+    A ``.bim`` is parsed once per process for each content (:data:`_PARSED`): the file is read whole (a changed
+    file is parsed again, whatever its size and time say), and a text parsed before, the same file asked for again
+    or another site's copy of the same list, gives the list parsed then (a new list of the same tuples). A compare
+    run over 188,000 variants in four sites asked for them nine times: 0.6 s. A file not changed for
+    :data:`SETTLED_NS` when it was read is not read again while its path, device, inode, size, modification and
+    change times stay the same (:data:`_STAMPS`; a file changed since has a later change time, which no one can set
+    back)."""
     listing = variant_list_path(bed_path)
     if listing.suffix == ".pvar":
         from .pgen import read_pvar
@@ -86,17 +91,58 @@ def file_variants(bed_path: str | Path) -> list[tuple[str, str, str]]:
     return list(entry[1])
 
 
+def list_digest(bed_path: str | Path, bim: list[tuple[str, str, str, str, str]] | None = None) -> str:
+    """:func:`variant_digest` of the genotype file's variant list (:func:`read_bim`'s); of a ``.bim``, computed
+    once per parsed content (the sites of a simulation holding copies of one list: 34 ms each at 188,000
+    variants); of another list (a ``.pvar``, not kept parsed) from ``bim`` when given (the list the caller read)."""
+    listing = variant_list_path(bed_path)
+    if listing.suffix == ".pvar":
+        return variant_digest(read_bim(bed_path) if bim is None else bim)
+    entry = _parsed_bim(listing)
+    with _DERIVING:  # the sites' threads ask at once: one computes, the others wait for it
+        if entry[2] is None:
+            entry[2] = variant_digest(entry[0])
+    return entry[2]
+
+
+def _variant_id_repeats(bed_path: str | Path) -> str:
+    """:func:`duplicate_ids` of the variant IDs of the genotype file's list; of a ``.bim``, once per parsed
+    content."""
+    listing = variant_list_path(bed_path)
+    if listing.suffix == ".pvar":
+        return duplicate_ids([vid for _, vid, _, _, _ in read_bim(bed_path)])
+    entry = _parsed_bim(listing)
+    with _DERIVING:
+        if entry[3] is None:
+            entry[3] = duplicate_ids([vid for _, vid, _, _, _ in entry[0]])
+    return entry[3]
+
+
 def _parsed_bim(listing: Path) -> list:
-    """The entry of :data:`_PARSED` for the ``.bim`` ``listing``: ``[rows, variants or None]``."""
+    """The entry of :data:`_PARSED` for the ``.bim`` ``listing``: ``[rows, variants, digest, repeated IDs]``, the
+    last three ``None`` until asked for."""
+    stamp = _stamp(listing)
+    if stamp is not None:
+        with _PARSED_LOCK:
+            key = _STAMPS.get(stamp[1:])
+            entry = None if key is None else _PARSED.get(key)
+            if entry is not None:
+                _PARSED.move_to_end(key)
+                return entry
     with open(listing, "rb") as handle:
         data = handle.read()
     key = hashlib.blake2b(data, digest_size=32).digest()  # the text itself is not kept
+    if stamp is not None and stamp[-1] <= stamp[0] - SETTLED_NS:  # stat'ed before the read, unchanged for a while
+        with _PARSED_LOCK:
+            if len(_STAMPS) >= _STAMPS_KEPT:
+                _STAMPS.clear()
+            _STAMPS[stamp[1:]] = key
     with _PARSED_LOCK:
         entry = _PARSED.get(key)
         if entry is not None:
             _PARSED.move_to_end(key)
             return entry
-    entry = [_parse_bim(data, listing), None]
+    entry = [_parse_bim(data, listing), None, None, None]
     with _PARSED_LOCK:
         _PARSED[key] = entry
         while len(_PARSED) > _PARSED_KEPT:
@@ -106,11 +152,35 @@ def _parsed_bim(listing: Path) -> list:
 
 _PARSED: OrderedDict[bytes, list] = OrderedDict()
 """The ``.bim`` texts :func:`read_bim` parsed, by their BLAKE2b digest (256 bits), most recent last (at most
-:data:`_PARSED_KEPT`): ``[rows, variants]``, the second :func:`file_variants`' (``None`` until asked for). What the
+:data:`_PARSED_KEPT`): ``[rows, variants, digest, repeated IDs]``, :func:`file_variants`', :func:`list_digest`'s
+and :func:`check_unique_ids`' (``None`` until asked for). What the
 process keeps: about 290 bytes a variant (53 MB at 188,000 variants, with the IDs and alleles) for each distinct
 list."""
 _PARSED_KEPT = 4
 _PARSED_LOCK = threading.Lock()
+_DERIVING = threading.Lock()
+"""Held while a list's digest or repeated IDs are found (:func:`list_digest`), so that it is done once."""
+
+_STAMPS: dict[tuple, bytes] = {}
+"""A settled ``.bim``'s ``(path, device, inode, size, mtime ns, ctime ns)`` to its text's key in :data:`_PARSED`
+(at most :data:`_STAMPS_KEPT`, then forgotten all at once)."""
+_STAMPS_KEPT = 64
+SETTLED_NS = 2_000_000_000
+"""Nanoseconds a ``.bim``'s latest modification or change must lie before the moment it is read for its stamp to
+stand for its text (:func:`read_bim`): a file written again within a clock tick of a read keeps its times, one
+changed later gets a later change time."""
+
+
+def _stamp(listing: Path) -> tuple | None:
+    """``(now ns, path, device, inode, size, mtime ns, ctime ns, latest of the two)`` of the file, ``None`` where it
+    cannot be stat'ed (the read names the problem)."""
+    now = time.time_ns()
+    try:
+        st = os.stat(listing)
+    except OSError:
+        return None
+    return (now, str(listing), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+            max(st.st_mtime_ns, st.st_ctime_ns))
 
 
 def forget_parsed() -> None:
@@ -118,6 +188,7 @@ def forget_parsed() -> None:
     files and has no more use for them (``fedspectral run`` while Flower runs)."""
     with _PARSED_LOCK:
         _PARSED.clear()
+        _STAMPS.clear()
 
 
 def _parse_bim(data: bytes, listing: Path) -> list[tuple[str, str, str, str, str]]:
@@ -194,20 +265,20 @@ def check_unique_ids(bed_path: str | Path, label: str = "file",
     ambiguous (plink2 allows repeated variant IDs in some commands; ``.`` IDs are not counted here).
 
     ``bim``, when given, is the file's variant list as :func:`read_bim` returned it (a caller that read it already
-    saves a second read: 100,000 variants take about 0.5 s); ``people_only``: the people alone (a caller that checked
-    the same variant list already).
+    saves a second read: 100,000 variants take about 0.5 s); without it a ``.bim``'s IDs are counted once per
+    parsed content; ``people_only``: the people alone (a caller that checked the same variant list already).
 
     Raises
     ------
     ValueError
         One line: ``label``, the path, what is repeated and the IDs (:func:`duplicate_ids`).
     """
-    checks = [("people (FID IID)", lambda: read_fam(bed_path))]
+    checks = [("people (FID IID)", lambda: duplicate_ids(read_fam(bed_path)))]
     if not people_only:
-        checks.insert(0, ("variant IDs", lambda: [vid for _, vid, _, _, _ in (read_bim(bed_path) if bim is None
-                                                                               else bim)]))
-    for what, listed in checks:
-        twice = duplicate_ids(listed())
+        checks.insert(0, ("variant IDs", lambda: _variant_id_repeats(bed_path) if bim is None
+                          else duplicate_ids([vid for _, vid, _, _, _ in bim])))
+    for what, repeats in checks:
+        twice = repeats()
         if twice:
             raise ValueError(f"{label} {str(bed_path)!r} lists {what} more than once: {twice}; each must be listed "
                              "once (plink2 --rm-dup force-first or --set-all-var-ids for variants; one line per "

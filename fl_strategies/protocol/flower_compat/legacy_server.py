@@ -10,8 +10,6 @@ from __future__ import annotations
 from flwr.server.compat.app import start_grid
 from flwr.server.compat.grid_client_proxy import GridClientProxy
 from flwr.server.server import fit_clients
-from flwr.superlink.grid.http_grid import HttpGrid
-from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
 __all__ = ["GridClientProxy", "HttpGrid", "InMemoryGrid", "fit_clients", "start_grid"]
 
@@ -47,3 +45,17 @@ __all__ = ["GridClientProxy", "HttpGrid", "InMemoryGrid", "fit_clients", "start_
 #   Why: server_app.app runs its ``@app.main()`` itself (to choose the SecAgg+ loop or this one and to
 #   install an observer) and then hands the legacy server to Flower.
 #   Public alternative: ``ServerApp(server_fn=...)`` returning ``ServerAppComponents`` (no own main).
+
+
+def __getattr__(name: str):
+    """``HttpGrid`` and ``InMemoryGrid`` imported on first use (PEP 562): their modules import fastapi, SQLAlchemy
+    and alembic (0.4 s), which a run of the in-process engine never needs (round_exchange.flower_grid)."""
+    if name == "HttpGrid":
+        from flwr.superlink.grid.http_grid import HttpGrid
+
+        return HttpGrid
+    if name == "InMemoryGrid":
+        from flwr.superlink.grid.inmemory_grid import InMemoryGrid
+
+        return InMemoryGrid
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
