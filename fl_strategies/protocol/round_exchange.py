@@ -39,7 +39,7 @@ from .fit_records import fitins_content, fitres_from_content
 from .flower_compat import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, quicken_reply_pulls
 
 __all__ = ["fit_in_one_batch", "send_and_receive", "pause_after_pull", "simulated_grid", "prompt_grid", "PromptGrid",
-           "MissingReply", "SUPERLINK_PULL_INTERVAL", "SUPERLINK_MIN_PAUSE", "ENGINE_PULL_SLOWDOWN"]
+           "MissingReply", "SUPERLINK_PULL_INTERVAL", "SUPERLINK_MIN_PAUSE", "ENGINE_PULL_SLOWDOWN", "ENGINE_MIN_PAUSE"]
 
 log = logging.getLogger("flwr.fedspectral")
 
@@ -56,6 +56,11 @@ SUPERLINK_MIN_PAUSE = 0.02
 """The least pause after a pull of a SuperLink, however long the pull took."""
 ENGINE_PULL_SLOWDOWN = 10.0
 """An engine's grid (``InMemoryGrid``) pauses at least this many times what its last pull took."""
+ENGINE_MIN_PAUSE = 0.01
+"""The least pause after a pull of an engine's grid (``InMemoryGrid``; Flower's own ``pull_interval`` is 0.1 s). A pull
+of a round's few replies takes about 0.05 ms of the link state's lock: the server sees the last reply of a round
+within 0.01 s of its arrival instead of 0.05 s on average (measured in ``fedspectral run``, 2,800 x 100,000, four
+sites: a round's last reply waited 0.056 s, median of 22 exchanges, for the server's next pull)."""
 
 
 def simulated_grid(grid) -> bool:
@@ -72,7 +77,7 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
     state's lock: with 10,000 messages in flight a pull took a good part of the
     interval and slowed the engine thread that delivers the messages (a Ray
     round of 10,000 clients took 41 s instead of 29 s). For that grid the pause
-    after a pull is ``pull_interval`` or ten times what the pull took,
+    after a pull is :data:`ENGINE_MIN_PAUSE` or ten times what the pull took,
     whichever is longer. A SuperLink's grid (``HttpGrid``, a deployment) pauses
     3 s after every pull that leaves a reply missing: a round whose last reply
     arrived just after a pull waited up to 3 s more, during which the SuperNodes
@@ -113,11 +118,11 @@ def pause_after_pull(grid, spent: float) -> float:
     """Seconds :func:`send_and_receive` pauses after a pull of ``grid`` that took ``spent`` seconds and left a reply
     missing: for a SuperLink's grid (``HttpGrid``: a pull is an HTTP request to the SuperLink, no slower when pulled
     often) the rest of :data:`SUPERLINK_PULL_INTERVAL` from the pull's start, at least :data:`SUPERLINK_MIN_PAUSE`;
-    for an engine's (``InMemoryGrid``: a pull holds the link state's lock) its ``pull_interval`` or
+    for an engine's (``InMemoryGrid``: a pull holds the link state's lock) :data:`ENGINE_MIN_PAUSE` or
     :data:`ENGINE_PULL_SLOWDOWN` times ``spent``, whichever is longer."""
     if isinstance(grid, HttpGrid):
         return max(SUPERLINK_PULL_INTERVAL - spent, SUPERLINK_MIN_PAUSE)
-    return max(float(grid.pull_interval), ENGINE_PULL_SLOWDOWN * spent)
+    return max(ENGINE_MIN_PAUSE, ENGINE_PULL_SLOWDOWN * spent)
 
 
 class PromptGrid:

@@ -103,7 +103,6 @@ Private internals reached through attributes (no import to move; check them on a
   when the state lacks them).
 * ``Message.metadata.__dict__["_message_id"]`` (simulations.engines.local.LocalGrid and
   simulations.bench_messages give messages ids as a Grid must; ``Metadata`` has no public setter).
-* ``InMemoryGrid.pull_interval`` (round_exchange.send_and_receive).
 * ``Server._get_initial_parameters`` / ``Server._client_manager`` (fl_strategies.protocol.server_loop.StoppingServer,
   a subclass of the public ``flwr.server.Server`` overriding ``fit``).
 
