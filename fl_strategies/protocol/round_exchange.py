@@ -36,7 +36,8 @@ from flwr.server.client_proxy import ClientProxy
 
 from . import stop_request
 from .fit_records import fitins_content, fitres_from_content
-from .flower_compat import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, quicken_reply_pulls
+from .flower_compat import (GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, note_push, quicken_engine_delivery,
+                            quicken_reply_pulls)
 
 __all__ = ["fit_in_one_batch", "send_and_receive", "pause_after_pull", "simulated_grid", "prompt_grid", "PromptGrid",
            "MissingReply", "SUPERLINK_PULL_INTERVAL", "SUPERLINK_MIN_PAUSE", "ENGINE_PULL_SLOWDOWN", "ENGINE_MIN_PAUSE"]
@@ -97,6 +98,8 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
     if not isinstance(grid, (InMemoryGrid, HttpGrid)):
         return list(grid.send_and_receive(messages, timeout=timeout))
     waiting = set(grid.push_messages(messages))
+    if isinstance(grid, InMemoryGrid):
+        note_push()  # the engine hands them to the nodes now, not at its next sweep (quicken_engine_delivery)
     end = None if timeout is None else time.monotonic() + timeout
     replies: list[Message] = []
     while waiting:
@@ -158,12 +161,18 @@ def prompt_grid(grid):
 
     For a SuperLink's grid (``HttpGrid``) the process's reply pulls are also quickened
     (:func:`~fl_strategies.protocol.flower_compat.grid_pull.quicken_reply_pulls`: a reply whose contents are still
-    arriving is asked for again after 0.1 s, not Flower's 1 s); where that does not fit the installed Flower, one
-    line says so and Flower's wait is kept."""
+    arriving is asked for again after 0.1 s, not Flower's 1 s); for an engine's (``InMemoryGrid``) the engine
+    hands the messages :func:`send_and_receive` pushes to the nodes at once, not at its next sweep 0.1 s later
+    (:func:`~fl_strategies.protocol.flower_compat.engine_delivery.quicken_engine_delivery`). Where that does not fit
+    the installed Flower, one line says so and Flower's wait is kept."""
     if isinstance(grid, HttpGrid):
         problem = quicken_reply_pulls()
         if problem:
             log.info("fedspectral: %s: Flower's own 1 s wait for a reply still arriving is kept", problem)
+    elif isinstance(grid, InMemoryGrid):
+        problem = quicken_engine_delivery()
+        if problem:
+            log.info("fedspectral: %s: Flower's engine keeps its 0.1 s between looks for new messages", problem)
     return PromptGrid(grid) if isinstance(grid, (HttpGrid, InMemoryGrid)) else grid
 
 
