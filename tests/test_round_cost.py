@@ -166,15 +166,16 @@ def test_a_superlink_is_pulled_every_tenth_of_a_second_however_long_a_pull_took(
 
 
 def test_each_grid_type_has_its_own_pause_after_a_pull():
-    """A SuperLink's grid: the rest of 0.1 s from the pull's start, at least 0.02 s; an engine's: its pull_interval
-    or ten times the pull, whichever is longer."""
+    """A SuperLink's grid: the rest of 0.1 s from the pull's start, at least 0.02 s; an engine's: 0.01 s (not Flower's
+    pull_interval of 0.1 s, which delayed a round's end by 0.05 s on average) or ten times the pull, whichever is
+    longer."""
     from fl_strategies.protocol.flower_compat import HttpGrid, InMemoryGrid
     from fl_strategies.protocol.round_exchange import pause_after_pull
 
     superlink, engine = HttpGrid.__new__(HttpGrid), InMemoryGrid.__new__(InMemoryGrid)
     engine.pull_interval = 0.1
     assert [pause_after_pull(superlink, spent) for spent in (0.01, 2.0)] == pytest.approx([0.09, 0.02])
-    assert [pause_after_pull(engine, spent) for spent in (0.001, 0.05)] == pytest.approx([0.1, 0.5])
+    assert [pause_after_pull(engine, spent) for spent in (0.0001, 0.003, 0.05)] == pytest.approx([0.01, 0.03, 0.5])
 
 
 def test_a_superlink_round_ends_at_its_timeout(monkeypatch):

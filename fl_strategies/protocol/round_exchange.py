@@ -36,10 +36,10 @@ from flwr.server.client_proxy import ClientProxy
 
 from . import flower_compat, stop_request
 from .fit_records import fitins_content, fitres_from_content
-from .flower_compat import GridClientProxy, fit_clients, quicken_reply_pulls
+from .flower_compat import GridClientProxy, fit_clients, note_push, quicken_engine_delivery, quicken_reply_pulls
 
 __all__ = ["fit_in_one_batch", "send_and_receive", "pause_after_pull", "simulated_grid", "prompt_grid", "PromptGrid",
-           "MissingReply", "SUPERLINK_PULL_INTERVAL", "SUPERLINK_MIN_PAUSE", "ENGINE_PULL_SLOWDOWN"]
+           "MissingReply", "SUPERLINK_PULL_INTERVAL", "SUPERLINK_MIN_PAUSE", "ENGINE_PULL_SLOWDOWN", "ENGINE_MIN_PAUSE"]
 
 log = logging.getLogger("flwr.fedspectral")
 
@@ -56,6 +56,11 @@ SUPERLINK_MIN_PAUSE = 0.02
 """The least pause after a pull of a SuperLink, however long the pull took."""
 ENGINE_PULL_SLOWDOWN = 10.0
 """An engine's grid (``InMemoryGrid``) pauses at least this many times what its last pull took."""
+ENGINE_MIN_PAUSE = 0.01
+"""The least pause after a pull of an engine's grid (``InMemoryGrid``; Flower's own ``pull_interval`` is 0.1 s). A pull
+of a round's few replies takes about 0.05 ms of the link state's lock: the server sees the last reply of a round
+within 0.01 s of its arrival instead of 0.05 s on average (measured in ``fedspectral run``, 2,800 x 100,000, four
+sites: a round's last reply waited 0.056 s, median of 22 exchanges, for the server's next pull)."""
 
 
 def flower_grid(grid, *names: str) -> bool:
@@ -80,7 +85,7 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
     state's lock: with 10,000 messages in flight a pull took a good part of the
     interval and slowed the engine thread that delivers the messages (a Ray
     round of 10,000 clients took 41 s instead of 29 s). For that grid the pause
-    after a pull is ``pull_interval`` or ten times what the pull took,
+    after a pull is :data:`ENGINE_MIN_PAUSE` or ten times what the pull took,
     whichever is longer. A SuperLink's grid (``HttpGrid``, a deployment) pauses
     3 s after every pull that leaves a reply missing: a round whose last reply
     arrived just after a pull waited up to 3 s more, during which the SuperNodes
@@ -100,6 +105,8 @@ def send_and_receive(grid, messages: list[Message], timeout: float | None) -> li
     if not flower_grid(grid, "InMemoryGrid", "HttpGrid"):
         return list(grid.send_and_receive(messages, timeout=timeout))
     waiting = set(grid.push_messages(messages))
+    if flower_grid(grid, "InMemoryGrid"):
+        note_push()  # the engine hands them to the nodes now, not at its next sweep (quicken_engine_delivery)
     end = None if timeout is None else time.monotonic() + timeout
     replies: list[Message] = []
     while waiting:
@@ -121,11 +128,11 @@ def pause_after_pull(grid, spent: float) -> float:
     """Seconds :func:`send_and_receive` pauses after a pull of ``grid`` that took ``spent`` seconds and left a reply
     missing: for a SuperLink's grid (``HttpGrid``: a pull is an HTTP request to the SuperLink, no slower when pulled
     often) the rest of :data:`SUPERLINK_PULL_INTERVAL` from the pull's start, at least :data:`SUPERLINK_MIN_PAUSE`;
-    for an engine's (``InMemoryGrid``: a pull holds the link state's lock) its ``pull_interval`` or
+    for an engine's (``InMemoryGrid``: a pull holds the link state's lock) :data:`ENGINE_MIN_PAUSE` or
     :data:`ENGINE_PULL_SLOWDOWN` times ``spent``, whichever is longer."""
     if flower_grid(grid, "HttpGrid"):
         return max(SUPERLINK_PULL_INTERVAL - spent, SUPERLINK_MIN_PAUSE)
-    return max(float(grid.pull_interval), ENGINE_PULL_SLOWDOWN * spent)
+    return max(ENGINE_MIN_PAUSE, ENGINE_PULL_SLOWDOWN * spent)
 
 
 class PromptGrid:
@@ -161,12 +168,18 @@ def prompt_grid(grid):
 
     For a SuperLink's grid (``HttpGrid``) the process's reply pulls are also quickened
     (:func:`~fl_strategies.protocol.flower_compat.grid_pull.quicken_reply_pulls`: a reply whose contents are still
-    arriving is asked for again after 0.1 s, not Flower's 1 s); where that does not fit the installed Flower, one
-    line says so and Flower's wait is kept."""
+    arriving is asked for again after 0.1 s, not Flower's 1 s); for an engine's (``InMemoryGrid``) the engine
+    hands the messages :func:`send_and_receive` pushes to the nodes at once, not at its next sweep 0.1 s later
+    (:func:`~fl_strategies.protocol.flower_compat.engine_delivery.quicken_engine_delivery`). Where that does not fit
+    the installed Flower, one line says so and Flower's wait is kept."""
     if flower_grid(grid, "HttpGrid"):
         problem = quicken_reply_pulls()
         if problem:
             log.info("fedspectral: %s: Flower's own 1 s wait for a reply still arriving is kept", problem)
+    elif flower_grid(grid, "InMemoryGrid"):
+        problem = quicken_engine_delivery()
+        if problem:
+            log.info("fedspectral: %s: Flower's engine keeps its 0.1 s between looks for new messages", problem)
     return PromptGrid(grid) if flower_grid(grid, "HttpGrid", "InMemoryGrid") else grid
 
 

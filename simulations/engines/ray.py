@@ -148,7 +148,7 @@ def _one_pass_message_sweep():
     """
     from flwr.common import now
 
-    from fl_strategies.protocol.flower_compat import vce_api
+    from fl_strategies.protocol.flower_compat import vce_api, wait_for_push
 
     original = vce_api.add_messages_to_queue
 
@@ -174,7 +174,7 @@ def _one_pass_message_sweep():
                         msg.metadata.delivered_at = stamp
             for msg in taken:
                 queue.put(msg)
-            f_stop.wait(0.1)
+            wait_for_push(f_stop)  # 0.1 s, or less after a ServerApp's push (round_exchange.send_and_receive)
 
     vce_api.add_messages_to_queue = sweep
     try:

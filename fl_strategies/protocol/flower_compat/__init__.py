@@ -35,6 +35,11 @@ name (area module)                                 Flower 1.41 path      used by
 ``quicken_reply_pulls`` (grid_pull)                flwr.superlink.grid   round_exchange.prompt_grid (a reply still   none (1 s first wait)
                                                    .http_grid            arriving asked for again after 0.1 s, not
                                                    .pull_objects         1 s; Flower 1.41/1.42, else one line)
+``quicken_engine_delivery``,                       flwr.server           round_exchange.prompt_grid (a round's       none (0.1 s between sweeps)
+``note_push``, ``wait_for_push``                   .superlink.fleet      messages handed to the nodes as soon as
+(engine_delivery)                                  .vce.vce_api          pushed, not at the next 0.1 s sweep;
+                                                   .add_messages_to_     Flower 1.41/1.42, else one line);
+                                                   queue                 simulations.engines.ray (its sweep)
 ``RECORD_KEY_CONFIGS`` (secagg)                    flwr.common.secure_   client_app.app (tell SecAgg+ stages from    none
                                                    aggregation.secagg…   fit messages), server_app.secure_loop
                                                                          (name the stages in a round's cost line)
@@ -103,7 +108,6 @@ Private internals reached through attributes (no import to move; check them on a
   when the state lacks them).
 * ``Message.metadata.__dict__["_message_id"]`` (simulations.engines.local.LocalGrid and
   simulations.bench_messages give messages ids as a Grid must; ``Metadata`` has no public setter).
-* ``InMemoryGrid.pull_interval`` (round_exchange.send_and_receive).
 * ``Server._get_initial_parameters`` / ``Server._client_manager`` (fl_strategies.protocol.server_loop.StoppingServer,
   a subclass of the public ``flwr.server.Server`` overriding ``fit``).
 
@@ -132,6 +136,10 @@ _AREA = {
     "start_grid": "legacy_server",
     # a SuperLink's grid fetches a reply's contents
     "quicken_reply_pulls": "grid_pull",
+    # the simulation engine hands pushed messages to its nodes
+    "quicken_engine_delivery": "engine_delivery",
+    "note_push": "engine_delivery",
+    "wait_for_push": "engine_delivery",
     # SecAgg+ rounds
     "RECORD_KEY_CONFIGS": "secagg",
     "SecAggKey": "secagg",
@@ -196,6 +204,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names are resol
     )
     from .legacy_server import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, start_grid
     from .grid_pull import quicken_reply_pulls
+    from .engine_delivery import note_push, quicken_engine_delivery, wait_for_push
     from .process_exit import add_exit_handler
     from .ray_engine import private_run_simulation, vce_api
     from .supernode_cli import supernode_argument_parser

@@ -27,8 +27,9 @@ __all__ = ["GridClientProxy", "HttpGrid", "InMemoryGrid", "fit_clients", "start_
 
 # InMemoryGrid : class, from ``flwr.superlink.grid.inmemory_grid``
 #   What: the ``Grid`` the simulation engine gives the ServerApp.
-#   Why: round_exchange.send_and_receive polls it less often (its ``pull_interval`` polling slowed the
-#   engine at 10,000 messages); other grids keep their own ``send_and_receive``.
+#   Why: round_exchange.send_and_receive paces its pulls itself (every 0.01 s, or ten times a pull's length:
+#   its own 0.1 s ``pull_interval`` delayed every round, and its polling slowed the engine at 10,000 messages);
+#   other grids keep their own ``send_and_receive``.
 #   Public alternative: ``flwr.serverapp.Grid`` (the ABC; ``send_and_receive`` without the tuning).
 
 # HttpGrid : class, from ``flwr.superlink.grid.http_grid``
