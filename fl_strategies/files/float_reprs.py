@@ -26,8 +26,7 @@ IN_TWO_FROM = 200_000
 _HELPER = ("import sys, array\n"
            "a = array.array('d')\n"
            "a.frombytes(sys.stdin.buffer.read())\n"
-           "text = f'{sys.hexversion} {sys.float_repr_style}\\n' + '\\n'.join(map(repr, a.tolist()))\n"
-           "sys.stdout.buffer.write(text.encode('ascii'))\n")
+           "sys.stdout.write(f'{sys.hexversion} {sys.float_repr_style}\\n' + '\\n'.join(map(repr, a.tolist())))\n")
 """The second process: the native float64 bytes on stdin, its interpreter (:func:`_interpreter`) then one ``repr``
 a line."""
 
