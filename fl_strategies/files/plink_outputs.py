@@ -34,8 +34,6 @@ from typing import IO, Any, Mapping, Sequence
 
 import numpy as np
 
-from fl_strategies.files.float_reprs import float_reprs
-
 __all__ = ["plink2_eigenvalues", "plink2_eigenvectors", "eigenval_text", "eigenvec_text", "score_text", "afreq_text",
            "score_command", "eigenvec_allele_text", "allele_score_command", "draw_ancestry"]
 
@@ -86,9 +84,8 @@ def score_text(model: Mapping[str, Any]) -> str:
 
 def exact_texts(values: np.ndarray) -> list[str]:
     """``repr`` of every number of ``values`` as a Python float (the shortest text that reads back exactly), in
-    C order: ``k`` numbers a row for a (d, k) array; a long array's in two processes
-    (:func:`~fl_strategies.files.float_reprs.float_reprs`)."""
-    return float_reprs(values)
+    C order: ``k`` numbers a row for a (d, k) array."""
+    return list(map(repr, np.asarray(values, dtype=np.float64).ravel().tolist()))
 
 
 def exact_rows(values: np.ndarray) -> list[str]:
