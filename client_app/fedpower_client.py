@@ -120,7 +120,11 @@ class FedPowerClient(NumPyClient):
         basis = config.get(KRYLOV_BASIS)
         if basis and steps == 1 and AZ is None and rng is None and getattr(A, "keeps_lefts", False):
             # krylov's block on a .bed: the same product, keeping X Q_j for the summary (no read there)
-            Y, Z_prev = A.product_keeping(Z, str(basis), int(config.get(KRYLOV_BLOCK, -1))), Z
+            block = config.get(KRYLOV_BLOCK)
+            if not isinstance(block, int) or isinstance(block, bool) or block < 0:
+                raise ValueError(f"partition {self.partition_id}: the round's {KRYLOV_BLOCK} is {block!r}, not the "
+                                 "index of a block of the server's Krylov basis")
+            Y, Z_prev = A.product_keeping(Z, str(basis), block), Z
         else:
             Y, Z_prev = local_power_iterations(A, Z, steps, self.noise_std, rng, first=AZ)
         self.context.state["fedpower"] = ConfigRecord({"steps": done + steps})

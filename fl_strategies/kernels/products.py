@@ -15,6 +15,9 @@ up to round-off:
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 import numpy as np
 
 from .rows import RowBlocks
@@ -50,6 +53,13 @@ def gram_is_cheaper(num_rows: int, dimension: int, rank: int, products: int, sha
     if shared:
         return True
     return s * d * d + P * d * d * r < 2 * P * s * d * r
+
+
+_KEEPING = threading.Lock()
+"""Guards the kept left products of every operator (:meth:`LocalOperator.product_keeping`)."""
+
+_KEEPERS: "weakref.WeakSet[LocalOperator]" = weakref.WeakSet()
+"""The operators that kept left products of a Krylov basis: a new basis clears the others' (one run's at a time)."""
 
 
 class LocalOperator:
@@ -185,8 +195,9 @@ class LocalOperator:
     def product_keeping(self, Z: np.ndarray, basis: str, block: int) -> np.ndarray:
         """``self @ Z`` (d, r), the same numbers, keeping ``X Z`` (s, r) as block ``block`` of the Krylov basis
         ``basis`` (and, with block 0, its people's row squares ``||x_i||^2`` (s,) from the same read) for
-        :meth:`kept_left`. A new ``basis`` drops the blocks of the one before; a block sent again (a repeated round)
-        replaces its copy. Memory: ``s r`` floats a block, at most the server's ``krylov-blocks``.
+        :meth:`kept_left`. A basis is kept from its block 0 on; a new one drops the blocks of every operator's
+        earlier basis (one run's at a time in a process); a block sent again (a repeated round) replaces its copy.
+        Memory: ``s r`` floats a block, at most the basis's blocks (``krylov-blocks``, else ``num-server-rounds``).
 
         Parameters
         ----------
@@ -197,16 +208,24 @@ class LocalOperator:
         block : int
             ``j``.
         """
-        if self._kept is None or self._kept[0] != basis:
-            self._kept = (basis, {}, None)
-        _, blocks, squares = self._kept
-        # the squares with block 0 only: a node whose process ends with each message (a SuperNode's) keeps
-        # nothing, and would otherwise add them to every round's read
-        first = squares is None and int(block) == 0
+        block = int(block)
+        with _KEEPING:
+            kept = self._kept if self._kept is not None and self._kept[0] == basis else None
+            # a basis is kept from its block 0 on, with the row squares from that block's read: a node whose process
+            # ends with each message (a SuperNode's) reads them once, and one that joins later (a resumed run, a
+            # restarted basis) keeps nothing it could never use
+            first = kept is None and block == 0
+            if first:
+                for other in list(_KEEPERS):  # another basis began: the blocks of the ones before are of no use
+                    if other._kept is not None and other._kept[0] != basis:
+                        other._kept = None
+                _KEEPERS.add(self)
         Y, read = self.rows.left_with_squares(Z, self.mean, self.scale, squares=first)
-        blocks[int(block)] = Y
-        if first:
-            self._kept = (basis, blocks, read)
+        with _KEEPING:
+            if first:
+                self._kept = (basis, {0: Y}, read)
+            elif kept is not None and self._kept is kept:
+                kept[1][block] = Y
         weights = self.rows.row_weights
         W = Y if weights is None else Y * weights.reshape((-1,) + (1,) * (Y.ndim - 1))  # as rows.product
         out = self.rows.right(W, self.mean, self.scale) / self.num_rows
@@ -223,9 +242,11 @@ class LocalOperator:
         basis : str
         V : ndarray of shape (q r, r)
         """
-        if self._kept is None or self._kept[0] != basis or self._kept[2] is None:
+        with _KEEPING:
+            kept = self._kept
+        if kept is None or kept[0] != basis or kept[2] is None:
             return None
-        blocks, squares = self._kept[1], self._kept[2]
+        blocks, squares = dict(kept[1]), kept[2]
         width = next(iter(blocks.values())).shape[1] if blocks else 0
         if not width or V.shape[0] % width or any(j not in blocks for j in range(V.shape[0] // width)):
             return None

@@ -140,8 +140,10 @@ class KrylovStrategy(FedPowerStrategy):
         if self.Q is None or self.basis_id is None:  # a new basis (a fit, a resumed run): its own id
             self.basis_id = uuid.uuid4().hex
         config: dict[str, Scalar] = {**self.center_config(), "local-steps": 1, "round": server_round,
-                                     "iteration-offset": server_round - 1, KRYLOV_BASIS: self.basis_id,
-                                     KRYLOV_BLOCK: 0 if self.Q is None else self.Q.shape[1] // self.r}
+                                     "iteration-offset": server_round - 1}
+        if not getattr(self, "secure", False):  # a SecAgg+ summary asks for no product: nothing to keep
+            config.update({KRYLOV_BASIS: self.basis_id,
+                           KRYLOV_BLOCK: 0 if self.Q is None else self.Q.shape[1] // self.r})
         targets = sorted(self.proxies)
         plan = self.participation.plan(server_round, targets)  # every client is kept: the round's virtual time
         self._pending = {"start": time.perf_counter(), "steps": 1, "Z": self.block, "round_time": plan.round_time,
@@ -220,7 +222,9 @@ class KrylovStrategy(FedPowerStrategy):
         width = W.shape[1]
         H = self._projection = extend_projection(self._projection, Q, CQ, width)
         rng = np.random.default_rng([self.settings.seed, STREAM_KRYLOV, server_round])
-        full = Q.shape[1] // self.r >= self.capacity()
+        # full: a thick restart, except in the last round, which needs no next block (the estimate is the same
+        # Ritz vectors): the summary then still has the broadcast blocks (summary_coordinates)
+        full = Q.shape[1] // self.r >= self.capacity() and server_round < self.num_rounds
         # the next block from the whole basis, before a restart discards part of it (when there is room); its
         # first pass of Gram-Schmidt is Q^T W, the new columns of H
         block = next_block(Q, W, rng, H[:, -width:]) if Q.shape[1] + self.r <= self.d else None
