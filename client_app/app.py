@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
@@ -9,7 +10,7 @@ from flwr.client import ClientApp
 
 from fl_strategies.settings.config import validate_run_config
 from fl_strategies.protocol.fit_records import fit_reply_content, is_fitins_content
-from fl_strategies.protocol.flower_compat import RECORD_KEY_CONFIGS
+from fl_strategies.protocol.flower_compat import RECORD_KEY_CONFIGS, quicken_engine_delivery
 from fl_strategies.settings.registry import load_class, spec
 
 from .data import NodeData
@@ -95,3 +96,10 @@ def numpy_fit_mod(msg: Message, context: Context, call_next) -> Message:
 mods = [garbage_reply_mod, secure_aggregation_mod, numpy_fit_mod]
 
 app = ClientApp(client_fn=client_fn, mods=mods)
+
+
+if "flwr.server.superlink.fleet.vce.vce_api" in sys.modules:
+    # Flower's simulation engine loads this app in its main thread before it starts its sweep for messages: the
+    # sweep is quickened now (fl_strategies.protocol.flower_compat.engine_delivery), not later by the ServerApp's
+    # thread, which may come after the sweep started (prompt_grid logs it where it does not fit this Flower)
+    quicken_engine_delivery()

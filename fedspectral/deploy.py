@@ -70,7 +70,7 @@ from fl_strategies.files.plain_files import (UnsafeDestination, WriteFailed, che
 from fl_strategies.privacy.noise import SECRET_KEY, read_secret
 
 from fedspectral.run_config import (ArgumentError, ArgumentParser, check_node_files, check_output_dirs,
-                                    checked_run_config, config_word, listed, parse_run_config)
+                                    checked_run_config, config_word, flower_run_config, listed, parse_run_config)
 from fedspectral.app_bundle import AppBundleError, fab_dir
 from fedspectral.run_config import app_dir as default_app_dir
 from fedspectral.credentials import write_node_keys, write_tls_files, written_names
@@ -638,6 +638,8 @@ def _deploy(args, prog: str, held: list) -> int:
     try:
         overrides = parse_run_config(args.run_config)
         cfg = checked_run_config({**overrides, "overwrite": True} if args.force else overrides)
+        # a TOML file as its words: Flower takes no file beside this deployment's words
+        flower_text = flower_run_config(args.run_config)
     except ArgumentError as ex:
         return refuse(str(ex))
     m = cfg["num-clients"]
@@ -727,8 +729,8 @@ def _deploy(args, prog: str, held: list) -> int:
     node_config = {i: f"{faults.get(i, '')} {secrets.get(i, '')}".strip() for i in range(m)}
     # Flower's processes resolve relative paths against the SuperLink's directory (OUT): made absolute above
     results = Path(absolute.get("results-dir") or cfg.get("results-dir") or out)
-    run_config = [args.run_config, " ".join(config_word(key, value) for key, value in absolute.items()
-                                            if key != "results-dir") + (" overwrite=true" if args.force else "")]
+    run_config = [flower_text, " ".join(config_word(key, value) for key, value in absolute.items()
+                                        if key != "results-dir") + (" overwrite=true" if args.force else "")]
     before = model_stamp(results)  # an earlier run's pca.npz is not this run's result
     try:  # on Ctrl-C or SIGTERM the deployment stops every process it started on the way out of `with`
         with LocalDeployment(files, out, port=args.port, secure=args.secure, node_config=node_config,

@@ -71,7 +71,7 @@ from pathlib import Path
 from fedspectral.app_bundle import AppBundleError, default_flower_home, fab_dir
 from fedspectral.outcome import missing_model, model_stamp
 from fedspectral.run_config import (OUTPUT_KEYS, ArgumentError, ArgumentParser, app_dir, check_output_dirs,
-                                    checked_run_config, config_word, parse_run_config)
+                                    checked_run_config, config_word, flower_run_config, parse_run_config)
 from fl_strategies.files.folder_lock import own_folders
 from fl_strategies.settings.errors import ConfigError
 from fl_strategies.files.plain_files import UnsafeDestination
@@ -478,6 +478,7 @@ def _run(args, prog: str, signals) -> int:
     """:func:`main` after its arguments were parsed, with the stop signals raising :class:`Interrupted`."""
     try:  # the fused run config is validated (and checked against its data) before Flower starts anything
         cfg = checked_run_config(parse_run_config(args.run_config))
+        flower_text = flower_run_config(args.run_config)  # a TOML file as its words: Flower takes no file beside ours
         check_output_dirs(cfg)  # results-dir, checkpoint-dir: created and test-written here, one line if not
         # the folders are this command's until it ends, and a ServerApp (a plain `flwr run .`) writing one is refused
         folders = own_folders({key: cfg[key] for key in OUTPUT_KEYS}, what=f"{prog} {args.run_config}".strip())
@@ -488,11 +489,13 @@ def _run(args, prog: str, signals) -> int:
 
     forget_parsed()  # the checks' parsed variant lists: this process waits for Flower from here on
     with folders:
-        return _run_flower(args, prog, signals, cfg)
+        return _run_flower(args, prog, signals, cfg, flower_text)
 
 
-def _run_flower(args, prog: str, signals, cfg: dict) -> int:
-    """Start the run in Flower and report its status; on a stop signal, stop it and everything it started."""
+def _run_flower(args, prog: str, signals, cfg: dict, flower_text: str) -> int:
+    """Start the run in Flower and report its status; on a stop signal, stop it and everything it started.
+    ``flower_text``: the user's ``--run-config`` as Flower is given it
+    (:func:`~fedspectral.run_config.flower_run_config`)."""
     num_clients = int(cfg["num-clients"])
     env = simulation_env()
     try:  # never join (and later lose) another FLWR_HOME's local SuperLink
@@ -509,8 +512,8 @@ def _run_flower(args, prog: str, signals, cfg: dict) -> int:
         return 2
     started_here = not superlink_running(env)
     cmd = ["flwr", "run", str(fab), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
-    if args.run_config:
-        cmd += ["--run-config", args.run_config]
+    if flower_text:
+        cmd += ["--run-config", flower_text]
     absolute = absolute_paths(cfg)
     if absolute:  # Flower's processes resolve relative paths against the SuperLink's directory, not this one
         try:  # each path one word for Flower's parser, also with a quote in it

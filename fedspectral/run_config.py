@@ -98,6 +98,46 @@ def parse_run_config(text: str, option: str = "--run-config") -> dict:
     return overrides
 
 
+def flower_run_config(text: str) -> str:
+    """The ``--run-config`` text to hand Flower for the user's ``text``: the text itself, or, for a TOML file, the
+    file's overrides as ``key=value`` words (:func:`config_words`). Flower refuses a TOML file beside other
+    ``--run-config`` words ("TOML files cannot be passed alongside key-value pairs"), and ``fedspectral run`` and
+    ``deploy`` add their own (absolute paths, ``results-dir``); the words read back to the file's values.
+
+    Raises
+    ------
+    ArgumentError
+        As :func:`parse_run_config`, or for a value no word can carry (:func:`config_words`).
+    """
+    if not text or not text.strip() or not text.endswith(".toml"):
+        return text
+    return config_words(parse_run_config(text))
+
+
+def config_words(overrides: dict) -> str:
+    """``overrides`` as ``--run-config`` words that Flower's parser reads back to the same values: a string by
+    :func:`config_word`, a boolean as ``true`` / ``false``, an integer or a float by ``repr`` (TOML's forms, also
+    ``inf`` and ``nan``).
+
+    Raises
+    ------
+    ArgumentError
+        For a value of another type (a TOML array or date), which a run config does not hold.
+    """
+    words = []
+    for key, value in overrides.items():
+        if isinstance(value, str):
+            words.append(config_word(key, value))
+        elif isinstance(value, bool):
+            words.append(f"{key}={'true' if value else 'false'}")
+        elif isinstance(value, (int, float)):
+            words.append(f"{key}={value!r}")
+        else:
+            raise ArgumentError(f"--run-config: {key} = {value!r}: a run config holds strings, booleans and numbers "
+                                "only")
+    return " ".join(words)
+
+
 def config_word(key: str, value: str) -> str:
     """``key="value"`` as a word Flower's parser reads whole (``--run-config``, ``--node-config``): a basic TOML
     string, or a literal one (``'value'``) when ``value`` holds a ``"`` or a backslash.

@@ -138,3 +138,27 @@ def test_prompt_grid_quickens_an_engines_delivery_and_says_so_where_it_does_not_
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])
+
+
+def test_the_simulation_process_quickens_the_sweep_when_it_loads_the_client_app():
+    """Flower's simulation engine loads the ClientApp in its main thread before it starts its sweep (``start_vce``
+    before ``run_api``), while the ServerApp's ``prompt_grid`` runs in another thread that may come later: importing
+    ``client_app.app`` where the engine's module is loaded makes the replacement; elsewhere (a SuperNode's ClientApp
+    process) it imports nothing of the engine."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    check = ("import sys\n"
+             "if sys.argv[1] == 'engine':\n"
+             "    import flwr.server.superlink.fleet.vce.vce_api as v\n"
+             "import client_app.app\n"
+             "from fl_strategies.protocol.flower_compat import engine_delivery as e\n"
+             "v = sys.modules.get('flwr.server.superlink.fleet.vce.vce_api')\n"
+             "print(None if v is None else v.add_messages_to_queue is e.prompt_sweep)\n")
+    for where, expected in (("engine", "True"), ("node", "None")):
+        done = subprocess.run([sys.executable, "-c", check, where], cwd=root, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().splitlines()[-1] == expected

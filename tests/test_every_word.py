@@ -390,3 +390,43 @@ def test_a_full_disk_before_deploy_starts_a_process_is_one_line(nothing_starts, 
     assert _deploy(["--run-config", "num-clients=2 rank=2"], tmp_path) == 1
     _one_line(capsys, "fedspectral deploy: error: could not write", "node-data/partition_0.npy': No space left on "
               "device (ENOSPC)")
+
+
+def test_a_run_config_file_travels_to_flower_as_its_words_beside_the_commands_own(monkeypatch, tmp_path):
+    """Flower refuses a TOML file beside other ``--run-config`` words ("TOML files cannot be passed alongside
+    key-value pairs"), and ``fedspectral run`` and ``deploy`` add their own (absolute paths, ``results-dir``): the
+    file goes as its words, which Flower reads back to the file's values (strings with quotes, booleans, integers,
+    floats)."""
+    from fl_strategies.protocol.flower_compat import parse_config_args
+    from fedspectral.run_config import config_words, flower_run_config, parse_run_config
+
+    quoted = tmp_path / "quoted.toml"
+    quoted.write_text('title = \'say "hi"\'\npath = "it\'s"\nflag = false\ncount = 3\nsmall = 1e-6\n')
+    words = flower_run_config(str(quoted))
+    assert not words.endswith(".toml") and parse_run_config(words) == parse_run_config(str(quoted))
+    run_file = tmp_path / "my-run.toml"
+    run_file.write_text('num-clients = 2\nrank = 2\ncenter = true\nstop-tol = 1e-6\nresults-dir = "out"\n'
+                        'num-server-rounds = 3\n')
+    assert flower_run_config("rank=2 center=true") == "rank=2 center=true" and flower_run_config("") == ""
+    assert config_words({"inf": float("inf"), "b": False}) == "inf=inf b=false"
+    started = []
+
+    class Started(Exception):
+        pass
+
+    def record(args, *rest, **kwargs):
+        started.append(list(args))
+        raise Started
+
+    monkeypatch.setattr(subprocess, "Popen", record)
+    monkeypatch.chdir(tmp_path)
+    try:
+        _run(["--run-config", str(run_file)])
+    except Started:
+        pass
+    command = next(args for args in started if args[:2] == ["flwr", "run"])
+    texts = [command[i + 1] for i, word in enumerate(command) if word == "--run-config"]
+    assert len(texts) == 2 and not any(text.endswith(".toml") for text in texts)
+    read = parse_config_args(texts)  # as flwr run reads its --run-config values
+    assert read["results-dir"] == str((tmp_path / "out").resolve())
+    assert read["stop-tol"] == 1e-6 and read["center"] is True and read["num-clients"] == 2

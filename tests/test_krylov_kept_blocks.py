@@ -108,7 +108,8 @@ def test_outlier_passes(tmp_path, oracle):
     from test_outliers import run_outliers, sites_with_outliers
 
     people, _ = sites_with_outliers(tmp_path)
-    run_outliers(tmp_path / "run", people, "outlier-sigma = 2.2\noutlier-iterations = 2\noutlier-pcs = 3\nstop-tol = 1e-9",
+    run_outliers(tmp_path / "run", people,
+                 "outlier-sigma = 2.2\noutlier-iterations = 2\noutlier-pcs = 3\nstop-tol = 1e-9",
                  strategy="krylov", keeps=[None, np.setdiff1d(np.arange(40), [3, 17, 30]), None])
     assert oracle["kept"] >= 6, oracle
     assert all(e < 1e-10 for e in oracle["err"]), oracle["err"]

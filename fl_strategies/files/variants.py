@@ -159,7 +159,8 @@ list."""
 _PARSED_KEPT = 4
 _PARSED_LOCK = threading.Lock()
 _DERIVING = threading.Lock()
-"""Held while a list's digest or repeated IDs are found (:func:`list_digest`), so that it is done once."""
+"""Held while a list's digest (:func:`list_digest`) or its repeated IDs (:func:`_variant_id_repeats`) are found, so
+that each is done once for each list (one lock for all lists: the sites' threads share them)."""
 
 _STAMPS: dict[tuple, bytes] = {}
 """A settled ``.bim``'s ``(path, device, inode, size, mtime ns, ctime ns)`` to its text's key in :data:`_PARSED`

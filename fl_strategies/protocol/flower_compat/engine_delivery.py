@@ -8,6 +8,9 @@ four sites), beside a round's 0.6 s of products. :func:`quicken_engine_delivery`
 with one that sweeps the same way but also as soon as the ServerApp has pushed messages (:func:`note_push`, called
 by :func:`fl_strategies.protocol.round_exchange.send_and_receive`): a message pushed by other code still waits at most
 0.1 s, as before. ``simulations.engines.ray``'s own linear sweep waits the same way (:func:`wait_for_push`).
+In ``flwr run``'s simulation process the replacement is made when the engine loads the ClientApp
+(``client_app.app``, in the process's main thread before the engine starts its sweep); the ServerApp's
+``prompt_grid`` makes it too (the in-process and test engines), and logs a Flower it does not fit.
 
 This module imports only the standard library at its top (Flower inside the functions).
 """
@@ -46,8 +49,9 @@ def note_push() -> None:
 
 
 def wait_for_push(f_stop: threading.Event, timeout: float | None = None) -> None:
-    """Wait until a push is noted (:func:`note_push`), ``timeout`` seconds (:data:`SWEEP_PAUSE`) passed, or ``f_stop``
-    is set; a push noted before this returns is seen by the sweep that follows (the note is cleared before it)."""
+    """Wait until a push is noted (:func:`note_push`) or ``timeout`` seconds (:data:`SWEEP_PAUSE`) passed; not at all
+    when ``f_stop`` is set already (a stop during the wait ends it at most ``timeout`` later). A push noted before
+    this returns is seen by the sweep that follows (the note is cleared before it)."""
     if not f_stop.is_set():
         _pushed.wait(SWEEP_PAUSE if timeout is None else timeout)
     _pushed.clear()
