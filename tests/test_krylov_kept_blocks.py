@@ -15,7 +15,7 @@ def oracle(monkeypatch):
     import client_app.pca_replies as replies
 
     seen = {"kept": 0, "fallback": 0, "err": []}
-    plain = replies.kept_left
+    plain = replies.summary_left
 
     def checked(A, Z, config, partition_id):
         out = plain(A, Z, config, partition_id)
@@ -28,7 +28,7 @@ def oracle(monkeypatch):
                                np.abs(out[1] - squares).max() / np.abs(squares).max()))
         return out
 
-    monkeypatch.setattr(replies, "kept_left", checked)
+    monkeypatch.setattr(replies, "summary_left", checked)
     return seen
 
 
@@ -118,14 +118,14 @@ def test_outlier_passes(tmp_path, oracle):
 @pytest.mark.parametrize("coordinates", [b"", b"x" * 7, "text", 3.0, [1.0, 2.0]])
 def test_a_malformed_summary_config(tmp_path, coordinates):
     from fl_strategies.files.pca import KRYLOV_BASIS, KRYLOV_COORDINATES
-    from client_app.pca_replies import kept_left
+    from client_app.pca_replies import summary_left
 
     class Op:
         def kept_left(self, basis, V):
             return None
 
     with pytest.raises(ValueError, match="partition 0"):
-        kept_left(Op(), np.zeros((10, 5)), {KRYLOV_BASIS: "b", KRYLOV_COORDINATES: coordinates}, 0)
+        summary_left(Op(), np.zeros((10, 5)), {KRYLOV_BASIS: "b", KRYLOV_COORDINATES: coordinates}, 0)
 
 
 def test_secure_krylov_keeps_blocks_its_summary_never_uses(tmp_path, oracle, monkeypatch):
