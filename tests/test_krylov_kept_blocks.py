@@ -63,6 +63,40 @@ def test_a_repeated_block(tmp_path, oracle, when):
     assert_right(oracle, 4)
 
 
+def test_a_repeated_first_round_sends_the_same_basis_id(tmp_path, oracle, monkeypatch):
+    """A round 1 repeated (a client failed) names the basis drawn for it the first time, so the sites that answered
+    keep block 0 and its row squares (one read of the squares each) instead of beginning another basis."""
+    from fl_strategies.kernels.products import LocalOperator
+
+    calls, squares = [], []
+    keeping = LocalOperator.product_keeping
+
+    def counted(self, Z, basis, block):
+        calls.append((basis, block))
+        left = self.rows.left_with_squares
+        self.rows.left_with_squares = lambda *a, **k: squares.append(k.get("squares")) or left(*a, **k)
+        try:
+            return keeping(self, Z, basis, block)
+        finally:
+            del self.rows.left_with_squares
+
+    asked = []
+
+    def fail(msg, pid):  # partition 1's first round fails
+        if msg.metadata.message_type == "train" and pid == 1:
+            asked.append(pid)
+            return "error" if len(asked) == 1 else "ok"
+        return "ok"
+
+    monkeypatch.setattr(LocalOperator, "product_keeping", counted)
+    s = run_app(fault_fn=fail, **sites(tmp_path))
+    assert s.records[1]["failures"] == 1
+    assert [block for _, block in calls].count(0) == 3 + 4  # round 1: three sites answered, then all four again
+    assert len({basis for basis, _ in calls}) == 1, calls
+    assert squares.count(True) == 4  # each site's row squares read once, with its first block 0
+    assert_right(oracle, 4)
+
+
 def test_a_run_of_all_its_rounds_answers_from_the_kept_blocks(tmp_path, oracle):
     """``krylov-blocks = 0`` (``q = num-server-rounds``) fills the basis in the last round, which needs no next block:
     it does not restart there, so the summary still has the broadcast blocks and no site reads its file."""
