@@ -112,7 +112,7 @@ def fingerprint_property(data, cfg: dict[str, Any], noise) -> dict[str, str]:
     return {} if digest is None else {FINGERPRINT: noise.fingerprint(digest)}
 
 
-def kept_left(A, Z: np.ndarray, config, partition_id: int) -> tuple[np.ndarray, np.ndarray] | None:
+def summary_left(A, Z: np.ndarray, config, partition_id: int) -> tuple[np.ndarray, np.ndarray] | None:
     """``(X Z, row squares)`` from the blocks a ``krylov`` site kept in the rounds where the summary's ``config``
     gives the estimate's coordinates in the server's basis (:data:`~fl_strategies.files.pca.KRYLOV_COORDINATES`),
     else ``None`` (the site reads its file).
@@ -153,7 +153,7 @@ def summary_reply(A, Z: np.ndarray, s: int, noise_std: float, partition_id: int,
                          "no centred .bed file")
     known = bool((config or {}).get(PRODUCT_KNOWN))
     if A.gram is None and getattr(A.rows, "centers_inside", False):  # a .bed file: two reads for all of it (one
-        left = kept_left(A, Z, config or {}, partition_id)  # without A_i Z; none from a krylov site's kept blocks)
+        left = summary_left(A, Z, config or {}, partition_id)  # without A_i Z; none from a krylov site's kept blocks)
         product, trace, parts = A.rows.summary(Z, A.mean, A.scale, diagonal, product=not known, left=left)
         product = [] if known else [product * (A.weight / A.num_rows)]
         trace = trace * A.weight / A.num_rows

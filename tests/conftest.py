@@ -61,6 +61,25 @@ def distances(strategy) -> np.ndarray:
     return np.array([r["subspace_distance"] for r in strategy.records])
 
 
+class RepliedGrid:
+    """A fake grid's messages and replies, mixed in before a Flower grid class: :meth:`push_messages` keeps the
+    messages (``sent``) and names them ``m0``, ``m1``, ...; :meth:`replies` is one empty TRAIN reply to each."""
+
+    def push_messages(self, messages):
+        self.sent = list(messages)
+        return [f"m{i}" for i in range(len(self.sent))]
+
+    def replies(self):
+        from flwr.app import Message, MessageType, RecordDict
+
+        replies = []
+        for i, _ in enumerate(self.sent):
+            reply = Message(RecordDict(), dst_node_id=1, message_type=MessageType.TRAIN)
+            reply.metadata.__dict__["_reply_to_message_id"] = f"m{i}"
+            replies.append(reply)
+        return replies
+
+
 @pytest.fixture
 def app():
     return run_app

@@ -1,4 +1,5 @@
-"""The ancestry picture (``draw_ancestry``) shows every site, also where sites overlap."""
+"""The ancestry picture (``draw_ancestry``) shows every site, also where sites overlap, and says which PCs it draws
+have not converged."""
 
 from __future__ import annotations
 
@@ -55,6 +56,27 @@ def test_a_site_that_is_a_minority_in_every_cluster_is_seen_in_each():
     assert np.all(np.bincount(nearest, minlength=4) / nearest.size > 0.1)
 
 
+def _axis_labels(monkeypatch, vectors: np.ndarray, converged) -> list[tuple[str, str]]:
+    """Each panel's ``(x label, y label)`` as ``draw_ancestry`` drew them (the figure seen as it is closed)."""
+    import matplotlib.pyplot as plt
+
+    closed, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda figure=None: closed.append(figure) or close(figure))
+    draw_ancestry(io.BytesIO(), vectors, ["site A"] * len(vectors), converged=converged)
+    (figure,) = closed
+    return [(axis.get_xlabel(), axis.get_ylabel()) for axis in figure.axes]
+
+
+@pytest.mark.parametrize("converged, labels", [
+    (3, [("PC1", "PC2"), ("PC1", "PC3")]),
+    (None, [("PC1", "PC2"), ("PC1", "PC3")]),  # not known (a run against a reference, a model file alone)
+    (2, [("PC1", "PC2"), ("PC1", "PC3 (not converged)")]),
+    (0, [("PC1 (not converged)", "PC2 (not converged)"), ("PC1 (not converged)", "PC3 (not converged)")])])
+def test_an_axis_says_when_its_pc_has_not_converged(monkeypatch, converged, labels):
+    vectors = np.random.default_rng(3).standard_normal((50, 4))
+    assert _axis_labels(monkeypatch, vectors, converged) == labels
+
+
 def test_compare_draws_the_sites_with_the_files_its_clients_opened(tmp_path, monkeypatch):
     """An in-process compare projects every site's people with the file its client opened in the process: each
     ``.bed``'s calls are counted once (by its client), not once more for the picture; the run's files are moved into
@@ -65,8 +87,11 @@ def test_compare_draws_the_sites_with_the_files_its_clients_opened(tmp_path, mon
 
     from simulations.compare import cli
 
-    counted, written = [], []
-    count, write = BedVariants._count_codes, cli.write_file
+    from fl_strategies.files import plink_outputs
+
+    counted, written, drawn = [], [], []
+    count, write, draw = BedVariants._count_codes, cli.write_file, plink_outputs.draw_ancestry
+    monkeypatch.setattr(plink_outputs, "draw_ancestry", lambda *a, **k: drawn.append(k["converged"]) or draw(*a, **k))
     monkeypatch.setattr(BedVariants, "_count_codes", lambda self: counted.append(self) or count(self))
     monkeypatch.setattr(cli, "write_file", lambda path, *a, **k: written.append(path.name) or write(path, *a, **k))
     (tmp_path / "data").mkdir()
@@ -82,3 +107,8 @@ def test_compare_draws_the_sites_with_the_files_its_clients_opened(tmp_path, mon
         f"{stem}{suffix}" for suffix in (".npy", ".pca.npz", ".eigenval", ".eigenvec.allele", ".score", ".afreq",
                                          ".ancestry.png"))
     assert [name for name in written if name.startswith(stem)] == [picture.name]
+    # the picture is told how many PCs the run's last row had converged
+    import pandas as pd
+
+    rows = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert drawn == [int(rows["converged_components"].iloc[-1])] and 0 <= drawn[0] <= 3

@@ -232,3 +232,34 @@ def test_sites_asking_at_once_have_the_digest_found_once(tmp_path, monkeypatch):
         thread.join()
     assert got == [digest(ROWS)] * 4 and len(digests) == 1
     assert len(counted) == 1 + 4  # the variant IDs once, each site's people
+
+
+def test_two_lists_have_their_digests_found_side_by_side(tmp_path, monkeypatch):
+    """Each parsed list has its own lock (``_derived``): while one list's digest is being found, another list's
+    digest is found meanwhile, not after it (one lock for all lists made the second wait)."""
+    import threading
+
+    from fl_strategies.files.variants import list_digest
+
+    digest = variants.variant_digest
+    other = [ROWS[0], ("1", "rs2", "200", "C", "A"), ROWS[2]]
+    first_started, second_done, seen = threading.Event(), threading.Event(), []
+
+    def waiting_digest(bim):
+        if bim == ROWS:  # the first list waits, inside its computation, for the other list's to finish
+            first_started.set()
+            seen.append(second_done.wait(timeout=10))
+        else:
+            second_done.set()
+        return digest(bim)
+
+    monkeypatch.setattr(variants, "variant_digest", waiting_digest)
+    monkeypatch.setattr(variants, "_PARSED", type(variants._PARSED)())
+    one, two = write_bim(tmp_path / "one.bed", ROWS), write_bim(tmp_path / "two.bed", other)
+    got = {}
+    first = threading.Thread(target=lambda: got.update(one=list_digest(one)))
+    first.start()
+    assert first_started.wait(timeout=10)
+    got["two"] = list_digest(two)
+    first.join()
+    assert seen == [True] and got == {"one": digest(ROWS), "two": digest(other)}

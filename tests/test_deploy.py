@@ -207,3 +207,41 @@ def test_node_files_are_npy_or_csv_and_bad_arguments_are_one_line(tmp_path, caps
     assert secrets == {i: f'noise-secret="{tmp_path.resolve() / "secrets" / f"partition_{i}.secret"}"'
                        for i in range(2)}
     assert (tmp_path / "secrets").stat().st_mode & 0o777 == 0o700
+
+
+def test_node_files_of_another_width_than_the_named_data_set_are_refused_before_any_process(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """``--data-dir`` with a ``dataset`` other than ``"nodes"``: the server takes ``d`` from that data set and
+    would turn every node of another width away at discovery (46 s after the start): refused in one line, exit 2,
+    before any process; files of its width (its own partitions) go on to the deployment."""
+    import fedspectral.deploy as deploy
+    from fedspectral.run_config import checked_run_config, parse_run_config
+
+    started = []
+
+    class Started(Exception):
+        pass
+
+    def no_processes(*args, **kwargs):
+        started.append(args)
+        raise Started
+
+    monkeypatch.setattr(deploy, "LocalDeployment", no_processes)
+    words = "dataset=\"fedpower-model1\" num-clients=2"
+    own = deploy.write_node_files(checked_run_config(parse_run_config(words)), tmp_path / "own")
+    d = np.load(own[0]).shape[1]
+    (tmp_path / "wide").mkdir()
+    for i in range(2):
+        np.save(tmp_path / "wide" / f"partition_{i}.npy", np.ones((40, d + 3)))
+    assert deploy.main(["--run-config", words, "--data-dir", str(tmp_path / "wide"), "--out",
+                        str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"python -m simulations.engines.deploy: error: --data-dir {tmp_path / 'wide'}: the node files have "
+                   f"d = {d + 3} columns, but the run config's dataset = 'fedpower-model1' has d = {d} (the server "
+                   "measures the run against it and would turn every node away); for the nodes' own data give "
+                   'dataset = "nodes"']
+    assert not started and not (tmp_path / "out").exists()
+    with pytest.raises(Started):
+        deploy.main(["--run-config", words, "--data-dir", str(tmp_path / "own"), "--out", str(tmp_path / "out")])
+    assert len(started) == 1
+

@@ -9,6 +9,8 @@ import threading
 
 import pytest
 
+from conftest import RepliedGrid
+
 
 def _flower_sources() -> tuple[str, str]:
     """The source of Flower's own ``add_messages_to_queue`` and ``run_api`` (read from the module's file: the
@@ -101,21 +103,12 @@ def test_a_server_push_to_an_engines_grid_is_noted(monkeypatch):
     notes = []
     monkeypatch.setattr(round_exchange, "note_push", lambda: notes.append(len(grid.sent)))
 
-    class Grid(InMemoryGrid):
+    class Grid(RepliedGrid, InMemoryGrid):
         def __init__(self) -> None:  # noqa: D107 - no link state behind it
             self.sent = []
 
-        def push_messages(self, messages):
-            self.sent = list(messages)
-            return [f"m{i}" for i in range(len(self.sent))]
-
         def pull_messages(self, message_ids):
-            replies = []
-            for i, _ in enumerate(self.sent):
-                reply = Message(RecordDict(), dst_node_id=1, message_type=MessageType.TRAIN)
-                reply.metadata.__dict__["_reply_to_message_id"] = f"m{i}"
-                replies.append(reply)
-            return replies
+            return self.replies()
 
     grid = Grid()
     sent = [Message(RecordDict(), dst_node_id=1, message_type=MessageType.TRAIN) for _ in range(3)]

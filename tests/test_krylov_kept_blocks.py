@@ -15,7 +15,7 @@ def oracle(monkeypatch):
     import client_app.pca_replies as replies
 
     seen = {"kept": 0, "fallback": 0, "err": []}
-    plain = replies.kept_left
+    plain = replies.summary_left
 
     def checked(A, Z, config, partition_id):
         out = plain(A, Z, config, partition_id)
@@ -28,7 +28,7 @@ def oracle(monkeypatch):
                                np.abs(out[1] - squares).max() / np.abs(squares).max()))
         return out
 
-    monkeypatch.setattr(replies, "kept_left", checked)
+    monkeypatch.setattr(replies, "summary_left", checked)
     return seen
 
 
@@ -60,6 +60,40 @@ def test_a_repeated_block(tmp_path, oracle, when):
 
     s = run_app(fault_fn=fail, **sites(tmp_path))
     assert sum(r["failures"] for r in s.records[1:]) == 1
+    assert_right(oracle, 4)
+
+
+def test_a_repeated_first_round_sends_the_same_basis_id(tmp_path, oracle, monkeypatch):
+    """A round 1 repeated (a client failed) names the basis drawn for it the first time, so the sites that answered
+    keep block 0 and its row squares (one read of the squares each) instead of beginning another basis."""
+    from fl_strategies.kernels.products import LocalOperator
+
+    calls, squares = [], []
+    keeping = LocalOperator.product_keeping
+
+    def counted(self, Z, basis, block):
+        calls.append((basis, block))
+        left = self.rows.left_with_squares
+        self.rows.left_with_squares = lambda *a, **k: squares.append(k.get("squares")) or left(*a, **k)
+        try:
+            return keeping(self, Z, basis, block)
+        finally:
+            del self.rows.left_with_squares
+
+    asked = []
+
+    def fail(msg, pid):  # partition 1's first round fails
+        if msg.metadata.message_type == "train" and pid == 1:
+            asked.append(pid)
+            return "error" if len(asked) == 1 else "ok"
+        return "ok"
+
+    monkeypatch.setattr(LocalOperator, "product_keeping", counted)
+    s = run_app(fault_fn=fail, **sites(tmp_path))
+    assert s.records[1]["failures"] == 1
+    assert [block for _, block in calls].count(0) == 3 + 4  # round 1: three sites answered, then all four again
+    assert len({basis for basis, _ in calls}) == 1, calls
+    assert squares.count(True) == 4  # each site's row squares read once, with its first block 0
     assert_right(oracle, 4)
 
 
@@ -118,14 +152,14 @@ def test_outlier_passes(tmp_path, oracle):
 @pytest.mark.parametrize("coordinates", [b"", b"x" * 7, "text", 3.0, [1.0, 2.0]])
 def test_a_malformed_summary_config(tmp_path, coordinates):
     from fl_strategies.files.pca import KRYLOV_BASIS, KRYLOV_COORDINATES
-    from client_app.pca_replies import kept_left
+    from client_app.pca_replies import summary_left
 
     class Op:
         def kept_left(self, basis, V):
             return None
 
     with pytest.raises(ValueError, match="partition 0"):
-        kept_left(Op(), np.zeros((10, 5)), {KRYLOV_BASIS: "b", KRYLOV_COORDINATES: coordinates}, 0)
+        summary_left(Op(), np.zeros((10, 5)), {KRYLOV_BASIS: "b", KRYLOV_COORDINATES: coordinates}, 0)
 
 
 def test_secure_krylov_keeps_blocks_its_summary_never_uses(tmp_path, oracle, monkeypatch):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import run_app
+from conftest import RepliedGrid, run_app
 from fl_strategies.protocol.round_progress import cost_text
 
 SMALL = dict(num_clients=6, num_samples=1_200, dimension=20, rank=2, iteration_rank=3, row_normalize=True,
@@ -118,29 +118,16 @@ class _Clock:
 
 def _superlink_grid(clock: _Clock, reply_after: int):
     """A SuperLink's grid (Flower's ``HttpGrid`` class, no connection) whose replies arrive at pull ``reply_after``."""
-    from flwr.app import Message, MessageType, RecordDict
-
     from fl_strategies.protocol.flower_compat import HttpGrid
 
-    class Grid(HttpGrid):
+    class Grid(RepliedGrid, HttpGrid):
         def __init__(self) -> None:  # noqa: D107 - no SuperLink behind it
             self.pulls = 0
-
-        def push_messages(self, messages):
-            self.sent = list(messages)
-            return [f"m{i}" for i in range(len(self.sent))]
 
         def pull_messages(self, message_ids):
             self.pulls += 1
             clock.now += clock.pull_seconds
-            if self.pulls < reply_after:
-                return []
-            replies = []
-            for i, _ in enumerate(self.sent):
-                reply = Message(RecordDict(), dst_node_id=1, message_type=MessageType.TRAIN)
-                reply.metadata.__dict__["_reply_to_message_id"] = f"m{i}"
-                replies.append(reply)
-            return replies
+            return [] if self.pulls < reply_after else self.replies()
 
         def send_and_receive(self, messages, *, timeout=None):
             raise AssertionError("Flower's send_and_receive pauses 3 s between pulls")

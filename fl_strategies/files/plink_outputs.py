@@ -35,7 +35,7 @@ from typing import IO, Any, Mapping, Sequence
 import numpy as np
 
 __all__ = ["plink2_eigenvalues", "plink2_eigenvectors", "eigenval_text", "eigenvec_text", "score_text", "afreq_text",
-           "score_command", "eigenvec_allele_text", "allele_score_command", "draw_ancestry"]
+           "score_command", "eigenvec_allele_text", "allele_score_command", "draw_ancestry", "pc_label"]
 
 
 def plink2_eigenvalues(model: Mapping[str, Any]) -> np.ndarray:
@@ -185,8 +185,9 @@ sites' are far apart: no two of the first four are near alike, as tab10's orange
 
 
 def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] | None = None,
-                  title: str = "") -> None:
-    """A PNG of PC1 against PC2 and PC1 against PC3 (as many panels as the components allow), one colour a group.
+                  title: str = "", converged: int | None = None) -> None:
+    """A PNG of PC1 against PC2 and PC1 against PC3 (as many panels as the components allow), one colour a group;
+    an axis whose PC has not converged says so (``PC3 (not converged)``).
 
     Parameters
     ----------
@@ -197,6 +198,11 @@ def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] 
     groups : sequence of str, length m, optional
         A label per sample (its site); one colour (:data:`SITE_COLOURS`), with a legend, each. The samples are
         drawn in one seeded shuffled order, so that the last site drawn does not cover the others.
+    title : str, optional
+    converged : int, optional
+        How many leading PCs have converged (the run's last ``converged_components``): the axes of the PCs after
+        them are labelled ``PC<j> (not converged)``; ``None``: not known (a run against a reference, a model file
+        alone), the axes say nothing of it.
     """
     import matplotlib
 
@@ -222,8 +228,8 @@ def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] 
         for name in names:  # the legend's entries, one per site, drawn with no point
             axis.scatter([], [], s=8, color=colour_of[name], label=name or None)
         axis.locator_params(nbins=5)
-        axis.set_xlabel(f"PC{a + 1}")
-        axis.set_ylabel(f"PC{b + 1}")
+        axis.set_xlabel(pc_label(a, converged))
+        axis.set_ylabel(pc_label(b, converged))
         if groups is not None:
             axis.legend(fontsize=8, markerscale=2)
     if title:
@@ -231,3 +237,9 @@ def draw_ancestry(handle: IO[bytes], vectors: np.ndarray, groups: Sequence[str] 
     figure.tight_layout()
     figure.savefig(handle, format="png", dpi=100)
     plt.close(figure)
+
+
+def pc_label(index: int, converged: int | None = None) -> str:
+    """The axis label of component ``index`` (0-based): ``PC<index + 1>``, with `` (not converged)`` when
+    ``converged`` (how many leading PCs have converged) is known and does not reach it."""
+    return f"PC{index + 1}" + (" (not converged)" if converged is not None and index >= converged else "")

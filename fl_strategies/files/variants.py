@@ -82,45 +82,40 @@ def read_bim(bed_path: str | Path) -> list[tuple[str, str, str, str, str]]:
 def file_variants(bed_path: str | Path) -> list[tuple[str, str, str]]:
     """``(ID, A1, A2)`` per variant of a genotype file (:func:`read_bim`'s, in file order): what a site's list is
     aligned by; a ``.bim`` parsed before gives the list made then (a new list of the same tuples)."""
-    listing = variant_list_path(bed_path)
-    if listing.suffix == ".pvar":
-        return [(vid, a1, a2) for _, vid, _, a1, a2 in read_bim(bed_path)]
-    entry = _parsed_bim(listing)
-    if entry[1] is None:
-        entry[1] = [(vid, a1, a2) for _, vid, _, a1, a2 in entry[0]]
-    return list(entry[1])
+    return list(_derived(bed_path, 1, lambda rows: [(vid, a1, a2) for _, vid, _, a1, a2 in rows]))
 
 
 def list_digest(bed_path: str | Path, bim: list[tuple[str, str, str, str, str]] | None = None) -> str:
     """:func:`variant_digest` of the genotype file's variant list (:func:`read_bim`'s); of a ``.bim``, computed
     once per parsed content (the sites of a simulation holding copies of one list: 34 ms each at 188,000
     variants); of another list (a ``.pvar``, not kept parsed) from ``bim`` when given (the list the caller read)."""
-    listing = variant_list_path(bed_path)
-    if listing.suffix == ".pvar":
-        return variant_digest(read_bim(bed_path) if bim is None else bim)
-    entry = _parsed_bim(listing)
-    with _DERIVING:  # the sites' threads ask at once: one computes, the others wait for it
-        if entry[2] is None:
-            entry[2] = variant_digest(entry[0])
-    return entry[2]
+    return _derived(bed_path, 2, variant_digest, bim)
 
 
 def _variant_id_repeats(bed_path: str | Path) -> str:
     """:func:`duplicate_ids` of the variant IDs of the genotype file's list; of a ``.bim``, once per parsed
     content."""
+    return _derived(bed_path, 3, lambda rows: duplicate_ids([vid for _, vid, _, _, _ in rows]))
+
+
+def _derived(bed_path: str | Path, slot: int, compute, bim: list[tuple[str, str, str, str, str]] | None = None):
+    """``compute(rows)`` of the genotype file's variant list (``rows``: :func:`read_bim`'s). Of a ``.bim``, found
+    once per parsed content and kept in slot ``slot`` of its :data:`_PARSED` entry (the sites' threads asking at
+    once: one computes while the others wait, under the entry's own lock, so that other lists do not wait); of
+    another list (a ``.pvar``, not kept parsed) from ``bim`` when given (the list the caller read), else read."""
     listing = variant_list_path(bed_path)
     if listing.suffix == ".pvar":
-        return duplicate_ids([vid for _, vid, _, _, _ in read_bim(bed_path)])
+        return compute(read_bim(bed_path) if bim is None else bim)
     entry = _parsed_bim(listing)
-    with _DERIVING:
-        if entry[3] is None:
-            entry[3] = duplicate_ids([vid for _, vid, _, _, _ in entry[0]])
-    return entry[3]
+    with entry[4]:
+        if entry[slot] is None:
+            entry[slot] = compute(entry[0])
+    return entry[slot]
 
 
 def _parsed_bim(listing: Path) -> list:
-    """The entry of :data:`_PARSED` for the ``.bim`` ``listing``: ``[rows, variants, digest, repeated IDs]``, the
-    last three ``None`` until asked for."""
+    """The entry of :data:`_PARSED` for the ``.bim`` ``listing``: ``[rows, variants, digest, repeated IDs, lock]``,
+    the middle three ``None`` until asked for (:func:`_derived`)."""
     stamp = _stamp(listing)
     if stamp is not None:
         with _PARSED_LOCK:
@@ -142,7 +137,7 @@ def _parsed_bim(listing: Path) -> list:
         if entry is not None:
             _PARSED.move_to_end(key)
             return entry
-    entry = [_parse_bim(data, listing), None, None, None]
+    entry = [_parse_bim(data, listing), None, None, None, threading.Lock()]
     with _PARSED_LOCK:
         _PARSED[key] = entry
         while len(_PARSED) > _PARSED_KEPT:
@@ -158,9 +153,6 @@ process keeps: about 290 bytes a variant (53 MB at 188,000 variants, with the ID
 list."""
 _PARSED_KEPT = 4
 _PARSED_LOCK = threading.Lock()
-_DERIVING = threading.Lock()
-"""Held while a list's digest (:func:`list_digest`) or its repeated IDs (:func:`_variant_id_repeats`) are found, so
-that each is done once for each list (one lock for all lists: the sites' threads share them)."""
 
 _STAMPS: dict[tuple, bytes] = {}
 """A settled ``.bim``'s ``(path, device, inode, size, mtime ns, ctime ns)`` to its text's key in :data:`_PARSED`

@@ -74,7 +74,7 @@ from fl_strategies.files.plain_files import (UnsafeDestination, check_destinatio
 
 from fl_strategies.settings.command_line import interruption, stop_signals
 from simulations.engines import ArgumentParser, fused_run_config
-from simulations.compare.report import plot_metric, summarize, write_summary_markdown
+from simulations.compare.report import final_converged, plot_metric, summarize, write_summary_markdown
 
 __all__ = ["ComparisonError", "Job", "OutputDir", "estimate_stem", "load_comparison", "run_comparison", "main"]
 
@@ -478,9 +478,11 @@ def job_checkpoint_dir(job: Job) -> str:
     return str(Path(given) / job.stem) if given else ""
 
 
-def ancestry_picture(job: Job, model_path: Path) -> bytes | None:
+def ancestry_picture(job: Job, model_path: Path, converged: int | None = None) -> bytes | None:
     """A PNG of every site's people in the run's ancestry space (PC1 against PC2 and PC3, plink2's eigenvector
-    scale, one colour a partition) when the run's data set is a folder of ``.bed`` files; ``None`` otherwise."""
+    scale, one colour a partition) when the run's data set is a folder of ``.bed`` files; ``None`` otherwise.
+    ``converged``: how many leading PCs the run had converged (its rows' last ``converged_components``), the others'
+    axes saying ``(not converged)`` (:func:`~fl_strategies.files.plink_outputs.draw_ancestry`)."""
     import io
 
     from client_app.data import folder_file
@@ -505,7 +507,7 @@ def ancestry_picture(job: Job, model_path: Path) -> bytes | None:
         vectors.append(plink2_eigenvectors(transform(model, X), model))
         groups += [f"partition {i}"] * len(vectors[-1])
     buffer = io.BytesIO()
-    draw_ancestry(buffer, np.vstack(vectors), groups, title=job.run)
+    draw_ancestry(buffer, np.vstack(vectors), groups, title=job.run, converged=converged)
     return buffer.getvalue()
 
 
@@ -701,7 +703,7 @@ def run_comparison(config: str | Path, engine: str = "local", out: str | Path = 
                 if (ran / name).exists():
                     _take(ran / name, kept / f"{job.stem}.{name}")
             if plink2:
-                picture = ancestry_picture(job, kept / f"{job.stem}.pca.npz")
+                picture = ancestry_picture(job, kept / f"{job.stem}.pca.npz", final_converged(frames[-1]))
                 if picture is not None:
                     write_file(stage / "estimates" / f"{job.stem}.ancestry.png", picture)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -50,6 +50,7 @@ import pandas as pd  # noqa: E402
 from fl_strategies.files.plain_files import write_file  # noqa: E402
 
 __all__ = [
+    "final_converged",
     "rounds_to_reach",
     "summarize",
     "write_summary_markdown",
@@ -112,6 +113,16 @@ def rounds_to_reach(
 def _threshold_column(threshold: float) -> str:
     """Name of the summary column holding rounds to reach `threshold`."""
     return f"{ROUNDS_TO_PREFIX}{threshold:g}"
+
+
+def final_converged(rows: pd.DataFrame) -> int | None:
+    """How many leading PCs one run (one seed's rows) had converged at its last row (:data:`CONVERGED`, the last
+    row as :func:`_final_values` takes it); ``None`` where not known (no such column, or no value: a run against an
+    exact reference)."""
+    if CONVERGED not in rows.columns or rows.empty:
+        return None
+    count = pd.to_numeric(_final_values(rows, CONVERGED), errors="coerce").iloc[-1]
+    return None if pd.isna(count) else int(count)
 
 
 def _final_values(df_run: pd.DataFrame, metric: str) -> pd.Series:

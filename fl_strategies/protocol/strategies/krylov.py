@@ -137,8 +137,8 @@ class KrylovStrategy(FedPowerStrategy):
         """Send the next Krylov block to every client (the first round: ``Z_0``)."""
         if self.block is None:
             self.block = parameters_to_ndarrays(parameters)[0]
-        if self.Q is None or self.basis_id is None:  # a new basis (a fit, a resumed run): its own id
-            self.basis_id = uuid.uuid4().hex
+        if self.basis_id is None:  # a new basis (a fit, a resumed run): its own id, kept when round 1 is repeated
+            self.basis_id = uuid.uuid4().hex  # (the sites keep block 0 and its row squares from the first time)
         config: dict[str, Scalar] = {**self.center_config(), "local-steps": 1, "round": server_round,
                                      "iteration-offset": server_round - 1}
         if not getattr(self, "secure", False):  # a SecAgg+ summary asks for no product: nothing to keep
