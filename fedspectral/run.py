@@ -138,8 +138,8 @@ def simulation_env(backend: str = "ray") -> dict[str, str]:
 
 
 BACKENDS = {
-    "threads": "the nodes' ClientApps run one at a time in a thread of Flower's simulation process (no Ray: about "
-               "5 s less start and stop, and no second interpreter)",
+    "threads": "the nodes' ClientApps run one at a time in a thread of Flower's simulation process (no Ray: its "
+               "start and stop, copies of each message and processes are saved)",
     "ray": "the nodes' ClientApps run in Ray actors (Flower's default; one per 2 CPUs, each its own process)",
 }
 """The simulation backends ``fedspectral run --backend`` takes (the federation config's ``backend`` Flower is
