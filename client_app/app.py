@@ -10,7 +10,8 @@ from flwr.client import ClientApp
 
 from fl_strategies.settings.config import validate_run_config
 from fl_strategies.protocol.fit_records import fit_reply_content, is_fitins_content
-from fl_strategies.protocol.flower_compat import RECORD_KEY_CONFIGS, quicken_engine_delivery
+from fl_strategies.protocol.flower_compat import (RECORD_KEY_CONFIGS, THREAD_BACKEND, quicken_engine_delivery,
+                                                  use_thread_backend)
 from fl_strategies.settings.registry import load_class, spec
 
 from .data import NodeData
@@ -103,3 +104,13 @@ if "flwr.server.superlink.fleet.vce.vce_api" in sys.modules:
     # sweep is quickened now (fl_strategies.protocol.flower_compat.engine_delivery), not later by the ServerApp's
     # thread, which may come after the sweep started (prompt_grid logs it where it does not fit this Flower)
     quicken_engine_delivery()
+    # and a run whose federation config names backend "threads" (fedspectral run's default) runs this app in the
+    # engine's thread, not in Ray (fl_strategies.protocol.flower_compat.thread_backend)
+    _misfit = use_thread_backend()
+    if _misfit:
+        from logging import WARNING
+
+        from flwr.common import log
+
+        log(WARNING, "simulation backend %r is not available (%s): a run that names it runs in Ray", THREAD_BACKEND,
+            _misfit)

@@ -14,7 +14,9 @@ wrong on a machine without internet; this wrapper does them:
 * it validates the run config (and checks it against its data) before
   Flower starts, so a bad value is one line, not a failed run;
 * it asks for as many simulated SuperNodes as the run config has clients
-  (Flower's default is 2), and leaves out Flower's warning that the default changed from 10 to 2, which
+  (Flower's default is 2), names the backend that runs their ClientApps (``--backend``, :data:`BACKENDS`:
+  ``threads``, fedspectral's, in a thread of the simulation process, by default; ``ray``, Flower's, in Ray
+  actors), and leaves out Flower's warning that the default changed from 10 to 2, which
   flwr 1.42 prints whatever was asked (:data:`MISLEADING_LINES`);
 * it makes relative paths (``results-dir``, ``checkpoint-dir``, a ``dataset``
   or ``server-data`` file, an ``init-from`` model) absolute against the directory it is run from
@@ -52,7 +54,7 @@ it only ever stops the SuperLink of its own ``FLWR_HOME`` on its port.
 
 Usage (``fedspectral run``, or the module names ``fedspectral.run`` and ``simulations.engines.flwr_run``)::
 
-    fedspectral run [--run-config 'key=value ...' | --run-config FILE.toml]
+    fedspectral run [--run-config 'key=value ...' | --run-config FILE.toml] [--backend threads|ray]
 """
 
 from __future__ import annotations
@@ -106,29 +108,51 @@ def flower_env() -> dict[str, str]:
     return env
 
 
-def simulation_env() -> dict[str, str]:
-    """:func:`flower_env` for a run in the simulation engine, with ``OPENBLAS_NUM_THREADS`` 1 unless set.
+def simulation_env(backend: str = "ray") -> dict[str, str]:
+    """:func:`flower_env` for a run in the simulation engine on ``backend`` (:data:`BACKENDS`), with
+    ``OPENBLAS_NUM_THREADS`` 1 unless set.
 
     The simulation process runs the ServerApp in a thread beside Flower's Ray engine thread, and OpenBLAS's own
     thread pool there was seen to spin forever in a small product at the ServerApp's start (a CI run hung 14 min
     in ``R.T @ R`` of the 1797 x 64 digits reference; py-spy: OpenBLAS ``inner_thread``). The server's products
-    are small. The nodes' Ray actors inherit the variable, and a ``.bed`` product takes its threads from it
-    (:func:`fl_strategies.kernels.rows.product_threads`): where it is set here, the products get the CPUs Flower
-    gives each actor (:func:`actor_cpus`) through :data:`~fl_strategies.kernels.rows.PRODUCT_THREADS_VARIABLE`,
-    unless the user set that one. A user's ``OPENBLAS_NUM_THREADS`` is theirs: then neither is set.
+    are small. The nodes' ClientApps (in Ray's actors, or in that process's thread) inherit the variable, and a
+    ``.bed`` product takes its threads from it (:func:`fl_strategies.kernels.rows.product_threads`): where it is
+    set here, the products get the CPUs of the worker that runs a node through
+    :data:`~fl_strategies.kernels.rows.PRODUCT_THREADS_VARIABLE` (in Ray, the CPUs Flower gives each actor,
+    :func:`actor_cpus`; in the thread backend, which serves one node at a time, every CPU this process may run
+    on), unless the user set that one. A user's ``OPENBLAS_NUM_THREADS`` is theirs: then neither is set.
 
-    Ray starts no idle workers when Flower's simulation starts it (:data:`RAY_SETTINGS`), unless the user set the
-    variable.
+    On Ray, Ray starts no idle workers when Flower's simulation starts it (:data:`RAY_SETTINGS`), unless the user
+    set the variable.
     """
     from fl_strategies.kernels.rows import PRODUCT_THREADS_VARIABLE
 
     env = flower_env()
     if not env.get("OPENBLAS_NUM_THREADS"):
         env["OPENBLAS_NUM_THREADS"] = "1"
-        env.setdefault(PRODUCT_THREADS_VARIABLE, str(actor_cpus()))
-    for name, value in RAY_SETTINGS.items():
-        env.setdefault(name, value)
+        env.setdefault(PRODUCT_THREADS_VARIABLE, str(actor_cpus() if backend == "ray" else usable_cpus()))
+    if backend == "ray":
+        for name, value in RAY_SETTINGS.items():
+            env.setdefault(name, value)
     return env
+
+
+BACKENDS = {
+    "threads": "the nodes' ClientApps run one at a time in a thread of Flower's simulation process (no Ray: its "
+               "start and stop, copies of each message and processes are saved)",
+    "ray": "the nodes' ClientApps run in Ray actors (Flower's default; one per 2 CPUs, each its own process)",
+}
+"""The simulation backends ``fedspectral run --backend`` takes (the federation config's ``backend`` Flower is
+given), the first the default: ``threads`` is fedspectral's
+(:mod:`fl_strategies.protocol.flower_compat.thread_backend`), ``ray`` Flower's own."""
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 RAY_SETTINGS = {"RAY_prestart_worker_first_driver": "0"}
@@ -151,11 +175,7 @@ def actor_cpus() -> int:
     after the other, as the in-process engine does)."""
     from fl_strategies.protocol.flower_compat import DEFAULT_SIMULATION_CONFIG
 
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(int(DEFAULT_SIMULATION_CONFIG.client_resources_num_cpus), cpus))
+    return max(1, min(int(DEFAULT_SIMULATION_CONFIG.client_resources_num_cpus), usable_cpus()))
 
 
 def superlink_running(env: dict[str, str] | None = None) -> bool:
@@ -442,6 +462,7 @@ examples:
   {prog} --run-config 'num-clients=10 num-server-rounds=5 rank=4'
   {prog} --run-config 'dataset="mydata" num-clients=3 center=true results-dir="out"'
   {prog} --run-config my-run.toml
+  {prog} --run-config my-run.toml --backend ray
 
   (mydata holds one file per client, partition_<i>.npy or .csv; out receives rounds.csv and pca.npz)
 
@@ -463,6 +484,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m simulations.engin
     parser.add_argument("--run-config", default="", metavar="CONFIG",
                         help="'key=value ...' or a TOML file: overrides of pyproject.toml's run config, as "
                         "for `flwr run --run-config`")
+    parser.add_argument("--backend", choices=list(BACKENDS), default=next(iter(BACKENDS)),
+                        help="where Flower's simulation engine runs the nodes' ClientApps: "
+                        + "; ".join(f"{name}: {text}" for name, text in BACKENDS.items())
+                        + f" (default: {next(iter(BACKENDS))})")
     parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
     args = parser.parse_args(argv)
     with stop_signals() as signals:  # SIGTERM and SIGHUP stop the run as Ctrl-C does
@@ -497,7 +522,16 @@ def _run_flower(args, prog: str, signals, cfg: dict, flower_text: str) -> int:
     ``flower_text``: the user's ``--run-config`` as Flower is given it
     (:func:`~fedspectral.run_config.flower_run_config`)."""
     num_clients = int(cfg["num-clients"])
-    env = simulation_env()
+    if args.backend == "threads":  # fedspectral's backend fits the Flower it was written for: else one line
+        from importlib.metadata import version
+
+        from fl_strategies.protocol.flower_compat.thread_backend import version_misfit
+
+        problem = version_misfit(version("flwr"))
+        if problem:
+            print(f"{prog}: error: --backend threads: {problem}; use --backend ray", file=sys.stderr)
+            return 2
+    env = simulation_env(args.backend)
     try:  # never join (and later lose) another FLWR_HOME's local SuperLink
         note = claim_superlink_port(env)
     except ArgumentError as ex:
@@ -511,7 +545,8 @@ def _run_flower(args, prog: str, signals, cfg: dict, flower_text: str) -> int:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
     started_here = not superlink_running(env)
-    cmd = ["flwr", "run", str(fab), "--stream", "--federation-config", f"num-supernodes={num_clients}"]
+    cmd = ["flwr", "run", str(fab), "--stream", "--federation-config",
+           f'num-supernodes={num_clients} backend="{args.backend}"']
     if flower_text:
         cmd += ["--run-config", flower_text]
     absolute = absolute_paths(cfg)

@@ -44,14 +44,18 @@ def _wait_for(path, text: str, proc: subprocess.Popen, timeout: float = 240.0) -
 
 @pytest.mark.ray
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_a_stopped_run_leaves_no_process_and_resume_continues_it_exactly(sig, tmp_path, monkeypatch, flower_processes):
+@pytest.mark.parametrize("sig, backend", [(signal.SIGINT, "threads"), (signal.SIGTERM, "ray")],
+                         ids=["ctrl-c", "sigterm-ray"])
+def test_a_stopped_run_leaves_no_process_and_resume_continues_it_exactly(sig, backend, tmp_path, monkeypatch,
+                                                                         flower_processes):
+    """Both backends: the ClientApps in the simulation process's thread (the default), and in Ray's actors."""
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
     out = tmp_path / "out"
     config = (f"num-clients=2 num-server-rounds={ROUNDS} seed=3 results-dir=\"{out}\" checkpoint-dir=\"{out}\"")
     log = tmp_path / "log"
     with open(log, "w") as sink:  # a terminal's Ctrl-C reaches the whole foreground group: here the new session
-        proc = subprocess.Popen([sys.executable, "-m", "fedspectral", "run", "--run-config", config],
+        proc = subprocess.Popen([sys.executable, "-m", "fedspectral", "run", "--run-config", config, "--backend",
+                                 backend],
                                 stdout=sink, stderr=subprocess.PIPE, text=True, start_new_session=True,
                                 preexec_fn=_interruptible)
     try:

@@ -283,8 +283,8 @@ _PACKED_MISSING = np.ascontiguousarray((_CODES == MISSING_CODE).astype(np.uint8)
 
 PRODUCT_THREADS_VARIABLE = "FEDSPECTRAL_PRODUCT_THREADS"
 """Environment variable that sets :func:`product_threads` before the BLAS variables (``fedspectral run`` sets it to
-the CPUs of each simulated node's Ray actor when it sets ``OPENBLAS_NUM_THREADS=1`` for the ServerApp's thread:
-:func:`fedspectral.run.simulation_env`)."""
+the CPUs of the worker that runs a simulated node, each Ray actor's or the simulation process's, when it sets
+``OPENBLAS_NUM_THREADS=1`` for the ServerApp's thread: :func:`fedspectral.run.simulation_env`)."""
 
 
 def product_threads() -> int:

@@ -1,17 +1,20 @@
 """What ``fedspectral run`` costs over the in-process engine on genotype sites: seconds by phase, memory together.
 
 Writes four ``.bed`` sites (admixed Balding-Nichols genotypes with LD blocks, :mod:`simulations.data.admixed_bed`),
-then runs the same strategy on them twice, each a fresh command in a subprocess:
+then runs the same strategy on them three times, each a fresh command in a subprocess:
 
 * ``in-process``: :func:`simulations.engines.local.run_local` on the run config of the file below (the in-process
   engine that ``compare`` uses: one process, the nodes served one after the other);
-* ``run``: ``fedspectral run --run-config FILE.toml`` (the real command: Flower's local SuperLink, its
-  simulation process and Ray's processes), with a ``FLWR_HOME`` of its own.
+* ``run``: ``fedspectral run --run-config FILE.toml`` (the real command: Flower's local SuperLink and its
+  simulation process, the nodes' ClientApps in that process's thread, its default ``--backend threads``), with a
+  ``FLWR_HOME`` of its own;
+* ``ray``: the same with ``--backend ray`` (Flower's Ray backend: Ray's processes and one actor).
 
 For each: the wall time of the whole command, and for ``run`` its phases read from the time each streamed line
 arrived: to Flower's ``Successfully started run`` (the SuperLink's start, the FAB built and sent), to the
-ServerApp's first line (the simulation process, Ray's start, imports), to its last line (the rounds, with the
-actors' start and the data's opening), and to the command's exit (the run's end, the SuperLink stopped). Memory:
+ServerApp's first line (the simulation process, imports), to its last line (the rounds, with Ray's and its
+actors' start where it runs, and the data's opening), and to the command's exit (the run's end, the SuperLink
+stopped). Memory:
 every 0.2 s (their proportional sets every second: :data:`PSS_SECONDS`), the processes of the command's tree
 together with those below its local SuperLink (started detached, found by its ``FLWR_HOME``) are read from
 ``/proc``; the peaks of the sum of their resident sets (RSS: shared pages
@@ -22,6 +25,7 @@ processes, and the load average before and after.
 Usage::
 
     python -m simulations.benchmarks.bench_run_overhead [--people 2800] [--variants 100000] [--out DIR]
+        [--only local|run|ray]
 """
 
 from __future__ import annotations
@@ -184,6 +188,12 @@ def rounds_seconds(results: Path) -> tuple[int, float]:
     return len(rows), sum(float(row["wall_time"]) for row in rows)
 
 
+ONLY = {"local": "in-process engine", "run": "fedspectral run", "ray": "fedspectral run --backend ray"}
+"""``--only``'s choices and the command each names."""
+LOGS = {"in-process engine": "in-process", "fedspectral run": "fedspectral", "fedspectral run --backend ray": "ray"}
+"""The log file's name of each command's output (``NAME.log`` in the output folder, each line with its second)."""
+
+
 def markdown(result: dict) -> str:
     rows = ["| command | wall (s) | rounds | seconds in rounds | peak PSS together (MB) | peak RSS summed (MB) | "
             "processes | load average before -> after |", "|---|---|---|---|---|---|---|---|"]
@@ -191,12 +201,13 @@ def markdown(result: dict) -> str:
         rows.append(f"| {name} | {r['wall']:.1f} | {r['rounds']} | {r['round_seconds']:.1f} | {r['pss_mb']:.0f} | "
                     f"{r['rss_mb']:.0f} | {r['processes']} | {' '.join(r['load_before'])} -> "
                     f"{' '.join(r['load_after'])} |")
-    p = result["commands"]["fedspectral run"]["phases"]
-    rows += ["", "`fedspectral run` by phase (s): "
-             + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in p.items()), "",
-             "Peak PSS of `fedspectral run` by process (MB): "
-             + ", ".join(f"{k} {v}" for k, v in result["commands"]["fedspectral run"]["pss_by_name"].items()),
-             "", f"Sites' `.bed` files together: {result['bed_mb']:.0f} MB; {result['data']}"]
+    for name, r in result["commands"].items():
+        if "phases" in r:
+            rows += ["", f"`{name}` by phase (s): "
+                     + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in r["phases"].items()), "",
+                     f"Peak PSS of `{name}` by process (MB): "
+                     + ", ".join(f"{k} {v}" for k, v in r["pss_by_name"].items())]
+    rows += ["", f"Sites' `.bed` files together: {result['bed_mb']:.0f} MB; {result['data']}"]
     return "\n".join(rows) + "\n"
 
 
@@ -209,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=30, help="at most; stop-tol may stop sooner")
     parser.add_argument("--stop-tol", type=float, default=1e-6)
     parser.add_argument("--data", type=Path, default=None, help="reuse the sites written there by a former run")
-    parser.add_argument("--only", choices=("local", "run"), default=None, help="time one command only")
+    parser.add_argument("--only", choices=tuple(ONLY), default=None, help="time one command only")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     out = (args.out or ROOT / "bench-runs" / f"bench_run_overhead-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
@@ -227,14 +238,15 @@ def main(argv: list[str] | None = None) -> int:
     local = (f"from fedspectral.run_config import parse_run_config; from simulations.engines import fused_run_config;"
              f" from simulations.engines.local import run_local; cfg = parse_run_config({str(run_toml)!r}); "
              f"cfg['results-dir'] = {str(out / 'local-results')!r}; run_local(fused_run_config(cfg))")
+    run = [str(BIN / "fedspectral"), "run", "--run-config", str(run_toml)]
     commands = {"in-process engine": ([str(BIN / "python"), "-c", local], None),
-                "fedspectral run": ([str(BIN / "fedspectral"), "run", "--run-config", str(run_toml)],
-                                    str(out / "flwr-home"))}
+                "fedspectral run": (run, str(out / "flwr-home")),
+                "fedspectral run --backend ray": (run + ["--backend", "ray"], str(out / "flwr-home"))}
     result = {"data": f"{args.people:,} people x {args.variants:,} variants, four sites, krylov rank {args.rank} of "
                       f"iteration-rank {args.iteration_rank}, scale = hwe, stop-tol {args.stop_tol:g}",
               "bed_mb": sum(f.stat().st_size for f in (data / "sites").glob("*.bed")) / 1e6, "commands": {}}
     for name, (command, marker) in commands.items():
-        if args.only and not name.startswith({"local": "in-process", "run": "fedspectral"}[args.only]):
+        if args.only and name != ONLY[args.only]:
             continue
         before = loadavg()
         r = measured(command, env, marker)
@@ -242,12 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         if marker:
             r["phases"] = phases(r["lines"], r["wall"])
         r["rounds"], r["round_seconds"] = rounds_seconds(out / ("run-results" if marker else "local-results"))
-        (out / f"{name.split()[0]}.log").write_text("\n".join(f"{t:8.2f} {text}" for t, text in r.pop("lines")))
+        (out / f"{LOGS[name]}.log").write_text("\n".join(f"{t:8.2f} {text}" for t, text in r.pop("lines")))
         result["commands"][name] = r
         print(f"{name}: {r['wall']:.1f} s, peak PSS {r['pss_mb']:.0f} MB, RSS summed {r['rss_mb']:.0f} MB, "
               f"{r['processes']} processes, left behind {r['left_behind']}", flush=True)
     (out / "bench_run_overhead.json").write_text(json.dumps(result, indent=1))
-    if len(result["commands"]) == 2:
+    if len(result["commands"]) > 1:
         text = markdown(result)
         (out / "bench_run_overhead.md").write_text(text)
         print(text)

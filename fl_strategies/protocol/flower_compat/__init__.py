@@ -40,6 +40,11 @@ name (area module)                                 Flower 1.41 path      used by
 (engine_delivery)                                  .vce.vce_api          pushed, not at the next 0.1 s sweep;
                                                    .add_messages_to_     Flower 1.41/1.42, else one line);
                                                    queue                 simulations.engines.ray (its sweep)
+``use_thread_backend``, ``ThreadBackend``,         flwr.server           client_app.app (a run whose federation      none (Flower 1.42 builds only its
+``THREAD_BACKEND``, ``backend_in_use``             .superlink.fleet      config names backend "threads" runs its     RayBackend, whatever the name)
+(thread_backend)                                   .vce.vce_api.run_api  ClientApps in the engine's thread, not in
+                                                   (wrapped), .start_vce Ray: fedspectral run's default; Flower
+                                                   (frame's locals)      1.41/1.42, else one line)
 ``RECORD_KEY_CONFIGS`` (secagg)                    flwr.common.secure_   client_app.app (tell SecAgg+ stages from    none
                                                    aggregation.secagg…   fit messages), server_app.secure_loop
                                                                          (name the stages in a round's cost line)
@@ -140,6 +145,11 @@ _AREA = {
     "quicken_engine_delivery": "engine_delivery",
     "note_push": "engine_delivery",
     "wait_for_push": "engine_delivery",
+    # the simulation engine runs the ClientApps in a thread, not Ray, for a run that names the backend
+    "THREAD_BACKEND": "thread_backend",
+    "ThreadBackend": "thread_backend",
+    "use_thread_backend": "thread_backend",
+    "backend_in_use": "thread_backend",
     # SecAgg+ rounds
     "RECORD_KEY_CONFIGS": "secagg",
     "SecAggKey": "secagg",
@@ -205,6 +215,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names are resol
     from .legacy_server import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, start_grid
     from .grid_pull import quicken_reply_pulls
     from .engine_delivery import note_push, quicken_engine_delivery, wait_for_push
+    from .thread_backend import THREAD_BACKEND, ThreadBackend, backend_in_use, use_thread_backend
     from .process_exit import add_exit_handler
     from .ray_engine import private_run_simulation, vce_api
     from .supernode_cli import supernode_argument_parser
