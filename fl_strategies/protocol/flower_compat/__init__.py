@@ -150,6 +150,8 @@ _AREA = {
     "ThreadBackend": "thread_backend",
     "use_thread_backend": "thread_backend",
     "backend_in_use": "thread_backend",
+    "thread_backend_misfit": "thread_backend",
+    "version_misfit": "thread_backend",
     # SecAgg+ rounds
     "RECORD_KEY_CONFIGS": "secagg",
     "SecAggKey": "secagg",
@@ -215,7 +217,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names are resol
     from .legacy_server import GridClientProxy, HttpGrid, InMemoryGrid, fit_clients, start_grid
     from .grid_pull import quicken_reply_pulls
     from .engine_delivery import note_push, quicken_engine_delivery, wait_for_push
-    from .thread_backend import THREAD_BACKEND, ThreadBackend, backend_in_use, use_thread_backend
+    from .thread_backend import (THREAD_BACKEND, ThreadBackend, backend_in_use, thread_backend_misfit,
+                                 use_thread_backend, version_misfit)
     from .process_exit import add_exit_handler
     from .ray_engine import private_run_simulation, vce_api
     from .supernode_cli import supernode_argument_parser
