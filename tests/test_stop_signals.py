@@ -16,9 +16,10 @@ import pytest
 import conftest
 from conftest import run_app
 
-ROUNDS = 60
-"""Long enough that the run is still going when it is stopped (a round takes about 0.15 s in Flower's engine, and the
-ServerApp stops within a round or two of the signal)."""
+ROUNDS = 400
+"""Long enough that the run is still going when it is stopped: a round takes about 0.01 s on the thread backend
+(0.15 s on Ray), ``flwr run --stream`` hands on the run's lines every 0.5 s, and the ServerApp stops within a round
+or two of the signal; the resumed rest runs on the thread backend (a checkpoint of a Ray run continued there)."""
 
 
 def tagged_processes(tag: str) -> list[str]:
