@@ -6,23 +6,25 @@ the ClientApp on them (``vce_api.run_api``: ``backend.build(app_fn)``, then ``ba
 context)`` from ``backend.num_workers`` worker threads). Flower 1.41/1.42 define the ``Backend`` interface
 (``flwr.server.superlink.fleet.vce.backend.Backend``) and carry a backend's name from the federation config
 (``flwr run --federation-config 'backend="NAME"'``) to ``start_vce``, but build only ``RayBackend``, whatever the
-name. Ray costs a run on a small machine about 5 s of start (its cluster, then one actor process that imports the
-app again), 1.2-1.5 s of ``ray.shutdown`` and ~700 MB (its processes and the actor's second interpreter), and each
-message is serialised to the actor and back.
+name. Ray costs a run on a small machine seconds of start (its cluster, then one actor process that imports the
+app again) and of ``ray.shutdown``, and about 600 MB (its processes and the actor's second interpreter), and each
+message is serialised to the actor and back (``bench_run_overhead``: 25.5 s and 1,776 MB on Ray against 17.4 s and
+1,163 MB here, for 2,800 people x 100,000 variants in four ``.bed`` sites).
 
 :class:`ThreadBackend` runs the ClientApp in the engine's worker thread, in the simulation process, one message at
 a time (the nodes one after the other, as Ray's one actor on a 2-CPU machine and the in-process engine serve
 them), exactly as Ray's actor runs it (``ClientAppActor.run``: load the app, call it on copies of the message and
 the node's context, as Ray's pickling gives them; an exception becomes ``ClientAppException``, so the ServerApp
-gets the same error reply). Everything else
-is Flower's own engine: its link state, node registration, contexts, message sweep and grid.
+gets the same error reply). Everything else is Flower's own engine: its link state, node registration, contexts,
+message sweep and grid.
 
 :func:`use_thread_backend` makes the engine build it for a run whose federation config names
 :data:`THREAD_BACKEND`: it wraps ``vce_api.run_api`` (a module global that ``start_vce`` looks up when it calls it,
 after it loaded the ClientApp) and reads the run's backend name and config from ``start_vce``'s frame, its
 caller. ``client_app.app`` calls it when Flower's engine loads the ClientApp, in the engine's main thread before
 ``run_api``. A run with any other name (``"ray"``, Flower's default) gets Flower's ``RayBackend`` unchanged, and a
-Flower this does not fit keeps its own behaviour (the ServerApp logs why, :func:`thread_backend_misfit`).
+Flower this does not fit keeps its own behaviour (``client_app.app`` logs why, :func:`thread_backend_misfit`;
+``fedspectral run`` refuses ``--backend threads`` on a Flower of another version, :func:`version_misfit`).
 
 What it does not give: a ClientApp that crashes its process (a segfault, ``os._exit``) takes the whole simulation
 with it (in Ray it takes its actor); the nodes never run in parallel (in Ray, one actor per
